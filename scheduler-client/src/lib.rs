@@ -1,5 +1,13 @@
 //! Producer side of the scheduler: what services depend on to enqueue tasks on the scheduler's
 //! Kafka topic. It stays light: no actor system and no Cassandra driver.
 //!
-//! The task model, the JSON wire format, the partitioner and `Scheduler::schedule_task` are built
-//! in the engine milestone (issue 3); this crate is the workspace member they land in.
+//! - [`Task`] and [`TaskKey`]: the task model.
+//! - [`wire`]: the JSON wire format v1 on the topic.
+//! - [`partition_for`]: the partition of an `orderingId`, Kafka's default keyed partitioner.
+
+mod partitioner;
+mod task;
+pub mod wire;
+
+pub use partitioner::{murmur2, partition_for};
+pub use task::{truncate_to_millis, Task, TaskData, TaskKey};

@@ -1,0 +1,109 @@
+//! The task model: what a producer schedules and what the node runs.
+
+use chrono::{DateTime, Utc};
+use serde_json::{Map, Value};
+
+/// The user's payload: a JSON object, interpreted only by the user's executor.
+pub type TaskData = Map<String, Value>;
+
+/// Identifies a task. Two tasks with the same key are the same task: scheduling it again
+/// overwrites the first, and once it completed it does not run again.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct TaskKey {
+    /// When the task is due. Field order matters: keys sort by time first, as in the schedule.
+    pub scheduled_time: DateTime<Utc>,
+    /// The ordering queue: tasks of one `ordering_id` run one at a time, in schedule order.
+    pub ordering_id: String,
+    /// Tells apart tasks of one `ordering_id` due at the same time.
+    pub uniqueness_key: String,
+}
+
+impl std::fmt::Display for TaskKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{}/{}/{}",
+            self.ordering_id,
+            self.scheduled_time
+                .to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
+            self.uniqueness_key
+        )
+    }
+}
+
+/// A unit of work to run at `scheduled_time`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Task {
+    /// The ordering queue the task belongs to; also the Kafka key that picks its partition.
+    pub ordering_id: String,
+    /// When the task is due (millisecond precision on the wire and in storage).
+    pub scheduled_time: DateTime<Utc>,
+    /// Tells apart tasks of one `ordering_id` due at the same time.
+    pub uniqueness_key: String,
+    /// The user's payload.
+    pub task_data: TaskData,
+}
+
+impl Task {
+    /// A task; `scheduled_time` is truncated to whole milliseconds, the precision it is stored at.
+    pub fn new(
+        ordering_id: impl Into<String>,
+        scheduled_time: DateTime<Utc>,
+        uniqueness_key: impl Into<String>,
+        task_data: TaskData,
+    ) -> Task {
+        Task {
+            ordering_id: ordering_id.into(),
+            scheduled_time: truncate_to_millis(scheduled_time),
+            uniqueness_key: uniqueness_key.into(),
+            task_data,
+        }
+    }
+
+    /// The key that identifies this task.
+    pub fn key(&self) -> TaskKey {
+        TaskKey {
+            scheduled_time: self.scheduled_time,
+            ordering_id: self.ordering_id.clone(),
+            uniqueness_key: self.uniqueness_key.clone(),
+        }
+    }
+}
+
+/// `time` without its sub-millisecond part.
+pub fn truncate_to_millis(time: DateTime<Utc>) -> DateTime<Utc> {
+    DateTime::from_timestamp_millis(time.timestamp_millis()).unwrap_or(time)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use chrono::TimeZone;
+
+    #[test]
+    fn keys_order_by_time_then_ordering_id_then_uniqueness_key() {
+        let t = |s| Utc.timestamp_opt(s, 0).single().unwrap();
+        let mut keys = vec![
+            Task::new("b", t(2), "x", Map::new()).key(),
+            Task::new("a", t(2), "y", Map::new()).key(),
+            Task::new("z", t(1), "z", Map::new()).key(),
+            Task::new("a", t(2), "x", Map::new()).key(),
+        ];
+        keys.sort();
+        let order: Vec<_> = keys
+            .iter()
+            .map(|k| (k.ordering_id.as_str(), k.uniqueness_key.as_str()))
+            .collect();
+        assert_eq!(order, [("z", "z"), ("a", "x"), ("a", "y"), ("b", "x")]);
+    }
+
+    #[test]
+    fn scheduled_time_is_kept_to_the_millisecond() {
+        let precise = Utc
+            .timestamp_opt(1_800_000_000, 123_456_789)
+            .single()
+            .unwrap();
+        let task = Task::new("o", precise, "u", Map::new());
+        assert_eq!(task.scheduled_time.timestamp_subsec_nanos(), 123_000_000);
+    }
+}
