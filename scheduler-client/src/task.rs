@@ -83,7 +83,7 @@ mod tests {
     #[test]
     fn keys_order_by_time_then_ordering_id_then_uniqueness_key() {
         let t = |s| Utc.timestamp_opt(s, 0).single().unwrap();
-        let mut keys = vec![
+        let mut keys = [
             Task::new("b", t(2), "x", Map::new()).key(),
             Task::new("a", t(2), "y", Map::new()).key(),
             Task::new("z", t(1), "z", Map::new()).key(),

@@ -150,13 +150,16 @@ impl<'a> BodyReader<'a> {
     /// `[string]`: a short length followed by UTF-8 bytes.
     pub fn string(&mut self) -> Result<&'a str, FrameError> {
         let len = self.short()? as usize;
-        std::str::from_utf8(self.take(len)?).map_err(|_| FrameError::Malformed("string is not UTF-8"))
+        std::str::from_utf8(self.take(len)?)
+            .map_err(|_| FrameError::Malformed("string is not UTF-8"))
     }
 
     /// `[long string]`: an int length followed by UTF-8 bytes.
     pub fn long_string(&mut self) -> Result<&'a str, FrameError> {
-        let len = usize::try_from(self.int()?).map_err(|_| FrameError::Malformed("negative long string length"))?;
-        std::str::from_utf8(self.take(len)?).map_err(|_| FrameError::Malformed("long string is not UTF-8"))
+        let len = usize::try_from(self.int()?)
+            .map_err(|_| FrameError::Malformed("negative long string length"))?;
+        std::str::from_utf8(self.take(len)?)
+            .map_err(|_| FrameError::Malformed("long string is not UTF-8"))
     }
 
     /// `[short bytes]`: a short length followed by bytes.
@@ -269,7 +272,9 @@ mod tests {
     #[test]
     fn skip_type_option_walks_nested_types() {
         // map<text, frozen<tuple<int, list<inet>>>> followed by a marker byte
-        let mut body = vec![0x00, 0x21, 0x00, 0x0D, 0x00, 0x31, 0x00, 0x02, 0x00, 0x09, 0x00, 0x20, 0x00, 0x10];
+        let mut body = vec![
+            0x00, 0x21, 0x00, 0x0D, 0x00, 0x31, 0x00, 0x02, 0x00, 0x09, 0x00, 0x20, 0x00, 0x10,
+        ];
         body.push(0xAB);
         let mut r = BodyReader::new(&body);
         r.skip_type_option().unwrap();

@@ -26,7 +26,10 @@ enum StartError {
     #[error("usage: cql-bridge --listen IP:PORT --upstream IP:PORT ({0})")]
     Usage(String),
     #[error("cannot listen on {addr}: {source}")]
-    Listen { addr: SocketAddr, source: std::io::Error },
+    Listen {
+        addr: SocketAddr,
+        source: std::io::Error,
+    },
 }
 
 struct Args {
@@ -80,7 +83,10 @@ async fn run() -> Result<(), StartError> {
     let args = parse_args()?;
     let listener = TcpListener::bind(args.listen)
         .await
-        .map_err(|source| StartError::Listen { addr: args.listen, source })?;
+        .map_err(|source| StartError::Listen {
+            addr: args.listen,
+            source,
+        })?;
     // The driver connects back to the address the bridge reports as the node's rpc_address.
     let advertised_ip = match args.listen.ip() {
         IpAddr::V4(ip) if !ip.is_unspecified() => ip,
@@ -107,7 +113,11 @@ async fn run() -> Result<(), StartError> {
 }
 
 /// Relays one client connection to the upstream server until either side closes.
-async fn serve(client: TcpStream, upstream: SocketAddr, shared: Arc<Shared>) -> std::io::Result<()> {
+async fn serve(
+    client: TcpStream,
+    upstream: SocketAddr,
+    shared: Arc<Shared>,
+) -> std::io::Result<()> {
     let server = match TcpStream::connect(upstream).await {
         Ok(server) => server,
         Err(e) => {

@@ -15,8 +15,8 @@ use std::net::Ipv4Addr;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use crate::frame::{
-    opcode, put_int, put_long_string, put_string, BodyReader, Frame, FrameError, FLAG_COMPRESSION, FLAG_TRACING,
-    RESPONSE_BIT,
+    opcode, put_int, put_long_string, put_string, BodyReader, Frame, FrameError, FLAG_COMPRESSION,
+    FLAG_TRACING, RESPONSE_BIT,
 };
 
 /// Protocol version the client (driver) speaks.
@@ -95,7 +95,9 @@ impl Translator {
         }
         frame.version = SERVER_VERSION;
         if frame.flags & FLAG_COMPRESSION != 0 {
-            return Err(FrameError::Malformed("compressed frames are not supported by the bridge"));
+            return Err(FrameError::Malformed(
+                "compressed frames are not supported by the bridge",
+            ));
         }
         match frame.opcode {
             opcode::STARTUP => frame.body = rewrite_startup(&frame.body)?,
@@ -211,7 +213,14 @@ fn rewrite_startup(body: &[u8]) -> Result<Vec<u8>, FrameError> {
         let key = r.string()?;
         let value = r.string()?;
         put_string(&mut out, key);
-        put_string(&mut out, if key == "CQL_VERSION" { SERVER_CQL_VERSION } else { value });
+        put_string(
+            &mut out,
+            if key == "CQL_VERSION" {
+                SERVER_CQL_VERSION
+            } else {
+                value
+            },
+        );
     }
     out.extend_from_slice(r.rest());
     Ok(out)
@@ -230,8 +239,13 @@ fn strip_rpc_address_from_local_query(query: &str) -> Option<(String, usize)> {
     if !source.to_ascii_lowercase().starts_with("system.local") {
         return None;
     }
-    let columns: Vec<&str> = trimmed["select ".len()..from_at].split(',').map(str::trim).collect();
-    let index = columns.iter().position(|c| c.eq_ignore_ascii_case("rpc_address"))?;
+    let columns: Vec<&str> = trimmed["select ".len()..from_at]
+        .split(',')
+        .map(str::trim)
+        .collect();
+    let index = columns
+        .iter()
+        .position(|c| c.eq_ignore_ascii_case("rpc_address"))?;
     let kept: Vec<&str> = columns
         .iter()
         .enumerate()
@@ -246,7 +260,10 @@ fn strip_rpc_address_from_local_query(query: &str) -> Option<(String, usize)> {
 
 /// Copies v3 prepared-statement metadata, adding v4's partition-key index count (zero: the
 /// bridge does not know the keys, so the driver routes without token awareness).
-fn copy_prepared_metadata_adding_pk_indexes(r: &mut BodyReader<'_>, out: &mut Vec<u8>) -> Result<(), FrameError> {
+fn copy_prepared_metadata_adding_pk_indexes(
+    r: &mut BodyReader<'_>,
+    out: &mut Vec<u8>,
+) -> Result<(), FrameError> {
     let flags = r.int()?;
     let columns = column_count(r.int()?)?;
     put_int(out, flags);
@@ -411,7 +428,10 @@ mod tests {
     fn read_column_names(r: &mut BodyReader<'_>) -> Vec<String> {
         let flags = r.int().unwrap();
         let count = r.int().unwrap();
-        assert_eq!(flags & METADATA_GLOBAL_TABLES_SPEC, METADATA_GLOBAL_TABLES_SPEC);
+        assert_eq!(
+            flags & METADATA_GLOBAL_TABLES_SPEC,
+            METADATA_GLOBAL_TABLES_SPEC
+        );
         r.string().unwrap();
         r.string().unwrap();
         (0..count)
@@ -447,8 +467,14 @@ mod tests {
         let out = up(&translator(), request(opcode::STARTUP, 0, body));
         let mut r = BodyReader::new(&out.body);
         assert_eq!(r.short().unwrap(), 2);
-        assert_eq!((r.string().unwrap(), r.string().unwrap()), ("DRIVER_NAME", "x"));
-        assert_eq!((r.string().unwrap(), r.string().unwrap()), ("CQL_VERSION", "3.0.0"));
+        assert_eq!(
+            (r.string().unwrap(), r.string().unwrap()),
+            ("DRIVER_NAME", "x")
+        );
+        assert_eq!(
+            (r.string().unwrap(), r.string().unwrap()),
+            ("CQL_VERSION", "3.0.0")
+        );
         assert!(r.rest().is_empty());
     }
 
@@ -466,16 +492,28 @@ mod tests {
             None
         );
         assert_eq!(
-            strip_rpc_address_from_local_query("SELECT host_id FROM system.local WHERE key='local'"),
+            strip_rpc_address_from_local_query(
+                "SELECT host_id FROM system.local WHERE key='local'"
+            ),
             None
         );
-        assert_eq!(strip_rpc_address_from_local_query("INSERT INTO t (a) VALUES (1)"), None);
+        assert_eq!(
+            strip_rpc_address_from_local_query("INSERT INTO t (a) VALUES (1)"),
+            None
+        );
     }
 
     #[test]
     fn prepared_result_gains_pk_count_and_other_statements_are_untouched() {
         let t = translator();
-        up(&t, request(opcode::PREPARE, 3, long_string_body("SELECT a FROM ks.t WHERE k = ?")));
+        up(
+            &t,
+            request(
+                opcode::PREPARE,
+                3,
+                long_string_body("SELECT a FROM ks.t WHERE k = ?"),
+            ),
+        );
         let mut body = Vec::new();
         put_int(&mut body, RESULT_KIND_PREPARED);
         body.extend_from_slice(&[0, 2, 0xAA, 0xBB]);
@@ -493,8 +531,18 @@ mod tests {
         let mut r = BodyReader::new(&out.body);
         assert_eq!(r.int().unwrap(), RESULT_KIND_PREPARED);
         assert_eq!(r.short_bytes().unwrap(), &[0xAA, 0xBB]);
-        assert_eq!((r.int().unwrap(), r.int().unwrap(), r.int().unwrap()), (0, 1, 0));
-        assert_eq!((r.string().unwrap(), r.string().unwrap(), r.string().unwrap()), ("ks", "t", "k"));
+        assert_eq!(
+            (r.int().unwrap(), r.int().unwrap(), r.int().unwrap()),
+            (0, 1, 0)
+        );
+        assert_eq!(
+            (
+                r.string().unwrap(),
+                r.string().unwrap(),
+                r.string().unwrap()
+            ),
+            ("ks", "t", "k")
+        );
         r.skip_type_option().unwrap();
         assert_eq!(r.rest(), result_metadata.as_slice());
     }
@@ -502,7 +550,10 @@ mod tests {
     #[test]
     fn topology_statement_results_gain_rpc_address_through_prepare_and_execute() {
         let t = translator();
-        let prepared_up = up(&t, request(opcode::PREPARE, 7, long_string_body(LOCAL_QUERY)));
+        let prepared_up = up(
+            &t,
+            request(opcode::PREPARE, 7, long_string_body(LOCAL_QUERY)),
+        );
         let mut r = BodyReader::new(&prepared_up.body);
         assert!(!r.long_string().unwrap().contains("rpc_address"));
 
@@ -517,10 +568,20 @@ mod tests {
         let mut r = BodyReader::new(&patched.body);
         r.int().unwrap();
         r.short_bytes().unwrap();
-        assert_eq!((r.int().unwrap(), r.int().unwrap(), r.int().unwrap()), (0, 0, 0));
+        assert_eq!(
+            (r.int().unwrap(), r.int().unwrap(), r.int().unwrap()),
+            (0, 0, 0)
+        );
         assert_eq!(
             read_column_names(&mut r),
-            ["host_id", "rpc_address", "data_center", "rack", "tokens", "cluster_name"]
+            [
+                "host_id",
+                "rpc_address",
+                "data_center",
+                "rack",
+                "tokens",
+                "cluster_name"
+            ]
         );
 
         // EXECUTE of that id, on another stream: the rows gain the value at index 1.
@@ -540,8 +601,20 @@ mod tests {
         assert_eq!(r.int().unwrap(), RESULT_KIND_ROWS);
         assert_eq!(read_column_names(&mut r).len(), 6);
         assert_eq!(r.int().unwrap(), 1);
-        let values: Vec<Vec<u8>> = (0..6).map(|_| r.bytes().unwrap().unwrap().to_vec()).collect();
-        assert_eq!(values, [vec![0], vec![127, 0, 0, 9], vec![1], vec![2], vec![3], vec![4]]);
+        let values: Vec<Vec<u8>> = (0..6)
+            .map(|_| r.bytes().unwrap().unwrap().to_vec())
+            .collect();
+        assert_eq!(
+            values,
+            [
+                vec![0],
+                vec![127, 0, 0, 9],
+                vec![1],
+                vec![2],
+                vec![3],
+                vec![4]
+            ]
+        );
         assert!(r.rest().is_empty());
     }
 
@@ -559,7 +632,10 @@ mod tests {
         let patched = down(&t, response(2, rows));
         let mut r = BodyReader::new(&patched.body);
         r.int().unwrap();
-        assert_eq!((r.int().unwrap(), r.int().unwrap(), r.int().unwrap()), (METADATA_NO_METADATA, 3, 1));
+        assert_eq!(
+            (r.int().unwrap(), r.int().unwrap(), r.int().unwrap()),
+            (METADATA_NO_METADATA, 3, 1)
+        );
         assert_eq!(r.bytes().unwrap(), None);
         assert_eq!(r.bytes().unwrap(), Some(&[127, 0, 0, 9][..]));
         assert_eq!(r.bytes().unwrap(), None);
