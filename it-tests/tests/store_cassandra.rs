@@ -1,0 +1,173 @@
+//! The engine's Cassandra store against the real database: schema creation, the schedule's
+//! time-bucketed wide rows read in key order across buckets, and status and attempt records.
+
+use chrono::{DateTime, TimeDelta, TimeZone, Utc};
+use it_tests::{unique_name, Stack};
+use scheduler_core::settings::CassandraSettings;
+use scheduler_core::store::{
+    AttemptOutcome, AttemptRecord, CassandraStore, ReadCursor, StatusRecord, TaskStatus, TaskStore,
+};
+use scheduler_core::{Task, TaskKey};
+
+fn settings(keyspace: &str) -> CassandraSettings {
+    let stack = Stack::from_env();
+    CassandraSettings {
+        contact_points: vec![stack.cql_contact_point],
+        keyspace: keyspace.to_string(),
+        fetch_schema_metadata: false,
+        ..CassandraSettings::default()
+    }
+}
+
+fn task(at: DateTime<Utc>, ordering_id: &str, n: u64) -> Task {
+    let data = serde_json::json!({ "n": n });
+    Task::new(
+        ordering_id,
+        at,
+        format!("u{n}"),
+        data.as_object().cloned().unwrap_or_default(),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn schedule_loads_in_key_order_across_hour_buckets_and_records_outcomes() {
+    // Fail with the service's name, not a driver error, when the stack is down.
+    Stack::from_env().require_cassandra().await;
+    let keyspace = unique_name("it_store");
+    let store = CassandraStore::connect(&settings(&keyspace))
+        .await
+        .expect("connect and create schema");
+    // A second connect finds the schema in place.
+    CassandraStore::connect(&settings(&keyspace))
+        .await
+        .expect("schema creation is idempotent");
+
+    let t0 = Utc
+        .with_ymd_and_hms(2030, 1, 1, 10, 59, 0)
+        .single()
+        .expect("valid time");
+    let mut tasks = Vec::new();
+    for (i, minutes) in [0i64, 1, 2, 30, 61, 61, 125].iter().enumerate() {
+        tasks.push(task(
+            t0 + TimeDelta::minutes(*minutes),
+            &format!("o{}", 9 - i),
+            i as u64,
+        ));
+    }
+    // Written in reverse to show the order comes from the store.
+    store
+        .persist(5, tasks.iter().rev().cloned().collect())
+        .await
+        .expect("persist");
+    store
+        .persist(6, vec![task(t0, "other", 99)])
+        .await
+        .expect("persist other partition");
+
+    let mut expected: Vec<TaskKey> = tasks.iter().map(Task::key).collect();
+    expected.sort();
+    let until = t0 + TimeDelta::hours(3);
+    let all = store
+        .load(5, ReadCursor::From(t0), until, 1000)
+        .await
+        .expect("load all");
+    assert_eq!(
+        all.iter().map(Task::key).collect::<Vec<_>>(),
+        expected,
+        "every bucket, in key order"
+    );
+    assert_eq!(all[0].task_data["n"], 0);
+
+    // Page with a cursor: 3, then the rest after the third key (crossing into later buckets).
+    let first = store
+        .load(5, ReadCursor::From(t0), until, 3)
+        .await
+        .expect("first page");
+    assert_eq!(
+        first.iter().map(Task::key).collect::<Vec<_>>(),
+        expected[..3]
+    );
+    let rest = store
+        .load(5, ReadCursor::After(first[2].key()), until, 1000)
+        .await
+        .expect("after cursor");
+    assert_eq!(
+        rest.iter().map(Task::key).collect::<Vec<_>>(),
+        expected[3..]
+    );
+
+    // Two tasks share a time (61 min): the cursor after the first must still return the second.
+    let after_first_of_pair = store
+        .load(5, ReadCursor::After(expected[4].clone()), until, 1)
+        .await
+        .expect("after a tie");
+    assert_eq!(after_first_of_pair[0].key(), expected[5]);
+
+    // `until` is exclusive.
+    let before = store
+        .load(5, ReadCursor::From(t0), t0 + TimeDelta::minutes(61), 1000)
+        .await
+        .expect("bounded load");
+    assert_eq!(before.len(), 4);
+
+    // Removing a task from the schedule.
+    store
+        .remove_scheduled(5, expected[0].clone())
+        .await
+        .expect("remove");
+    let after_remove = store
+        .load(5, ReadCursor::From(t0), until, 1000)
+        .await
+        .expect("load");
+    assert_eq!(after_remove.len(), expected.len() - 1);
+    assert!(after_remove.iter().all(|t| t.key() != expected[0]));
+
+    // Status and attempts.
+    let key = expected[1].clone();
+    assert_eq!(
+        store.status(5, key.clone()).await.expect("status read"),
+        None
+    );
+    let finished = Utc
+        .timestamp_millis_opt(1_900_000_000_123)
+        .single()
+        .expect("valid time");
+    let record = StatusRecord {
+        status: TaskStatus::Failed,
+        attempts: 3,
+        updated_at: finished,
+        last_error: Some("boom".into()),
+    };
+    store
+        .record_status(5, key.clone(), record.clone())
+        .await
+        .expect("status write");
+    assert_eq!(
+        store.status(5, key.clone()).await.expect("status read"),
+        Some(record)
+    );
+    assert_eq!(
+        store.status(6, key.clone()).await.expect("other partition"),
+        None
+    );
+    store
+        .record_attempt(
+            5,
+            key,
+            AttemptRecord {
+                attempt: 1,
+                started_at: finished,
+                finished_at: finished,
+                outcome: AttemptOutcome::Failed,
+                error: Some("boom".into()),
+            },
+        )
+        .await
+        .expect("attempt write");
+
+    let session = Stack::from_env().require_cassandra().await;
+    session
+        .query_unpaged(format!("DROP KEYSPACE {keyspace}"), &[])
+        .await
+        .expect("drop keyspace");
+}

@@ -1,0 +1,61 @@
+//! Time as the engine sees it, behind a trait so unit tests of scheduling logic are exact.
+
+use chrono::{DateTime, Utc};
+
+/// The source of "now" for scheduling decisions.
+pub trait Clock: Send + Sync + 'static {
+    /// The current time.
+    fn now(&self) -> DateTime<Utc>;
+}
+
+/// The system's wall clock.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct SystemClock;
+
+impl Clock for SystemClock {
+    fn now(&self) -> DateTime<Utc> {
+        Utc::now()
+    }
+}
+
+/// A clock that follows tokio's time from a fixed start instant. Under a paused tokio runtime
+/// (`start_paused`), time moves only when every task waits on a timer, so tests that use this
+/// clock run instantly and see exact times.
+#[derive(Debug, Clone)]
+pub struct TokioClock {
+    start_wall: DateTime<Utc>,
+    start: tokio::time::Instant,
+}
+
+impl TokioClock {
+    /// A clock reading `start_wall` now.
+    pub fn starting_at(start_wall: DateTime<Utc>) -> Self {
+        TokioClock {
+            start_wall,
+            start: tokio::time::Instant::now(),
+        }
+    }
+}
+
+impl Clock for TokioClock {
+    fn now(&self) -> DateTime<Utc> {
+        let elapsed = tokio::time::Instant::now().duration_since(self.start);
+        self.start_wall + chrono::TimeDelta::from_std(elapsed).unwrap_or(chrono::TimeDelta::MAX)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use chrono::TimeZone;
+    use std::time::Duration;
+
+    #[tokio::test(start_paused = true)]
+    async fn tokio_clock_moves_exactly_with_paused_time() {
+        let start = Utc.timestamp_opt(1_800_000_000, 0).single().unwrap();
+        let clock = TokioClock::starting_at(start);
+        assert_eq!(clock.now(), start);
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        assert_eq!(clock.now(), start + chrono::TimeDelta::milliseconds(1500));
+    }
+}

@@ -1,0 +1,498 @@
+//! Node settings: the blueprint's defaults, loadable from a TOML file with environment overrides,
+//! validated before anything starts.
+//!
+//! Durations are written with a unit: `"500ms"`, `"10s"`, `"5m"`, `"2h"`.
+//! An environment variable `SCHEDULER__<SECTION>__<KEY>` overrides `<key>` of `[<section>]`, e.g.
+//! `SCHEDULER__KAFKA__BOOTSTRAP_SERVERS=10.0.0.1:9092` or `SCHEDULER__SCHEDULING__MAX_TASK_RETRIES=5`.
+//! Its value is read as a TOML value when it parses as one (numbers, booleans, arrays), else as a
+//! string.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+/// Prefix of environment overrides.
+pub const ENV_PREFIX: &str = "SCHEDULER__";
+
+/// Why settings could not be loaded.
+#[derive(Debug, thiserror::Error)]
+pub enum SettingsError {
+    /// The settings file could not be read.
+    #[error("cannot read settings file {path}: {source}")]
+    Read {
+        /// The file.
+        path: String,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+    /// The file or an override is not valid TOML of the expected shape.
+    #[error("invalid settings: {0}")]
+    Parse(String),
+    /// A value is out of its allowed range.
+    #[error("invalid setting `{key}`: {reason}")]
+    Invalid {
+        /// The setting, as `section.key`.
+        key: &'static str,
+        /// What is wrong.
+        reason: String,
+    },
+}
+
+/// All settings of a node.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct Settings {
+    /// Scheduling and execution.
+    pub scheduling: SchedulingSettings,
+    /// The Kafka topic and consumer group.
+    pub kafka: KafkaSettings,
+    /// The Cassandra cluster and keyspace.
+    pub cassandra: CassandraSettings,
+}
+
+/// Scheduling and execution settings.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct SchedulingSettings {
+    /// How far in the past a task may be scheduled and still be accepted.
+    #[serde(with = "duration_text")]
+    pub scheduling_grace_window: Duration,
+    /// Base of the exponential retry backoff: retry n waits up to `factor * 2^(n-1)`.
+    #[serde(with = "duration_text")]
+    pub backoff_factor: Duration,
+    /// Upper bound of one retry backoff.
+    #[serde(with = "duration_text")]
+    pub max_backoff: Duration,
+    /// Retries after the first attempt before a task is recorded as failed.
+    pub max_task_retries: u32,
+    /// On assignment, how far back from now the schedule is loaded.
+    #[serde(with = "duration_text")]
+    pub look_back_on_restart: Duration,
+    /// Tasks held in memory per partition (loaded, queued or running) at most.
+    pub max_in_flight_tasks: usize,
+    /// Rows read from Cassandra per load.
+    pub fetch_batch_size: usize,
+    /// How far ahead of now the schedule is loaded into memory.
+    #[serde(with = "duration_text")]
+    pub max_look_ahead: Duration,
+    /// The next load starts this long before the loaded schedule runs out.
+    #[serde(with = "duration_text")]
+    pub prefetch_window: Duration,
+    /// An incomplete task this long past due counts as stale.
+    #[serde(with = "duration_text")]
+    pub stale_after: Duration,
+    /// How long persisting one polled batch may take before it is retried.
+    #[serde(with = "duration_text")]
+    pub persist_timeout: Duration,
+    /// After partitions are revoked, how long to wait before giving them up (clock drift, stragglers).
+    #[serde(with = "duration_text")]
+    pub isolation_wait: Duration,
+    /// On revoke or shutdown, how long running tasks may take to finish.
+    #[serde(with = "duration_text")]
+    pub drain_timeout: Duration,
+    /// User executor calls running at once on this node.
+    pub executor_concurrency: usize,
+    /// Largest record accepted from the topic, in bytes.
+    pub max_task_data_bytes: usize,
+}
+
+impl Default for SchedulingSettings {
+    fn default() -> Self {
+        SchedulingSettings {
+            scheduling_grace_window: Duration::from_secs(10),
+            backoff_factor: Duration::from_secs(20),
+            max_backoff: Duration::from_secs(120),
+            max_task_retries: 100,
+            look_back_on_restart: Duration::from_secs(2 * 3600),
+            max_in_flight_tasks: 1000,
+            fetch_batch_size: 1000,
+            max_look_ahead: Duration::from_secs(300),
+            prefetch_window: Duration::from_secs(5),
+            stale_after: Duration::from_secs(300),
+            persist_timeout: Duration::from_secs(6),
+            isolation_wait: Duration::from_secs(3),
+            drain_timeout: Duration::from_secs(10),
+            executor_concurrency: 64,
+            max_task_data_bytes: 512 * 1024,
+        }
+    }
+}
+
+/// Kafka settings.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct KafkaSettings {
+    /// Bootstrap servers, `host:port[,host:port...]`.
+    pub bootstrap_servers: String,
+    /// The scheduler's topic.
+    pub topic: String,
+    /// The consumer group all nodes join.
+    pub group_id: String,
+    /// When set and the topic does not exist, the node creates it with this many partitions.
+    pub create_topic_partitions: Option<u32>,
+    /// Extra librdkafka properties for the consumer and producer (e.g. security settings).
+    pub properties: BTreeMap<String, String>,
+}
+
+impl Default for KafkaSettings {
+    fn default() -> Self {
+        KafkaSettings {
+            bootstrap_servers: "127.0.0.1:9092".into(),
+            topic: "scheduled-tasks".into(),
+            group_id: "scheduler".into(),
+            create_topic_partitions: None,
+            properties: BTreeMap::new(),
+        }
+    }
+}
+
+/// Cassandra settings.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct CassandraSettings {
+    /// Contact points, `host:port`.
+    pub contact_points: Vec<String>,
+    /// The keyspace; created with `replication` if absent.
+    pub keyspace: String,
+    /// The keyspace's replication map, in CQL.
+    pub replication: String,
+    /// User name, when the cluster requires authentication.
+    pub username: Option<String>,
+    /// Password, with `username`.
+    pub password: Option<String>,
+    /// Whether the driver reads schema metadata. Set `false` for Cassandra 2.1 (the development
+    /// stack), which has no `system_schema` keyspace.
+    pub fetch_schema_metadata: bool,
+}
+
+impl Default for CassandraSettings {
+    fn default() -> Self {
+        CassandraSettings {
+            contact_points: vec!["127.0.0.1:9042".into()],
+            keyspace: "scheduler".into(),
+            replication: "{'class': 'SimpleStrategy', 'replication_factor': 1}".into(),
+            username: None,
+            password: None,
+            fetch_schema_metadata: true,
+        }
+    }
+}
+
+impl Settings {
+    /// Loads `path` (when given), applies the process environment's overrides, and validates.
+    pub fn load(path: Option<&Path>) -> Result<Settings, SettingsError> {
+        let text = match path {
+            Some(path) => std::fs::read_to_string(path).map_err(|source| SettingsError::Read {
+                path: path.display().to_string(),
+                source,
+            })?,
+            None => String::new(),
+        };
+        Settings::from_toml_with_env(&text, std::env::vars())
+    }
+
+    /// Parses `text`, applies the overrides among `env`, and validates.
+    pub fn from_toml_with_env(
+        text: &str,
+        env: impl IntoIterator<Item = (String, String)>,
+    ) -> Result<Settings, SettingsError> {
+        let mut table: toml::Table = text
+            .parse()
+            .map_err(|e: toml::de::Error| SettingsError::Parse(e.to_string()))?;
+        for (name, value) in env {
+            let Some(path) = name.strip_prefix(ENV_PREFIX) else {
+                continue;
+            };
+            let keys: Vec<String> = path.split("__").map(str::to_ascii_lowercase).collect();
+            set_path(&mut table, &keys, parse_env_value(&value))
+                .map_err(|reason| SettingsError::Parse(format!("{name}: {reason}")))?;
+        }
+        let settings: Settings = table
+            .try_into()
+            .map_err(|e: toml::de::Error| SettingsError::Parse(e.to_string()))?;
+        settings.validate()?;
+        Ok(settings)
+    }
+
+    /// Checks every value's range; the first problem found is returned.
+    pub fn validate(&self) -> Result<(), SettingsError> {
+        let s = &self.scheduling;
+        let invalid = |key, reason: &str| {
+            Err(SettingsError::Invalid {
+                key,
+                reason: reason.to_string(),
+            })
+        };
+        if s.backoff_factor.is_zero() {
+            return invalid("scheduling.backoff_factor", "must be greater than zero");
+        }
+        if s.max_backoff < s.backoff_factor {
+            return invalid(
+                "scheduling.max_backoff",
+                "must be at least scheduling.backoff_factor",
+            );
+        }
+        if s.max_in_flight_tasks == 0 {
+            return invalid("scheduling.max_in_flight_tasks", "must be at least 1");
+        }
+        if s.fetch_batch_size == 0 {
+            return invalid("scheduling.fetch_batch_size", "must be at least 1");
+        }
+        if s.max_look_ahead.is_zero() {
+            return invalid("scheduling.max_look_ahead", "must be greater than zero");
+        }
+        if s.prefetch_window >= s.max_look_ahead {
+            return invalid(
+                "scheduling.prefetch_window",
+                "must be shorter than scheduling.max_look_ahead",
+            );
+        }
+        if s.persist_timeout.is_zero() {
+            return invalid("scheduling.persist_timeout", "must be greater than zero");
+        }
+        if s.executor_concurrency == 0 {
+            return invalid("scheduling.executor_concurrency", "must be at least 1");
+        }
+        if s.max_task_data_bytes < 64 {
+            return invalid(
+                "scheduling.max_task_data_bytes",
+                "must be at least 64 bytes",
+            );
+        }
+        let k = &self.kafka;
+        if k.bootstrap_servers.trim().is_empty() {
+            return invalid("kafka.bootstrap_servers", "must not be empty");
+        }
+        if k.topic.trim().is_empty() {
+            return invalid("kafka.topic", "must not be empty");
+        }
+        if k.group_id.trim().is_empty() {
+            return invalid("kafka.group_id", "must not be empty");
+        }
+        if k.create_topic_partitions == Some(0) {
+            return invalid("kafka.create_topic_partitions", "must be at least 1");
+        }
+        let c = &self.cassandra;
+        if c.contact_points.iter().all(|p| p.trim().is_empty()) {
+            return invalid(
+                "cassandra.contact_points",
+                "must name at least one host:port",
+            );
+        }
+        let keyspace_ok = c.keyspace.len() <= 48
+            && c.keyspace
+                .chars()
+                .next()
+                .is_some_and(|ch| ch.is_ascii_alphabetic())
+            && c.keyspace
+                .chars()
+                .all(|ch| ch.is_ascii_alphanumeric() || ch == '_');
+        if !keyspace_ok {
+            return invalid(
+                "cassandra.keyspace",
+                "must start with a letter and hold at most 48 letters, digits or underscores",
+            );
+        }
+        if !c.replication.trim_start().starts_with('{') {
+            return invalid(
+                "cassandra.replication",
+                "must be a CQL map such as {'class': 'SimpleStrategy', 'replication_factor': 1}",
+            );
+        }
+        if c.username.is_some() != c.password.is_some() {
+            return invalid("cassandra.password", "username and password go together");
+        }
+        Ok(())
+    }
+}
+
+fn parse_env_value(value: &str) -> toml::Value {
+    // A bare TOML value parses as the right-hand side of an assignment.
+    format!("v = {value}")
+        .parse::<toml::Table>()
+        .ok()
+        .and_then(|mut t| t.remove("v"))
+        .unwrap_or_else(|| toml::Value::String(value.to_string()))
+}
+
+fn set_path(table: &mut toml::Table, keys: &[String], value: toml::Value) -> Result<(), String> {
+    match keys {
+        [] => Err("empty setting name".into()),
+        [last] => {
+            table.insert(last.clone(), value);
+            Ok(())
+        }
+        [first, rest @ ..] => {
+            let entry = table
+                .entry(first.clone())
+                .or_insert_with(|| toml::Value::Table(toml::Table::new()));
+            match entry {
+                toml::Value::Table(inner) => set_path(inner, rest, value),
+                _ => Err(format!("`{first}` is not a section")),
+            }
+        }
+    }
+}
+
+/// Serde support for durations written as text with a unit (`"250ms"`, `"10s"`, `"5m"`, `"2h"`).
+pub mod duration_text {
+    use std::time::Duration;
+
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    /// Parses `"<integer><unit>"` with unit `ms`, `s`, `m` or `h`.
+    pub fn parse(text: &str) -> Result<Duration, String> {
+        let text = text.trim();
+        let split = text
+            .find(|c: char| !c.is_ascii_digit())
+            .unwrap_or(text.len());
+        let (number, unit) = text.split_at(split);
+        let n: u64 = number.parse().map_err(|_| {
+            format!("duration {text:?} must be an integer followed by ms, s, m or h")
+        })?;
+        let secs = |mult: u64| n.checked_mul(mult).map(Duration::from_secs);
+        match unit.trim() {
+            "ms" => Some(Duration::from_millis(n)),
+            "s" => secs(1),
+            "m" => secs(60),
+            "h" => secs(3600),
+            _ => None,
+        }
+        .ok_or_else(|| format!("duration {text:?} must be an integer followed by ms, s, m or h"))
+    }
+
+    /// Formats with the largest unit that represents the duration exactly.
+    pub fn format(d: Duration) -> String {
+        let ms = d.as_millis();
+        if ms.is_multiple_of(3_600_000) && ms > 0 {
+            format!("{}h", ms / 3_600_000)
+        } else if ms.is_multiple_of(60_000) && ms > 0 {
+            format!("{}m", ms / 60_000)
+        } else if ms.is_multiple_of(1000) {
+            format!("{}s", ms / 1000)
+        } else {
+            format!("{ms}ms")
+        }
+    }
+
+    /// Serde serializer.
+    pub fn serialize<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&format(*d))
+    }
+
+    /// Serde deserializer.
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+        let text = String::deserialize(d)?;
+        parse(&text).map_err(serde::de::Error::custom)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn env(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn defaults_are_the_blueprints() {
+        let s = Settings::from_toml_with_env("", env(&[]))
+            .unwrap()
+            .scheduling;
+        assert_eq!(s.scheduling_grace_window, Duration::from_secs(10));
+        assert_eq!(s.backoff_factor, Duration::from_secs(20));
+        assert_eq!(s.max_backoff, Duration::from_secs(120));
+        assert_eq!(s.max_task_retries, 100);
+        assert_eq!(s.look_back_on_restart, Duration::from_secs(7200));
+        assert_eq!((s.max_in_flight_tasks, s.fetch_batch_size), (1000, 1000));
+        assert_eq!(s.max_look_ahead, Duration::from_secs(300));
+        assert_eq!(s.prefetch_window, Duration::from_secs(5));
+        assert_eq!(s.stale_after, Duration::from_secs(300));
+        assert_eq!(s.persist_timeout, Duration::from_secs(6));
+    }
+
+    #[test]
+    fn file_values_and_env_overrides_apply_in_that_order() {
+        let text = r#"
+            [scheduling]
+            max_look_ahead = "15s"
+            max_task_retries = 3
+            [kafka]
+            topic = "from-file"
+            [kafka.properties]
+            "security.protocol" = "plaintext"
+            [cassandra]
+            contact_points = ["10.0.0.1:9042"]
+            fetch_schema_metadata = false
+        "#;
+        let s = Settings::from_toml_with_env(
+            text,
+            env(&[
+                ("SCHEDULER__KAFKA__TOPIC", "from-env"),
+                ("SCHEDULER__SCHEDULING__MAX_TASK_RETRIES", "7"),
+                ("SCHEDULER__CASSANDRA__CONTACT_POINTS", r#"["a:1", "b:2"]"#),
+                ("UNRELATED", "x"),
+            ]),
+        )
+        .unwrap();
+        assert_eq!(s.scheduling.max_look_ahead, Duration::from_secs(15));
+        assert_eq!(s.scheduling.max_task_retries, 7);
+        assert_eq!(s.kafka.topic, "from-env");
+        assert_eq!(s.kafka.properties["security.protocol"], "plaintext");
+        assert_eq!(s.cassandra.contact_points, ["a:1", "b:2"]);
+        assert!(!s.cassandra.fetch_schema_metadata);
+    }
+
+    #[test]
+    fn bad_settings_name_the_key_and_the_reason() {
+        let cases = [
+            (
+                "[scheduling]\nmax_in_flight_tasks = 0",
+                "scheduling.max_in_flight_tasks",
+            ),
+            (
+                "[scheduling]\nprefetch_window = \"10m\"",
+                "scheduling.prefetch_window",
+            ),
+            (
+                "[scheduling]\nmax_backoff = \"1s\"",
+                "scheduling.max_backoff",
+            ),
+            (
+                "[scheduling]\nbackoff_factor = \"ten seconds\"",
+                "must be an integer followed by ms, s, m or h",
+            ),
+            (
+                "[cassandra]\nkeyspace = \"1bad-name\"",
+                "cassandra.keyspace",
+            ),
+            ("[cassandra]\nusername = \"u\"", "cassandra.password"),
+            ("[kafka]\ntopic = \"\"", "kafka.topic"),
+            ("[kafka]\ntopik = \"x\"", "unknown field `topik`"),
+            ("not toml at all", "invalid settings"),
+        ];
+        for (text, expected) in cases {
+            let err = Settings::from_toml_with_env(text, env(&[]))
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains(expected), "{text}: {err}");
+        }
+    }
+
+    #[test]
+    fn durations_round_trip_through_text() {
+        for text in ["250ms", "10s", "5m", "2h", "0s", "90s"] {
+            let d = duration_text::parse(text).unwrap();
+            assert_eq!(duration_text::parse(&duration_text::format(d)).unwrap(), d);
+        }
+        assert_eq!(duration_text::format(Duration::from_secs(90)), "90s");
+        assert!(duration_text::parse("5 minutes").is_err());
+        assert!(duration_text::parse("-1s").is_err());
+    }
+}

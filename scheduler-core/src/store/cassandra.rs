@@ -1,0 +1,428 @@
+//! [`TaskStore`] on Cassandra (or ScyllaDB): the schema and the statements.
+//!
+//! The CQL stays within what Cassandra 2.1 and modern Cassandra/ScyllaDB both accept: no
+//! clustering-range deletes, no unset values, and clustering slices written as tuples on both
+//! bounds (`(a, b, c) > (?, ?, ?) AND (a) < (?)`), since 2.1 refuses to mix tuple and single-column
+//! relations.
+
+use std::sync::Arc;
+
+use chrono::{DateTime, TimeDelta, Utc};
+use futures::future::BoxFuture;
+use futures::{FutureExt, StreamExt, TryStreamExt};
+use scheduler_client::{Task, TaskData, TaskKey};
+use scylla::client::session::Session;
+use scylla::client::session_builder::SessionBuilder;
+use scylla::statement::prepared::PreparedStatement;
+use tracing::warn;
+
+use super::{
+    hour_bucket, AttemptRecord, PartitionId, ReadCursor, StatusRecord, StoreError, StoreResult,
+    TaskStatus, TaskStore,
+};
+use crate::settings::CassandraSettings;
+
+/// Concurrent writes while persisting one batch.
+const WRITE_CONCURRENCY: usize = 64;
+
+/// Cassandra-backed store. Cheap to clone; clones share the session and statements.
+#[derive(Clone)]
+pub struct CassandraStore {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    session: Session,
+    insert_task: PreparedStatement,
+    load_from: PreparedStatement,
+    load_after: PreparedStatement,
+    delete_task: PreparedStatement,
+    select_status: PreparedStatement,
+    insert_status: PreparedStatement,
+    insert_attempt: PreparedStatement,
+}
+
+fn query_error(
+    operation: &'static str,
+) -> impl FnOnce(scylla::errors::ExecutionError) -> StoreError {
+    move |e| StoreError::Query {
+        operation,
+        reason: e.to_string(),
+    }
+}
+
+impl CassandraStore {
+    /// Connects, creates the keyspace and tables if absent, and prepares the statements.
+    pub async fn connect(settings: &CassandraSettings) -> StoreResult<CassandraStore> {
+        let mut builder = SessionBuilder::new()
+            .known_nodes(&settings.contact_points)
+            .fetch_schema_metadata(settings.fetch_schema_metadata)
+            .connection_timeout(std::time::Duration::from_secs(5));
+        if let (Some(user), Some(password)) = (&settings.username, &settings.password) {
+            builder = builder.user(user, password);
+        }
+        let session = builder.build().await.map_err(|e| StoreError::Connect {
+            contact_points: settings.contact_points.join(","),
+            reason: e.to_string(),
+        })?;
+        let ks = &settings.keyspace;
+        for ddl in schema(ks, &settings.replication) {
+            session
+                .query_unpaged(ddl, &[])
+                .await
+                .map_err(query_error("schema creation"))?;
+        }
+        let prepare = |cql: String, operation: &'static str| {
+            let session = &session;
+            async move {
+                session.prepare(cql).await.map_err(|e| StoreError::Query {
+                    operation,
+                    reason: e.to_string(),
+                })
+            }
+        };
+        let key_columns = "scheduled_time, ordering_id, uniqueness_key";
+        let key_match =
+            "partition_id = ? AND hour_bucket = ? AND scheduled_time = ? AND ordering_id = ? \
+                         AND uniqueness_key = ?";
+        let inner = Inner {
+            insert_task: prepare(
+                format!(
+                    "INSERT INTO {ks}.scheduled_tasks (partition_id, hour_bucket, {key_columns}, task_data) \
+                     VALUES (?, ?, ?, ?, ?, ?)"
+                ),
+                "prepare insert",
+            )
+            .await?,
+            load_from: prepare(
+                format!(
+                    "SELECT {key_columns}, task_data FROM {ks}.scheduled_tasks WHERE partition_id = ? \
+                     AND hour_bucket = ? AND (scheduled_time) >= (?) AND (scheduled_time) < (?) LIMIT ?"
+                ),
+                "prepare load",
+            )
+            .await?,
+            load_after: prepare(
+                format!(
+                    "SELECT {key_columns}, task_data FROM {ks}.scheduled_tasks WHERE partition_id = ? \
+                     AND hour_bucket = ? AND ({key_columns}) > (?, ?, ?) AND (scheduled_time) < (?) LIMIT ?"
+                ),
+                "prepare load",
+            )
+            .await?,
+            delete_task: prepare(
+                format!("DELETE FROM {ks}.scheduled_tasks WHERE {key_match}"),
+                "prepare delete",
+            )
+            .await?,
+            select_status: prepare(
+                format!("SELECT status, attempts, updated_at, last_error FROM {ks}.task_status WHERE {key_match}"),
+                "prepare status read",
+            )
+            .await?,
+            insert_status: prepare(
+                format!(
+                    "INSERT INTO {ks}.task_status (partition_id, hour_bucket, {key_columns}, status, attempts, \
+                     updated_at, last_error) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
+                ),
+                "prepare status write",
+            )
+            .await?,
+            insert_attempt: prepare(
+                format!(
+                    "INSERT INTO {ks}.task_attempts ({key_columns}, attempt, partition_id, started_at, \
+                     finished_at, outcome, error) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
+                ),
+                "prepare attempt write",
+            )
+            .await?,
+            session,
+        };
+        Ok(CassandraStore {
+            inner: Arc::new(inner),
+        })
+    }
+}
+
+/// The keyspace and tables, created if absent.
+fn schema(ks: &str, replication: &str) -> Vec<String> {
+    let key = "scheduled_time timestamp, ordering_id text, uniqueness_key text";
+    let clustering = "scheduled_time, ordering_id, uniqueness_key";
+    vec![
+        format!("CREATE KEYSPACE IF NOT EXISTS {ks} WITH replication = {replication}"),
+        // The schedule: one wide row per partition and hour, sorted by task key.
+        format!(
+            "CREATE TABLE IF NOT EXISTS {ks}.scheduled_tasks (partition_id int, hour_bucket timestamp, {key}, \
+             task_data text, PRIMARY KEY ((partition_id, hour_bucket), {clustering}))"
+        ),
+        // Final states, laid out like the schedule so a task's status is a single-row read.
+        format!(
+            "CREATE TABLE IF NOT EXISTS {ks}.task_status (partition_id int, hour_bucket timestamp, {key}, \
+             status text, attempts int, updated_at timestamp, last_error text, \
+             PRIMARY KEY ((partition_id, hour_bucket), {clustering}))"
+        ),
+        // Attempt history per task, newest first.
+        format!(
+            "CREATE TABLE IF NOT EXISTS {ks}.task_attempts ({key}, attempt int, partition_id int, \
+             started_at timestamp, finished_at timestamp, outcome text, error text, \
+             PRIMARY KEY (({clustering}), attempt)) WITH CLUSTERING ORDER BY (attempt DESC)"
+        ),
+    ]
+}
+
+type TaskRow = (DateTime<Utc>, String, String, String);
+
+fn task_from_row(
+    partition: PartitionId,
+    (scheduled_time, ordering_id, uniqueness_key, data): TaskRow,
+) -> Option<Task> {
+    match serde_json::from_str::<TaskData>(&data) {
+        Ok(task_data) => Some(Task::new(
+            ordering_id,
+            scheduled_time,
+            uniqueness_key,
+            task_data,
+        )),
+        Err(e) => {
+            // Only this engine writes the table; a row it cannot read is skipped, not retried forever.
+            warn!(partition, %ordering_id, %uniqueness_key, %scheduled_time, error = %e, "skipping schedule row with unreadable task data");
+            None
+        }
+    }
+}
+
+fn limit_value(limit: usize) -> i32 {
+    i32::try_from(limit).unwrap_or(i32::MAX)
+}
+
+impl TaskStore for CassandraStore {
+    fn persist(
+        &self,
+        partition: PartitionId,
+        tasks: Vec<Task>,
+    ) -> BoxFuture<'static, StoreResult<()>> {
+        let inner = Arc::clone(&self.inner);
+        async move {
+            futures::stream::iter(tasks)
+                .map(|task| {
+                    let inner = &inner;
+                    async move {
+                        let data = serde_json::Value::Object(task.task_data).to_string();
+                        inner
+                            .session
+                            .execute_unpaged(
+                                &inner.insert_task,
+                                (
+                                    partition,
+                                    hour_bucket(task.scheduled_time),
+                                    task.scheduled_time,
+                                    task.ordering_id,
+                                    task.uniqueness_key,
+                                    data,
+                                ),
+                            )
+                            .await
+                            .map_err(query_error("task insert"))
+                    }
+                })
+                .buffer_unordered(WRITE_CONCURRENCY)
+                .try_for_each(|_| futures::future::ready(Ok(())))
+                .await
+        }
+        .boxed()
+    }
+
+    fn load(
+        &self,
+        partition: PartitionId,
+        cursor: ReadCursor,
+        until: DateTime<Utc>,
+        limit: usize,
+    ) -> BoxFuture<'static, StoreResult<Vec<Task>>> {
+        let inner = Arc::clone(&self.inner);
+        async move {
+            let mut tasks = Vec::new();
+            let mut cursor = cursor;
+            let mut bucket = hour_bucket(cursor.time());
+            while bucket < until && tasks.len() < limit {
+                let remaining = limit_value(limit - tasks.len());
+                let result = match &cursor {
+                    ReadCursor::From(from) => {
+                        inner
+                            .session
+                            .execute_unpaged(
+                                &inner.load_from,
+                                (partition, bucket, *from, until, remaining),
+                            )
+                            .await
+                    }
+                    ReadCursor::After(key) => {
+                        inner
+                            .session
+                            .execute_unpaged(
+                                &inner.load_after,
+                                (
+                                    partition,
+                                    bucket,
+                                    key.scheduled_time,
+                                    &key.ordering_id,
+                                    &key.uniqueness_key,
+                                    until,
+                                    remaining,
+                                ),
+                            )
+                            .await
+                    }
+                }
+                .map_err(query_error("schedule load"))?;
+                let rows = result.into_rows_result().map_err(|e| StoreError::Corrupt {
+                    what: "schedule",
+                    reason: e.to_string(),
+                })?;
+                for row in rows.rows::<TaskRow>().map_err(|e| StoreError::Corrupt {
+                    what: "schedule",
+                    reason: e.to_string(),
+                })? {
+                    let row = row.map_err(|e| StoreError::Corrupt {
+                        what: "schedule",
+                        reason: e.to_string(),
+                    })?;
+                    tasks.extend(task_from_row(partition, row));
+                }
+                bucket += TimeDelta::hours(1);
+                cursor = ReadCursor::From(bucket);
+            }
+            Ok(tasks)
+        }
+        .boxed()
+    }
+
+    fn remove_scheduled(
+        &self,
+        partition: PartitionId,
+        key: TaskKey,
+    ) -> BoxFuture<'static, StoreResult<()>> {
+        let inner = Arc::clone(&self.inner);
+        async move {
+            inner
+                .session
+                .execute_unpaged(&inner.delete_task, key_values(partition, &key))
+                .await
+                .map(|_| ())
+                .map_err(query_error("schedule delete"))
+        }
+        .boxed()
+    }
+
+    fn status(
+        &self,
+        partition: PartitionId,
+        key: TaskKey,
+    ) -> BoxFuture<'static, StoreResult<Option<StatusRecord>>> {
+        let inner = Arc::clone(&self.inner);
+        async move {
+            let result = inner
+                .session
+                .execute_unpaged(&inner.select_status, key_values(partition, &key))
+                .await
+                .map_err(query_error("status read"))?;
+            let corrupt = |reason: String| StoreError::Corrupt {
+                what: "status",
+                reason,
+            };
+            let rows = result
+                .into_rows_result()
+                .map_err(|e| corrupt(e.to_string()))?;
+            let row = rows
+                .maybe_first_row::<(String, i32, DateTime<Utc>, Option<String>)>()
+                .map_err(|e| corrupt(e.to_string()))?;
+            row.map(|(status, attempts, updated_at, last_error)| {
+                Ok(StatusRecord {
+                    status: TaskStatus::parse(&status)
+                        .ok_or_else(|| corrupt(format!("unknown status {status:?}")))?,
+                    attempts: u32::try_from(attempts).unwrap_or(0),
+                    updated_at,
+                    last_error,
+                })
+            })
+            .transpose()
+        }
+        .boxed()
+    }
+
+    fn record_status(
+        &self,
+        partition: PartitionId,
+        key: TaskKey,
+        status: StatusRecord,
+    ) -> BoxFuture<'static, StoreResult<()>> {
+        let inner = Arc::clone(&self.inner);
+        async move {
+            let (p, bucket, time, ordering_id, uniqueness_key) = key_values(partition, &key);
+            inner
+                .session
+                .execute_unpaged(
+                    &inner.insert_status,
+                    (
+                        p,
+                        bucket,
+                        time,
+                        ordering_id,
+                        uniqueness_key,
+                        status.status.as_str(),
+                        i32::try_from(status.attempts).unwrap_or(i32::MAX),
+                        status.updated_at,
+                        status.last_error,
+                    ),
+                )
+                .await
+                .map(|_| ())
+                .map_err(query_error("status write"))
+        }
+        .boxed()
+    }
+
+    fn record_attempt(
+        &self,
+        partition: PartitionId,
+        key: TaskKey,
+        attempt: AttemptRecord,
+    ) -> BoxFuture<'static, StoreResult<()>> {
+        let inner = Arc::clone(&self.inner);
+        async move {
+            inner
+                .session
+                .execute_unpaged(
+                    &inner.insert_attempt,
+                    (
+                        key.scheduled_time,
+                        key.ordering_id,
+                        key.uniqueness_key,
+                        i32::try_from(attempt.attempt).unwrap_or(i32::MAX),
+                        partition,
+                        attempt.started_at,
+                        attempt.finished_at,
+                        attempt.outcome.as_str(),
+                        attempt.error,
+                    ),
+                )
+                .await
+                .map(|_| ())
+                .map_err(query_error("attempt write"))
+        }
+        .boxed()
+    }
+}
+
+fn key_values(
+    partition: PartitionId,
+    key: &TaskKey,
+) -> (PartitionId, DateTime<Utc>, DateTime<Utc>, String, String) {
+    (
+        partition,
+        hour_bucket(key.scheduled_time),
+        key.scheduled_time,
+        key.ordering_id.clone(),
+        key.uniqueness_key.clone(),
+    )
+}

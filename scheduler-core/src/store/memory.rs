@@ -1,0 +1,172 @@
+//! In-memory [`TaskStore`] for unit tests: the same semantics as the Cassandra store, plus
+//! failure injection.
+
+use std::collections::{BTreeMap, HashMap};
+use std::ops::Bound;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+
+use chrono::{DateTime, Utc};
+use futures::future::BoxFuture;
+use futures::FutureExt;
+use scheduler_client::{Task, TaskKey};
+
+use super::{
+    AttemptRecord, PartitionId, ReadCursor, StatusRecord, StoreError, StoreResult, TaskStore,
+};
+
+#[derive(Default)]
+struct State {
+    schedule: BTreeMap<(PartitionId, TaskKey), Task>,
+    status: HashMap<(PartitionId, TaskKey), StatusRecord>,
+    attempts: HashMap<(PartitionId, TaskKey), Vec<AttemptRecord>>,
+}
+
+/// An in-memory store. Clones share state.
+#[derive(Clone, Default)]
+pub struct MemoryStore {
+    state: Arc<Mutex<State>>,
+    failures_to_inject: Arc<AtomicUsize>,
+}
+
+impl MemoryStore {
+    /// An empty store.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Makes the next `n` operations fail.
+    pub fn fail_next(&self, n: usize) {
+        self.failures_to_inject.store(n, Ordering::SeqCst);
+    }
+
+    /// Tasks currently in the schedule of `partition`, in key order.
+    pub fn scheduled(&self, partition: PartitionId) -> Vec<TaskKey> {
+        self.lock()
+            .schedule
+            .keys()
+            .filter(|(p, _)| *p == partition)
+            .map(|(_, k)| k.clone())
+            .collect()
+    }
+
+    /// The attempts recorded for a task.
+    pub fn attempts(&self, partition: PartitionId, key: &TaskKey) -> Vec<AttemptRecord> {
+        self.lock()
+            .attempts
+            .get(&(partition, key.clone()))
+            .cloned()
+            .unwrap_or_default()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn run<T: Send + 'static>(
+        &self,
+        operation: &'static str,
+        f: impl FnOnce(&mut State) -> T,
+    ) -> BoxFuture<'static, StoreResult<T>> {
+        let injected = self
+            .failures_to_inject
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+            .is_ok();
+        let result = if injected {
+            Err(StoreError::Query {
+                operation,
+                reason: "injected failure".into(),
+            })
+        } else {
+            Ok(f(&mut self.lock()))
+        };
+        futures::future::ready(result).boxed()
+    }
+}
+
+impl TaskStore for MemoryStore {
+    fn persist(
+        &self,
+        partition: PartitionId,
+        tasks: Vec<Task>,
+    ) -> BoxFuture<'static, StoreResult<()>> {
+        self.run("task insert", move |s| {
+            for task in tasks {
+                s.schedule.insert((partition, task.key()), task);
+            }
+        })
+    }
+
+    fn load(
+        &self,
+        partition: PartitionId,
+        cursor: ReadCursor,
+        until: DateTime<Utc>,
+        limit: usize,
+    ) -> BoxFuture<'static, StoreResult<Vec<Task>>> {
+        self.run("schedule load", move |s| {
+            let lower = match cursor {
+                ReadCursor::From(t) => Bound::Included((
+                    partition,
+                    TaskKey {
+                        scheduled_time: t,
+                        ordering_id: String::new(),
+                        uniqueness_key: String::new(),
+                    },
+                )),
+                ReadCursor::After(k) => Bound::Excluded((partition, k)),
+            };
+            s.schedule
+                .range((lower, Bound::Unbounded))
+                .take_while(|((p, k), _)| *p == partition && k.scheduled_time < until)
+                .take(limit)
+                .map(|(_, t)| t.clone())
+                .collect()
+        })
+    }
+
+    fn remove_scheduled(
+        &self,
+        partition: PartitionId,
+        key: TaskKey,
+    ) -> BoxFuture<'static, StoreResult<()>> {
+        self.run("schedule delete", move |s| {
+            s.schedule.remove(&(partition, key));
+        })
+    }
+
+    fn status(
+        &self,
+        partition: PartitionId,
+        key: TaskKey,
+    ) -> BoxFuture<'static, StoreResult<Option<StatusRecord>>> {
+        self.run("status read", move |s| {
+            s.status.get(&(partition, key)).cloned()
+        })
+    }
+
+    fn record_status(
+        &self,
+        partition: PartitionId,
+        key: TaskKey,
+        status: StatusRecord,
+    ) -> BoxFuture<'static, StoreResult<()>> {
+        self.run("status write", move |s| {
+            s.status.insert((partition, key), status);
+        })
+    }
+
+    fn record_attempt(
+        &self,
+        partition: PartitionId,
+        key: TaskKey,
+        attempt: AttemptRecord,
+    ) -> BoxFuture<'static, StoreResult<()>> {
+        self.run("attempt write", move |s| {
+            s.attempts
+                .entry((partition, key))
+                .or_default()
+                .push(attempt);
+        })
+    }
+}

@@ -1,0 +1,237 @@
+//! Persistence of the schedule, task status and attempt history: the [`TaskStore`] trait, with
+//! the Cassandra implementation used by nodes and an in-memory one for unit tests.
+//!
+//! Every method takes owned arguments and returns a `'static` future so actors can run it.
+
+mod cassandra;
+#[cfg(test)]
+pub mod memory;
+
+use chrono::{DateTime, DurationRound, TimeDelta, Utc};
+use futures::future::BoxFuture;
+use scheduler_client::{Task, TaskKey};
+
+pub use cassandra::CassandraStore;
+
+/// A Kafka partition number, which is also the schedule's partition.
+pub type PartitionId = i32;
+
+/// Result of a store operation.
+pub type StoreResult<T> = Result<T, StoreError>;
+
+/// A store operation failed.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum StoreError {
+    /// Connecting to the database failed.
+    #[error("cannot connect to Cassandra at {contact_points}: {reason}")]
+    Connect {
+        /// The contact points tried.
+        contact_points: String,
+        /// The driver's error.
+        reason: String,
+    },
+    /// A statement failed.
+    #[error("Cassandra {operation} failed: {reason}")]
+    Query {
+        /// What the engine was doing.
+        operation: &'static str,
+        /// The driver's error.
+        reason: String,
+    },
+    /// A stored row could not be understood.
+    #[error("corrupt {what} row: {reason}")]
+    Corrupt {
+        /// Which table.
+        what: &'static str,
+        /// What is wrong.
+        reason: String,
+    },
+}
+
+/// Final state of a task.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TaskStatus {
+    /// The executor succeeded.
+    Completed,
+    /// Every retry failed.
+    Failed,
+    /// The executor gave up on the task (a non-retryable error).
+    Dropped,
+}
+
+impl TaskStatus {
+    /// The stored spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TaskStatus::Completed => "completed",
+            TaskStatus::Failed => "failed",
+            TaskStatus::Dropped => "dropped",
+        }
+    }
+
+    /// Parses the stored spelling.
+    pub fn parse(text: &str) -> Option<TaskStatus> {
+        match text {
+            "completed" => Some(TaskStatus::Completed),
+            "failed" => Some(TaskStatus::Failed),
+            "dropped" => Some(TaskStatus::Dropped),
+            _ => None,
+        }
+    }
+}
+
+/// The recorded final state of a task.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StatusRecord {
+    /// The state.
+    pub status: TaskStatus,
+    /// Attempts made.
+    pub attempts: u32,
+    /// When the state was recorded.
+    pub updated_at: DateTime<Utc>,
+    /// The last attempt's error, for failed and dropped tasks.
+    pub last_error: Option<String>,
+}
+
+/// How one attempt ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AttemptOutcome {
+    /// The executor succeeded.
+    Succeeded,
+    /// The executor failed and asked for a retry.
+    Failed,
+    /// The executor failed and asked not to retry.
+    GaveUp,
+}
+
+impl AttemptOutcome {
+    /// The stored spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AttemptOutcome::Succeeded => "succeeded",
+            AttemptOutcome::Failed => "failed",
+            AttemptOutcome::GaveUp => "gave_up",
+        }
+    }
+}
+
+/// One execution attempt of a task.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AttemptRecord {
+    /// 1 for the first attempt.
+    pub attempt: u32,
+    /// When the executor was called.
+    pub started_at: DateTime<Utc>,
+    /// When it returned.
+    pub finished_at: DateTime<Utc>,
+    /// How it ended.
+    pub outcome: AttemptOutcome,
+    /// The executor's error message, if any.
+    pub error: Option<String>,
+}
+
+/// Where a load of the schedule starts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ReadCursor {
+    /// At this time, inclusive: the first load after assignment.
+    From(DateTime<Utc>),
+    /// Just after this key: every key up to and including it has been read.
+    After(TaskKey),
+}
+
+impl ReadCursor {
+    /// The time the cursor is at.
+    pub fn time(&self) -> DateTime<Utc> {
+        match self {
+            ReadCursor::From(t) => *t,
+            ReadCursor::After(k) => k.scheduled_time,
+        }
+    }
+
+    /// Whether a task with `key` lies at or before the cursor, that is, was already passed by
+    /// loading (so it must be pushed to the scheduler rather than waited for).
+    pub fn has_passed(&self, key: &TaskKey) -> bool {
+        match self {
+            ReadCursor::From(t) => key.scheduled_time < *t,
+            ReadCursor::After(k) => key <= k,
+        }
+    }
+}
+
+/// The hour bucket of the wide row that holds a task due at `time`.
+pub fn hour_bucket(time: DateTime<Utc>) -> DateTime<Utc> {
+    time.duration_trunc(TimeDelta::hours(1)).unwrap_or(time)
+}
+
+/// Persistence for the schedule, task status and attempts.
+pub trait TaskStore: Send + Sync + 'static {
+    /// Writes tasks to the schedule of `partition` (overwriting tasks with the same key).
+    fn persist(
+        &self,
+        partition: PartitionId,
+        tasks: Vec<Task>,
+    ) -> BoxFuture<'static, StoreResult<()>>;
+
+    /// Reads up to `limit` tasks of `partition` after `cursor` and before `until`, in key order.
+    fn load(
+        &self,
+        partition: PartitionId,
+        cursor: ReadCursor,
+        until: DateTime<Utc>,
+        limit: usize,
+    ) -> BoxFuture<'static, StoreResult<Vec<Task>>>;
+
+    /// Deletes a task from the schedule (an optimisation after completion).
+    fn remove_scheduled(
+        &self,
+        partition: PartitionId,
+        key: TaskKey,
+    ) -> BoxFuture<'static, StoreResult<()>>;
+
+    /// The recorded final state of a task, if any.
+    fn status(
+        &self,
+        partition: PartitionId,
+        key: TaskKey,
+    ) -> BoxFuture<'static, StoreResult<Option<StatusRecord>>>;
+
+    /// Records a task's final state.
+    fn record_status(
+        &self,
+        partition: PartitionId,
+        key: TaskKey,
+        status: StatusRecord,
+    ) -> BoxFuture<'static, StoreResult<()>>;
+
+    /// Appends one attempt to a task's history.
+    fn record_attempt(
+        &self,
+        partition: PartitionId,
+        key: TaskKey,
+        attempt: AttemptRecord,
+    ) -> BoxFuture<'static, StoreResult<()>>;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use chrono::TimeZone;
+
+    #[test]
+    fn cursor_passing_is_exclusive_of_from_and_inclusive_of_after() {
+        let t = |s| Utc.timestamp_opt(s, 0).single().unwrap();
+        let key = |s, o: &str| TaskKey {
+            scheduled_time: t(s),
+            ordering_id: o.into(),
+            uniqueness_key: "u".into(),
+        };
+        let from = ReadCursor::From(t(10));
+        assert!(from.has_passed(&key(9, "a")));
+        assert!(!from.has_passed(&key(10, "a")));
+        let after = ReadCursor::After(key(10, "m"));
+        assert!(after.has_passed(&key(10, "a")));
+        assert!(after.has_passed(&key(10, "m")));
+        assert!(!after.has_passed(&key(10, "z")));
+        assert_eq!(hour_bucket(t(7300)), t(7200));
+    }
+}
