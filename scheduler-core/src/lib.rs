@@ -1,11 +1,20 @@
 //! The scheduler node: consumes tasks from Kafka, persists them to Cassandra in time-bucketed wide
 //! rows, and runs each through the user's executor when it comes due, one at a time per orderingId.
 //!
-//! Built so far: [`settings`], [`clock`] and [`store`] (the persistence boundary). The actor tree
-//! and the node follow; see `design.md` for the architecture.
+//! - [`TaskExecutor`]: what a service implements to run its tasks.
+//! - [`settings`]: node settings (TOML and environment).
+//! - [`actors`]: the per-partition actor tree.
+//! - [`store`]: persistence of the schedule, task status and attempts.
+//! - [`clock`]: the injectable time source.
+//!
+//! See `design.md` for the architecture.
 
+pub mod actors;
 pub mod clock;
+pub mod executor;
+pub mod retry;
 pub mod settings;
 pub mod store;
 
+pub use executor::{ExecutionPool, TaskError, TaskExecutor};
 pub use scheduler_client::{Task, TaskData, TaskKey};

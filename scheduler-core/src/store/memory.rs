@@ -27,6 +27,7 @@ struct State {
 pub struct MemoryStore {
     state: Arc<Mutex<State>>,
     failures_to_inject: Arc<AtomicUsize>,
+    loaded_rows: Arc<AtomicUsize>,
 }
 
 impl MemoryStore {
@@ -38,6 +39,16 @@ impl MemoryStore {
     /// Makes the next `n` operations fail.
     pub fn fail_next(&self, n: usize) {
         self.failures_to_inject.store(n, Ordering::SeqCst);
+    }
+
+    /// Rows returned by every load so far.
+    pub fn loaded_rows(&self) -> usize {
+        self.loaded_rows.load(Ordering::SeqCst)
+    }
+
+    /// The recorded final state of a task.
+    pub fn status_of(&self, partition: PartitionId, key: &TaskKey) -> Option<StatusRecord> {
+        self.lock().status.get(&(partition, key.clone())).cloned()
     }
 
     /// Tasks currently in the schedule of `partition`, in key order.
@@ -104,6 +115,7 @@ impl TaskStore for MemoryStore {
         until: DateTime<Utc>,
         limit: usize,
     ) -> BoxFuture<'static, StoreResult<Vec<Task>>> {
+        let loaded_rows = Arc::clone(&self.loaded_rows);
         self.run("schedule load", move |s| {
             let lower = match cursor {
                 ReadCursor::From(t) => Bound::Included((
@@ -121,8 +133,15 @@ impl TaskStore for MemoryStore {
                 .take_while(|((p, k), _)| *p == partition && k.scheduled_time < until)
                 .take(limit)
                 .map(|(_, t)| t.clone())
-                .collect()
+                .collect::<Vec<Task>>()
         })
+        .map(move |result| {
+            if let Ok(tasks) = &result {
+                loaded_rows.fetch_add(tasks.len(), Ordering::SeqCst);
+            }
+            result
+        })
+        .boxed()
     }
 
     fn remove_scheduled(

@@ -1,0 +1,173 @@
+//! PartitionExecutor: routes each due task of a partition to the OrderingExecutor of its
+//! orderingId (creating it on first use, stopping it when its queue empties), and counts the
+//! tasks it holds for the ThroughputController.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use actix::{
+    Actor, ActorContext, Addr, AsyncContext, Context, Handler, Message, Recipient, ResponseFuture,
+};
+use scheduler_client::Task;
+use tracing::debug;
+
+use super::ordering_executor::{DrainOrdering, ExecuteOrderingTask, OrderingExecutor};
+use super::task_executor::ExecutionOutcome;
+use super::task_status_tracker::TaskStatusTracker;
+use super::throughput_controller::{CapacityFreed, FetchInProgressTaskCount};
+use super::{PartitionDeps, StopActor};
+use crate::store::PartitionId;
+
+/// A task that is due, from the PartitionScheduler.
+#[derive(Debug, Message)]
+#[rtype(result = "()")]
+pub struct ExecutePartitionTask(pub Task);
+
+/// From an OrderingExecutor: one of its tasks is done with.
+#[derive(Debug, Message)]
+#[rtype(result = "()")]
+pub struct OrderingTaskDone {
+    /// Whose task.
+    pub ordering_id: String,
+    /// How it ended.
+    pub outcome: ExecutionOutcome,
+}
+
+/// Stop starting tasks and wait (at most `timeout`) for the running ones to finish.
+#[derive(Debug, Message)]
+#[rtype(result = "()")]
+pub struct DrainPartition {
+    /// How long running tasks may take.
+    pub timeout: Duration,
+}
+
+struct OrderingQueue {
+    executor: Addr<OrderingExecutor>,
+    outstanding: usize,
+}
+
+/// Executes the due tasks of one partition.
+pub struct PartitionExecutor {
+    partition: PartitionId,
+    deps: PartitionDeps,
+    tracker: Addr<TaskStatusTracker>,
+    capacity_listener: Recipient<CapacityFreed>,
+    queues: HashMap<String, OrderingQueue>,
+    in_flight: usize,
+    draining: bool,
+}
+
+impl PartitionExecutor {
+    /// An executor for `partition`; it tells `capacity_listener` whenever a task is done.
+    pub fn new(
+        partition: PartitionId,
+        deps: PartitionDeps,
+        tracker: Addr<TaskStatusTracker>,
+        capacity_listener: Recipient<CapacityFreed>,
+    ) -> Self {
+        PartitionExecutor {
+            partition,
+            deps,
+            tracker,
+            capacity_listener,
+            queues: HashMap::new(),
+            in_flight: 0,
+            draining: false,
+        }
+    }
+}
+
+impl Actor for PartitionExecutor {
+    type Context = Context<Self>;
+}
+
+impl Handler<ExecutePartitionTask> for PartitionExecutor {
+    type Result = ();
+
+    fn handle(&mut self, msg: ExecutePartitionTask, ctx: &mut Context<Self>) {
+        if self.draining {
+            // The partition is being torn down; the task stays in Cassandra for the next owner.
+            return;
+        }
+        let task = msg.0;
+        debug!(partition = self.partition, task = %task.key(), "task dispatched");
+        let queue = self
+            .queues
+            .entry(task.ordering_id.clone())
+            .or_insert_with(|| OrderingQueue {
+                executor: OrderingExecutor::new(
+                    self.partition,
+                    task.ordering_id.clone(),
+                    self.deps.clone(),
+                    self.tracker.clone(),
+                    ctx.address().recipient(),
+                )
+                .start(),
+                outstanding: 0,
+            });
+        queue.outstanding += 1;
+        self.in_flight += 1;
+        queue.executor.do_send(ExecuteOrderingTask(task));
+    }
+}
+
+impl Handler<OrderingTaskDone> for PartitionExecutor {
+    type Result = ();
+
+    fn handle(&mut self, msg: OrderingTaskDone, _: &mut Context<Self>) {
+        self.in_flight = self.in_flight.saturating_sub(1);
+        if let Some(queue) = self.queues.get_mut(&msg.ordering_id) {
+            queue.outstanding = queue.outstanding.saturating_sub(1);
+            if queue.outstanding == 0 && !self.draining {
+                if let Some(idle) = self.queues.remove(&msg.ordering_id) {
+                    idle.executor.do_send(StopActor);
+                }
+            }
+        }
+        self.capacity_listener.do_send(CapacityFreed);
+    }
+}
+
+impl Handler<FetchInProgressTaskCount> for PartitionExecutor {
+    type Result = usize;
+
+    fn handle(&mut self, _: FetchInProgressTaskCount, _: &mut Context<Self>) -> usize {
+        self.in_flight
+    }
+}
+
+impl Handler<DrainPartition> for PartitionExecutor {
+    type Result = ResponseFuture<()>;
+
+    fn handle(&mut self, msg: DrainPartition, _: &mut Context<Self>) -> Self::Result {
+        self.draining = true;
+        let drains: Vec<_> = self
+            .queues
+            .values()
+            .map(|q| q.executor.send(DrainOrdering))
+            .collect();
+        let partition = self.partition;
+        Box::pin(async move {
+            if tokio::time::timeout(msg.timeout, futures::future::join_all(drains))
+                .await
+                .is_err()
+            {
+                debug!(
+                    partition,
+                    "drain timed out; running tasks are left to finish on their own"
+                );
+            }
+        })
+    }
+}
+
+impl Handler<StopActor> for PartitionExecutor {
+    type Result = ();
+
+    fn handle(&mut self, _: StopActor, ctx: &mut Context<Self>) {
+        for (_, queue) in self.queues.drain() {
+            queue.executor.do_send(StopActor);
+        }
+        ctx.stop();
+    }
+}

@@ -1,0 +1,114 @@
+//! PartitionScheduler: holds the loaded tasks of one partition that are not yet due, in key
+//! order, and dispatches each to the PartitionExecutor at its time. One timer is armed for the
+//! next due task (not a periodic tick), so a task starts within the timer's resolution of its time.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use actix::{Actor, ActorContext, AsyncContext, Context, Handler, Message, Recipient, SpawnHandle};
+use chrono::{DateTime, Utc};
+use scheduler_client::{Task, TaskKey};
+
+use super::partition_executor::ExecutePartitionTask;
+use super::throughput_controller::FetchInProgressTaskCount;
+use super::StopActor;
+use crate::clock::Clock;
+use crate::store::PartitionId;
+
+/// Tasks to hold until due (loaded, or pushed after being persisted behind the read cursor).
+/// A task whose key is already held replaces it.
+#[derive(Debug, Message)]
+#[rtype(result = "()")]
+pub struct ScheduleTasks(pub Vec<Task>);
+
+/// Holds tasks until they are due and dispatches them in key order.
+pub struct PartitionScheduler {
+    partition: PartitionId,
+    clock: Arc<dyn Clock>,
+    executor: Recipient<ExecutePartitionTask>,
+    pending: BTreeMap<TaskKey, Task>,
+    timer: Option<(DateTime<Utc>, SpawnHandle)>,
+}
+
+impl PartitionScheduler {
+    /// A scheduler dispatching to `executor`.
+    pub fn new(
+        partition: PartitionId,
+        clock: Arc<dyn Clock>,
+        executor: Recipient<ExecutePartitionTask>,
+    ) -> Self {
+        PartitionScheduler {
+            partition,
+            clock,
+            executor,
+            pending: BTreeMap::new(),
+            timer: None,
+        }
+    }
+
+    /// Dispatches every due task, then arms the timer for the next one.
+    fn dispatch_due(&mut self, ctx: &mut Context<Self>) {
+        let now = self.clock.now();
+        while let Some(entry) = self.pending.first_entry() {
+            if entry.key().scheduled_time > now {
+                break;
+            }
+            let task = entry.remove();
+            self.executor.do_send(ExecutePartitionTask(task));
+        }
+        let Some(next) = self.pending.keys().next().map(|k| k.scheduled_time) else {
+            if let Some((_, handle)) = self.timer.take() {
+                ctx.cancel_future(handle);
+            }
+            return;
+        };
+        if self.timer.as_ref().is_some_and(|(at, _)| *at == next) {
+            return;
+        }
+        if let Some((_, handle)) = self.timer.take() {
+            ctx.cancel_future(handle);
+        }
+        let wait = (next - now).to_std().unwrap_or_default();
+        let handle = ctx.run_later(wait, |act, ctx| {
+            act.timer = None;
+            act.dispatch_due(ctx);
+        });
+        self.timer = Some((next, handle));
+    }
+}
+
+impl Actor for PartitionScheduler {
+    type Context = Context<Self>;
+}
+
+impl Handler<ScheduleTasks> for PartitionScheduler {
+    type Result = ();
+
+    fn handle(&mut self, msg: ScheduleTasks, ctx: &mut Context<Self>) {
+        for task in msg.0 {
+            self.pending.insert(task.key(), task);
+        }
+        tracing::trace!(
+            partition = self.partition,
+            held = self.pending.len(),
+            "tasks scheduled"
+        );
+        self.dispatch_due(ctx);
+    }
+}
+
+impl Handler<FetchInProgressTaskCount> for PartitionScheduler {
+    type Result = usize;
+
+    fn handle(&mut self, _: FetchInProgressTaskCount, _: &mut Context<Self>) -> usize {
+        self.pending.len()
+    }
+}
+
+impl Handler<StopActor> for PartitionScheduler {
+    type Result = ();
+
+    fn handle(&mut self, _: StopActor, ctx: &mut Context<Self>) {
+        ctx.stop();
+    }
+}

@@ -1,0 +1,201 @@
+//! PartitionSupervisor: owns the actor tree of one partition. It builds the tree, forwards
+//! polled tasks to TaskPersistence, drains the tree when the partition is revoked, and escalates
+//! a child's unrecoverable failure to the TopicSupervisor, which rebuilds the partition from
+//! Cassandra.
+
+use actix::{
+    Actor, ActorContext, ActorFutureExt, Addr, AsyncContext, Context, Handler, Message, Recipient,
+    ResponseActFuture, ResponseFuture, WrapFuture,
+};
+use chrono::TimeDelta;
+use std::time::Duration;
+use tracing::{info, warn};
+
+use super::partition_executor::{DrainPartition, PartitionExecutor};
+use super::partition_scheduler::PartitionScheduler;
+use super::task_persistence::{PersistTasks, TaskPersistence};
+use super::task_status_tracker::TaskStatusTracker;
+use super::throughput_controller::ThroughputController;
+use super::topic_supervisor::PartitionFailed;
+use super::{PartitionDeps, StopActor};
+use crate::store::{PartitionId, StoreError, StoreResult};
+
+/// From a child: something failed that the child cannot recover from; rebuild the partition.
+#[derive(Debug, Message)]
+#[rtype(result = "()")]
+pub struct EscalateFailure {
+    /// What failed.
+    pub reason: String,
+}
+
+/// Tear the tree down: stop scheduling and loading, let running tasks finish (at most
+/// `drain_timeout`), then stop every actor. The reply comes when it is done.
+#[derive(Debug, Message)]
+#[rtype(result = "()")]
+pub struct StopPartition {
+    /// How long running tasks may take.
+    pub drain_timeout: Duration,
+}
+
+struct Children {
+    tracker: Addr<TaskStatusTracker>,
+    executor: Addr<PartitionExecutor>,
+    scheduler: Addr<PartitionScheduler>,
+    persistence: Addr<TaskPersistence>,
+    controller: Addr<ThroughputController>,
+}
+
+impl Children {
+    fn stop_all(&self) {
+        self.controller.do_send(StopActor);
+        self.persistence.do_send(StopActor);
+        self.scheduler.do_send(StopActor);
+        self.executor.do_send(StopActor);
+        self.tracker.do_send(StopActor);
+    }
+}
+
+/// Supervises the actors of one partition.
+pub struct PartitionSupervisor {
+    partition: PartitionId,
+    deps: PartitionDeps,
+    parent: Recipient<PartitionFailed>,
+    children: Option<Children>,
+}
+
+impl PartitionSupervisor {
+    /// A supervisor for `partition`, reporting failures to `parent`.
+    pub fn new(
+        partition: PartitionId,
+        deps: PartitionDeps,
+        parent: Recipient<PartitionFailed>,
+    ) -> Self {
+        PartitionSupervisor {
+            partition,
+            deps,
+            parent,
+            children: None,
+        }
+    }
+}
+
+impl Actor for PartitionSupervisor {
+    type Context = Context<Self>;
+
+    fn started(&mut self, ctx: &mut Context<Self>) {
+        let p = self.partition;
+        let deps = &self.deps;
+        let look_back = TimeDelta::from_std(deps.settings.look_back_on_restart).unwrap_or_default();
+        let load_from = deps.clock.now() - look_back;
+
+        // The actors reference each other; their addresses exist before they start.
+        let scheduler_ctx = Context::<PartitionScheduler>::new();
+        let persistence_ctx = Context::<TaskPersistence>::new();
+        let controller_ctx = Context::<ThroughputController>::new();
+        let executor_ctx = Context::<PartitionExecutor>::new();
+        let (scheduler, persistence, controller, executor) = (
+            scheduler_ctx.address(),
+            persistence_ctx.address(),
+            controller_ctx.address(),
+            executor_ctx.address(),
+        );
+        let tracker = TaskStatusTracker::new(p, deps.store.clone()).start();
+        executor_ctx.run(PartitionExecutor::new(
+            p,
+            deps.clone(),
+            tracker.clone(),
+            controller.clone().recipient(),
+        ));
+        scheduler_ctx.run(PartitionScheduler::new(
+            p,
+            deps.clock.clone(),
+            executor.clone().recipient(),
+        ));
+        persistence_ctx.run(TaskPersistence::new(
+            p,
+            deps.store.clone(),
+            scheduler.clone(),
+            load_from,
+            deps.settings.persist_timeout,
+        ));
+        controller_ctx.run(ThroughputController::new(
+            p,
+            deps.clock.clone(),
+            deps.settings.clone(),
+            persistence.clone(),
+            scheduler.clone(),
+            executor.clone(),
+            ctx.address().recipient(),
+        ));
+        self.children = Some(Children {
+            tracker,
+            executor,
+            scheduler,
+            persistence,
+            controller,
+        });
+        info!(partition = p, load_from = %load_from, "partition started");
+    }
+}
+
+impl Handler<PersistTasks> for PartitionSupervisor {
+    type Result = ResponseFuture<StoreResult<()>>;
+
+    fn handle(&mut self, msg: PersistTasks, _: &mut Context<Self>) -> Self::Result {
+        let Some(children) = &self.children else {
+            return Box::pin(async {
+                Err(StoreError::Query {
+                    operation: "task insert",
+                    reason: "partition is stopping".into(),
+                })
+            });
+        };
+        let request = children.persistence.send(msg);
+        Box::pin(async move {
+            request.await.unwrap_or_else(|e| {
+                Err(StoreError::Query {
+                    operation: "task insert",
+                    reason: format!("persistence actor unavailable: {e}"),
+                })
+            })
+        })
+    }
+}
+
+impl Handler<StopPartition> for PartitionSupervisor {
+    type Result = ResponseActFuture<Self, ()>;
+
+    fn handle(&mut self, msg: StopPartition, _: &mut Context<Self>) -> Self::Result {
+        let Some(children) = self.children.take() else {
+            return Box::pin(actix::fut::ready(()));
+        };
+        // Stop loading and dispatching first, then let running tasks finish.
+        children.controller.do_send(StopActor);
+        children.scheduler.do_send(StopActor);
+        let drain = children.executor.send(DrainPartition {
+            timeout: msg.drain_timeout,
+        });
+        let partition = self.partition;
+        Box::pin(drain.into_actor(self).map(move |_, _, ctx| {
+            children.stop_all();
+            info!(partition, "partition stopped");
+            ctx.stop();
+        }))
+    }
+}
+
+impl Handler<EscalateFailure> for PartitionSupervisor {
+    type Result = ();
+
+    fn handle(&mut self, msg: EscalateFailure, ctx: &mut Context<Self>) {
+        warn!(partition = self.partition, reason = %msg.reason, "partition failed; rebuilding it from Cassandra");
+        if let Some(children) = self.children.take() {
+            children.stop_all();
+        }
+        self.parent.do_send(PartitionFailed {
+            partition: self.partition,
+            supervisor: ctx.address(),
+        });
+        ctx.stop();
+    }
+}

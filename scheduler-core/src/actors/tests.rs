@@ -1,0 +1,556 @@
+//! Unit tests of the actor tree: a real actix system on a paused tokio runtime (time moves only
+//! when every task waits, so timings are exact and the tests take milliseconds), the in-memory
+//! store, and an executor that records every call.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use actix::{Actor, Addr};
+use chrono::{DateTime, TimeDelta, TimeZone, Utc};
+use scheduler_client::{Task, TaskKey};
+
+use super::topic_supervisor::{
+    AssignPartitions, ProcessTaskBatch, RevokePartitions, TopicSupervisor,
+};
+use super::PartitionDeps;
+use crate::clock::{Clock, TokioClock};
+use crate::executor::{ExecutionPool, TaskError, TaskExecutor};
+use crate::settings::SchedulingSettings;
+use crate::store::memory::MemoryStore;
+use crate::store::{AttemptOutcome, TaskStatus, TaskStore};
+
+const P: i32 = 0;
+
+fn t0() -> DateTime<Utc> {
+    Utc.with_ymd_and_hms(2030, 1, 1, 12, 0, 0)
+        .single()
+        .expect("valid time")
+}
+
+fn ms(n: i64) -> TimeDelta {
+    TimeDelta::milliseconds(n)
+}
+
+fn task(ordering_id: &str, at: DateTime<Utc>, unique: &str) -> Task {
+    Task::new(ordering_id, at, unique, Default::default())
+}
+
+/// Runs `test` inside an actix system whose tokio runtime starts paused. Paused time only moves
+/// when the runtime is idle, so an actor that spins would hang the test: a watchdog fails it.
+fn run_paused<F: Future<Output = ()>>(test: impl FnOnce() -> F) {
+    let (done, finished) = std::sync::mpsc::channel::<()>();
+    std::thread::spawn(move || {
+        if finished.recv_timeout(Duration::from_secs(60))
+            == Err(std::sync::mpsc::RecvTimeoutError::Timeout)
+        {
+            eprintln!("actor test still running after 60 s of real time: an actor is spinning");
+            std::process::exit(101);
+        }
+    });
+    let system = actix::System::with_tokio_rt(|| {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .start_paused(true)
+            .build()
+            .expect("tokio runtime")
+    });
+    system.block_on(test());
+    let _ = done.send(());
+}
+
+/// What the recording executor does with a call.
+#[derive(Clone, Copy)]
+enum Behaviour {
+    Succeed,
+    /// Fail (retryably) this many times, then succeed.
+    FailTimes(u32),
+    FailAlways,
+    GiveUp,
+}
+
+struct Recorder {
+    clock: TokioClock,
+    store: MemoryStore,
+    work: Duration,
+    behaviours: HashMap<String, Behaviour>,
+    calls: Mutex<Vec<(TaskKey, DateTime<Utc>)>>,
+    running: Mutex<HashMap<String, usize>>,
+    overlaps: AtomicUsize,
+    completed: AtomicUsize,
+    peak_in_flight: AtomicUsize,
+}
+
+impl Recorder {
+    fn calls(&self) -> Vec<(TaskKey, DateTime<Utc>)> {
+        self.calls.lock().expect("lock").clone()
+    }
+
+    fn call_times(&self, ordering_id: &str) -> Vec<DateTime<Utc>> {
+        self.calls()
+            .into_iter()
+            .filter(|(k, _)| k.ordering_id == ordering_id)
+            .map(|(_, at)| at)
+            .collect()
+    }
+}
+
+impl TaskExecutor for Arc<Recorder> {
+    async fn execute(&self, task: &Task) -> Result<(), TaskError> {
+        let previous_calls = {
+            let mut calls = self.calls.lock().expect("lock");
+            calls.push((task.key(), self.clock.now()));
+            calls.iter().filter(|(k, _)| *k == task.key()).count() - 1
+        };
+        // Tasks loaded but not finished: bounded by max_in_flight_tasks.
+        let in_flight = self
+            .store
+            .loaded_rows()
+            .saturating_sub(self.completed.load(Ordering::SeqCst));
+        self.peak_in_flight.fetch_max(in_flight, Ordering::SeqCst);
+        {
+            let mut running = self.running.lock().expect("lock");
+            let n = running.entry(task.ordering_id.clone()).or_default();
+            *n += 1;
+            if *n > 1 {
+                self.overlaps.fetch_add(1, Ordering::SeqCst);
+            }
+        }
+        tokio::time::sleep(self.work).await;
+        *self
+            .running
+            .lock()
+            .expect("lock")
+            .entry(task.ordering_id.clone())
+            .or_default() -= 1;
+        let result = match self
+            .behaviours
+            .get(&task.ordering_id)
+            .copied()
+            .unwrap_or(Behaviour::Succeed)
+        {
+            Behaviour::Succeed => Ok(()),
+            Behaviour::FailTimes(n) if previous_calls as u32 >= n => Ok(()),
+            Behaviour::FailTimes(_) | Behaviour::FailAlways => Err(TaskError::retry("flaky")),
+            Behaviour::GiveUp => Err(TaskError::give_up("invalid payload")),
+        };
+        self.completed.fetch_add(1, Ordering::SeqCst);
+        result
+    }
+}
+
+struct Harness {
+    store: MemoryStore,
+    recorder: Arc<Recorder>,
+    topic: Addr<TopicSupervisor>,
+}
+
+impl Harness {
+    /// A node's actors with one executor; call inside [`run_paused`].
+    fn new(
+        settings: SchedulingSettings,
+        work: Duration,
+        behaviours: &[(&str, Behaviour)],
+    ) -> Harness {
+        let clock = TokioClock::starting_at(t0());
+        let store = MemoryStore::new();
+        let recorder = Arc::new(Recorder {
+            clock: clock.clone(),
+            store: store.clone(),
+            work,
+            behaviours: behaviours
+                .iter()
+                .map(|(o, b)| (o.to_string(), *b))
+                .collect(),
+            calls: Mutex::default(),
+            running: Mutex::default(),
+            overlaps: AtomicUsize::new(0),
+            completed: AtomicUsize::new(0),
+            peak_in_flight: AtomicUsize::new(0),
+        });
+        let pool = ExecutionPool::new(
+            Arc::clone(&recorder),
+            tokio::runtime::Handle::current(),
+            settings.executor_concurrency,
+            Duration::from_secs(3600),
+        );
+        let deps = PartitionDeps {
+            store: Arc::new(store.clone()),
+            clock: Arc::new(clock),
+            pool,
+            settings: Arc::new(settings),
+        };
+        let topic = TopicSupervisor::new(deps).start();
+        Harness {
+            store,
+            recorder,
+            topic,
+        }
+    }
+
+    async fn assign(&self) {
+        self.topic
+            .send(AssignPartitions(vec![P]))
+            .await
+            .expect("assign");
+    }
+
+    async fn enqueue(&self, tasks: Vec<Task>) {
+        let reply = self
+            .topic
+            .send(ProcessTaskBatch(HashMap::from([(P, tasks)])))
+            .await
+            .expect("batch");
+        assert_eq!(reply.persisted, vec![P], "{:?}", reply.failed);
+    }
+}
+
+async fn advance(d: Duration) {
+    tokio::time::sleep(d).await;
+}
+
+#[test]
+fn due_tasks_run_at_once_and_future_tasks_at_their_exact_time() {
+    run_paused(|| async {
+        let h = Harness::new(SchedulingSettings::default(), Duration::ZERO, &[]);
+        h.assign().await;
+        h.enqueue(vec![
+            task("b", t0() + ms(10_000), "1"),
+            task("a", t0(), "1"),
+            task("c", t0() + ms(10_500), "1"),
+        ])
+        .await;
+        advance(Duration::from_secs(30)).await;
+        let calls = h.recorder.calls();
+        let got: Vec<(&str, i64)> = calls
+            .iter()
+            .map(|(k, at)| (k.ordering_id.as_str(), (*at - t0()).num_milliseconds()))
+            .collect();
+        assert_eq!(got, [("a", 0), ("b", 10_000), ("c", 10_500)]);
+        for (key, _) in &calls {
+            let status = h.store.status_of(P, key).expect("status recorded");
+            assert_eq!((status.status, status.attempts), (TaskStatus::Completed, 1));
+        }
+        assert!(
+            h.store.scheduled(P).is_empty(),
+            "completed tasks leave the schedule"
+        );
+    });
+}
+
+#[test]
+fn a_task_beyond_the_look_ahead_is_loaded_in_time_and_runs_on_time() {
+    run_paused(|| async {
+        let settings = SchedulingSettings {
+            max_look_ahead: Duration::from_secs(15),
+            prefetch_window: Duration::from_secs(5),
+            ..SchedulingSettings::default()
+        };
+        let h = Harness::new(settings, Duration::ZERO, &[]);
+        h.assign().await;
+        h.enqueue(vec![task("far", t0() + ms(20_000), "1")]).await;
+        advance(Duration::from_secs(1)).await;
+        assert_eq!(
+            h.store.loaded_rows(),
+            0,
+            "20 s ahead is past the 15 s look-ahead: not loaded yet"
+        );
+        advance(Duration::from_secs(30)).await;
+        assert_eq!(h.recorder.call_times("far"), [t0() + ms(20_000)]);
+    });
+}
+
+#[test]
+fn tasks_enqueued_before_assignment_load_and_overdue_ones_run_at_once() {
+    run_paused(|| async {
+        let h = Harness::new(SchedulingSettings::default(), Duration::ZERO, &[]);
+        // Persisted while no node owned the partition: one overdue by an hour, one in 3 s.
+        h.store
+            .persist(
+                P,
+                vec![
+                    task("late", t0() - ms(3_600_000), "1"),
+                    task("soon", t0() + ms(3_000), "1"),
+                ],
+            )
+            .await
+            .expect("persist");
+        h.assign().await;
+        advance(Duration::from_secs(10)).await;
+        assert_eq!(h.recorder.call_times("late"), [t0()]);
+        assert_eq!(h.recorder.call_times("soon"), [t0() + ms(3_000)]);
+    });
+}
+
+#[test]
+fn one_ordering_id_runs_its_tasks_in_schedule_order_one_at_a_time() {
+    run_paused(|| async {
+        let h = Harness::new(SchedulingSettings::default(), Duration::from_millis(7), &[]);
+        h.assign().await;
+        let tasks: Vec<Task> = (0..200)
+            .map(|i| task("serial", t0() + ms(i), &format!("{i:03}")))
+            .collect();
+        let expected: Vec<TaskKey> = tasks.iter().map(Task::key).collect();
+        // Two batches, and other ordering ids interleaved, to show order is per ordering id.
+        h.enqueue(tasks[..120].to_vec()).await;
+        h.enqueue(
+            (0..50)
+                .map(|i| task(&format!("other-{i}"), t0() + ms(i), "x"))
+                .collect(),
+        )
+        .await;
+        h.enqueue(tasks[120..].to_vec()).await;
+        advance(Duration::from_secs(10)).await;
+        let serial: Vec<TaskKey> = h
+            .recorder
+            .calls()
+            .into_iter()
+            .map(|(k, _)| k)
+            .filter(|k| k.ordering_id == "serial")
+            .collect();
+        assert_eq!(serial, expected);
+        assert_eq!(
+            h.recorder.overlaps.load(Ordering::SeqCst),
+            0,
+            "never two at once for one ordering id"
+        );
+        assert_eq!(h.recorder.calls().len(), 250);
+    });
+}
+
+#[test]
+fn failures_retry_after_jittered_exponential_backoff_then_complete() {
+    run_paused(|| async {
+        let h = Harness::new(
+            SchedulingSettings::default(),
+            Duration::ZERO,
+            &[("flaky", Behaviour::FailTimes(3))],
+        );
+        h.assign().await;
+        let flaky = task("flaky", t0(), "1");
+        h.enqueue(vec![flaky.clone()]).await;
+        advance(Duration::from_secs(600)).await;
+        let times = h.recorder.call_times("flaky");
+        assert_eq!(times.len(), 4);
+        // Factor 20 s: retry n waits between half and all of 20 s * 2^(n-1).
+        for (n, pair) in times.windows(2).enumerate() {
+            let gap = (pair[1] - pair[0]).num_milliseconds();
+            let period = 20_000 << n;
+            assert!(
+                (period / 2..=period).contains(&gap),
+                "retry {} after {gap} ms",
+                n + 1
+            );
+        }
+        let status = h.store.status_of(P, &flaky.key()).expect("status");
+        assert_eq!((status.status, status.attempts), (TaskStatus::Completed, 4));
+        let outcomes: Vec<AttemptOutcome> = h
+            .store
+            .attempts(P, &flaky.key())
+            .iter()
+            .map(|a| a.outcome)
+            .collect();
+        assert_eq!(
+            outcomes,
+            [
+                AttemptOutcome::Failed,
+                AttemptOutcome::Failed,
+                AttemptOutcome::Failed,
+                AttemptOutcome::Succeeded
+            ]
+        );
+    });
+}
+
+#[test]
+fn exhausted_retries_record_failure_and_the_task_never_runs_again() {
+    run_paused(|| async {
+        let settings = SchedulingSettings {
+            max_task_retries: 2,
+            backoff_factor: Duration::from_secs(1),
+            max_backoff: Duration::from_secs(2),
+            ..SchedulingSettings::default()
+        };
+        let h = Harness::new(
+            settings,
+            Duration::ZERO,
+            &[
+                ("doomed", Behaviour::FailAlways),
+                ("bad", Behaviour::GiveUp),
+            ],
+        );
+        h.assign().await;
+        let doomed = task("doomed", t0(), "1");
+        let bad = task("bad", t0(), "1");
+        h.enqueue(vec![doomed.clone(), bad.clone()]).await;
+        advance(Duration::from_secs(60)).await;
+        assert_eq!(
+            h.recorder.call_times("doomed").len(),
+            3,
+            "first attempt plus 2 retries"
+        );
+        let failed = h.store.status_of(P, &doomed.key()).expect("status");
+        assert_eq!((failed.status, failed.attempts), (TaskStatus::Failed, 3));
+        assert_eq!(failed.last_error.as_deref(), Some("flaky"));
+        assert_eq!(
+            h.recorder.call_times("bad").len(),
+            1,
+            "a give-up is not retried"
+        );
+        assert_eq!(
+            h.store.status_of(P, &bad.key()).map(|s| s.status),
+            Some(TaskStatus::Dropped)
+        );
+
+        // Scheduling them again (same keys) does not run them again.
+        h.enqueue(vec![doomed, bad]).await;
+        advance(Duration::from_secs(60)).await;
+        assert_eq!(h.recorder.call_times("doomed").len(), 3);
+        assert_eq!(h.recorder.call_times("bad").len(), 1);
+    });
+}
+
+#[test]
+fn the_same_task_scheduled_twice_runs_once() {
+    run_paused(|| async {
+        let h = Harness::new(SchedulingSettings::default(), Duration::ZERO, &[]);
+        h.assign().await;
+        let twice = task("dup", t0() + ms(2_000), "1");
+        h.enqueue(vec![twice.clone()]).await;
+        h.enqueue(vec![twice.clone()]).await;
+        advance(Duration::from_secs(5)).await;
+        h.enqueue(vec![twice]).await;
+        advance(Duration::from_secs(5)).await;
+        assert_eq!(h.recorder.call_times("dup"), [t0() + ms(2_000)]);
+    });
+}
+
+#[test]
+fn a_task_scheduled_slightly_in_the_past_after_others_ran_still_runs() {
+    run_paused(|| async {
+        let h = Harness::new(SchedulingSettings::default(), Duration::ZERO, &[]);
+        h.assign().await;
+        h.enqueue(vec![task("o", t0() + ms(1_000), "first")]).await;
+        advance(Duration::from_secs(5)).await;
+        // Now t0 + 5 s; a task 3 s in the past (within a grace window) for the same ordering id.
+        h.enqueue(vec![task("o", t0() + ms(2_000), "late")]).await;
+        advance(Duration::from_secs(1)).await;
+        assert_eq!(
+            h.recorder.call_times("o"),
+            [t0() + ms(1_000), t0() + ms(5_000)]
+        );
+    });
+}
+
+#[test]
+fn a_large_backlog_drains_with_in_flight_tasks_bounded() {
+    run_paused(|| async {
+        let settings = SchedulingSettings {
+            max_in_flight_tasks: 50,
+            // Larger than the reload gap (a quarter of 50), so loads must be sized by capacity.
+            fetch_batch_size: 40,
+            executor_concurrency: 8,
+            ..SchedulingSettings::default()
+        };
+        let h = Harness::new(settings, Duration::from_millis(1), &[]);
+        let backlog: Vec<Task> = (0..2_000)
+            .map(|i| {
+                task(
+                    &format!("o{}", i % 97),
+                    t0() - ms(3_000_000) + ms(i),
+                    &i.to_string(),
+                )
+            })
+            .collect();
+        h.store.persist(P, backlog).await.expect("persist");
+        h.assign().await;
+        advance(Duration::from_secs(120)).await;
+        assert_eq!(
+            h.recorder.calls().len(),
+            2_000,
+            "every task of the backlog ran"
+        );
+        let peak = h.recorder.peak_in_flight.load(Ordering::SeqCst);
+        assert!(
+            peak <= 50,
+            "at most max_in_flight_tasks loaded and unfinished, saw {peak}"
+        );
+        assert!(peak >= 20, "loading keeps the pipeline busy, saw {peak}");
+        assert!(h.store.scheduled(P).is_empty());
+    });
+}
+
+#[test]
+fn repeated_load_failures_rebuild_the_partition_and_nothing_is_lost() {
+    run_paused(|| async {
+        let h = Harness::new(SchedulingSettings::default(), Duration::ZERO, &[]);
+        h.store
+            .persist(P, vec![task("survivor", t0() + ms(1_000), "1")])
+            .await
+            .expect("persist");
+        h.store.fail_next(5);
+        h.assign().await;
+        advance(Duration::from_secs(60)).await;
+        let times = h.recorder.call_times("survivor");
+        assert_eq!(times.len(), 1);
+        // 5 failed loads (retries after 0.5, 1, 2, 4 s), a 1 s rebuild delay, then the task runs.
+        assert!(
+            times[0] > t0() + ms(8_000),
+            "ran after the rebuild at {}",
+            times[0]
+        );
+    });
+}
+
+#[test]
+fn revoke_lets_running_tasks_finish_and_abandons_pending_retries() {
+    run_paused(|| async {
+        let settings = SchedulingSettings {
+            drain_timeout: Duration::from_secs(10),
+            ..SchedulingSettings::default()
+        };
+        let h = Harness::new(
+            settings,
+            Duration::from_secs(3),
+            &[("retrying", Behaviour::FailAlways)],
+        );
+        h.assign().await;
+        let long = task("long", t0() + ms(1_000), "1");
+        let retrying = task("retrying", t0(), "1");
+        let later = task("later", t0() + ms(60_000), "1");
+        h.enqueue(vec![long.clone(), retrying.clone(), later.clone()])
+            .await;
+        advance(Duration::from_secs(2)).await;
+        // "long" is mid-run; "retrying" failed once and waits for its retry.
+        let before = tokio::time::Instant::now();
+        h.topic.send(RevokePartitions).await.expect("revoke");
+        let drained_in = before.elapsed();
+        assert!(
+            drained_in >= Duration::from_secs(1) && drained_in < Duration::from_secs(3),
+            "{drained_in:?}"
+        );
+        assert_eq!(
+            h.store.status_of(P, &long.key()).map(|s| s.status),
+            Some(TaskStatus::Completed)
+        );
+        assert_eq!(
+            h.store.status_of(P, &retrying.key()),
+            None,
+            "left for the next owner"
+        );
+        advance(Duration::from_secs(120)).await;
+        assert!(
+            h.recorder.call_times("later").is_empty(),
+            "nothing runs after revoke"
+        );
+        assert_eq!(h.recorder.call_times("retrying").len(), 1);
+        let left: Vec<TaskKey> = h.store.scheduled(P);
+        assert_eq!(
+            left,
+            vec![retrying.key(), later.key()],
+            "unfinished tasks stay in the schedule"
+        );
+    });
+}

@@ -1,0 +1,189 @@
+//! TopicSupervisor: the root of a node's actor tree. It owns one PartitionSupervisor per
+//! assigned partition, hands each polled batch to the partitions it belongs to and answers once
+//! they are durable, tears partitions down on revoke, and rebuilds a partition that failed.
+
+use std::collections::{HashMap, HashSet};
+use std::time::Duration;
+
+use actix::{
+    Actor, ActorFutureExt, Addr, AsyncContext, Context, Handler, Message, MessageResult,
+    ResponseActFuture, ResponseFuture, WrapFuture,
+};
+use scheduler_client::Task;
+use tracing::{info, warn};
+
+use super::partition_supervisor::{PartitionSupervisor, StopPartition};
+use super::task_persistence::PersistTasks;
+use super::PartitionDeps;
+use crate::store::PartitionId;
+
+/// Wait before rebuilding a partition that failed.
+const REBUILD_DELAY: Duration = Duration::from_secs(1);
+
+/// Start trees for these partitions (they load their schedule from the store).
+#[derive(Debug, Message)]
+#[rtype(result = "()")]
+pub struct AssignPartitions(pub Vec<PartitionId>);
+
+/// Tear down every partition tree; the reply comes when they are all stopped.
+#[derive(Debug, Message)]
+#[rtype(result = "()")]
+pub struct RevokePartitions;
+
+/// One polled batch, grouped by partition.
+#[derive(Debug, Message)]
+#[rtype(result = "TaskBatchProcessed")]
+pub struct ProcessTaskBatch(pub HashMap<PartitionId, Vec<Task>>);
+
+/// Which partitions of a batch are durable; only their offsets may be committed.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct TaskBatchProcessed {
+    /// Partitions whose tasks are all persisted.
+    pub persisted: Vec<PartitionId>,
+    /// Partitions whose tasks are not (not owned, or the write failed), with the reason.
+    pub failed: Vec<(PartitionId, String)>,
+}
+
+/// The partitions this node currently runs.
+#[derive(Debug, Message)]
+#[rtype(result = "Vec<PartitionId>")]
+pub struct OwnedPartitions;
+
+/// From a PartitionSupervisor whose tree failed: rebuild it.
+#[derive(Debug, Message)]
+#[rtype(result = "()")]
+pub struct PartitionFailed {
+    /// Which partition.
+    pub partition: PartitionId,
+    /// The supervisor that failed (a partition may have been rebuilt since).
+    pub supervisor: Addr<PartitionSupervisor>,
+}
+
+/// Root of the node's actors.
+pub struct TopicSupervisor {
+    deps: PartitionDeps,
+    partitions: HashMap<PartitionId, Addr<PartitionSupervisor>>,
+    /// Failed partitions waiting to be rebuilt (still owned: a revoke clears them).
+    rebuilding: HashSet<PartitionId>,
+}
+
+impl TopicSupervisor {
+    /// A supervisor whose partition trees share `deps`.
+    pub fn new(deps: PartitionDeps) -> Self {
+        TopicSupervisor {
+            deps,
+            partitions: HashMap::new(),
+            rebuilding: HashSet::new(),
+        }
+    }
+
+    fn start_partition(&mut self, partition: PartitionId, ctx: &mut Context<Self>) {
+        let supervisor =
+            PartitionSupervisor::new(partition, self.deps.clone(), ctx.address().recipient())
+                .start();
+        self.partitions.insert(partition, supervisor);
+    }
+}
+
+impl Actor for TopicSupervisor {
+    type Context = Context<Self>;
+}
+
+impl Handler<AssignPartitions> for TopicSupervisor {
+    type Result = ();
+
+    fn handle(&mut self, msg: AssignPartitions, ctx: &mut Context<Self>) {
+        info!(partitions = ?msg.0, "partitions assigned");
+        for partition in msg.0 {
+            self.rebuilding.remove(&partition);
+            if !self.partitions.contains_key(&partition) {
+                self.start_partition(partition, ctx);
+            }
+        }
+    }
+}
+
+impl Handler<RevokePartitions> for TopicSupervisor {
+    type Result = ResponseFuture<()>;
+
+    fn handle(&mut self, _: RevokePartitions, _: &mut Context<Self>) -> Self::Result {
+        let drain_timeout = self.deps.settings.drain_timeout;
+        let partitions: Vec<PartitionId> = self.partitions.keys().copied().collect();
+        info!(?partitions, "partitions revoked; draining");
+        self.rebuilding.clear();
+        let stops: Vec<_> = self
+            .partitions
+            .drain()
+            .map(|(_, supervisor)| supervisor.send(StopPartition { drain_timeout }))
+            .collect();
+        Box::pin(async move {
+            futures::future::join_all(stops).await;
+        })
+    }
+}
+
+impl Handler<ProcessTaskBatch> for TopicSupervisor {
+    type Result = ResponseFuture<TaskBatchProcessed>;
+
+    fn handle(&mut self, msg: ProcessTaskBatch, _: &mut Context<Self>) -> Self::Result {
+        let mut result = TaskBatchProcessed::default();
+        let mut writes = Vec::new();
+        for (partition, tasks) in msg.0 {
+            match self.partitions.get(&partition) {
+                Some(supervisor) => writes.push((partition, supervisor.send(PersistTasks(tasks)))),
+                None => result
+                    .failed
+                    .push((partition, "partition not owned by this node".into())),
+            }
+        }
+        Box::pin(async move {
+            let (partitions, requests): (Vec<_>, Vec<_>) = writes.into_iter().unzip();
+            let replies = futures::future::join_all(requests).await;
+            for (partition, reply) in partitions.into_iter().zip(replies) {
+                match reply {
+                    Ok(Ok(())) => result.persisted.push(partition),
+                    Ok(Err(e)) => result.failed.push((partition, e.to_string())),
+                    Err(e) => result
+                        .failed
+                        .push((partition, format!("partition actor unavailable: {e}"))),
+                }
+            }
+            result.persisted.sort_unstable();
+            result
+        })
+    }
+}
+
+impl Handler<OwnedPartitions> for TopicSupervisor {
+    type Result = MessageResult<OwnedPartitions>;
+
+    fn handle(&mut self, _: OwnedPartitions, _: &mut Context<Self>) -> Self::Result {
+        let mut owned: Vec<PartitionId> = self.partitions.keys().copied().collect();
+        owned.sort_unstable();
+        MessageResult(owned)
+    }
+}
+
+impl Handler<PartitionFailed> for TopicSupervisor {
+    type Result = ResponseActFuture<Self, ()>;
+
+    fn handle(&mut self, msg: PartitionFailed, _: &mut Context<Self>) -> Self::Result {
+        let current = self.partitions.get(&msg.partition);
+        if current != Some(&msg.supervisor) {
+            return Box::pin(actix::fut::ready(()));
+        }
+        self.partitions.remove(&msg.partition);
+        let partition = msg.partition;
+        self.rebuilding.insert(partition);
+        Box::pin(
+            tokio::time::sleep(REBUILD_DELAY)
+                .into_actor(self)
+                .map(move |_, act, ctx| {
+                    if act.rebuilding.remove(&partition) {
+                        warn!(partition, "rebuilding failed partition from Cassandra");
+                        act.start_partition(partition, ctx);
+                    }
+                }),
+        )
+    }
+}
