@@ -4,10 +4,13 @@
 //! - [`Task`] and [`TaskKey`]: the task model.
 //! - [`wire`]: the JSON wire format v1 on the topic.
 //! - [`partition_for`]: the partition of an `orderingId`, Kafka's default keyed partitioner.
+//! - [`Scheduler`]: validates, encodes and enqueues tasks, resolving once Kafka acknowledged them.
 
 mod partitioner;
+mod scheduler;
 mod task;
 pub mod wire;
 
 pub use partitioner::{murmur2, partition_for};
+pub use scheduler::{validate, ScheduleError, Scheduler, SchedulerConfig};
 pub use task::{truncate_to_millis, Task, TaskData, TaskKey};

@@ -2,6 +2,7 @@
 //! rows, and runs each through the user's executor when it comes due, one at a time per orderingId.
 //!
 //! - [`TaskExecutor`]: what a service implements to run its tasks.
+//! - [`SchedulerNode`]: a running node, started with [`Settings`] and an executor.
 //! - [`settings`]: node settings (TOML and environment).
 //! - [`actors`]: the per-partition actor tree.
 //! - [`store`]: persistence of the schedule, task status and attempts.
@@ -12,9 +13,12 @@
 pub mod actors;
 pub mod clock;
 pub mod executor;
+pub mod node;
 pub mod retry;
 pub mod settings;
 pub mod store;
 
 pub use executor::{ExecutionPool, TaskError, TaskExecutor};
+pub use node::{NodeError, SchedulerNode};
 pub use scheduler_client::{Task, TaskData, TaskKey};
+pub use settings::Settings;

@@ -94,6 +94,9 @@ pub struct SchedulingSettings {
     pub drain_timeout: Duration,
     /// User executor calls running at once on this node.
     pub executor_concurrency: usize,
+    /// An executor call running longer is cut off and counts as a retryable failure.
+    #[serde(with = "duration_text")]
+    pub execution_timeout: Duration,
     /// Largest record accepted from the topic, in bytes.
     pub max_task_data_bytes: usize,
 }
@@ -115,6 +118,7 @@ impl Default for SchedulingSettings {
             isolation_wait: Duration::from_secs(3),
             drain_timeout: Duration::from_secs(10),
             executor_concurrency: 64,
+            execution_timeout: Duration::from_secs(300),
             max_task_data_bytes: 512 * 1024,
         }
     }
@@ -254,6 +258,9 @@ impl Settings {
         }
         if s.executor_concurrency == 0 {
             return invalid("scheduling.executor_concurrency", "must be at least 1");
+        }
+        if s.execution_timeout.is_zero() {
+            return invalid("scheduling.execution_timeout", "must be greater than zero");
         }
         if s.max_task_data_bytes < 64 {
             return invalid(

@@ -1,0 +1,206 @@
+//! Harness for the engine's integration tests: a topic, consumer group and keyspace per test,
+//! node settings pointing at the stack, and an executor that records every execution.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use chrono::{DateTime, Utc};
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::client::DefaultClientContext;
+use rdkafka::config::ClientConfig;
+use scheduler_client::{Scheduler, SchedulerConfig, Task, TaskKey};
+use scheduler_core::settings::{CassandraSettings, KafkaSettings, SchedulingSettings, Settings};
+use scheduler_core::store::CassandraStore;
+use scheduler_core::{TaskError, TaskExecutor};
+
+use crate::{unique_name, Stack};
+
+/// One test's slice of the stack: its own topic, consumer group and keyspace.
+#[derive(Debug, Clone)]
+pub struct TestEnv {
+    /// The stack's addresses.
+    pub stack: Stack,
+    /// The topic, created with `partitions` partitions.
+    pub topic: String,
+    /// Partitions of the topic.
+    pub partitions: u32,
+    /// The nodes' consumer group.
+    pub group: String,
+    /// The Cassandra keyspace.
+    pub keyspace: String,
+}
+
+impl TestEnv {
+    /// Checks both services (failing with their names), then creates the topic.
+    pub async fn new(prefix: &str, partitions: u32) -> TestEnv {
+        let stack = Stack::from_env();
+        stack.require_kafka().await;
+        drop(stack.require_cassandra().await);
+        let env = TestEnv {
+            topic: unique_name(&format!("{prefix}_topic")),
+            group: unique_name(&format!("{prefix}_group")),
+            keyspace: unique_name(prefix),
+            partitions,
+            stack,
+        };
+        let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
+            .set("bootstrap.servers", &env.stack.kafka_bootstrap)
+            .create()
+            .expect("admin client");
+        let results = admin
+            .create_topics(
+                &[NewTopic::new(
+                    &env.topic,
+                    partitions as i32,
+                    TopicReplication::Fixed(1),
+                )],
+                &AdminOptions::new().operation_timeout(Some(Duration::from_secs(10))),
+            )
+            .await
+            .expect("create topic");
+        for result in results {
+            result.unwrap_or_else(|(name, code)| panic!("create topic {name}: {code}"));
+        }
+        env
+    }
+
+    /// Node settings for this environment, with quick rebalances for tests.
+    pub fn settings(&self, scheduling: SchedulingSettings) -> Settings {
+        Settings {
+            scheduling,
+            kafka: KafkaSettings {
+                bootstrap_servers: self.stack.kafka_bootstrap.clone(),
+                topic: self.topic.clone(),
+                group_id: self.group.clone(),
+                ..KafkaSettings::default()
+            },
+            cassandra: CassandraSettings {
+                contact_points: vec![self.stack.cql_contact_point.clone()],
+                keyspace: self.keyspace.clone(),
+                fetch_schema_metadata: false,
+                ..CassandraSettings::default()
+            },
+        }
+    }
+
+    /// Scheduling settings suited to tests: short isolation wait and drain.
+    pub fn quick_scheduling() -> SchedulingSettings {
+        SchedulingSettings {
+            isolation_wait: Duration::from_millis(500),
+            drain_timeout: Duration::from_secs(5),
+            ..SchedulingSettings::default()
+        }
+    }
+
+    /// A producer for this environment's topic.
+    pub fn scheduler(&self, grace: Duration) -> Scheduler {
+        let mut config =
+            SchedulerConfig::new(self.stack.kafka_bootstrap.clone(), self.topic.clone());
+        config.scheduling_grace_window = grace;
+        Scheduler::new(config).expect("scheduler")
+    }
+
+    /// A store handle on this environment's keyspace, to read task status.
+    pub async fn store(&self) -> CassandraStore {
+        CassandraStore::connect(&self.settings(SchedulingSettings::default()).cassandra)
+            .await
+            .expect("store")
+    }
+}
+
+/// One call of the executor.
+#[derive(Debug, Clone)]
+pub struct Execution {
+    /// The task.
+    pub key: TaskKey,
+    /// The node that ran it.
+    pub node: String,
+    /// When the call started.
+    pub started: DateTime<Utc>,
+    /// When it returned.
+    pub finished: DateTime<Utc>,
+}
+
+/// Decides an execution's result from the task and how many times it was called before.
+pub type Behaviour = Arc<dyn Fn(&Task, usize) -> Result<(), TaskError> + Send + Sync>;
+
+/// An executor that records every execution into a log shared by all nodes of a test.
+#[derive(Clone)]
+pub struct Recorder {
+    node: String,
+    log: Arc<Mutex<Vec<Execution>>>,
+    work: Duration,
+    behaviour: Behaviour,
+}
+
+impl Recorder {
+    /// A recorder for `node` writing to `log`; each call takes `work` and then succeeds.
+    pub fn new(node: &str, log: &Arc<Mutex<Vec<Execution>>>, work: Duration) -> Recorder {
+        Recorder {
+            node: node.to_string(),
+            log: Arc::clone(log),
+            work,
+            behaviour: Arc::new(|_, _| Ok(())),
+        }
+    }
+
+    /// The same recorder, deciding results with `behaviour`.
+    pub fn with_behaviour(mut self, behaviour: Behaviour) -> Recorder {
+        self.behaviour = behaviour;
+        self
+    }
+}
+
+impl TaskExecutor for Recorder {
+    async fn execute(&self, task: &Task) -> Result<(), TaskError> {
+        let started = Utc::now();
+        tokio::time::sleep(self.work).await;
+        let previous = {
+            let log = self.log.lock().unwrap_or_else(PoisonError::into_inner);
+            log.iter().filter(|e| e.key == task.key()).count()
+        };
+        let result = (self.behaviour)(task, previous);
+        self.log
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(Execution {
+                key: task.key(),
+                node: self.node.clone(),
+                started,
+                finished: Utc::now(),
+            });
+        result
+    }
+}
+
+/// A snapshot of a shared execution log.
+pub fn executions(log: &Arc<Mutex<Vec<Execution>>>) -> Vec<Execution> {
+    log.lock().unwrap_or_else(PoisonError::into_inner).clone()
+}
+
+/// Executions grouped by task.
+pub fn by_task(log: &Arc<Mutex<Vec<Execution>>>) -> HashMap<TaskKey, Vec<Execution>> {
+    let mut map: HashMap<TaskKey, Vec<Execution>> = HashMap::new();
+    for e in executions(log) {
+        map.entry(e.key.clone()).or_default().push(e);
+    }
+    map
+}
+
+/// Polls `condition` every 50 ms until it holds, or panics after `timeout` describing `what`.
+pub async fn wait_until(timeout: Duration, what: &str, mut condition: impl FnMut() -> bool) {
+    let deadline = Instant::now() + timeout;
+    while !condition() {
+        assert!(
+            Instant::now() < deadline,
+            "timed out after {timeout:?} waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// A task with empty data.
+pub fn task(ordering_id: &str, at: DateTime<Utc>, unique: &str) -> Task {
+    Task::new(ordering_id, at, unique, Default::default())
+}

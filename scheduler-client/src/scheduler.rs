@@ -1,0 +1,244 @@
+//! [`Scheduler`]: enqueues tasks on the scheduler's topic.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use chrono::{DateTime, TimeDelta, Utc};
+use rdkafka::config::ClientConfig;
+use rdkafka::producer::{FutureProducer, FutureRecord, Producer};
+use rdkafka::util::Timeout;
+use tokio::sync::OnceCell;
+use tracing::debug;
+
+use crate::partitioner::partition_for;
+use crate::task::Task;
+use crate::wire;
+
+/// Where and how to enqueue.
+#[derive(Debug, Clone)]
+pub struct SchedulerConfig {
+    /// Kafka bootstrap servers, `host:port[,host:port...]`.
+    pub bootstrap_servers: String,
+    /// The scheduler's topic.
+    pub topic: String,
+    /// How far in the past a task may be scheduled (the nodes' grace window; default 10 s).
+    pub scheduling_grace_window: Duration,
+    /// Largest encoded task accepted, in bytes (default 512 KiB; the nodes refuse larger records).
+    pub max_task_bytes: usize,
+    /// How long to wait for the broker to acknowledge a task (default 30 s).
+    pub delivery_timeout: Duration,
+    /// Extra librdkafka producer properties (e.g. security settings).
+    pub properties: BTreeMap<String, String>,
+}
+
+impl SchedulerConfig {
+    /// A configuration with the defaults above.
+    pub fn new(bootstrap_servers: impl Into<String>, topic: impl Into<String>) -> Self {
+        SchedulerConfig {
+            bootstrap_servers: bootstrap_servers.into(),
+            topic: topic.into(),
+            scheduling_grace_window: Duration::from_secs(10),
+            max_task_bytes: 512 * 1024,
+            delivery_timeout: Duration::from_secs(30),
+            properties: BTreeMap::new(),
+        }
+    }
+}
+
+/// Why a task was not scheduled. Only [`ScheduleError::Kafka`] and
+/// [`ScheduleError::Topic`] can succeed on retry; the others describe the task.
+#[derive(Debug, thiserror::Error)]
+pub enum ScheduleError {
+    /// `orderingId` is empty.
+    #[error("the task's orderingId is empty")]
+    EmptyOrderingId,
+    /// `uniquenessKey` is empty.
+    #[error("the task's uniquenessKey is empty")]
+    EmptyUniquenessKey,
+    /// The task is due further in the past than the grace window allows.
+    #[error("scheduledTime {scheduled_time} is {late_by_ms} ms in the past, beyond the {grace_ms} ms grace window")]
+    TooFarInThePast {
+        /// The task's time.
+        scheduled_time: String,
+        /// How far in the past it is.
+        late_by_ms: i64,
+        /// The grace window.
+        grace_ms: u128,
+    },
+    /// The encoded task is larger than allowed.
+    #[error("the encoded task is {size} bytes, over the {max}-byte limit")]
+    TooLarge {
+        /// Encoded size.
+        size: usize,
+        /// The limit.
+        max: usize,
+    },
+    /// The producer could not be created (bad properties).
+    #[error("invalid Kafka producer configuration: {0}")]
+    Config(String),
+    /// The topic's partition count could not be read.
+    #[error("cannot read the partitions of topic {topic}: {reason}")]
+    Topic {
+        /// The topic.
+        topic: String,
+        /// What failed.
+        reason: String,
+    },
+    /// The broker did not acknowledge the write (timeout, broker down, ...).
+    #[error("Kafka did not acknowledge the task: {0}")]
+    Kafka(String),
+}
+
+/// Checks a task against the rules `schedule_task` enforces, as of `now`.
+pub fn validate(task: &Task, now: DateTime<Utc>, grace: Duration) -> Result<(), ScheduleError> {
+    if task.ordering_id.is_empty() {
+        return Err(ScheduleError::EmptyOrderingId);
+    }
+    if task.uniqueness_key.is_empty() {
+        return Err(ScheduleError::EmptyUniquenessKey);
+    }
+    let late_by = now - task.scheduled_time;
+    if late_by > TimeDelta::from_std(grace).unwrap_or(TimeDelta::MAX) {
+        return Err(ScheduleError::TooFarInThePast {
+            scheduled_time: wire::format_time(task.scheduled_time),
+            late_by_ms: late_by.num_milliseconds(),
+            grace_ms: grace.as_millis(),
+        });
+    }
+    Ok(())
+}
+
+/// Enqueues tasks. Cheap to share (`&self` everywhere); create one per process.
+pub struct Scheduler {
+    config: SchedulerConfig,
+    producer: FutureProducer,
+    partition_count: OnceCell<u32>,
+}
+
+impl Scheduler {
+    /// A scheduler for `config`: an idempotent producer with `acks=all`.
+    pub fn new(config: SchedulerConfig) -> Result<Scheduler, ScheduleError> {
+        let mut client = ClientConfig::new();
+        client
+            .set("bootstrap.servers", &config.bootstrap_servers)
+            .set("acks", "all")
+            .set("enable.idempotence", "true")
+            .set(
+                "message.timeout.ms",
+                config.delivery_timeout.as_millis().to_string(),
+            );
+        for (key, value) in &config.properties {
+            client.set(key, value);
+        }
+        let producer = client
+            .create()
+            .map_err(|e| ScheduleError::Config(e.to_string()))?;
+        Ok(Scheduler {
+            config,
+            producer,
+            partition_count: OnceCell::new(),
+        })
+    }
+
+    /// Validates `task`, writes it to its partition, and resolves once Kafka acknowledged it.
+    /// Scheduling a task again with the same key replaces it (if it has not run yet).
+    pub async fn schedule_task(&self, task: Task) -> Result<(), ScheduleError> {
+        validate(&task, Utc::now(), self.config.scheduling_grace_window)?;
+        let payload = wire::encode(&task);
+        if payload.len() > self.config.max_task_bytes {
+            return Err(ScheduleError::TooLarge {
+                size: payload.len(),
+                max: self.config.max_task_bytes,
+            });
+        }
+        let partitions = self.partition_count().await?;
+        let partition = partition_for(&task.ordering_id, partitions);
+        let record = FutureRecord::to(&self.config.topic)
+            .key(task.ordering_id.as_str())
+            .partition(partition)
+            .payload(&payload);
+        let delivery = self
+            .producer
+            .send(record, Timeout::After(self.config.delivery_timeout))
+            .await
+            .map_err(|(e, _)| ScheduleError::Kafka(e.to_string()))?;
+        debug!(task = %task.key(), partition, offset = delivery.offset, "task enqueued");
+        Ok(())
+    }
+
+    /// The topic's partition count, read once.
+    pub async fn partition_count(&self) -> Result<u32, ScheduleError> {
+        self.partition_count
+            .get_or_try_init(|| async {
+                let producer = self.producer.clone();
+                let topic = self.config.topic.clone();
+                let timeout = self.config.delivery_timeout;
+                let topic_error = |reason: String| ScheduleError::Topic {
+                    topic: self.config.topic.clone(),
+                    reason,
+                };
+                let metadata = tokio::task::spawn_blocking(move || {
+                    producer.client().fetch_metadata(Some(&topic), timeout)
+                })
+                .await
+                .map_err(|e| topic_error(e.to_string()))?
+                .map_err(|e| topic_error(e.to_string()))?;
+                let count = metadata
+                    .topics()
+                    .first()
+                    .filter(|t| t.error().is_none())
+                    .map(|t| t.partitions().len() as u32)
+                    .unwrap_or(0);
+                if count == 0 {
+                    return Err(topic_error(
+                        "the topic does not exist or has no partitions".into(),
+                    ));
+                }
+                Ok(count)
+            })
+            .await
+            .copied()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use chrono::TimeZone;
+
+    #[test]
+    fn validation_names_the_problem() {
+        let now = Utc.timestamp_opt(1_800_000_000, 0).single().unwrap();
+        let grace = Duration::from_secs(20);
+        let at = |secs_ago: i64| {
+            Task::new(
+                "o",
+                now - TimeDelta::seconds(secs_ago),
+                "u",
+                Default::default(),
+            )
+        };
+        assert!(
+            validate(&at(10), now, grace).is_ok(),
+            "10 s late is within a 20 s grace window"
+        );
+        assert!(
+            validate(&at(-3600), now, grace).is_ok(),
+            "future tasks are fine"
+        );
+        let err = validate(&at(30), now, grace).unwrap_err().to_string();
+        assert_eq!(err, "scheduledTime 2027-01-15T07:59:30.000Z is 30000 ms in the past, beyond the 20000 ms grace window");
+        let mut no_id = at(0);
+        no_id.ordering_id.clear();
+        assert!(matches!(
+            validate(&no_id, now, grace),
+            Err(ScheduleError::EmptyOrderingId)
+        ));
+        let mut no_key = at(0);
+        no_key.uniqueness_key.clear();
+        assert!(matches!(
+            validate(&no_key, now, grace),
+            Err(ScheduleError::EmptyUniquenessKey)
+        ));
+    }
+}

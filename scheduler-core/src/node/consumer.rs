@@ -1,0 +1,226 @@
+//! The Kafka side of a node: one consumer in the group, polled on its own thread. Each polled
+//! batch is decoded, grouped by partition and handed to the TopicSupervisor; offsets are
+//! committed only for partitions whose tasks are durable. Rebalance callbacks tear the partition
+//! trees down (revoke) and build fresh ones (assign).
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use actix::Addr;
+use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance};
+use rdkafka::message::{BorrowedMessage, Message};
+use rdkafka::{ClientContext, Offset, TopicPartitionList};
+use scheduler_client::{partition_for, wire, Task};
+use tracing::{debug, error, info, warn};
+
+use crate::actors::topic_supervisor::{
+    AssignPartitions, ProcessTaskBatch, RevokePartitions, TopicSupervisor,
+};
+use crate::store::PartitionId;
+
+/// How long one poll waits for the first message of a batch.
+const POLL_WAIT: Duration = Duration::from_millis(100);
+/// Pause after a batch could not be persisted, before polling again.
+const PERSIST_RETRY_PAUSE: Duration = Duration::from_secs(1);
+
+/// Rebalance handling: runs inside `poll`, on the consumer thread.
+pub struct RebalanceHandler {
+    pub(crate) topic: String,
+    pub(crate) supervisor: Addr<TopicSupervisor>,
+    pub(crate) isolation_wait: Duration,
+    pub(crate) owned: Arc<Mutex<Vec<PartitionId>>>,
+    pub(crate) shutting_down: Arc<AtomicBool>,
+}
+
+impl RebalanceHandler {
+    fn set_owned(&self, partitions: Vec<PartitionId>) {
+        *self.owned.lock().unwrap_or_else(PoisonError::into_inner) = partitions;
+    }
+}
+
+impl ClientContext for RebalanceHandler {}
+
+impl ConsumerContext for RebalanceHandler {
+    fn pre_rebalance(&self, _: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
+        if let Rebalance::Revoke(list) = rebalance {
+            let revoked = partitions_of(list, &self.topic);
+            info!(?revoked, "partitions revoked: stopping their trees");
+            self.set_owned(Vec::new());
+            if let Err(e) = futures::executor::block_on(self.supervisor.send(RevokePartitions)) {
+                error!(error = %e, "actor system unavailable while revoking partitions");
+            }
+            // Let stragglers (and clock drift between nodes) pass before another node takes over.
+            if !self.shutting_down.load(Ordering::SeqCst) {
+                std::thread::sleep(self.isolation_wait);
+            }
+        }
+    }
+
+    fn post_rebalance(&self, _: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
+        match rebalance {
+            Rebalance::Assign(list) => {
+                let assigned = partitions_of(list, &self.topic);
+                info!(?assigned, "partitions assigned: loading their schedules");
+                if let Err(e) = futures::executor::block_on(
+                    self.supervisor.send(AssignPartitions(assigned.clone())),
+                ) {
+                    error!(error = %e, "actor system unavailable while assigning partitions");
+                }
+                self.set_owned(assigned);
+            }
+            Rebalance::Error(e) => warn!(error = %e, "rebalance error"),
+            Rebalance::Revoke(_) => {}
+        }
+    }
+}
+
+fn partitions_of(list: &TopicPartitionList, topic: &str) -> Vec<PartitionId> {
+    let mut partitions: Vec<PartitionId> = list
+        .elements_for_topic(topic)
+        .iter()
+        .map(|e| e.partition())
+        .collect();
+    partitions.sort_unstable();
+    partitions
+}
+
+/// What the poll loop needs.
+pub struct PollLoop {
+    pub(crate) consumer: BaseConsumer<RebalanceHandler>,
+    pub(crate) topic: String,
+    pub(crate) partition_count: u32,
+    pub(crate) batch_size: usize,
+    pub(crate) max_record_bytes: usize,
+    pub(crate) supervisor: Addr<TopicSupervisor>,
+    pub(crate) stop: Arc<AtomicBool>,
+}
+
+/// A polled batch: tasks by partition, and per partition the offsets it spans.
+#[derive(Default)]
+struct Batch {
+    tasks: HashMap<PartitionId, Vec<Task>>,
+    /// First and last offset seen per partition.
+    offsets: BTreeMap<PartitionId, (i64, i64)>,
+    records: usize,
+}
+
+impl PollLoop {
+    /// Polls until asked to stop; then drains the partition trees and leaves the group.
+    pub fn run(self) {
+        while !self.stop.load(Ordering::SeqCst) {
+            let batch = self.poll_batch();
+            if !batch.offsets.is_empty() {
+                self.process(batch);
+            }
+        }
+        info!("consumer stopping: draining partitions and leaving the group");
+        if let Err(e) = futures::executor::block_on(self.supervisor.send(RevokePartitions)) {
+            error!(error = %e, "actor system unavailable while draining");
+        }
+        self.consumer.unsubscribe();
+        // Dropping the consumer closes it, which leaves the group.
+    }
+
+    fn poll_batch(&self) -> Batch {
+        let mut batch = Batch::default();
+        let mut wait = POLL_WAIT;
+        while batch.records < self.batch_size {
+            match self.consumer.poll(wait) {
+                None => break,
+                Some(Err(e)) => {
+                    warn!(error = %e, "Kafka poll error");
+                    break;
+                }
+                Some(Ok(message)) => self.add(&mut batch, &message),
+            }
+            wait = Duration::ZERO;
+        }
+        batch
+    }
+
+    fn add(&self, batch: &mut Batch, message: &BorrowedMessage<'_>) {
+        let (partition, offset) = (message.partition(), message.offset());
+        batch.records += 1;
+        let span = batch.offsets.entry(partition).or_insert((offset, offset));
+        span.0 = span.0.min(offset);
+        span.1 = span.1.max(offset);
+        let decoded = wire::decode(message.payload(), self.max_record_bytes)
+            .map_err(|e| e.to_string())
+            .and_then(|task| {
+                let expected = partition_for(&task.ordering_id, self.partition_count);
+                if expected == partition {
+                    Ok(task)
+                } else {
+                    Err(format!(
+                        "orderingId {:?} belongs to partition {expected}, not {partition}",
+                        task.ordering_id
+                    ))
+                }
+            });
+        match decoded {
+            Ok(task) => {
+                debug!(partition, offset, task = %task.key(), "task polled");
+                batch.tasks.entry(partition).or_default().push(task);
+            }
+            Err(reason) => {
+                warn!(topic = %self.topic, partition, offset, %reason, "parked a record that is not a valid task (skipped)");
+            }
+        }
+    }
+
+    fn process(&self, mut batch: Batch) {
+        let request = ProcessTaskBatch(std::mem::take(&mut batch.tasks));
+        let processed = match futures::executor::block_on(self.supervisor.send(request)) {
+            Ok(processed) => processed,
+            Err(e) => {
+                error!(error = %e, "actor system unavailable; the batch will be polled again");
+                self.rewind(&batch, batch.offsets.keys().copied());
+                return;
+            }
+        };
+        // Partitions with only parked records in this batch are done with, too.
+        let failed: Vec<PartitionId> = processed.failed.iter().map(|(p, _)| *p).collect();
+        for (partition, reason) in &processed.failed {
+            warn!(partition, %reason, "tasks not persisted; they will be polled again");
+        }
+        let mut commit = TopicPartitionList::new();
+        for (partition, (_, last)) in &batch.offsets {
+            if !failed.contains(partition) {
+                if let Err(e) =
+                    commit.add_partition_offset(&self.topic, *partition, Offset::Offset(last + 1))
+                {
+                    warn!(partition, error = %e, "cannot build the offset commit");
+                }
+            }
+        }
+        if commit.count() > 0 {
+            if let Err(e) = self.consumer.commit(&commit, CommitMode::Async) {
+                warn!(error = %e, "offset commit failed; records may be processed again (harmless)");
+            }
+        }
+        if !failed.is_empty() {
+            self.rewind(&batch, failed.into_iter());
+            std::thread::sleep(PERSIST_RETRY_PAUSE);
+        }
+    }
+
+    /// Seeks the given partitions back to the start of the batch, so nothing is skipped.
+    fn rewind(&self, batch: &Batch, partitions: impl Iterator<Item = PartitionId>) {
+        for partition in partitions {
+            if let Some((first, _)) = batch.offsets.get(&partition) {
+                if let Err(e) = self.consumer.seek(
+                    &self.topic,
+                    partition,
+                    Offset::Offset(*first),
+                    Duration::from_secs(5),
+                ) {
+                    // Not owned any more (revoked meanwhile) or the consumer is closing: the
+                    // next owner starts from the committed offset.
+                    debug!(partition, error = %e, "seek back failed");
+                }
+            }
+        }
+    }
+}

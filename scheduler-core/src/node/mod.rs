@@ -1,0 +1,334 @@
+//! [`SchedulerNode`]: a running node. It owns a tokio runtime for I/O and the user's executor,
+//! an actix system for the actor tree, and a thread polling Kafka.
+
+mod consumer;
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use actix::{Actor, Addr};
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::client::DefaultClientContext;
+use rdkafka::config::ClientConfig;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use tokio::sync::oneshot;
+use tracing::info;
+
+use self::consumer::{PollLoop, RebalanceHandler};
+use crate::actors::topic_supervisor::TopicSupervisor;
+use crate::actors::PartitionDeps;
+use crate::clock::SystemClock;
+use crate::executor::{ExecutionPool, TaskExecutor};
+use crate::settings::{KafkaSettings, Settings, SettingsError};
+use crate::store::{CassandraStore, PartitionId, StoreError};
+
+/// Threads of the node's own tokio runtime (Cassandra I/O and the user's executor).
+const RUNTIME_THREADS: usize = 2;
+/// How long Kafka metadata requests at start-up may take.
+const METADATA_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Why a node could not start or stop cleanly.
+#[derive(Debug, thiserror::Error)]
+pub enum NodeError {
+    /// The settings are invalid.
+    #[error(transparent)]
+    Settings(#[from] SettingsError),
+    /// Cassandra is unreachable or the schema could not be created.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// Kafka is unreachable, the topic is missing, or the client configuration is invalid.
+    #[error("Kafka: {0}")]
+    Kafka(String),
+    /// A thread or runtime of the node could not be started or failed.
+    #[error("node runtime: {0}")]
+    Runtime(String),
+}
+
+/// A running scheduler node. Stop it with [`SchedulerNode::shutdown`].
+pub struct SchedulerNode {
+    stop: Arc<AtomicBool>,
+    owned: Arc<Mutex<Vec<PartitionId>>>,
+    consumer_thread: Option<JoinHandle<()>>,
+    actor_thread: Option<JoinHandle<()>>,
+    stop_actors: Option<oneshot::Sender<()>>,
+    runtime: Option<tokio::runtime::Runtime>,
+}
+
+impl SchedulerNode {
+    /// Validates `settings`, connects to Cassandra (creating the schema if absent) and Kafka,
+    /// and joins the consumer group; tasks of the partitions this node is assigned then run
+    /// through `executor`.
+    pub async fn start<E: TaskExecutor>(
+        settings: Settings,
+        executor: E,
+    ) -> Result<SchedulerNode, NodeError> {
+        settings.validate()?;
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(RUNTIME_THREADS)
+            .thread_name("scheduler-io")
+            .enable_all()
+            .build()
+            .map_err(|e| NodeError::Runtime(format!("cannot start the I/O runtime: {e}")))?;
+
+        match Self::start_on(settings, executor, &runtime).await {
+            Ok(parts) => Ok(parts.into_node(runtime)),
+            Err(e) => {
+                // Dropping a runtime inside async code panics; let it wind down in the background.
+                runtime.shutdown_background();
+                Err(e)
+            }
+        }
+    }
+
+    async fn start_on<E: TaskExecutor>(
+        settings: Settings,
+        executor: E,
+        runtime: &tokio::runtime::Runtime,
+    ) -> Result<StartedParts, NodeError> {
+        // The driver's connections live on the node's runtime, whichever runtime called start.
+        let cassandra = settings.cassandra.clone();
+        let store = runtime
+            .spawn(async move { CassandraStore::connect(&cassandra).await })
+            .await
+            .map_err(|e| NodeError::Runtime(e.to_string()))??;
+
+        let kafka = settings.kafka.clone();
+        let partition_count = runtime
+            .spawn(async move { ensure_topic(&kafka).await })
+            .await
+            .map_err(|e| NodeError::Runtime(e.to_string()))??;
+
+        let scheduling = Arc::new(settings.scheduling.clone());
+        let pool = ExecutionPool::new(
+            executor,
+            runtime.handle().clone(),
+            scheduling.executor_concurrency,
+            scheduling.execution_timeout,
+        );
+        let deps = PartitionDeps {
+            store: Arc::new(store),
+            clock: Arc::new(SystemClock),
+            pool,
+            settings: Arc::clone(&scheduling),
+        };
+
+        let (ready_tx, ready_rx) = oneshot::channel::<Addr<TopicSupervisor>>();
+        let (stop_actors, stop_actors_rx) = oneshot::channel::<()>();
+        let actor_thread = std::thread::Builder::new()
+            .name("scheduler-actors".into())
+            .spawn(move || {
+                let system = actix::System::new();
+                system.block_on(async move {
+                    let supervisor = TopicSupervisor::new(deps).start();
+                    if ready_tx.send(supervisor).is_ok() {
+                        let _ = stop_actors_rx.await;
+                    }
+                });
+            })
+            .map_err(|e| NodeError::Runtime(format!("cannot start the actor thread: {e}")))?;
+        let supervisor = ready_rx
+            .await
+            .map_err(|_| NodeError::Runtime("the actor system failed to start".into()))?;
+
+        let stop = Arc::new(AtomicBool::new(false));
+        let owned = Arc::new(Mutex::new(Vec::new()));
+        let handler = RebalanceHandler {
+            topic: settings.kafka.topic.clone(),
+            supervisor: supervisor.clone(),
+            isolation_wait: scheduling.isolation_wait,
+            owned: Arc::clone(&owned),
+            shutting_down: Arc::clone(&stop),
+        };
+        let consumer: BaseConsumer<RebalanceHandler> = consumer_config(&settings.kafka)
+            .create_with_context(handler)
+            .map_err(|e| NodeError::Kafka(format!("invalid consumer configuration: {e}")))?;
+        consumer.subscribe(&[&settings.kafka.topic]).map_err(|e| {
+            NodeError::Kafka(format!("cannot subscribe to {}: {e}", settings.kafka.topic))
+        })?;
+        let poll_loop = PollLoop {
+            consumer,
+            topic: settings.kafka.topic.clone(),
+            partition_count,
+            batch_size: scheduling.fetch_batch_size,
+            max_record_bytes: scheduling.max_task_data_bytes,
+            supervisor,
+            stop: Arc::clone(&stop),
+        };
+        let consumer_thread = std::thread::Builder::new()
+            .name("scheduler-consumer".into())
+            .spawn(move || poll_loop.run())
+            .map_err(|e| NodeError::Runtime(format!("cannot start the consumer thread: {e}")))?;
+        info!(topic = %settings.kafka.topic, group = %settings.kafka.group_id, partition_count, "node started");
+        Ok(StartedParts {
+            stop,
+            owned,
+            consumer_thread,
+            actor_thread,
+            stop_actors,
+        })
+    }
+
+    /// The partitions this node currently owns.
+    pub fn owned_partitions(&self) -> Vec<PartitionId> {
+        self.owned
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// Stops polling, lets running tasks finish (up to the drain timeout), commits, leaves the
+    /// group, and stops the node's threads.
+    pub async fn shutdown(mut self) -> Result<(), NodeError> {
+        self.stop.store(true, Ordering::SeqCst);
+        let consumer_thread = self.consumer_thread.take();
+        let actor_thread = self.actor_thread.take();
+        let stop_actors = self.stop_actors.take();
+        let runtime = self.runtime.take();
+        tokio::task::spawn_blocking(move || {
+            let consumer_result = consumer_thread.map(JoinHandle::join);
+            if let Some(stop) = stop_actors {
+                let _ = stop.send(());
+            }
+            let actor_result = actor_thread.map(JoinHandle::join);
+            if let Some(runtime) = runtime {
+                runtime.shutdown_timeout(Duration::from_secs(5));
+            }
+            match (consumer_result, actor_result) {
+                (Some(Err(_)), _) => Err(NodeError::Runtime("the consumer thread panicked".into())),
+                (_, Some(Err(_))) => Err(NodeError::Runtime("the actor thread panicked".into())),
+                _ => Ok(()),
+            }
+        })
+        .await
+        .map_err(|e| NodeError::Runtime(e.to_string()))?
+    }
+}
+
+/// A node's threads, before the runtime joins them.
+struct StartedParts {
+    stop: Arc<AtomicBool>,
+    owned: Arc<Mutex<Vec<PartitionId>>>,
+    consumer_thread: JoinHandle<()>,
+    actor_thread: JoinHandle<()>,
+    stop_actors: oneshot::Sender<()>,
+}
+
+impl StartedParts {
+    fn into_node(self, runtime: tokio::runtime::Runtime) -> SchedulerNode {
+        SchedulerNode {
+            stop: self.stop,
+            owned: self.owned,
+            consumer_thread: Some(self.consumer_thread),
+            actor_thread: Some(self.actor_thread),
+            stop_actors: Some(self.stop_actors),
+            runtime: Some(runtime),
+        }
+    }
+}
+
+impl Drop for SchedulerNode {
+    fn drop(&mut self) {
+        // A node dropped without shutdown() still stops polling; its threads end on their own.
+        self.stop.store(true, Ordering::SeqCst);
+        if let Some(stop) = self.stop_actors.take() {
+            let _ = stop.send(());
+        }
+        if let Some(runtime) = self.runtime.take() {
+            runtime.shutdown_background();
+        }
+    }
+}
+
+fn client_config(kafka: &KafkaSettings) -> ClientConfig {
+    let mut config = ClientConfig::new();
+    config.set("bootstrap.servers", &kafka.bootstrap_servers);
+    config
+}
+
+fn consumer_config(kafka: &KafkaSettings) -> ClientConfig {
+    let mut config = client_config(kafka);
+    config
+        .set("group.id", &kafka.group_id)
+        .set("enable.auto.commit", "false")
+        .set("auto.offset.reset", "earliest")
+        // The classic protocol with eager rebalancing: the blueprint tears every tree down on a
+        // rebalance anyway, and the development broker supports only this.
+        .set("partition.assignment.strategy", "range")
+        .set("session.timeout.ms", "6000")
+        .set("heartbeat.interval.ms", "1000");
+    for (key, value) in &kafka.properties {
+        config.set(key, value);
+    }
+    config
+}
+
+/// The topic's partition count, creating the topic first when configured to.
+async fn ensure_topic(kafka: &KafkaSettings) -> Result<u32, NodeError> {
+    let count = topic_partition_count(kafka).await?;
+    if count > 0 {
+        return Ok(count);
+    }
+    let Some(partitions) = kafka.create_topic_partitions else {
+        return Err(NodeError::Kafka(format!(
+            "topic {} does not exist at {} (create it, or set kafka.create_topic_partitions)",
+            kafka.topic, kafka.bootstrap_servers
+        )));
+    };
+    let mut config = client_config(kafka);
+    for (key, value) in &kafka.properties {
+        config.set(key, value);
+    }
+    let admin: AdminClient<DefaultClientContext> = config
+        .create()
+        .map_err(|e| NodeError::Kafka(format!("invalid admin configuration: {e}")))?;
+    let topic = NewTopic::new(&kafka.topic, partitions as i32, TopicReplication::Fixed(1));
+    let results = admin
+        .create_topics(
+            &[topic],
+            &AdminOptions::new().operation_timeout(Some(METADATA_TIMEOUT)),
+        )
+        .await
+        .map_err(|e| NodeError::Kafka(format!("cannot create topic {}: {e}", kafka.topic)))?;
+    for result in results {
+        if let Err((name, code)) = result {
+            if code != rdkafka::types::RDKafkaErrorCode::TopicAlreadyExists {
+                return Err(NodeError::Kafka(format!(
+                    "cannot create topic {name}: {code}"
+                )));
+            }
+        }
+    }
+    info!(topic = %kafka.topic, partitions, "topic created");
+    match topic_partition_count(kafka).await? {
+        0 => Err(NodeError::Kafka(format!(
+            "topic {} was created but has no partitions",
+            kafka.topic
+        ))),
+        n => Ok(n),
+    }
+}
+
+async fn topic_partition_count(kafka: &KafkaSettings) -> Result<u32, NodeError> {
+    let consumer: BaseConsumer = client_config(kafka)
+        .create()
+        .map_err(|e| NodeError::Kafka(format!("invalid client configuration: {e}")))?;
+    let topic = kafka.topic.clone();
+    let bootstrap = kafka.bootstrap_servers.clone();
+    tokio::task::spawn_blocking(move || {
+        let metadata = consumer
+            .fetch_metadata(Some(&topic), METADATA_TIMEOUT)
+            .map_err(|e| {
+                NodeError::Kafka(format!("cannot reach the brokers at {bootstrap}: {e}"))
+            })?;
+        Ok(metadata
+            .topics()
+            .first()
+            .filter(|t| t.error().is_none())
+            .map(|t| t.partitions().len() as u32)
+            .unwrap_or(0))
+    })
+    .await
+    .map_err(|e| NodeError::Runtime(e.to_string()))?
+}
