@@ -101,6 +101,7 @@ impl Stack {
             .known_node(&self.cql_contact_point)
             // Cassandra 2.1 has no system_schema keyspace.
             .fetch_schema_metadata(false)
+            .fetch_full_schema_metadata(false)
             .connection_timeout(Duration::from_secs(5));
         tokio::time::timeout(REACH_TIMEOUT * 2, builder.build())
             .await

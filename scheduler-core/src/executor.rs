@@ -9,6 +9,7 @@ use futures::future::BoxFuture;
 use futures::FutureExt;
 use scheduler_client::Task;
 use tokio::sync::Semaphore;
+use tracing::Instrument;
 
 /// Runs tasks. Implement it with `async fn execute(&self, task: &Task) -> Result<(), TaskError>`.
 ///
@@ -79,14 +80,20 @@ impl ExecutionPool {
         }
     }
 
-    /// Runs `task` when a slot is free; resolves with the executor's result.
-    pub fn run(&self, task: Task) -> impl Future<Output = Result<(), TaskError>> + 'static {
+    /// Runs `task` when a slot is free, inside `span` (so the executor's own logs carry the
+    /// task's identity); resolves with the executor's result.
+    pub fn run(
+        &self,
+        task: Task,
+        span: tracing::Span,
+    ) -> impl Future<Output = Result<(), TaskError>> + 'static {
         let permits = Arc::clone(&self.permits);
         let executor = Arc::clone(&self.executor);
         let timeout = self.timeout;
         let handle = self.runtime.spawn(async move {
             let _slot = permits.acquire_owned().await;
-            match tokio::time::timeout(timeout, executor.execute_boxed(task)).await {
+            match tokio::time::timeout(timeout, executor.execute_boxed(task).instrument(span)).await
+            {
                 Ok(result) => result,
                 Err(_) => Err(TaskError::retry(format!("timed out after {timeout:?}"))),
             }
@@ -145,19 +152,21 @@ mod tests {
             3,
             Duration::from_secs(5),
         );
-        let results = futures::future::join_all((0..10).map(|_| pool.run(task("ok")))).await;
+        let results =
+            futures::future::join_all((0..10).map(|_| pool.run(task("ok"), tracing::Span::none())))
+                .await;
         assert!(results.iter().all(Result::is_ok));
         assert_eq!(probe.peak.load(Ordering::SeqCst), 3);
 
         assert_eq!(
-            pool.run(task("panic")).await,
+            pool.run(task("panic"), tracing::Span::none()).await,
             Err(TaskError::retry("the executor panicked"))
         );
         assert!(
-            matches!(pool.run(task("hang")).await, Err(TaskError::Retry(r)) if r.starts_with("timed out"))
+            matches!(pool.run(task("hang"), tracing::Span::none()).await, Err(TaskError::Retry(r)) if r.starts_with("timed out"))
         );
         assert_eq!(
-            pool.run(task("invalid")).await,
+            pool.run(task("invalid"), tracing::Span::none()).await,
             Err(TaskError::give_up("invalid"))
         );
     }

@@ -70,6 +70,7 @@ pub struct TaskExecutorActor {
     abandon: bool,
     pending_retry: Option<SpawnHandle>,
     rng: fastrand::Rng,
+    span: tracing::Span,
 }
 
 impl TaskExecutorActor {
@@ -82,6 +83,13 @@ impl TaskExecutorActor {
         report_to: Recipient<TaskExecuted>,
     ) -> Self {
         let key = task.key();
+        let span = tracing::info_span!(
+            "task",
+            partition,
+            ordering_id = %key.ordering_id,
+            uniqueness_key = %key.uniqueness_key,
+            scheduled_time = %scheduler_client::wire::format_time(key.scheduled_time),
+        );
         TaskExecutorActor {
             partition,
             task,
@@ -95,6 +103,7 @@ impl TaskExecutorActor {
             abandon: false,
             pending_retry: None,
             rng: fastrand::Rng::new(),
+            span,
         }
     }
 
@@ -126,7 +135,7 @@ impl TaskExecutorActor {
         let started_at = self.deps.clock.now();
         let delay_ms = (started_at - self.key.scheduled_time).num_milliseconds();
         debug!(partition = self.partition, task = %self.key, attempt = self.attempts, delay_ms, "executing task");
-        let run = self.deps.pool.run(self.task.clone());
+        let run = self.deps.pool.run(self.task.clone(), self.span.clone());
         ctx.spawn(
             run.into_actor(self)
                 .map(move |result, act, ctx| act.attempt_finished(result, started_at, ctx)),

@@ -57,6 +57,8 @@ impl CassandraStore {
         let mut builder = SessionBuilder::new()
             .known_nodes(&settings.contact_points)
             .fetch_schema_metadata(settings.fetch_schema_metadata)
+            // Full schema metadata is only meaningful when schema metadata is fetched at all.
+            .fetch_full_schema_metadata(settings.fetch_schema_metadata)
             .connection_timeout(std::time::Duration::from_secs(5));
         if let (Some(user), Some(password)) = (&settings.username, &settings.password) {
             builder = builder.user(user, password);
