@@ -107,15 +107,30 @@ struct Batch {
 }
 
 impl PollLoop {
-    /// Polls until asked to stop; then drains the partition trees and leaves the group.
+    /// Polls until asked to stop; then commits synchronously, drains the partition trees and
+    /// leaves the group.
     pub fn run(self) {
+        let mut committed = BTreeMap::new();
         while !self.stop.load(Ordering::SeqCst) {
             let batch = self.poll_batch();
             if !batch.offsets.is_empty() {
-                self.process(batch);
+                self.process(batch, &mut committed);
             }
         }
-        info!("consumer stopping: draining partitions and leaving the group");
+        info!("consumer stopping: committing, draining partitions and leaving the group");
+        if !committed.is_empty() {
+            let mut last = TopicPartitionList::new();
+            for (partition, next) in &committed {
+                if let Err(e) =
+                    last.add_partition_offset(&self.topic, *partition, Offset::Offset(*next))
+                {
+                    warn!(partition, error = %e, "cannot build the final offset commit");
+                }
+            }
+            if let Err(e) = self.consumer.commit(&last, CommitMode::Sync) {
+                warn!(error = %e, "final offset commit failed; the next owner may re-read some records (harmless)");
+            }
+        }
         if let Err(e) = futures::executor::block_on(self.supervisor.send(RevokePartitions)) {
             error!(error = %e, "actor system unavailable while draining");
         }
@@ -170,7 +185,9 @@ impl PollLoop {
         }
     }
 
-    fn process(&self, mut batch: Batch) {
+    /// Persists a batch and commits the offsets of the partitions now durable (recording them
+    /// in `committed`); the others are sought back to be polled again.
+    fn process(&self, mut batch: Batch, committed: &mut BTreeMap<PartitionId, i64>) {
         let request = ProcessTaskBatch(std::mem::take(&mut batch.tasks));
         let processed = match futures::executor::block_on(self.supervisor.send(request)) {
             Ok(processed) => processed,
@@ -188,6 +205,7 @@ impl PollLoop {
         let mut commit = TopicPartitionList::new();
         for (partition, (_, last)) in &batch.offsets {
             if !failed.contains(partition) {
+                committed.insert(*partition, last + 1);
                 if let Err(e) =
                     commit.add_partition_offset(&self.topic, *partition, Offset::Offset(last + 1))
                 {
