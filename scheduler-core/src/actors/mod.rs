@@ -29,14 +29,16 @@ pub mod topic_supervisor;
 #[cfg(test)]
 mod tests;
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
 
 use actix::Message;
 
 use crate::clock::Clock;
 use crate::executor::ExecutionPool;
 use crate::settings::SchedulingSettings;
-use crate::store::TaskStore;
+use crate::store::{PartitionId, TaskStore};
 
 /// What every partition tree needs from the node.
 #[derive(Clone)]
@@ -49,6 +51,70 @@ pub struct PartitionDeps {
     pub pool: ExecutionPool,
     /// Scheduling settings.
     pub settings: Arc<SchedulingSettings>,
+    /// The in-flight gauge of each partition.
+    pub in_flight: InFlightGauges,
+}
+
+/// The tasks of one partition held in memory: waiting in the PartitionScheduler, or queued or
+/// running in the PartitionExecutor. The scheduler adds, the executor removes; the
+/// ThroughputController and TaskPersistence read it to keep memory under `max_in_flight_tasks`.
+#[derive(Debug, Default)]
+pub struct InFlight {
+    current: AtomicUsize,
+    peak: AtomicUsize,
+}
+
+impl InFlight {
+    /// Counts `n` more tasks in memory.
+    pub fn add(&self, n: usize) {
+        let now = self.current.fetch_add(n, Ordering::SeqCst) + n;
+        self.peak.fetch_max(now, Ordering::SeqCst);
+    }
+
+    /// Counts `n` tasks fewer.
+    pub fn remove(&self, n: usize) {
+        let _ = self
+            .current
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |c| {
+                Some(c.saturating_sub(n))
+            });
+    }
+
+    /// Tasks in memory now.
+    pub fn current(&self) -> usize {
+        self.current.load(Ordering::SeqCst)
+    }
+
+    /// The most tasks in memory at once since the partition started.
+    pub fn peak(&self) -> usize {
+        self.peak.load(Ordering::SeqCst)
+    }
+}
+
+/// The in-flight gauges of the partitions this node runs (a partition's tree gets a fresh one
+/// each time it starts).
+#[derive(Debug, Default, Clone)]
+pub struct InFlightGauges(Arc<Mutex<HashMap<PartitionId, Arc<InFlight>>>>);
+
+impl InFlightGauges {
+    /// A fresh gauge for a partition tree that is starting.
+    pub fn start(&self, partition: PartitionId) -> Arc<InFlight> {
+        let gauge = Arc::new(InFlight::default());
+        self.0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(partition, Arc::clone(&gauge));
+        gauge
+    }
+
+    /// The gauge of a partition's current (or last) tree.
+    pub fn get(&self, partition: PartitionId) -> Option<Arc<InFlight>> {
+        self.0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(&partition)
+            .cloned()
+    }
 }
 
 /// Stops the receiving actor at once (partition actors reference each other, so they do not stop

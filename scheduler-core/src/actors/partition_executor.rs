@@ -1,6 +1,6 @@
 //! PartitionExecutor: routes each due task of a partition to the OrderingExecutor of its
-//! orderingId (creating it on first use, stopping it when its queue empties), and counts the
-//! tasks it holds for the ThroughputController.
+//! orderingId (creating it on first use, stopping it when its queue empties), and takes each
+//! finished task off the partition's in-flight gauge.
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -14,8 +14,8 @@ use tracing::debug;
 use super::ordering_executor::{DrainOrdering, ExecuteOrderingTask, OrderingExecutor};
 use super::task_executor::ExecutionOutcome;
 use super::task_status_tracker::TaskStatusTracker;
-use super::throughput_controller::{CapacityFreed, FetchInProgressTaskCount};
-use super::{PartitionDeps, StopActor};
+use super::throughput_controller::CapacityFreed;
+use super::{InFlight, PartitionDeps, StopActor};
 use crate::store::PartitionId;
 
 /// A task that is due, from the PartitionScheduler.
@@ -53,17 +53,19 @@ pub struct PartitionExecutor {
     tracker: Addr<TaskStatusTracker>,
     capacity_listener: Recipient<CapacityFreed>,
     queues: HashMap<String, OrderingQueue>,
-    in_flight: usize,
+    in_flight: std::sync::Arc<InFlight>,
     draining: bool,
 }
 
 impl PartitionExecutor {
-    /// An executor for `partition`; it tells `capacity_listener` whenever a task is done.
+    /// An executor for `partition`; whenever a task is done it takes it off `in_flight` and
+    /// tells `capacity_listener`.
     pub fn new(
         partition: PartitionId,
         deps: PartitionDeps,
         tracker: Addr<TaskStatusTracker>,
         capacity_listener: Recipient<CapacityFreed>,
+        in_flight: std::sync::Arc<InFlight>,
     ) -> Self {
         PartitionExecutor {
             partition,
@@ -71,7 +73,7 @@ impl PartitionExecutor {
             tracker,
             capacity_listener,
             queues: HashMap::new(),
-            in_flight: 0,
+            in_flight,
             draining: false,
         }
     }
@@ -87,6 +89,7 @@ impl Handler<ExecutePartitionTask> for PartitionExecutor {
     fn handle(&mut self, msg: ExecutePartitionTask, ctx: &mut Context<Self>) {
         if self.draining {
             // The partition is being torn down; the task stays in Cassandra for the next owner.
+            self.in_flight.remove(1);
             return;
         }
         let task = msg.0;
@@ -106,7 +109,6 @@ impl Handler<ExecutePartitionTask> for PartitionExecutor {
                 outstanding: 0,
             });
         queue.outstanding += 1;
-        self.in_flight += 1;
         queue.executor.do_send(ExecuteOrderingTask(task));
     }
 }
@@ -115,7 +117,7 @@ impl Handler<OrderingTaskDone> for PartitionExecutor {
     type Result = ();
 
     fn handle(&mut self, msg: OrderingTaskDone, _: &mut Context<Self>) {
-        self.in_flight = self.in_flight.saturating_sub(1);
+        self.in_flight.remove(1);
         if let Some(queue) = self.queues.get_mut(&msg.ordering_id) {
             queue.outstanding = queue.outstanding.saturating_sub(1);
             if queue.outstanding == 0 && !self.draining {
@@ -125,14 +127,6 @@ impl Handler<OrderingTaskDone> for PartitionExecutor {
             }
         }
         self.capacity_listener.do_send(CapacityFreed);
-    }
-}
-
-impl Handler<FetchInProgressTaskCount> for PartitionExecutor {
-    type Result = usize;
-
-    fn handle(&mut self, _: FetchInProgressTaskCount, _: &mut Context<Self>) -> usize {
-        self.in_flight
     }
 }
 

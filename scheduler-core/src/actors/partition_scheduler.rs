@@ -1,6 +1,8 @@
 //! PartitionScheduler: holds the loaded tasks of one partition that are not yet due, in key
 //! order, and dispatches each to the PartitionExecutor at its time. One timer is armed for the
 //! next due task (not a periodic tick), so a task starts within the timer's resolution of its time.
+//! Every task sent to it counts in the partition's in-flight gauge (the sender adds it) until
+//! the executor is done with it.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -10,8 +12,7 @@ use chrono::{DateTime, Utc};
 use scheduler_client::{Task, TaskKey};
 
 use super::partition_executor::ExecutePartitionTask;
-use super::throughput_controller::FetchInProgressTaskCount;
-use super::StopActor;
+use super::{InFlight, StopActor};
 use crate::clock::Clock;
 use crate::store::PartitionId;
 
@@ -26,21 +27,24 @@ pub struct PartitionScheduler {
     partition: PartitionId,
     clock: Arc<dyn Clock>,
     executor: Recipient<ExecutePartitionTask>,
+    in_flight: Arc<InFlight>,
     pending: BTreeMap<TaskKey, Task>,
     timer: Option<(DateTime<Utc>, SpawnHandle)>,
 }
 
 impl PartitionScheduler {
-    /// A scheduler dispatching to `executor`.
+    /// A scheduler dispatching to `executor`; its tasks count in `in_flight`.
     pub fn new(
         partition: PartitionId,
         clock: Arc<dyn Clock>,
         executor: Recipient<ExecutePartitionTask>,
+        in_flight: Arc<InFlight>,
     ) -> Self {
         PartitionScheduler {
             partition,
             clock,
             executor,
+            in_flight,
             pending: BTreeMap::new(),
             timer: None,
         }
@@ -85,9 +89,14 @@ impl Handler<ScheduleTasks> for PartitionScheduler {
     type Result = ();
 
     fn handle(&mut self, msg: ScheduleTasks, ctx: &mut Context<Self>) {
+        // The sender counted every task into the gauge; a key already held is replaced, not added.
+        let mut replaced = 0;
         for task in msg.0 {
-            self.pending.insert(task.key(), task);
+            if self.pending.insert(task.key(), task).is_some() {
+                replaced += 1;
+            }
         }
+        self.in_flight.remove(replaced);
         tracing::trace!(
             partition = self.partition,
             held = self.pending.len(),
@@ -97,18 +106,11 @@ impl Handler<ScheduleTasks> for PartitionScheduler {
     }
 }
 
-impl Handler<FetchInProgressTaskCount> for PartitionScheduler {
-    type Result = usize;
-
-    fn handle(&mut self, _: FetchInProgressTaskCount, _: &mut Context<Self>) -> usize {
-        self.pending.len()
-    }
-}
-
 impl Handler<StopActor> for PartitionScheduler {
     type Result = ();
 
     fn handle(&mut self, _: StopActor, ctx: &mut Context<Self>) {
+        self.in_flight.remove(self.pending.len());
         ctx.stop();
     }
 }

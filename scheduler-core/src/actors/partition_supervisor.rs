@@ -13,7 +13,7 @@ use tracing::{info, warn};
 
 use super::partition_executor::{DrainPartition, PartitionExecutor};
 use super::partition_scheduler::PartitionScheduler;
-use super::task_persistence::{PersistTasks, TaskPersistence};
+use super::task_persistence::{PersistTasks, PersistenceLinks, TaskPersistence};
 use super::task_status_tracker::TaskStatusTracker;
 use super::throughput_controller::ThroughputController;
 use super::topic_supervisor::PartitionFailed;
@@ -100,21 +100,29 @@ impl Actor for PartitionSupervisor {
             executor_ctx.address(),
         );
         let tracker = TaskStatusTracker::new(p, deps.store.clone()).start();
+        let in_flight = deps.in_flight.start(p);
         executor_ctx.run(PartitionExecutor::new(
             p,
             deps.clone(),
             tracker.clone(),
             controller.clone().recipient(),
+            in_flight.clone(),
         ));
         scheduler_ctx.run(PartitionScheduler::new(
             p,
             deps.clock.clone(),
             executor.clone().recipient(),
+            in_flight.clone(),
         ));
         persistence_ctx.run(TaskPersistence::new(
             p,
             deps.store.clone(),
-            scheduler.clone(),
+            PersistenceLinks {
+                scheduler: scheduler.clone(),
+                controller: controller.clone().recipient(),
+                in_flight: in_flight.clone(),
+                max_in_flight: deps.settings.max_in_flight_tasks,
+            },
             load_from,
             deps.settings.persist_timeout,
         ));
@@ -123,8 +131,7 @@ impl Actor for PartitionSupervisor {
             deps.clock.clone(),
             deps.settings.clone(),
             persistence.clone(),
-            scheduler.clone(),
-            executor.clone(),
+            in_flight,
             ctx.address().recipient(),
         ));
         self.children = Some(Children {

@@ -3,6 +3,9 @@
 //! point up to which the schedule has been loaded. A task persisted behind the cursor would never
 //! be loaded, so it is pushed straight to the PartitionScheduler.
 //!
+//! Pushes are bounded: tasks beyond `max_in_flight_tasks` stay in Cassandra and the cursor moves
+//! back to the first of them, so loading brings them in as room frees up.
+//!
 //! Writes and loads are serialised (each waits for the previous to finish), so a task is either
 //! behind the cursor when its write completes (pushed) or ahead of it (loaded later), never both
 //! or neither.
@@ -12,14 +15,15 @@ use std::time::Duration;
 
 use actix::{
     Actor, ActorContext, ActorFutureExt, Addr, AtomicResponse, Context, Handler, Message,
-    WrapFuture,
+    Recipient, WrapFuture,
 };
 use chrono::{DateTime, Utc};
 use scheduler_client::Task;
 use tracing::debug;
 
 use super::partition_scheduler::{PartitionScheduler, ScheduleTasks};
-use super::StopActor;
+use super::throughput_controller::LoadMore;
+use super::{InFlight, StopActor};
 use crate::store::{PartitionId, ReadCursor, StoreError, StoreResult, TaskStore};
 
 /// Write these tasks to the schedule; the reply comes once they are durable.
@@ -53,8 +57,23 @@ pub struct TaskPersistence {
     partition: PartitionId,
     store: Arc<dyn TaskStore>,
     scheduler: Addr<PartitionScheduler>,
+    controller: Recipient<LoadMore>,
+    in_flight: Arc<InFlight>,
+    max_in_flight: usize,
     cursor: ReadCursor,
     persist_timeout: Duration,
+}
+
+/// Where a partition's persistence sends tasks, and the limit on what it may hold in memory.
+pub struct PersistenceLinks {
+    /// Receives pushed and loaded tasks.
+    pub scheduler: Addr<PartitionScheduler>,
+    /// Told when the cursor moves back (there is more to load).
+    pub controller: Recipient<LoadMore>,
+    /// The partition's in-flight gauge; tasks sent to the scheduler are counted into it.
+    pub in_flight: Arc<InFlight>,
+    /// `max_in_flight_tasks`: pushes beyond it are left for loading.
+    pub max_in_flight: usize,
 }
 
 impl TaskPersistence {
@@ -62,16 +81,27 @@ impl TaskPersistence {
     pub fn new(
         partition: PartitionId,
         store: Arc<dyn TaskStore>,
-        scheduler: Addr<PartitionScheduler>,
+        links: PersistenceLinks,
         load_from: DateTime<Utc>,
         persist_timeout: Duration,
     ) -> Self {
         TaskPersistence {
             partition,
             store,
-            scheduler,
+            scheduler: links.scheduler,
+            controller: links.controller,
+            in_flight: links.in_flight,
+            max_in_flight: links.max_in_flight,
             cursor: ReadCursor::From(load_from),
             persist_timeout,
+        }
+    }
+
+    /// Sends tasks to the scheduler, counting them in flight.
+    fn send_to_scheduler(&self, tasks: Vec<Task>) {
+        if !tasks.is_empty() {
+            self.in_flight.add(tasks.len());
+            self.scheduler.do_send(ScheduleTasks(tasks));
         }
     }
 }
@@ -100,18 +130,31 @@ impl Handler<PersistTasks> for TaskPersistence {
         AtomicResponse::new(Box::pin(written.into_actor(self).map(
             move |result, act, _| {
                 result?;
-                let behind: Vec<Task> = tasks
+                let mut behind: Vec<Task> = tasks
                     .into_iter()
                     .filter(|t| act.cursor.has_passed(&t.key()))
                     .collect();
+                let room = act.max_in_flight.saturating_sub(act.in_flight.current());
+                if behind.len() > room {
+                    // Memory is full: push the earliest that fit and move the cursor back to the
+                    // first of the rest, so loading reads them once there is room.
+                    behind.sort_by_key(Task::key);
+                    let left = behind.split_off(room);
+                    let from = left[0].scheduled_time.min(act.cursor.time());
+                    act.cursor = ReadCursor::From(from);
+                    act.controller.do_send(LoadMore);
+                    debug!(
+                        partition = act.partition,
+                        left = left.len(),
+                        "in-flight limit reached; tasks left for loading"
+                    );
+                }
                 debug!(
                     partition = act.partition,
                     pushed = behind.len(),
                     "tasks persisted"
                 );
-                if !behind.is_empty() {
-                    act.scheduler.do_send(ScheduleTasks(behind));
-                }
+                act.send_to_scheduler(behind);
                 Ok(())
             },
         )))
@@ -136,9 +179,7 @@ impl Handler<LoadTasks> for TaskPersistence {
                     _ => ReadCursor::From(msg.until.max(act.cursor.time())),
                 };
                 debug!(partition = act.partition, count, caught_up, "tasks loaded");
-                if count > 0 {
-                    act.scheduler.do_send(ScheduleTasks(tasks));
-                }
+                act.send_to_scheduler(tasks);
                 Ok(TasksLoaded {
                     count,
                     caught_up,

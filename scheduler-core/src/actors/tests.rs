@@ -15,7 +15,7 @@ use scheduler_client::{Task, TaskKey};
 use super::topic_supervisor::{
     AssignPartitions, ProcessTaskBatch, RevokePartitions, TopicSupervisor,
 };
-use super::PartitionDeps;
+use super::{InFlightGauges, PartitionDeps};
 use crate::clock::{Clock, TokioClock};
 use crate::executor::{ExecutionPool, TaskError, TaskExecutor};
 use crate::settings::SchedulingSettings;
@@ -145,6 +145,7 @@ struct Harness {
     store: MemoryStore,
     recorder: Arc<Recorder>,
     topic: Addr<TopicSupervisor>,
+    in_flight: InFlightGauges,
 }
 
 impl Harness {
@@ -181,12 +182,15 @@ impl Harness {
             clock: Arc::new(clock),
             pool,
             settings: Arc::new(settings),
+            in_flight: InFlightGauges::default(),
         };
+        let in_flight = deps.in_flight.clone();
         let topic = TopicSupervisor::new(deps).start();
         Harness {
             store,
             recorder,
             topic,
+            in_flight,
         }
     }
 
@@ -478,6 +482,47 @@ fn a_large_backlog_drains_with_in_flight_tasks_bounded() {
             "at most max_in_flight_tasks loaded and unfinished, saw {peak}"
         );
         assert!(peak >= 20, "loading keeps the pipeline busy, saw {peak}");
+        let gauge_peak = h.in_flight.get(P).map(|g| g.peak()).unwrap_or_default();
+        assert!(gauge_peak <= 50, "in-flight gauge peaked at {gauge_peak}");
+        assert!(h.store.scheduled(P).is_empty());
+    });
+}
+
+#[test]
+fn a_flood_of_due_tasks_while_running_stays_within_the_in_flight_bound() {
+    run_paused(|| async {
+        let settings = SchedulingSettings {
+            max_in_flight_tasks: 50,
+            fetch_batch_size: 40,
+            executor_concurrency: 8,
+            ..SchedulingSettings::default()
+        };
+        let h = Harness::new(settings, Duration::from_millis(1), &[]);
+        h.assign().await;
+        // Caught up: the read cursor is at the look-ahead horizon, so new due tasks are pushed.
+        advance(Duration::from_secs(1)).await;
+        for batch in 0..4 {
+            let tasks: Vec<Task> = (0..500)
+                .map(|i| {
+                    let n = batch * 500 + i;
+                    task(&format!("o{}", n % 97), t0() + ms(1_000), &n.to_string())
+                })
+                .collect();
+            h.enqueue(tasks).await;
+        }
+        advance(Duration::from_secs(120)).await;
+        let calls = h.recorder.calls();
+        let distinct: std::collections::HashSet<&TaskKey> = calls.iter().map(|(k, _)| k).collect();
+        assert_eq!(
+            (calls.len(), distinct.len()),
+            (2_000, 2_000),
+            "every task ran, once"
+        );
+        let peak = h.in_flight.get(P).map(|g| g.peak()).unwrap_or_default();
+        assert!(
+            peak <= 50,
+            "tasks in memory stayed within max_in_flight_tasks, saw {peak}"
+        );
         assert!(h.store.scheduled(P).is_empty());
     });
 }

@@ -1,8 +1,8 @@
 //! ThroughputController: decides when one partition loads more of its schedule. It keeps the
-//! tasks in flight (held by the PartitionScheduler plus queued or running in the
-//! PartitionExecutor) under `max_in_flight_tasks`, loads in batches while a backlog remains, and,
-//! once caught up, loads again `prefetch_window` before the loaded horizon (`now + max_look_ahead`)
-//! runs out. Repeated load failures escalate to the PartitionSupervisor.
+//! tasks in flight (the partition's in-flight gauge: held by the PartitionScheduler, queued or
+//! running in the PartitionExecutor) under `max_in_flight_tasks`, loads in batches while a
+//! backlog remains, and, once caught up, loads again `prefetch_window` before the loaded horizon
+//! (`now + max_look_ahead`) runs out. Repeated load failures escalate to the PartitionSupervisor.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -13,11 +13,9 @@ use actix::{
 };
 use tracing::warn;
 
-use super::partition_executor::PartitionExecutor;
-use super::partition_scheduler::PartitionScheduler;
 use super::partition_supervisor::EscalateFailure;
 use super::task_persistence::{LoadTasks, TaskPersistence, TasksLoaded};
-use super::StopActor;
+use super::{InFlight, StopActor};
 use crate::clock::Clock;
 use crate::retry::exponential_period;
 use crate::settings::SchedulingSettings;
@@ -28,21 +26,16 @@ const MAX_LOAD_FAILURES: u32 = 5;
 /// First wait after a failed load.
 const LOAD_RETRY_BASE: Duration = Duration::from_millis(500);
 
-/// How many tasks the receiver holds (the PartitionScheduler: not yet due; the
-/// PartitionExecutor: queued or running).
-#[derive(Debug, Message)]
-#[rtype(result = "usize")]
-pub struct FetchInProgressTaskCount;
-
 /// From the PartitionExecutor: a task is done, so there may be room to load more.
 #[derive(Debug, Message)]
 #[rtype(result = "()")]
 pub struct CapacityFreed;
 
-/// Consider loading now.
+/// There is more to load than the loaded horizon suggests (TaskPersistence moved its cursor back
+/// after pushing only part of a batch): load as soon as there is room.
 #[derive(Debug, Message)]
 #[rtype(result = "()")]
-struct ConsiderLoading;
+pub struct LoadMore;
 
 /// Paces the loading of one partition's schedule.
 pub struct ThroughputController {
@@ -50,10 +43,11 @@ pub struct ThroughputController {
     clock: Arc<dyn Clock>,
     settings: Arc<SchedulingSettings>,
     persistence: Addr<TaskPersistence>,
-    scheduler: Addr<PartitionScheduler>,
-    executor: Addr<PartitionExecutor>,
+    in_flight: Arc<InFlight>,
     supervisor: Recipient<EscalateFailure>,
     loading: bool,
+    /// A `LoadMore` came while a load was under way: load again when it returns.
+    reload_requested: bool,
     awaiting_capacity: bool,
     next_load: Option<SpawnHandle>,
     failures: u32,
@@ -66,8 +60,7 @@ impl ThroughputController {
         clock: Arc<dyn Clock>,
         settings: Arc<SchedulingSettings>,
         persistence: Addr<TaskPersistence>,
-        scheduler: Addr<PartitionScheduler>,
-        executor: Addr<PartitionExecutor>,
+        in_flight: Arc<InFlight>,
         supervisor: Recipient<EscalateFailure>,
     ) -> Self {
         ThroughputController {
@@ -75,10 +68,10 @@ impl ThroughputController {
             clock,
             settings,
             persistence,
-            scheduler,
-            executor,
+            in_flight,
             supervisor,
             loading: false,
+            reload_requested: false,
             awaiting_capacity: false,
             next_load: None,
             failures: 0,
@@ -96,33 +89,18 @@ impl ThroughputController {
         if self.loading {
             return;
         }
-        self.loading = true;
         if let Some(handle) = self.next_load.take() {
             ctx.cancel_future(handle);
         }
-        let counts = futures::future::join(
-            self.scheduler.send(FetchInProgressTaskCount),
-            self.executor.send(FetchInProgressTaskCount),
-        );
-        ctx.spawn(counts.into_actor(self).map(|(held, running), act, ctx| {
-            let in_flight = held.unwrap_or(0) + running.unwrap_or(0);
-            if in_flight > act.load_threshold() {
-                act.loading = false;
-                act.awaiting_capacity = true;
-                return;
-            }
-            act.awaiting_capacity = false;
-            act.load(in_flight, ctx);
-        }));
-    }
-
-    fn load(&mut self, in_flight: usize, ctx: &mut Context<Self>) {
+        let in_flight = self.in_flight.current();
         let capacity = self.settings.max_in_flight_tasks.saturating_sub(in_flight);
         let limit = capacity.min(self.settings.fetch_batch_size);
-        if limit == 0 {
+        if in_flight > self.load_threshold() || limit == 0 {
             self.awaiting_capacity = true;
             return;
         }
+        self.awaiting_capacity = false;
+        self.loading = true;
         let until = self.clock.now()
             + chrono::TimeDelta::from_std(self.settings.max_look_ahead).unwrap_or_default();
         let request = self.persistence.send(LoadTasks { until, limit });
@@ -138,9 +116,9 @@ impl ThroughputController {
 
     fn loaded(&mut self, loaded: TasksLoaded, ctx: &mut Context<Self>) {
         self.failures = 0;
-        if !loaded.caught_up {
-            // A backlog remains: load more as soon as there is room.
-            ctx.notify(ConsiderLoading);
+        if !loaded.caught_up || std::mem::take(&mut self.reload_requested) {
+            // A backlog remains (or the cursor moved back meanwhile): load more when there is room.
+            ctx.notify(LoadMore);
             return;
         }
         // Caught up to the horizon: load again shortly before the loaded schedule runs out.
@@ -183,11 +161,15 @@ impl Actor for ThroughputController {
     }
 }
 
-impl Handler<ConsiderLoading> for ThroughputController {
+impl Handler<LoadMore> for ThroughputController {
     type Result = ();
 
-    fn handle(&mut self, _: ConsiderLoading, ctx: &mut Context<Self>) {
-        self.consider_loading(ctx);
+    fn handle(&mut self, _: LoadMore, ctx: &mut Context<Self>) {
+        if self.loading {
+            self.reload_requested = true;
+        } else {
+            self.consider_loading(ctx);
+        }
     }
 }
 

@@ -18,7 +18,7 @@ use tracing::info;
 
 use self::consumer::{PollLoop, RebalanceHandler};
 use crate::actors::topic_supervisor::TopicSupervisor;
-use crate::actors::PartitionDeps;
+use crate::actors::{InFlightGauges, PartitionDeps};
 use crate::clock::SystemClock;
 use crate::executor::{ExecutionPool, TaskExecutor};
 use crate::settings::{KafkaSettings, Settings, SettingsError};
@@ -112,6 +112,7 @@ impl SchedulerNode {
             clock: Arc::new(SystemClock),
             pool,
             settings: Arc::clone(&scheduling),
+            in_flight: InFlightGauges::default(),
         };
 
         let (ready_tx, ready_rx) = oneshot::channel::<Addr<TopicSupervisor>>();
