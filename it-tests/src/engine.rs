@@ -204,3 +204,20 @@ pub async fn wait_until(timeout: Duration, what: &str, mut condition: impl FnMut
 pub fn task(ordering_id: &str, at: DateTime<Utc>, unique: &str) -> Task {
     Task::new(ordering_id, at, unique, Default::default())
 }
+
+/// Sums the samples of `metric` in a Prometheus text exposition whose labels include every
+/// `name="value"` pair in `labels`.
+pub fn metric_sum(text: &str, metric: &str, labels: &[(&str, &str)]) -> f64 {
+    text.lines()
+        .filter(|line| !line.starts_with('#'))
+        .filter_map(|line| {
+            let (series, value) = line.rsplit_once(' ')?;
+            let (name, label_text) = series.split_once('{').unwrap_or((series, ""));
+            let matches = name == metric
+                && labels
+                    .iter()
+                    .all(|(k, v)| label_text.contains(&format!("{k}=\"{v}\"")));
+            matches.then(|| value.parse::<f64>().ok()).flatten()
+        })
+        .sum()
+}

@@ -6,7 +6,9 @@ use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::Duration;
 
 use chrono::{TimeDelta, Utc};
-use it_tests::engine::{by_task, executions, task, wait_until, Execution, Recorder, TestEnv};
+use it_tests::engine::{
+    by_task, executions, metric_sum, task, wait_until, Execution, Recorder, TestEnv,
+};
 use rdkafka::config::ClientConfig;
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use rdkafka::util::Timeout;
@@ -172,6 +174,31 @@ async fn tasks_run_at_their_time_in_any_enqueue_order_once_and_within_the_grace_
         .map(|e| e.key.uniqueness_key)
         .collect();
     assert_eq!(same, ["early", "late"], "each at its own time");
+
+    let metrics = node.metrics();
+    let completed = metric_sum(
+        &metrics,
+        "scheduler_executions_total",
+        &[("outcome", "completed")],
+    );
+    assert_eq!(
+        completed,
+        expected.len() as f64,
+        "one completed execution per task:\n{metrics}"
+    );
+    // The duplicate was persisted twice; the refused task never reached the topic.
+    let persisted = metric_sum(&metrics, "scheduler_tasks_persisted_total", &[]);
+    assert_eq!(persisted, expected.len() as f64 + 1.0, "{metrics}");
+    let delays = metric_sum(&metrics, "scheduler_execution_delay_seconds_count", &[]);
+    assert_eq!(delays, expected.len() as f64);
+    assert_eq!(
+        metric_sum(
+            &metrics,
+            "scheduler_rebalances_total",
+            &[("kind", "assigned")]
+        ),
+        1.0
+    );
     node.shutdown().await.expect("clean shutdown");
 }
 
@@ -282,6 +309,37 @@ async fn failures_are_retried_with_backoff_and_recorded_failed_after_the_last_re
             );
         }
     }
+
+    let metrics = node.metrics();
+    assert_eq!(
+        metric_sum(&metrics, "scheduler_retries_total", &[]),
+        4.0,
+        "{metrics}"
+    );
+    assert_eq!(
+        metric_sum(&metrics, "scheduler_retries_exhausted_total", &[]),
+        1.0
+    );
+    assert_eq!(
+        metric_sum(
+            &metrics,
+            "scheduler_executions_total",
+            &[("outcome", "failed")]
+        ),
+        1.0
+    );
+    assert_eq!(
+        metric_sum(
+            &metrics,
+            "scheduler_executions_total",
+            &[("outcome", "completed")]
+        ),
+        1.0
+    );
+    assert_eq!(
+        metric_sum(&metrics, "scheduler_execution_duration_seconds_count", &[]),
+        6.0
+    );
 
     // Recorded as failed: scheduling it again does not run it again.
     scheduler
@@ -435,6 +493,21 @@ async fn garbage_on_the_topic_is_parked_and_valid_tasks_behind_it_still_run() {
             })
             .unwrap_or_else(|| panic!("no log line parks the {what} record at partition {partition} offset {offset}:\n{text}"));
         assert!(line.contains(&env.topic), "{line}");
+    }
+    let metrics = node.metrics();
+    let p = partition.to_string();
+    for (reason, count) in [
+        ("json", 2.0),
+        ("version", 1.0),
+        ("missing_field", 1.0),
+        ("wrong_partition", 1.0),
+    ] {
+        let parked = metric_sum(
+            &metrics,
+            "scheduler_parked_records_total",
+            &[("partition", &p), ("reason", reason)],
+        );
+        assert_eq!(parked, count, "parked {reason} records:\n{metrics}");
     }
     node.shutdown().await.expect("clean shutdown");
 }

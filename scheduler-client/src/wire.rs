@@ -56,6 +56,22 @@ pub enum DecodeError {
     TaskDataNotObject,
 }
 
+impl DecodeError {
+    /// A short, stable name for the kind of problem (a metrics label).
+    pub fn reason(&self) -> &'static str {
+        match self {
+            DecodeError::TooLarge { .. } => "too_large",
+            DecodeError::Empty => "empty",
+            DecodeError::Json(_) => "json",
+            DecodeError::UnsupportedVersion(_) => "version",
+            DecodeError::MissingField(_) => "missing_field",
+            DecodeError::EmptyField(_) => "empty_field",
+            DecodeError::BadScheduledTime { .. } => "bad_time",
+            DecodeError::TaskDataNotObject => "task_data",
+        }
+    }
+}
+
 #[derive(Serialize)]
 #[serde(rename_all = "camelCase")]
 struct WireOut<'a> {

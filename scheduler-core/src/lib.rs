@@ -7,12 +7,14 @@
 //! - [`actors`]: the per-partition actor tree.
 //! - [`store`]: persistence of the schedule, task status and attempts.
 //! - [`clock`]: the injectable time source.
+//! - [`metrics`]: the node's Prometheus metrics.
 //!
 //! See `design.md` for the architecture.
 
 pub mod actors;
 pub mod clock;
 pub mod executor;
+pub mod metrics;
 pub mod node;
 pub mod retry;
 pub mod settings;

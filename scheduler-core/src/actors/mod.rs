@@ -37,6 +37,7 @@ use actix::Message;
 
 use crate::clock::Clock;
 use crate::executor::ExecutionPool;
+use crate::metrics::Metrics;
 use crate::settings::SchedulingSettings;
 use crate::store::{PartitionId, TaskStore};
 
@@ -53,6 +54,8 @@ pub struct PartitionDeps {
     pub settings: Arc<SchedulingSettings>,
     /// The in-flight gauge of each partition.
     pub in_flight: InFlightGauges,
+    /// The node's metrics.
+    pub metrics: Arc<Metrics>,
 }
 
 /// The tasks of one partition held in memory: waiting in the PartitionScheduler, or queued or
@@ -62,6 +65,7 @@ pub struct PartitionDeps {
 pub struct InFlight {
     current: AtomicUsize,
     peak: AtomicUsize,
+    held: AtomicUsize,
 }
 
 impl InFlight {
@@ -89,6 +93,16 @@ impl InFlight {
     pub fn peak(&self) -> usize {
         self.peak.load(Ordering::SeqCst)
     }
+
+    /// Records how many of them the PartitionScheduler holds (not yet due).
+    pub fn set_held(&self, n: usize) {
+        self.held.store(n, Ordering::SeqCst);
+    }
+
+    /// How many the PartitionScheduler holds; the rest are queued or running.
+    pub fn held(&self) -> usize {
+        self.held.load(Ordering::SeqCst)
+    }
 }
 
 /// The in-flight gauges of the partitions this node runs (a partition's tree gets a fresh one
@@ -114,6 +128,27 @@ impl InFlightGauges {
             .unwrap_or_else(PoisonError::into_inner)
             .get(&partition)
             .cloned()
+    }
+
+    /// Forgets the gauge of a partition no longer run here.
+    pub fn forget(&self, partition: PartitionId) {
+        self.0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(&partition);
+    }
+
+    /// Every partition's gauge, by partition.
+    pub fn all(&self) -> Vec<(PartitionId, Arc<InFlight>)> {
+        let mut all: Vec<_> = self
+            .0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .iter()
+            .map(|(p, g)| (*p, Arc::clone(g)))
+            .collect();
+        all.sort_by_key(|(p, _)| *p);
+        all
     }
 }
 

@@ -60,6 +60,7 @@ impl PartitionScheduler {
             let task = entry.remove();
             self.executor.do_send(ExecutePartitionTask(task));
         }
+        self.in_flight.set_held(self.pending.len());
         let Some(next) = self.pending.keys().next().map(|k| k.scheduled_time) else {
             if let Some((_, handle)) = self.timer.take() {
                 ctx.cancel_future(handle);

@@ -122,6 +122,7 @@ impl Actor for PartitionSupervisor {
                 controller: controller.clone().recipient(),
                 in_flight: in_flight.clone(),
                 max_in_flight: deps.settings.max_in_flight_tasks,
+                metrics: deps.metrics.clone(),
             },
             load_from,
             deps.settings.persist_timeout,

@@ -136,10 +136,18 @@ impl TaskExecutorActor {
         let delay_ms = (started_at - self.key.scheduled_time).num_milliseconds();
         debug!(partition = self.partition, task = %self.key, attempt = self.attempts, delay_ms, "executing task");
         let run = self.deps.pool.run(self.task.clone(), self.span.clone());
-        ctx.spawn(
-            run.into_actor(self)
-                .map(move |result, act, ctx| act.attempt_finished(result, started_at, ctx)),
-        );
+        let clock_started = std::time::Instant::now();
+        ctx.spawn(run.into_actor(self).map(move |result, act, ctx| {
+            let first_delay = (act.attempts == 1).then(|| {
+                (started_at - act.key.scheduled_time)
+                    .to_std()
+                    .unwrap_or_default()
+            });
+            act.deps
+                .metrics
+                .attempt(act.partition, clock_started.elapsed(), first_delay);
+            act.attempt_finished(result, started_at, ctx)
+        }));
     }
 
     fn attempt_finished(
@@ -174,6 +182,7 @@ impl TaskExecutorActor {
                 if self.attempts > self.deps.settings.max_task_retries =>
             {
                 warn!(partition = self.partition, task = %self.key, attempts = self.attempts, %reason, "retries exhausted; task failed");
+                self.deps.metrics.retries_exhausted(self.partition);
                 self.record_final(TaskStatus::Failed, Some(reason), ctx);
             }
             Err(TaskError::Retry(reason)) => {
@@ -189,6 +198,7 @@ impl TaskExecutorActor {
                     &mut self.rng,
                 );
                 info!(partition = self.partition, task = %self.key, attempt = self.attempts, %reason, retry_in_ms = delay.as_millis() as u64, "task failed; retry scheduled");
+                self.deps.metrics.retry_scheduled(self.partition);
                 self.pending_retry = Some(ctx.run_later(delay, |act, ctx| act.attempt(ctx)));
             }
         }
@@ -256,6 +266,7 @@ impl TaskExecutorActor {
     }
 
     fn finish(&mut self, outcome: ExecutionOutcome, ctx: &mut Context<Self>) {
+        self.deps.metrics.executed(self.partition, outcome);
         debug!(partition = self.partition, task = %self.key, ?outcome, attempts = self.attempts, "task done");
         self.report_to.do_send(TaskExecuted {
             key: self.key.clone(),

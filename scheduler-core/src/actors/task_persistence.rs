@@ -24,6 +24,7 @@ use tracing::debug;
 use super::partition_scheduler::{PartitionScheduler, ScheduleTasks};
 use super::throughput_controller::LoadMore;
 use super::{InFlight, StopActor};
+use crate::metrics::Metrics;
 use crate::store::{PartitionId, ReadCursor, StoreError, StoreResult, TaskStore};
 
 /// Write these tasks to the schedule; the reply comes once they are durable.
@@ -60,6 +61,7 @@ pub struct TaskPersistence {
     controller: Recipient<LoadMore>,
     in_flight: Arc<InFlight>,
     max_in_flight: usize,
+    metrics: Arc<Metrics>,
     cursor: ReadCursor,
     persist_timeout: Duration,
 }
@@ -74,6 +76,8 @@ pub struct PersistenceLinks {
     pub in_flight: Arc<InFlight>,
     /// `max_in_flight_tasks`: pushes beyond it are left for loading.
     pub max_in_flight: usize,
+    /// Where persisted counts and latencies go.
+    pub metrics: Arc<Metrics>,
 }
 
 impl TaskPersistence {
@@ -92,6 +96,7 @@ impl TaskPersistence {
             controller: links.controller,
             in_flight: links.in_flight,
             max_in_flight: links.max_in_flight,
+            metrics: links.metrics,
             cursor: ReadCursor::From(load_from),
             persist_timeout,
         }
@@ -115,6 +120,7 @@ impl Handler<PersistTasks> for TaskPersistence {
 
     fn handle(&mut self, msg: PersistTasks, _: &mut Context<Self>) -> Self::Result {
         let tasks = msg.0;
+        let started = std::time::Instant::now();
         let write = self.store.persist(self.partition, tasks.clone());
         let timeout = self.persist_timeout;
         let written = async move {
@@ -130,6 +136,8 @@ impl Handler<PersistTasks> for TaskPersistence {
         AtomicResponse::new(Box::pin(written.into_actor(self).map(
             move |result, act, _| {
                 result?;
+                act.metrics
+                    .persisted(act.partition, tasks.len(), started.elapsed());
                 let mut behind: Vec<Task> = tasks
                     .into_iter()
                     .filter(|t| act.cursor.has_passed(&t.key()))

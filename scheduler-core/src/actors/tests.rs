@@ -183,6 +183,7 @@ impl Harness {
             pool,
             settings: Arc::new(settings),
             in_flight: InFlightGauges::default(),
+            metrics: Arc::new(crate::metrics::Metrics::new()),
         };
         let in_flight = deps.in_flight.clone();
         let topic = TopicSupervisor::new(deps).start();

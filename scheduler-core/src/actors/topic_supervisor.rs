@@ -111,6 +111,9 @@ impl Handler<RevokePartitions> for TopicSupervisor {
         let partitions: Vec<PartitionId> = self.partitions.keys().copied().collect();
         info!(?partitions, "partitions revoked; draining");
         self.rebuilding.clear();
+        for partition in &partitions {
+            self.deps.in_flight.forget(*partition);
+        }
         let stops: Vec<_> = self
             .partitions
             .drain()

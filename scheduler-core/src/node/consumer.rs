@@ -18,6 +18,7 @@ use tracing::{debug, error, info, warn};
 use crate::actors::topic_supervisor::{
     AssignPartitions, ProcessTaskBatch, RevokePartitions, TopicSupervisor,
 };
+use crate::metrics::Metrics;
 use crate::store::PartitionId;
 
 /// How long one poll waits for the first message of a batch.
@@ -32,6 +33,7 @@ pub struct RebalanceHandler {
     pub(crate) isolation_wait: Duration,
     pub(crate) owned: Arc<Mutex<Vec<PartitionId>>>,
     pub(crate) shutting_down: Arc<AtomicBool>,
+    pub(crate) metrics: Arc<Metrics>,
 }
 
 impl RebalanceHandler {
@@ -47,6 +49,7 @@ impl ConsumerContext for RebalanceHandler {
         if let Rebalance::Revoke(list) = rebalance {
             let revoked = partitions_of(list, &self.topic);
             info!(?revoked, "partitions revoked: stopping their trees");
+            self.metrics.rebalanced("revoked");
             self.set_owned(Vec::new());
             if let Err(e) = futures::executor::block_on(self.supervisor.send(RevokePartitions)) {
                 error!(error = %e, "actor system unavailable while revoking partitions");
@@ -63,6 +66,7 @@ impl ConsumerContext for RebalanceHandler {
             Rebalance::Assign(list) => {
                 let assigned = partitions_of(list, &self.topic);
                 info!(?assigned, "partitions assigned: loading their schedules");
+                self.metrics.rebalanced("assigned");
                 if let Err(e) = futures::executor::block_on(
                     self.supervisor.send(AssignPartitions(assigned.clone())),
                 ) {
@@ -95,6 +99,7 @@ pub struct PollLoop {
     pub(crate) max_record_bytes: usize,
     pub(crate) supervisor: Addr<TopicSupervisor>,
     pub(crate) stop: Arc<AtomicBool>,
+    pub(crate) metrics: Arc<Metrics>,
 }
 
 /// A polled batch: tasks by partition, and per partition the offsets it spans.
@@ -162,15 +167,18 @@ impl PollLoop {
         span.0 = span.0.min(offset);
         span.1 = span.1.max(offset);
         let decoded = wire::decode(message.payload(), self.max_record_bytes)
-            .map_err(|e| e.to_string())
+            .map_err(|e| (e.reason(), e.to_string()))
             .and_then(|task| {
                 let expected = partition_for(&task.ordering_id, self.partition_count);
                 if expected == partition {
                     Ok(task)
                 } else {
-                    Err(format!(
-                        "orderingId {:?} belongs to partition {expected}, not {partition}",
-                        task.ordering_id
+                    Err((
+                        "wrong_partition",
+                        format!(
+                            "orderingId {:?} belongs to partition {expected}, not {partition}",
+                            task.ordering_id
+                        ),
                     ))
                 }
             });
@@ -179,7 +187,8 @@ impl PollLoop {
                 debug!(partition, offset, task = %task.key(), "task polled");
                 batch.tasks.entry(partition).or_default().push(task);
             }
-            Err(reason) => {
+            Err((kind, reason)) => {
+                self.metrics.parked(partition, kind);
                 warn!(topic = %self.topic, partition, offset, %reason, "parked a record that is not a valid task (skipped)");
             }
         }

@@ -21,6 +21,7 @@ use crate::actors::topic_supervisor::TopicSupervisor;
 use crate::actors::{InFlightGauges, PartitionDeps};
 use crate::clock::SystemClock;
 use crate::executor::{ExecutionPool, TaskExecutor};
+use crate::metrics::Metrics;
 use crate::settings::{KafkaSettings, Settings, SettingsError};
 use crate::store::{CassandraStore, PartitionId, StoreError};
 
@@ -50,6 +51,7 @@ pub enum NodeError {
 pub struct SchedulerNode {
     stop: Arc<AtomicBool>,
     owned: Arc<Mutex<Vec<PartitionId>>>,
+    observed: Observed,
     consumer_thread: Option<JoinHandle<()>>,
     actor_thread: Option<JoinHandle<()>>,
     stop_actors: Option<oneshot::Sender<()>>,
@@ -113,6 +115,11 @@ impl SchedulerNode {
             pool,
             settings: Arc::clone(&scheduling),
             in_flight: InFlightGauges::default(),
+            metrics: Arc::new(Metrics::new()),
+        };
+        let observed = Observed {
+            metrics: Arc::clone(&deps.metrics),
+            in_flight: deps.in_flight.clone(),
         };
 
         let (ready_tx, ready_rx) = oneshot::channel::<Addr<TopicSupervisor>>();
@@ -141,6 +148,7 @@ impl SchedulerNode {
             isolation_wait: scheduling.isolation_wait,
             owned: Arc::clone(&owned),
             shutting_down: Arc::clone(&stop),
+            metrics: Arc::clone(&observed.metrics),
         };
         let consumer: BaseConsumer<RebalanceHandler> = consumer_config(&settings.kafka)
             .create_with_context(handler)
@@ -156,6 +164,7 @@ impl SchedulerNode {
             max_record_bytes: scheduling.max_task_data_bytes,
             supervisor,
             stop: Arc::clone(&stop),
+            metrics: Arc::clone(&observed.metrics),
         };
         let consumer_thread = std::thread::Builder::new()
             .name("scheduler-consumer".into())
@@ -165,10 +174,16 @@ impl SchedulerNode {
         Ok(StartedParts {
             stop,
             owned,
+            observed,
             consumer_thread,
             actor_thread,
             stop_actors,
         })
+    }
+
+    /// The node's metrics in the Prometheus text format (see [`crate::metrics`]).
+    pub fn metrics(&self) -> String {
+        self.observed.metrics.encode(&self.observed.in_flight)
     }
 
     /// The partitions this node currently owns.
@@ -207,10 +222,17 @@ impl SchedulerNode {
     }
 }
 
+/// What the node exposes about its partitions.
+struct Observed {
+    metrics: Arc<Metrics>,
+    in_flight: InFlightGauges,
+}
+
 /// A node's threads, before the runtime joins them.
 struct StartedParts {
     stop: Arc<AtomicBool>,
     owned: Arc<Mutex<Vec<PartitionId>>>,
+    observed: Observed,
     consumer_thread: JoinHandle<()>,
     actor_thread: JoinHandle<()>,
     stop_actors: oneshot::Sender<()>,
@@ -221,6 +243,7 @@ impl StartedParts {
         SchedulerNode {
             stop: self.stop,
             owned: self.owned,
+            observed: self.observed,
             consumer_thread: Some(self.consumer_thread),
             actor_thread: Some(self.actor_thread),
             stop_actors: Some(self.stop_actors),

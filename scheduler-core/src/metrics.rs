@@ -1,0 +1,288 @@
+//! Node metrics, exposed in the Prometheus text format by [`crate::SchedulerNode::metrics`].
+//!
+//! | metric | labels | what |
+//! | --- | --- | --- |
+//! | `scheduler_tasks_persisted_total` | partition | tasks written to the schedule |
+//! | `scheduler_persist_duration_seconds` | partition | time to persist one polled batch of a partition |
+//! | `scheduler_executions_total` | partition, outcome | tasks done with: completed, failed, dropped, already_finished, abandoned |
+//! | `scheduler_execution_duration_seconds` | partition | one call of the user's executor |
+//! | `scheduler_execution_delay_seconds` | partition | first attempt's start minus the scheduled time |
+//! | `scheduler_retries_total` | partition | retries scheduled after a failed attempt |
+//! | `scheduler_retries_exhausted_total` | partition | tasks recorded failed after the last retry |
+//! | `scheduler_parked_records_total` | partition, reason | records skipped as not valid tasks |
+//! | `scheduler_rebalances_total` | kind (revoked, assigned) | rebalance callbacks |
+//! | `scheduler_tasks_in_memory` | partition, stage (scheduled, executing) | tasks held in memory |
+
+use std::time::Duration;
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
+use prometheus_client::registry::Registry;
+
+use crate::actors::task_executor::ExecutionOutcome;
+use crate::actors::InFlightGauges;
+use crate::store::PartitionId;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct PartitionLabel {
+    partition: PartitionId,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct OutcomeLabels {
+    partition: PartitionId,
+    outcome: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ParkedLabels {
+    partition: PartitionId,
+    reason: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct KindLabel {
+    kind: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct StageLabels {
+    partition: PartitionId,
+    stage: &'static str,
+}
+
+fn short_durations() -> Histogram {
+    // 0.5 ms .. about 16 s
+    Histogram::new(exponential_buckets(0.0005, 2.0, 16))
+}
+
+fn long_durations() -> Histogram {
+    // 1 ms .. about 9 min
+    Histogram::new(exponential_buckets(0.001, 2.0, 20))
+}
+
+/// The node's metrics. Shared by the actors and the consumer; cheap to update.
+#[derive(Debug)]
+pub struct Metrics {
+    registry: Registry,
+    persisted: Family<PartitionLabel, Counter>,
+    persist_duration: Family<PartitionLabel, Histogram, fn() -> Histogram>,
+    executions: Family<OutcomeLabels, Counter>,
+    execution_duration: Family<PartitionLabel, Histogram, fn() -> Histogram>,
+    execution_delay: Family<PartitionLabel, Histogram, fn() -> Histogram>,
+    retries: Family<PartitionLabel, Counter>,
+    retries_exhausted: Family<PartitionLabel, Counter>,
+    parked: Family<ParkedLabels, Counter>,
+    rebalances: Family<KindLabel, Counter>,
+    in_memory: Family<StageLabels, Gauge>,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Metrics {
+    /// A registry with every metric of the node, all at zero.
+    pub fn new() -> Self {
+        let mut registry = Registry::default();
+        let persisted = Family::default();
+        let persist_duration = Family::new_with_constructor(short_durations as fn() -> Histogram);
+        let executions = Family::default();
+        let execution_duration = Family::new_with_constructor(short_durations as fn() -> Histogram);
+        let execution_delay = Family::new_with_constructor(long_durations as fn() -> Histogram);
+        let retries = Family::default();
+        let retries_exhausted = Family::default();
+        let parked = Family::default();
+        let rebalances = Family::default();
+        let in_memory = Family::default();
+        registry.register(
+            "scheduler_tasks_persisted",
+            "Tasks written to the schedule",
+            persisted.clone(),
+        );
+        registry.register(
+            "scheduler_persist_duration_seconds",
+            "Time to persist one polled batch of a partition",
+            persist_duration.clone(),
+        );
+        registry.register(
+            "scheduler_executions",
+            "Tasks done with, by outcome (completed, failed, dropped, already_finished, abandoned)",
+            executions.clone(),
+        );
+        registry.register(
+            "scheduler_execution_duration_seconds",
+            "Duration of one call of the user's executor",
+            execution_duration.clone(),
+        );
+        registry.register(
+            "scheduler_execution_delay_seconds",
+            "First attempt's start minus the task's scheduled time",
+            execution_delay.clone(),
+        );
+        registry.register(
+            "scheduler_retries",
+            "Retries scheduled after a failed attempt",
+            retries.clone(),
+        );
+        registry.register(
+            "scheduler_retries_exhausted",
+            "Tasks recorded failed after their last retry",
+            retries_exhausted.clone(),
+        );
+        registry.register(
+            "scheduler_parked_records",
+            "Records skipped because they are not valid tasks, by reason",
+            parked.clone(),
+        );
+        registry.register(
+            "scheduler_rebalances",
+            "Rebalance callbacks, by kind",
+            rebalances.clone(),
+        );
+        registry.register(
+            "scheduler_tasks_in_memory",
+            "Tasks held in memory, by stage (scheduled: waiting to be due; executing: queued or running)",
+            in_memory.clone(),
+        );
+        Metrics {
+            registry,
+            persisted,
+            persist_duration,
+            executions,
+            execution_duration,
+            execution_delay,
+            retries,
+            retries_exhausted,
+            parked,
+            rebalances,
+            in_memory,
+        }
+    }
+
+    /// `count` tasks of `partition` persisted in `took`.
+    pub fn persisted(&self, partition: PartitionId, count: usize, took: Duration) {
+        self.persisted
+            .get_or_create(&PartitionLabel { partition })
+            .inc_by(count as u64);
+        self.persist_duration
+            .get_or_create(&PartitionLabel { partition })
+            .observe(took.as_secs_f64());
+    }
+
+    /// A task is done with.
+    pub fn executed(&self, partition: PartitionId, outcome: ExecutionOutcome) {
+        let outcome = match outcome {
+            ExecutionOutcome::Completed => "completed",
+            ExecutionOutcome::Failed => "failed",
+            ExecutionOutcome::Dropped => "dropped",
+            ExecutionOutcome::AlreadyFinished => "already_finished",
+            ExecutionOutcome::Abandoned => "abandoned",
+        };
+        self.executions
+            .get_or_create(&OutcomeLabels { partition, outcome })
+            .inc();
+    }
+
+    /// One executor call took `took`; `delay` is set for a task's first attempt.
+    pub fn attempt(&self, partition: PartitionId, took: Duration, delay: Option<Duration>) {
+        self.execution_duration
+            .get_or_create(&PartitionLabel { partition })
+            .observe(took.as_secs_f64());
+        if let Some(delay) = delay {
+            self.execution_delay
+                .get_or_create(&PartitionLabel { partition })
+                .observe(delay.as_secs_f64());
+        }
+    }
+
+    /// A retry was scheduled.
+    pub fn retry_scheduled(&self, partition: PartitionId) {
+        self.retries
+            .get_or_create(&PartitionLabel { partition })
+            .inc();
+    }
+
+    /// A task failed after its last retry.
+    pub fn retries_exhausted(&self, partition: PartitionId) {
+        self.retries_exhausted
+            .get_or_create(&PartitionLabel { partition })
+            .inc();
+    }
+
+    /// A record was parked.
+    pub fn parked(&self, partition: PartitionId, reason: &'static str) {
+        self.parked
+            .get_or_create(&ParkedLabels { partition, reason })
+            .inc();
+    }
+
+    /// A rebalance callback ran (`kind`: "revoked" or "assigned").
+    pub fn rebalanced(&self, kind: &'static str) {
+        self.rebalances.get_or_create(&KindLabel { kind }).inc();
+    }
+
+    /// The metrics in the Prometheus text format, with the in-memory gauges read from `in_flight`.
+    pub fn encode(&self, in_flight: &InFlightGauges) -> String {
+        self.in_memory.clear();
+        for (partition, gauge) in in_flight.all() {
+            let held = gauge.held();
+            self.in_memory
+                .get_or_create(&StageLabels {
+                    partition,
+                    stage: "scheduled",
+                })
+                .set(held as i64);
+            self.in_memory
+                .get_or_create(&StageLabels {
+                    partition,
+                    stage: "executing",
+                })
+                .set(gauge.current().saturating_sub(held) as i64);
+        }
+        let mut text = String::new();
+        // Writing into a String cannot fail.
+        let _ = prometheus_client::encoding::text::encode(&mut text, &self.registry);
+        text
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn encodes_counters_histograms_and_gauges_with_their_labels() {
+        let metrics = Metrics::new();
+        metrics.persisted(3, 10, Duration::from_millis(4));
+        metrics.executed(3, ExecutionOutcome::Completed);
+        metrics.executed(3, ExecutionOutcome::Completed);
+        metrics.attempt(3, Duration::from_millis(2), Some(Duration::from_millis(7)));
+        metrics.retry_scheduled(3);
+        metrics.parked(1, "json");
+        metrics.rebalanced("assigned");
+        let gauges = InFlightGauges::default();
+        let gauge = gauges.start(3);
+        gauge.add(5);
+        gauge.set_held(2);
+        let text = metrics.encode(&gauges);
+        for expected in [
+            "scheduler_tasks_persisted_total{partition=\"3\"} 10",
+            "scheduler_executions_total{partition=\"3\",outcome=\"completed\"} 2",
+            "scheduler_persist_duration_seconds_count{partition=\"3\"} 1",
+            "scheduler_execution_delay_seconds_count{partition=\"3\"} 1",
+            "scheduler_retries_total{partition=\"3\"} 1",
+            "scheduler_parked_records_total{partition=\"1\",reason=\"json\"} 1",
+            "scheduler_rebalances_total{kind=\"assigned\"} 1",
+            "scheduler_tasks_in_memory{partition=\"3\",stage=\"scheduled\"} 2",
+            "scheduler_tasks_in_memory{partition=\"3\",stage=\"executing\"} 3",
+        ] {
+            assert!(text.contains(expected), "missing {expected} in:\n{text}");
+        }
+    }
+}
