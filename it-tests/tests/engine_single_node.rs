@@ -511,3 +511,102 @@ async fn garbage_on_the_topic_is_parked_and_valid_tasks_behind_it_still_run() {
     }
     node.shutdown().await.expect("clean shutdown");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_task_held_in_memory_is_cancelled_on_its_owner_without_a_rebalance() {
+    let env = TestEnv::new("it_cancel", 4).await;
+    let log = Arc::new(Mutex::new(Vec::new()));
+    let node = start_node(
+        &env,
+        TestEnv::quick_scheduling(),
+        Recorder::new("n1", &log, Duration::ZERO),
+    )
+    .await;
+    let scheduler = env.scheduler(Duration::from_secs(10));
+    let at = Utc::now() + TimeDelta::seconds(10);
+    let doomed = task("cancel-me", at, "doomed");
+    let sibling = task("cancel-me", at, "kept");
+    let finished = task("done-first", Utc::now(), "1");
+    for t in [&doomed, &sibling, &finished] {
+        scheduler.schedule_task(t.clone()).await.expect("scheduled");
+    }
+    wait_until(
+        Duration::from_secs(10),
+        "the first task to run and the others to be held",
+        || {
+            let metrics = node.metrics();
+            by_task(&log).contains_key(&finished.key())
+                && metric_sum(
+                    &metrics,
+                    "scheduler_tasks_in_memory",
+                    &[("stage", "scheduled")],
+                ) >= 2.0
+        },
+    )
+    .await;
+
+    scheduler
+        .cancel_task(&doomed.key())
+        .await
+        .expect("cancel enqueued");
+    scheduler
+        .cancel_task(&finished.key())
+        .await
+        .expect("cancel enqueued");
+    wait_until(
+        Duration::from_secs(20),
+        "the sibling to run at its time",
+        || by_task(&log).contains_key(&sibling.key()),
+    )
+    .await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+
+    let runs = by_task(&log);
+    assert!(
+        !runs.contains_key(&doomed.key()),
+        "the cancelled task never ran"
+    );
+    let store = env.store().await;
+    let p = partition_for(&doomed.ordering_id, env.partitions);
+    let status = store
+        .status(p, doomed.key())
+        .await
+        .expect("status read")
+        .map(|s| s.status);
+    assert_eq!(status, Some(TaskStatus::Cancelled));
+    let p = partition_for(&finished.ordering_id, env.partitions);
+    let status = store
+        .status(p, finished.key())
+        .await
+        .expect("status read")
+        .map(|s| s.status);
+    assert_eq!(
+        status,
+        Some(TaskStatus::Completed),
+        "cancelling a finished task changes nothing"
+    );
+
+    let metrics = node.metrics();
+    assert_eq!(
+        metric_sum(&metrics, "scheduler_cancellations_total", &[]),
+        1.0,
+        "{metrics}"
+    );
+    assert_eq!(
+        metric_sum(
+            &metrics,
+            "scheduler_rebalances_total",
+            &[("kind", "revoked")]
+        ),
+        0.0
+    );
+    assert_eq!(
+        metric_sum(
+            &metrics,
+            "scheduler_rebalances_total",
+            &[("kind", "assigned")]
+        ),
+        1.0
+    );
+    node.shutdown().await.expect("clean shutdown");
+}

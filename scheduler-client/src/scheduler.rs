@@ -11,7 +11,7 @@ use tokio::sync::OnceCell;
 use tracing::debug;
 
 use crate::partitioner::partition_for;
-use crate::task::Task;
+use crate::task::{Task, TaskKey};
 use crate::wire;
 
 /// Where and how to enqueue.
@@ -151,19 +151,43 @@ impl Scheduler {
                 max: self.config.max_task_bytes,
             });
         }
+        let offset = self.send(&task.ordering_id, &payload).await?;
+        debug!(task = %task.key(), offset, "task enqueued");
+        Ok(())
+    }
+
+    /// Cancels the task with `key`: a control record goes to the task's partition, so the node
+    /// that owns it applies it in order with the tasks, without a rebalance. Resolves once Kafka
+    /// acknowledged it. The task then never runs, unless it already finished (its status stays)
+    /// or is running at that moment (it is not interrupted). Cancelling is final: scheduling the
+    /// same key again does not run it.
+    pub async fn cancel_task(&self, key: &TaskKey) -> Result<(), ScheduleError> {
+        if key.ordering_id.is_empty() {
+            return Err(ScheduleError::EmptyOrderingId);
+        }
+        if key.uniqueness_key.is_empty() {
+            return Err(ScheduleError::EmptyUniquenessKey);
+        }
+        self.send(&key.ordering_id, &wire::encode_cancel(key))
+            .await?;
+        debug!(task = %key, "cancellation enqueued");
+        Ok(())
+    }
+
+    /// Writes `payload` to the partition of `ordering_id`; resolves with its offset once acknowledged.
+    async fn send(&self, ordering_id: &str, payload: &[u8]) -> Result<i64, ScheduleError> {
         let partitions = self.partition_count().await?;
-        let partition = partition_for(&task.ordering_id, partitions);
+        let partition = partition_for(ordering_id, partitions);
         let record = FutureRecord::to(&self.config.topic)
-            .key(task.ordering_id.as_str())
+            .key(ordering_id)
             .partition(partition)
-            .payload(&payload);
+            .payload(payload);
         let delivery = self
             .producer
             .send(record, Timeout::After(self.config.delivery_timeout))
             .await
             .map_err(|(e, _)| ScheduleError::Kafka(e.to_string()))?;
-        debug!(task = %task.key(), partition, offset = delivery.offset, "task enqueued");
-        Ok(())
+        Ok(delivery.offset)
     }
 
     /// The topic's partition count, read once.

@@ -7,12 +7,19 @@
 //!
 //! The record's Kafka key is the `orderingId` and its partition is [`crate::partition_for`] of it.
 //! Unknown fields are ignored, so later versions can add fields that v1 readers skip.
+//!
+//! A control record cancels a task. It goes to the task's partition, so the owning node applies it
+//! in order with the tasks:
+//!
+//! ```json
+//! {"version":1,"type":"cancel","orderingId":"...","scheduledTime":"2026-11-22T06:00:00.000Z","uniquenessKey":"..."}
+//! ```
 
 use chrono::{DateTime, SecondsFormat, Utc};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::task::{Task, TaskData};
+use crate::task::{Task, TaskData, TaskKey};
 
 /// The wire format version this crate writes.
 pub const WIRE_VERSION: u64 = 1;
@@ -54,6 +61,18 @@ pub enum DecodeError {
     /// `taskData` is present but not a JSON object.
     #[error("taskData must be a JSON object")]
     TaskDataNotObject,
+    /// `type` names no record type this node knows.
+    #[error("unknown record type {0:?} (this node knows \"task\" and \"cancel\")")]
+    UnknownType(String),
+}
+
+/// A decoded record: a task to schedule, or the cancellation of one.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Record {
+    /// Schedule (or replace) this task.
+    Task(Task),
+    /// Cancel the task with this key: it never runs afterwards (unless it already finished).
+    Cancel(TaskKey),
 }
 
 impl DecodeError {
@@ -68,6 +87,7 @@ impl DecodeError {
             DecodeError::EmptyField(_) => "empty_field",
             DecodeError::BadScheduledTime { .. } => "bad_time",
             DecodeError::TaskDataNotObject => "task_data",
+            DecodeError::UnknownType(_) => "type",
         }
     }
 }
@@ -86,6 +106,8 @@ struct WireOut<'a> {
 #[serde(rename_all = "camelCase")]
 struct WireIn {
     version: Option<u64>,
+    #[serde(rename = "type")]
+    record_type: Option<String>,
     ordering_id: Option<String>,
     scheduled_time: Option<String>,
     uniqueness_key: Option<String>,
@@ -110,8 +132,39 @@ pub fn encode(task: &Task) -> Vec<u8> {
     serde_json::to_vec(&out).unwrap_or_default()
 }
 
-/// Decodes a record value, refusing values over `max_size` bytes before parsing them.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct CancelOut<'a> {
+    version: u64,
+    #[serde(rename = "type")]
+    record_type: &'static str,
+    ordering_id: &'a str,
+    scheduled_time: String,
+    uniqueness_key: &'a str,
+}
+
+/// Encodes the cancellation of the task with `key` as a v1 control record value.
+pub fn encode_cancel(key: &TaskKey) -> Vec<u8> {
+    let out = CancelOut {
+        version: WIRE_VERSION,
+        record_type: "cancel",
+        ordering_id: &key.ordering_id,
+        scheduled_time: format_time(key.scheduled_time),
+        uniqueness_key: &key.uniqueness_key,
+    };
+    serde_json::to_vec(&out).unwrap_or_default()
+}
+
+/// Decodes a task record value (see [`decode_record`] for control records too).
 pub fn decode(value: Option<&[u8]>, max_size: usize) -> Result<Task, DecodeError> {
+    match decode_record(value, max_size)? {
+        Record::Task(task) => Ok(task),
+        Record::Cancel(_) => Err(DecodeError::UnknownType("cancel".into())),
+    }
+}
+
+/// Decodes a record value, refusing values over `max_size` bytes before parsing them.
+pub fn decode_record(value: Option<&[u8]>, max_size: usize) -> Result<Record, DecodeError> {
     let bytes = value.filter(|v| !v.is_empty()).ok_or(DecodeError::Empty)?;
     if bytes.len() > max_size {
         return Err(DecodeError::TooLarge {
@@ -133,17 +186,22 @@ pub fn decode(value: Option<&[u8]>, max_size: usize) -> Result<Task, DecodeError
             source,
         })?
         .with_timezone(&Utc);
-    let task_data = match wire.task_data {
-        None | Some(Value::Null) => TaskData::new(),
-        Some(Value::Object(map)) => map,
-        Some(_) => return Err(DecodeError::TaskDataNotObject),
+    let task = match wire.record_type.as_deref() {
+        None | Some("task") => {
+            let task_data = match wire.task_data {
+                None | Some(Value::Null) => TaskData::new(),
+                Some(Value::Object(map)) => map,
+                Some(_) => return Err(DecodeError::TaskDataNotObject),
+            };
+            Task::new(ordering_id, scheduled_time, uniqueness_key, task_data)
+        }
+        Some("cancel") => {
+            let key = Task::new(ordering_id, scheduled_time, uniqueness_key, TaskData::new()).key();
+            return Ok(Record::Cancel(key));
+        }
+        Some(other) => return Err(DecodeError::UnknownType(other.to_string())),
     };
-    Ok(Task::new(
-        ordering_id,
-        scheduled_time,
-        uniqueness_key,
-        task_data,
-    ))
+    Ok(Record::Task(task))
 }
 
 fn required(value: Option<String>, field: &'static str) -> Result<String, DecodeError> {
@@ -179,6 +237,32 @@ mod tests {
             text,
             r#"{"version":1,"orderingId":"order-1","scheduledTime":"2026-11-22T06:00:00.000Z","uniquenessKey":"u-1","taskData":{"n":3,"to":"ops"}}"#
         );
+    }
+
+    #[test]
+    fn cancel_records_round_trip_and_unknown_types_are_refused() {
+        let key = sample().key();
+        let raw = encode_cancel(&key);
+        assert_eq!(
+            String::from_utf8(raw.clone()).unwrap(),
+            r#"{"version":1,"type":"cancel","orderingId":"order-1","scheduledTime":"2026-11-22T06:00:00.000Z","uniquenessKey":"u-1"}"#
+        );
+        assert_eq!(
+            decode_record(Some(&raw), 1 << 20).unwrap(),
+            Record::Cancel(key)
+        );
+        assert!(
+            decode(Some(&raw), 1 << 20).is_err(),
+            "a cancel is not a task"
+        );
+        let odd = br#"{"version":1,"type":"pause","orderingId":"o","scheduledTime":"2026-11-22T06:00:00Z","uniquenessKey":"u"}"#;
+        let err = decode_record(Some(odd), 1 << 20).unwrap_err();
+        assert_eq!(err.reason(), "type");
+        let typed = br#"{"version":1,"type":"task","orderingId":"o","scheduledTime":"2026-11-22T06:00:00Z","uniquenessKey":"u"}"#;
+        assert!(matches!(
+            decode_record(Some(typed), 1 << 20),
+            Ok(Record::Task(_))
+        ));
     }
 
     #[test]

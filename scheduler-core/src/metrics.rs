@@ -11,6 +11,7 @@
 //! | `scheduler_retries_exhausted_total` | partition | tasks recorded failed after the last retry |
 //! | `scheduler_parked_records_total` | partition, reason | records skipped as not valid tasks |
 //! | `scheduler_rebalances_total` | kind (revoked, assigned) | rebalance callbacks |
+//! | `scheduler_cancellations_total` | partition | tasks cancelled before they ran |
 //! | `scheduler_tasks_in_memory` | partition, stage (scheduled, executing) | tasks held in memory |
 
 use std::time::Duration;
@@ -77,6 +78,7 @@ pub struct Metrics {
     retries_exhausted: Family<PartitionLabel, Counter>,
     parked: Family<ParkedLabels, Counter>,
     rebalances: Family<KindLabel, Counter>,
+    cancellations: Family<PartitionLabel, Counter>,
     in_memory: Family<StageLabels, Gauge>,
 }
 
@@ -99,6 +101,7 @@ impl Metrics {
         let retries_exhausted = Family::default();
         let parked = Family::default();
         let rebalances = Family::default();
+        let cancellations = Family::default();
         let in_memory = Family::default();
         registry.register(
             "scheduler_tasks_persisted",
@@ -146,6 +149,11 @@ impl Metrics {
             rebalances.clone(),
         );
         registry.register(
+            "scheduler_cancellations",
+            "Tasks cancelled before they ran",
+            cancellations.clone(),
+        );
+        registry.register(
             "scheduler_tasks_in_memory",
             "Tasks held in memory, by stage (scheduled: waiting to be due; executing: queued or running)",
             in_memory.clone(),
@@ -161,6 +169,7 @@ impl Metrics {
             retries_exhausted,
             parked,
             rebalances,
+            cancellations,
             in_memory,
         }
     }
@@ -220,6 +229,13 @@ impl Metrics {
         self.parked
             .get_or_create(&ParkedLabels { partition, reason })
             .inc();
+    }
+
+    /// `count` tasks were cancelled before they ran.
+    pub fn cancelled(&self, partition: PartitionId, count: usize) {
+        self.cancellations
+            .get_or_create(&PartitionLabel { partition })
+            .inc_by(count as u64);
     }
 
     /// A rebalance callback ran (`kind`: "revoked" or "assigned").

@@ -22,6 +22,11 @@ use crate::store::PartitionId;
 #[rtype(result = "()")]
 pub struct ScheduleTasks(pub Vec<Task>);
 
+/// Drop these tasks (cancelled) if they are held.
+#[derive(Debug, Message)]
+#[rtype(result = "()")]
+pub struct UnscheduleTasks(pub Vec<TaskKey>);
+
 /// Holds tasks until they are due and dispatches them in key order.
 pub struct PartitionScheduler {
     partition: PartitionId,
@@ -103,6 +108,20 @@ impl Handler<ScheduleTasks> for PartitionScheduler {
             held = self.pending.len(),
             "tasks scheduled"
         );
+        self.dispatch_due(ctx);
+    }
+}
+
+impl Handler<UnscheduleTasks> for PartitionScheduler {
+    type Result = ();
+
+    fn handle(&mut self, msg: UnscheduleTasks, ctx: &mut Context<Self>) {
+        let removed = msg
+            .0
+            .iter()
+            .filter(|key| self.pending.remove(key).is_some())
+            .count();
+        self.in_flight.remove(removed);
         self.dispatch_due(ctx);
     }
 }

@@ -123,6 +123,7 @@ impl Actor for PartitionSupervisor {
                 in_flight: in_flight.clone(),
                 max_in_flight: deps.settings.max_in_flight_tasks,
                 metrics: deps.metrics.clone(),
+                clock: deps.clock.clone(),
             },
             load_from,
             deps.settings.persist_timeout,

@@ -233,6 +233,8 @@ impl TaskExecutorActor {
                         TaskStatus::Completed => ExecutionOutcome::Completed,
                         TaskStatus::Failed => ExecutionOutcome::Failed,
                         TaskStatus::Dropped => ExecutionOutcome::Dropped,
+                        // Only a cancellation records this, never an execution.
+                        TaskStatus::Cancelled => ExecutionOutcome::AlreadyFinished,
                     };
                     act.finish(outcome, ctx);
                 }

@@ -18,19 +18,27 @@ use actix::{
     Recipient, WrapFuture,
 };
 use chrono::{DateTime, Utc};
-use scheduler_client::Task;
-use tracing::debug;
+use scheduler_client::{Task, TaskKey};
+use tracing::{debug, info};
 
-use super::partition_scheduler::{PartitionScheduler, ScheduleTasks};
+use super::partition_scheduler::{PartitionScheduler, ScheduleTasks, UnscheduleTasks};
 use super::throughput_controller::LoadMore;
 use super::{InFlight, StopActor};
+use crate::clock::Clock;
 use crate::metrics::Metrics;
 use crate::store::{PartitionId, ReadCursor, StoreError, StoreResult, TaskStore};
 
-/// Write these tasks to the schedule; the reply comes once they are durable.
-#[derive(Debug, Message)]
+/// One polled batch of a partition: tasks to write to the schedule and tasks to cancel (a
+/// cancellation is final, so their order within the batch does not matter). The reply comes once
+/// all of it is durable.
+#[derive(Debug, Default, Message)]
 #[rtype(result = "StoreResult<()>")]
-pub struct PersistTasks(pub Vec<Task>);
+pub struct PersistTasks {
+    /// Tasks to schedule (a task with the key of one already scheduled replaces it).
+    pub tasks: Vec<Task>,
+    /// Keys of tasks to cancel.
+    pub cancels: Vec<TaskKey>,
+}
 
 /// Load up to `limit` tasks due before `until`, from the read cursor on.
 #[derive(Debug, Message)]
@@ -62,6 +70,7 @@ pub struct TaskPersistence {
     in_flight: Arc<InFlight>,
     max_in_flight: usize,
     metrics: Arc<Metrics>,
+    clock: Arc<dyn Clock>,
     cursor: ReadCursor,
     persist_timeout: Duration,
 }
@@ -78,6 +87,8 @@ pub struct PersistenceLinks {
     pub max_in_flight: usize,
     /// Where persisted counts and latencies go.
     pub metrics: Arc<Metrics>,
+    /// Time of recorded cancellations.
+    pub clock: Arc<dyn Clock>,
 }
 
 impl TaskPersistence {
@@ -97,6 +108,7 @@ impl TaskPersistence {
             in_flight: links.in_flight,
             max_in_flight: links.max_in_flight,
             metrics: links.metrics,
+            clock: links.clock,
             cursor: ReadCursor::From(load_from),
             persist_timeout,
         }
@@ -119,12 +131,36 @@ impl Handler<PersistTasks> for TaskPersistence {
     type Result = AtomicResponse<Self, StoreResult<()>>;
 
     fn handle(&mut self, msg: PersistTasks, _: &mut Context<Self>) -> Self::Result {
-        let tasks = msg.0;
+        let PersistTasks { tasks, cancels } = msg;
         let started = std::time::Instant::now();
-        let write = self.store.persist(self.partition, tasks.clone());
+        let partition = self.partition;
+        let store = Arc::clone(&self.store);
+        let write = (!tasks.is_empty()).then(|| self.store.persist(partition, tasks.clone()));
+        let cancelled_at = self.clock.now();
         let timeout = self.persist_timeout;
-        let written = async move {
-            tokio::time::timeout(timeout, write)
+        let work = async move {
+            if let Some(write) = write {
+                write.await?;
+            }
+            let mut cancelled = Vec::new();
+            for key in cancels {
+                match store.cancel(partition, key.clone(), cancelled_at).await? {
+                    None => {
+                        if let Err(e) = store.remove_scheduled(partition, key.clone()).await {
+                            debug!(partition, task = %key, error = %e, "cancelled task left in the schedule (it will be skipped)");
+                        }
+                        info!(partition, task = %key, "task cancelled");
+                        cancelled.push(key);
+                    }
+                    Some(existing) => {
+                        info!(partition, task = %key, status = existing.status.as_str(), "cancel ignored: the task already finished");
+                    }
+                }
+            }
+            Ok(cancelled)
+        };
+        let bounded = async move {
+            tokio::time::timeout(timeout, work)
                 .await
                 .unwrap_or_else(|_| {
                     Err(StoreError::Query {
@@ -133,11 +169,13 @@ impl Handler<PersistTasks> for TaskPersistence {
                     })
                 })
         };
-        AtomicResponse::new(Box::pin(written.into_actor(self).map(
+        AtomicResponse::new(Box::pin(bounded.into_actor(self).map(
             move |result, act, _| {
-                result?;
-                act.metrics
-                    .persisted(act.partition, tasks.len(), started.elapsed());
+                let cancelled = result?;
+                if !tasks.is_empty() {
+                    act.metrics
+                        .persisted(act.partition, tasks.len(), started.elapsed());
+                }
                 let mut behind: Vec<Task> = tasks
                     .into_iter()
                     .filter(|t| act.cursor.has_passed(&t.key()))
@@ -163,6 +201,11 @@ impl Handler<PersistTasks> for TaskPersistence {
                     "tasks persisted"
                 );
                 act.send_to_scheduler(behind);
+                if !cancelled.is_empty() {
+                    act.metrics.cancelled(act.partition, cancelled.len());
+                    // After the push above, so a task cancelled in its own batch is dropped too.
+                    act.scheduler.do_send(UnscheduleTasks(cancelled));
+                }
                 Ok(())
             },
         )))

@@ -12,6 +12,7 @@ use actix::{Actor, Addr};
 use chrono::{DateTime, TimeDelta, TimeZone, Utc};
 use scheduler_client::{Task, TaskKey};
 
+use super::task_persistence::PersistTasks;
 use super::topic_supervisor::{
     AssignPartitions, ProcessTaskBatch, RevokePartitions, TopicSupervisor,
 };
@@ -203,9 +204,25 @@ impl Harness {
     }
 
     async fn enqueue(&self, tasks: Vec<Task>) {
+        self.process(PersistTasks {
+            tasks,
+            cancels: vec![],
+        })
+        .await;
+    }
+
+    async fn cancel(&self, cancels: Vec<TaskKey>) {
+        self.process(PersistTasks {
+            tasks: vec![],
+            cancels,
+        })
+        .await;
+    }
+
+    async fn process(&self, batch: PersistTasks) {
         let reply = self
             .topic
-            .send(ProcessTaskBatch(HashMap::from([(P, tasks)])))
+            .send(ProcessTaskBatch(HashMap::from([(P, batch)])))
             .await
             .expect("batch");
         assert_eq!(reply.persisted, vec![P], "{:?}", reply.failed);
@@ -597,6 +614,65 @@ fn revoke_lets_running_tasks_finish_and_abandons_pending_retries() {
             left,
             vec![retrying.key(), later.key()],
             "unfinished tasks stay in the schedule"
+        );
+    });
+}
+
+#[test]
+fn a_cancelled_task_never_runs_and_a_finished_one_keeps_its_status() {
+    run_paused(|| async {
+        let h = Harness::new(SchedulingSettings::default(), Duration::ZERO, &[]);
+        h.assign().await;
+        let cancelled = task("c", t0() + ms(10_000), "1");
+        let finished = task("f", t0() + ms(1_000), "1");
+        h.enqueue(vec![cancelled.clone(), finished.clone()]).await;
+        advance(Duration::from_secs(2)).await;
+        // The first is held in memory, waiting for its time; the second already ran.
+        h.cancel(vec![cancelled.key(), finished.key()]).await;
+        advance(Duration::from_secs(30)).await;
+        assert!(
+            h.recorder.call_times("c").is_empty(),
+            "a cancelled task never runs"
+        );
+        assert_eq!(
+            h.store.status_of(P, &cancelled.key()).map(|s| s.status),
+            Some(TaskStatus::Cancelled)
+        );
+        assert_eq!(
+            h.store.status_of(P, &finished.key()).map(|s| s.status),
+            Some(TaskStatus::Completed)
+        );
+        assert!(h.store.scheduled(P).is_empty());
+        assert_eq!(
+            h.in_flight.get(P).map(|g| g.current()),
+            Some(0),
+            "dropped from memory"
+        );
+
+        // Cancelling is final: scheduling the same key again does not run it.
+        h.enqueue(vec![cancelled.clone()]).await;
+        advance(Duration::from_secs(30)).await;
+        assert!(h.recorder.call_times("c").is_empty());
+    });
+}
+
+#[test]
+fn a_task_cancelled_in_its_own_batch_does_not_run() {
+    run_paused(|| async {
+        let h = Harness::new(SchedulingSettings::default(), Duration::ZERO, &[]);
+        h.assign().await;
+        advance(Duration::from_secs(1)).await;
+        let due_now = task("now", t0() + ms(1_000), "1");
+        h.process(PersistTasks {
+            tasks: vec![due_now.clone()],
+            cancels: vec![due_now.key()],
+        })
+        .await;
+        advance(Duration::from_secs(10)).await;
+        assert!(h.recorder.call_times("now").is_empty());
+        assert_eq!(
+            h.store.status_of(P, &due_now.key()).map(|s| s.status),
+            Some(TaskStatus::Cancelled)
         );
     });
 }

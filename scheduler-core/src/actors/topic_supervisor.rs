@@ -9,7 +9,6 @@ use actix::{
     Actor, ActorFutureExt, Addr, AsyncContext, Context, Handler, Message, MessageResult,
     ResponseActFuture, ResponseFuture, WrapFuture,
 };
-use scheduler_client::Task;
 use tracing::{info, warn};
 
 use super::partition_supervisor::{PartitionSupervisor, StopPartition};
@@ -33,7 +32,7 @@ pub struct RevokePartitions;
 /// One polled batch, grouped by partition.
 #[derive(Debug, Message)]
 #[rtype(result = "TaskBatchProcessed")]
-pub struct ProcessTaskBatch(pub HashMap<PartitionId, Vec<Task>>);
+pub struct ProcessTaskBatch(pub HashMap<PartitionId, PersistTasks>);
 
 /// Which partitions of a batch are durable; only their offsets may be committed.
 #[derive(Debug, Default, PartialEq, Eq)]
@@ -131,9 +130,9 @@ impl Handler<ProcessTaskBatch> for TopicSupervisor {
     fn handle(&mut self, msg: ProcessTaskBatch, _: &mut Context<Self>) -> Self::Result {
         let mut result = TaskBatchProcessed::default();
         let mut writes = Vec::new();
-        for (partition, tasks) in msg.0 {
+        for (partition, batch) in msg.0 {
             match self.partitions.get(&partition) {
-                Some(supervisor) => writes.push((partition, supervisor.send(PersistTasks(tasks)))),
+                Some(supervisor) => writes.push((partition, supervisor.send(batch))),
                 None => result
                     .failed
                     .push((partition, "partition not owned by this node".into())),

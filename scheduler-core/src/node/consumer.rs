@@ -12,9 +12,11 @@ use actix::Addr;
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance};
 use rdkafka::message::{BorrowedMessage, Message};
 use rdkafka::{ClientContext, Offset, TopicPartitionList};
-use scheduler_client::{partition_for, wire, Task};
+use scheduler_client::partition_for;
+use scheduler_client::wire::{self, Record};
 use tracing::{debug, error, info, warn};
 
+use crate::actors::task_persistence::PersistTasks;
 use crate::actors::topic_supervisor::{
     AssignPartitions, ProcessTaskBatch, RevokePartitions, TopicSupervisor,
 };
@@ -105,7 +107,7 @@ pub struct PollLoop {
 /// A polled batch: tasks by partition, and per partition the offsets it spans.
 #[derive(Default)]
 struct Batch {
-    tasks: HashMap<PartitionId, Vec<Task>>,
+    tasks: HashMap<PartitionId, PersistTasks>,
     /// First and last offset seen per partition.
     offsets: BTreeMap<PartitionId, (i64, i64)>,
     records: usize,
@@ -166,26 +168,31 @@ impl PollLoop {
         let span = batch.offsets.entry(partition).or_insert((offset, offset));
         span.0 = span.0.min(offset);
         span.1 = span.1.max(offset);
-        let decoded = wire::decode(message.payload(), self.max_record_bytes)
+        let decoded = wire::decode_record(message.payload(), self.max_record_bytes)
             .map_err(|e| (e.reason(), e.to_string()))
-            .and_then(|task| {
-                let expected = partition_for(&task.ordering_id, self.partition_count);
+            .and_then(|record| {
+                let ordering_id = match &record {
+                    Record::Task(task) => &task.ordering_id,
+                    Record::Cancel(key) => &key.ordering_id,
+                };
+                let expected = partition_for(ordering_id, self.partition_count);
                 if expected == partition {
-                    Ok(task)
+                    Ok(record)
                 } else {
                     Err((
                         "wrong_partition",
-                        format!(
-                            "orderingId {:?} belongs to partition {expected}, not {partition}",
-                            task.ordering_id
-                        ),
+                        format!("orderingId {ordering_id:?} belongs to partition {expected}, not {partition}"),
                     ))
                 }
             });
         match decoded {
-            Ok(task) => {
+            Ok(Record::Task(task)) => {
                 debug!(partition, offset, task = %task.key(), "task polled");
-                batch.tasks.entry(partition).or_default().push(task);
+                batch.tasks.entry(partition).or_default().tasks.push(task);
+            }
+            Ok(Record::Cancel(key)) => {
+                debug!(partition, offset, task = %key, "cancellation polled");
+                batch.tasks.entry(partition).or_default().cancels.push(key);
             }
             Err((kind, reason)) => {
                 self.metrics.parked(partition, kind);

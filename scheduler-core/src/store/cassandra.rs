@@ -39,6 +39,7 @@ struct Inner {
     delete_task: PreparedStatement,
     select_status: PreparedStatement,
     insert_status: PreparedStatement,
+    cancel_status: PreparedStatement,
     insert_attempt: PreparedStatement,
 }
 
@@ -128,6 +129,14 @@ impl CassandraStore {
                      updated_at, last_error) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
                 ),
                 "prepare status write",
+            )
+            .await?,
+            cancel_status: prepare(
+                format!(
+                    "INSERT INTO {ks}.task_status (partition_id, hour_bucket, {key_columns}, status, attempts, \
+                     updated_at) VALUES (?, ?, ?, ?, ?, 'cancelled', 0, ?) IF NOT EXISTS"
+                ),
+                "prepare cancel",
             )
             .await?,
             insert_attempt: prepare(
@@ -380,6 +389,50 @@ impl TaskStore for CassandraStore {
                 .await
                 .map(|_| ())
                 .map_err(query_error("status write"))
+        }
+        .boxed()
+    }
+
+    fn cancel(
+        &self,
+        partition: PartitionId,
+        key: TaskKey,
+        at: DateTime<Utc>,
+    ) -> BoxFuture<'static, StoreResult<Option<StatusRecord>>> {
+        let store = self.clone();
+        async move {
+            let (p, bucket, time, ordering_id, uniqueness_key) = key_values(partition, &key);
+            let result = store
+                .inner
+                .session
+                .execute_unpaged(
+                    &store.inner.cancel_status,
+                    (p, bucket, time, ordering_id, uniqueness_key, at),
+                )
+                .await
+                .map_err(query_error("cancel"))?;
+            let corrupt = |reason: String| StoreError::Corrupt {
+                what: "status",
+                reason,
+            };
+            let row = result
+                .into_rows_result()
+                .map_err(|e| corrupt(e.to_string()))?
+                .first_row::<scylla::value::Row>()
+                .map_err(|e| corrupt(e.to_string()))?;
+            let applied = row
+                .columns
+                .first()
+                .and_then(|c| c.as_ref())
+                .and_then(|v| v.as_boolean())
+                .ok_or_else(|| {
+                    corrupt("the lightweight transaction returned no [applied] column".into())
+                })?;
+            if applied {
+                Ok(None)
+            } else {
+                store.status(partition, key).await
+            }
         }
         .boxed()
     }

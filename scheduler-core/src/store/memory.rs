@@ -175,6 +175,31 @@ impl TaskStore for MemoryStore {
         })
     }
 
+    fn cancel(
+        &self,
+        partition: PartitionId,
+        key: TaskKey,
+        at: DateTime<Utc>,
+    ) -> BoxFuture<'static, StoreResult<Option<StatusRecord>>> {
+        self.run("status write", move |s| {
+            match s.status.get(&(partition, key.clone())) {
+                Some(existing) => Some(existing.clone()),
+                None => {
+                    s.status.insert(
+                        (partition, key),
+                        StatusRecord {
+                            status: super::TaskStatus::Cancelled,
+                            attempts: 0,
+                            updated_at: at,
+                            last_error: None,
+                        },
+                    );
+                    None
+                }
+            }
+        })
+    }
+
     fn record_attempt(
         &self,
         partition: PartitionId,

@@ -57,6 +57,8 @@ pub enum TaskStatus {
     Failed,
     /// The executor gave up on the task (a non-retryable error).
     Dropped,
+    /// Cancelled before it ran.
+    Cancelled,
 }
 
 impl TaskStatus {
@@ -66,6 +68,7 @@ impl TaskStatus {
             TaskStatus::Completed => "completed",
             TaskStatus::Failed => "failed",
             TaskStatus::Dropped => "dropped",
+            TaskStatus::Cancelled => "cancelled",
         }
     }
 
@@ -75,6 +78,7 @@ impl TaskStatus {
             "completed" => Some(TaskStatus::Completed),
             "failed" => Some(TaskStatus::Failed),
             "dropped" => Some(TaskStatus::Dropped),
+            "cancelled" => Some(TaskStatus::Cancelled),
             _ => None,
         }
     }
@@ -202,6 +206,16 @@ pub trait TaskStore: Send + Sync + 'static {
         key: TaskKey,
         status: StatusRecord,
     ) -> BoxFuture<'static, StoreResult<()>>;
+
+    /// Records that a task is cancelled, unless it already has a final status (a lightweight
+    /// transaction, so a task that finished meanwhile keeps its status). Returns `None` when the
+    /// cancellation was recorded, else the status the task already had.
+    fn cancel(
+        &self,
+        partition: PartitionId,
+        key: TaskKey,
+        at: DateTime<Utc>,
+    ) -> BoxFuture<'static, StoreResult<Option<StatusRecord>>>;
 
     /// Appends one attempt to a task's history.
     fn record_attempt(
