@@ -165,6 +165,51 @@ async fn schedule_loads_in_key_order_across_hour_buckets_and_records_outcomes() 
         .await
         .expect("attempt write");
 
+    let second = AttemptRecord {
+        attempt: 2,
+        started_at: finished,
+        finished_at: finished,
+        outcome: AttemptOutcome::Succeeded,
+        error: None,
+    };
+    store
+        .record_attempt(5, expected[1].clone(), second.clone())
+        .await
+        .expect("attempt write");
+    let history = store
+        .attempts(expected[1].clone(), 10)
+        .await
+        .expect("attempts read");
+    assert_eq!(
+        history.iter().map(|a| a.attempt).collect::<Vec<_>>(),
+        [2, 1],
+        "newest first"
+    );
+    assert_eq!(history[0], second);
+    assert_eq!(history[1].error.as_deref(), Some("boom"));
+    assert_eq!(
+        store
+            .attempts(expected[1].clone(), 1)
+            .await
+            .expect("limited")
+            .len(),
+        1
+    );
+
+    // Reading one scheduled task by key.
+    let present = store
+        .scheduled_task(5, expected[2].clone())
+        .await
+        .expect("task read");
+    assert_eq!(present.map(|t| t.key()), Some(expected[2].clone()));
+    assert_eq!(
+        store
+            .scheduled_task(5, expected[0].clone())
+            .await
+            .expect("removed"),
+        None
+    );
+
     let session = Stack::from_env().require_cassandra().await;
     session
         .query_unpaged(format!("DROP KEYSPACE {keyspace}"), &[])

@@ -17,8 +17,8 @@ use scylla::statement::prepared::PreparedStatement;
 use tracing::warn;
 
 use super::{
-    hour_bucket, AttemptRecord, PartitionId, ReadCursor, StatusRecord, StoreError, StoreResult,
-    TaskStatus, TaskStore,
+    hour_bucket, AttemptOutcome, AttemptRecord, PartitionId, ReadCursor, StatusRecord, StoreError,
+    StoreResult, TaskStatus, TaskStore,
 };
 use crate::settings::CassandraSettings;
 
@@ -38,6 +38,8 @@ struct Inner {
     load_after: PreparedStatement,
     delete_task: PreparedStatement,
     select_status: PreparedStatement,
+    select_task: PreparedStatement,
+    select_attempts: PreparedStatement,
     insert_status: PreparedStatement,
     cancel_status: PreparedStatement,
     insert_attempt: PreparedStatement,
@@ -121,6 +123,19 @@ impl CassandraStore {
             select_status: prepare(
                 format!("SELECT status, attempts, updated_at, last_error FROM {ks}.task_status WHERE {key_match}"),
                 "prepare status read",
+            )
+            .await?,
+            select_task: prepare(
+                format!("SELECT task_data FROM {ks}.scheduled_tasks WHERE {key_match}"),
+                "prepare task read",
+            )
+            .await?,
+            select_attempts: prepare(
+                format!(
+                    "SELECT attempt, started_at, finished_at, outcome, error FROM {ks}.task_attempts \
+                     WHERE scheduled_time = ? AND ordering_id = ? AND uniqueness_key = ? LIMIT ?"
+                ),
+                "prepare attempts read",
             )
             .await?,
             insert_status: prepare(
@@ -321,6 +336,91 @@ impl TaskStore for CassandraStore {
                 .await
                 .map(|_| ())
                 .map_err(query_error("schedule delete"))
+        }
+        .boxed()
+    }
+
+    fn scheduled_task(
+        &self,
+        partition: PartitionId,
+        key: TaskKey,
+    ) -> BoxFuture<'static, StoreResult<Option<Task>>> {
+        let inner = Arc::clone(&self.inner);
+        async move {
+            let result = inner
+                .session
+                .execute_unpaged(&inner.select_task, key_values(partition, &key))
+                .await
+                .map_err(query_error("task read"))?;
+            let corrupt = |reason: String| StoreError::Corrupt {
+                what: "schedule",
+                reason,
+            };
+            let row = result
+                .into_rows_result()
+                .map_err(|e| corrupt(e.to_string()))?
+                .maybe_first_row::<(String,)>()
+                .map_err(|e| corrupt(e.to_string()))?;
+            Ok(row.and_then(|(data,)| {
+                task_from_row(
+                    partition,
+                    (
+                        key.scheduled_time,
+                        key.ordering_id,
+                        key.uniqueness_key,
+                        data,
+                    ),
+                )
+            }))
+        }
+        .boxed()
+    }
+
+    fn attempts(
+        &self,
+        key: TaskKey,
+        limit: usize,
+    ) -> BoxFuture<'static, StoreResult<Vec<AttemptRecord>>> {
+        let inner = Arc::clone(&self.inner);
+        async move {
+            let result = inner
+                .session
+                .execute_unpaged(
+                    &inner.select_attempts,
+                    (
+                        key.scheduled_time,
+                        key.ordering_id,
+                        key.uniqueness_key,
+                        limit_value(limit),
+                    ),
+                )
+                .await
+                .map_err(query_error("attempts read"))?;
+            let corrupt = |reason: String| StoreError::Corrupt {
+                what: "attempts",
+                reason,
+            };
+            let rows = result
+                .into_rows_result()
+                .map_err(|e| corrupt(e.to_string()))?;
+            type AttemptRow = (i32, DateTime<Utc>, DateTime<Utc>, String, Option<String>);
+            let mut attempts = Vec::new();
+            for row in rows
+                .rows::<AttemptRow>()
+                .map_err(|e| corrupt(e.to_string()))?
+            {
+                let (attempt, started_at, finished_at, outcome, error) =
+                    row.map_err(|e| corrupt(e.to_string()))?;
+                attempts.push(AttemptRecord {
+                    attempt: u32::try_from(attempt).unwrap_or(0),
+                    started_at,
+                    finished_at,
+                    outcome: AttemptOutcome::parse(&outcome)
+                        .ok_or_else(|| corrupt(format!("unknown outcome {outcome:?}")))?,
+                    error,
+                });
+            }
+            Ok(attempts)
         }
         .boxed()
     }

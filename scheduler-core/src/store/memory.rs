@@ -154,6 +154,34 @@ impl TaskStore for MemoryStore {
         })
     }
 
+    fn scheduled_task(
+        &self,
+        partition: PartitionId,
+        key: TaskKey,
+    ) -> BoxFuture<'static, StoreResult<Option<Task>>> {
+        self.run("task read", move |s| {
+            s.schedule.get(&(partition, key)).cloned()
+        })
+    }
+
+    fn attempts(
+        &self,
+        key: TaskKey,
+        limit: usize,
+    ) -> BoxFuture<'static, StoreResult<Vec<AttemptRecord>>> {
+        self.run("attempts read", move |s| {
+            let mut found: Vec<AttemptRecord> = s
+                .attempts
+                .iter()
+                .filter(|((_, k), _)| *k == key)
+                .flat_map(|(_, a)| a.iter().cloned())
+                .collect();
+            found.sort_by(|a, b| b.attempt.cmp(&a.attempt));
+            found.truncate(limit);
+            found
+        })
+    }
+
     fn status(
         &self,
         partition: PartitionId,

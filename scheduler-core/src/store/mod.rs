@@ -117,6 +117,16 @@ impl AttemptOutcome {
             AttemptOutcome::GaveUp => "gave_up",
         }
     }
+
+    /// Parses the stored spelling.
+    pub fn parse(text: &str) -> Option<AttemptOutcome> {
+        match text {
+            "succeeded" => Some(AttemptOutcome::Succeeded),
+            "failed" => Some(AttemptOutcome::Failed),
+            "gave_up" => Some(AttemptOutcome::GaveUp),
+            _ => None,
+        }
+    }
 }
 
 /// One execution attempt of a task.
@@ -191,6 +201,20 @@ pub trait TaskStore: Send + Sync + 'static {
         partition: PartitionId,
         key: TaskKey,
     ) -> BoxFuture<'static, StoreResult<()>>;
+
+    /// The task with `key` if it is in the schedule (pending, or finished but not yet removed).
+    fn scheduled_task(
+        &self,
+        partition: PartitionId,
+        key: TaskKey,
+    ) -> BoxFuture<'static, StoreResult<Option<Task>>>;
+
+    /// The last `limit` attempts of a task, newest first.
+    fn attempts(
+        &self,
+        key: TaskKey,
+        limit: usize,
+    ) -> BoxFuture<'static, StoreResult<Vec<AttemptRecord>>>;
 
     /// The recorded final state of a task, if any.
     fn status(
