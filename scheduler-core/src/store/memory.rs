@@ -176,7 +176,7 @@ impl TaskStore for MemoryStore {
                 .filter(|((_, k), _)| *k == key)
                 .flat_map(|(_, a)| a.iter().cloned())
                 .collect();
-            found.sort_by(|a, b| b.attempt.cmp(&a.attempt));
+            found.sort_by_key(|a| std::cmp::Reverse(a.attempt));
             found.truncate(limit);
             found
         })
