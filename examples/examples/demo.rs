@@ -9,7 +9,9 @@ use std::time::{Duration, Instant};
 use chrono::{TimeDelta, Utc};
 use it_tests::{unique_name, Stack};
 use scheduler_client::{partition_for, Scheduler, SchedulerConfig, Task, TaskKey};
-use scheduler_core::settings::{CassandraSettings, KafkaSettings, SchedulingSettings, Settings};
+use scheduler_core::settings::{
+    AdminSettings, CassandraSettings, KafkaSettings, SchedulingSettings, Settings,
+};
 use scheduler_core::{SchedulerNode, TaskError, TaskExecutor};
 
 const PARTITIONS: u32 = 6;
@@ -101,6 +103,10 @@ async fn run() -> DemoResult<()> {
             keyspace: "scheduler_demo".into(),
             fetch_schema_metadata: false,
             ..CassandraSettings::default()
+        },
+        admin: AdminSettings {
+            listen: "127.0.0.1:0".into(),
+            ..AdminSettings::default()
         },
     };
     println!("topic {topic} with {PARTITIONS} partitions; keyspace scheduler_demo");

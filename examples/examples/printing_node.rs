@@ -59,7 +59,12 @@ async fn main() -> std::process::ExitCode {
             return std::process::ExitCode::FAILURE;
         }
     };
-    println!("node running; Ctrl-C to stop");
+    match node.admin_address() {
+        Some(addr) => {
+            println!("node running; admin API at http://{addr}/api/v1/status; Ctrl-C to stop")
+        }
+        None => println!("node running; Ctrl-C to stop"),
+    }
     if let Err(e) = tokio::signal::ctrl_c().await {
         eprintln!("printing_node: cannot wait for Ctrl-C: {e}");
     }

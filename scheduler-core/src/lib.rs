@@ -8,10 +8,12 @@
 //! - [`store`]: persistence of the schedule, task status and attempts.
 //! - [`clock`]: the injectable time source.
 //! - [`metrics`]: the node's Prometheus metrics.
+//! - [`admin`]: the node's admin HTTP API.
 //!
 //! See `design.md` for the architecture.
 
 pub mod actors;
+pub mod admin;
 pub mod clock;
 pub mod executor;
 pub mod metrics;

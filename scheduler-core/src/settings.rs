@@ -50,6 +50,30 @@ pub struct Settings {
     pub kafka: KafkaSettings,
     /// The Cassandra cluster and keyspace.
     pub cassandra: CassandraSettings,
+    /// The node's admin HTTP API.
+    pub admin: AdminSettings,
+}
+
+/// The admin HTTP API (status, task lookup, cancellation, metrics).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct AdminSettings {
+    /// Whether the node serves the API.
+    pub enabled: bool,
+    /// Address to listen on (`host:port`; port 0 picks a free one).
+    pub listen: String,
+    /// When set, every request must carry `Authorization: Bearer <token>`.
+    pub token: Option<String>,
+}
+
+impl Default for AdminSettings {
+    fn default() -> Self {
+        AdminSettings {
+            enabled: true,
+            listen: "127.0.0.1:9464".into(),
+            token: None,
+        }
+    }
 }
 
 /// Scheduling and execution settings.
@@ -311,6 +335,16 @@ impl Settings {
         if c.username.is_some() != c.password.is_some() {
             return invalid("cassandra.password", "username and password go together");
         }
+        let a = &self.admin;
+        if a.enabled && a.listen.parse::<std::net::SocketAddr>().is_err() {
+            return invalid(
+                "admin.listen",
+                "must be an IP address and port, such as 127.0.0.1:9464",
+            );
+        }
+        if a.token.as_deref().is_some_and(|t| t.trim().is_empty()) {
+            return invalid("admin.token", "must not be empty when set");
+        }
         Ok(())
     }
 }
@@ -482,6 +516,7 @@ mod tests {
             ("[cassandra]\nusername = \"u\"", "cassandra.password"),
             ("[kafka]\ntopic = \"\"", "kafka.topic"),
             ("[kafka]\ntopik = \"x\"", "unknown field `topik`"),
+            ("[admin]\nlisten = \"localhost\"", "admin.listen"),
             ("not toml at all", "invalid settings"),
         ];
         for (text, expected) in cases {

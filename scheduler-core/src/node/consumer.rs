@@ -11,6 +11,7 @@ use std::time::Duration;
 use actix::Addr;
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance};
 use rdkafka::message::{BorrowedMessage, Message};
+use rdkafka::statistics::Statistics;
 use rdkafka::{ClientContext, Offset, TopicPartitionList};
 use scheduler_client::partition_for;
 use scheduler_client::wire::{self, Record};
@@ -36,6 +37,7 @@ pub struct RebalanceHandler {
     pub(crate) owned: Arc<Mutex<Vec<PartitionId>>>,
     pub(crate) shutting_down: Arc<AtomicBool>,
     pub(crate) metrics: Arc<Metrics>,
+    pub(crate) lag: Arc<Mutex<HashMap<PartitionId, i64>>>,
 }
 
 impl RebalanceHandler {
@@ -44,7 +46,20 @@ impl RebalanceHandler {
     }
 }
 
-impl ClientContext for RebalanceHandler {}
+impl ClientContext for RebalanceHandler {
+    /// Keeps the consumer lag of each partition (the client's statistics, every few seconds).
+    fn stats(&self, statistics: Statistics) {
+        if let Some(topic) = statistics.topics.get(&self.topic) {
+            let mut lag = self.lag.lock().unwrap_or_else(PoisonError::into_inner);
+            lag.clear();
+            for (partition, stats) in &topic.partitions {
+                if *partition >= 0 {
+                    lag.insert(*partition, stats.consumer_lag);
+                }
+            }
+        }
+    }
+}
 
 impl ConsumerContext for RebalanceHandler {
     fn pre_rebalance(&self, _: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {

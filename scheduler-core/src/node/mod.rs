@@ -3,6 +3,8 @@
 
 mod consumer;
 
+use std::collections::HashMap;
+use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::thread::JoinHandle;
@@ -13,17 +15,19 @@ use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
+use scheduler_client::{Scheduler, SchedulerConfig};
 use tokio::sync::oneshot;
 use tracing::info;
 
 use self::consumer::{PollLoop, RebalanceHandler};
 use crate::actors::topic_supervisor::TopicSupervisor;
 use crate::actors::{InFlightGauges, PartitionDeps};
+use crate::admin::{self, AdminState};
 use crate::clock::SystemClock;
 use crate::executor::{ExecutionPool, TaskExecutor};
 use crate::metrics::Metrics;
 use crate::settings::{KafkaSettings, Settings, SettingsError};
-use crate::store::{CassandraStore, PartitionId, StoreError};
+use crate::store::{CassandraStore, PartitionId, StoreError, TaskStore};
 
 /// Threads of the node's own tokio runtime (Cassandra I/O and the user's executor).
 const RUNTIME_THREADS: usize = 2;
@@ -45,10 +49,14 @@ pub enum NodeError {
     /// A thread or runtime of the node could not be started or failed.
     #[error("node runtime: {0}")]
     Runtime(String),
+    /// The admin HTTP API could not be started.
+    #[error("admin API: {0}")]
+    Admin(String),
 }
 
 /// A running scheduler node. Stop it with [`SchedulerNode::shutdown`].
 pub struct SchedulerNode {
+    admin: Option<AdminServer>,
     stop: Arc<AtomicBool>,
     owned: Arc<Mutex<Vec<PartitionId>>>,
     observed: Observed,
@@ -109,8 +117,9 @@ impl SchedulerNode {
             scheduling.executor_concurrency,
             scheduling.execution_timeout,
         );
+        let store: Arc<dyn TaskStore> = Arc::new(store);
         let deps = PartitionDeps {
-            store: Arc::new(store),
+            store: Arc::clone(&store),
             clock: Arc::new(SystemClock),
             pool,
             settings: Arc::clone(&scheduling),
@@ -142,6 +151,8 @@ impl SchedulerNode {
 
         let stop = Arc::new(AtomicBool::new(false));
         let owned = Arc::new(Mutex::new(Vec::new()));
+        let lag = Arc::new(Mutex::new(HashMap::new()));
+        let node_id = node_id();
         let handler = RebalanceHandler {
             topic: settings.kafka.topic.clone(),
             supervisor: supervisor.clone(),
@@ -149,8 +160,9 @@ impl SchedulerNode {
             owned: Arc::clone(&owned),
             shutting_down: Arc::clone(&stop),
             metrics: Arc::clone(&observed.metrics),
+            lag: Arc::clone(&lag),
         };
-        let consumer: BaseConsumer<RebalanceHandler> = consumer_config(&settings.kafka)
+        let consumer: BaseConsumer<RebalanceHandler> = consumer_config(&settings.kafka, &node_id)
             .create_with_context(handler)
             .map_err(|e| NodeError::Kafka(format!("invalid consumer configuration: {e}")))?;
         consumer.subscribe(&[&settings.kafka.topic]).map_err(|e| {
@@ -170,8 +182,27 @@ impl SchedulerNode {
             .name("scheduler-consumer".into())
             .spawn(move || poll_loop.run())
             .map_err(|e| NodeError::Runtime(format!("cannot start the consumer thread: {e}")))?;
-        info!(topic = %settings.kafka.topic, group = %settings.kafka.group_id, partition_count, "node started");
+        let admin = if settings.admin.enabled {
+            let state = AdminState {
+                node_id: node_id.clone(),
+                topic: settings.kafka.topic.clone(),
+                partition_count,
+                owned: Arc::clone(&owned),
+                metrics: Arc::clone(&observed.metrics),
+                in_flight: observed.in_flight.clone(),
+                lag,
+                store: Arc::clone(&store),
+                canceller: canceller(&settings.kafka)?,
+                token: settings.admin.token.clone(),
+            };
+            Some(start_admin(&settings.admin.listen, state, runtime).await?)
+        } else {
+            None
+        };
+        info!(%node_id, topic = %settings.kafka.topic, group = %settings.kafka.group_id, partition_count,
+            admin = ?admin.as_ref().map(|a| a.address), "node started");
         Ok(StartedParts {
+            admin,
             stop,
             owned,
             observed,
@@ -186,6 +217,11 @@ impl SchedulerNode {
         self.observed.metrics.encode(&self.observed.in_flight)
     }
 
+    /// Where the admin HTTP API listens (`None` when disabled).
+    pub fn admin_address(&self) -> Option<SocketAddr> {
+        self.admin.as_ref().map(|a| a.address)
+    }
+
     /// The partitions this node currently owns.
     pub fn owned_partitions(&self) -> Vec<PartitionId> {
         self.owned
@@ -198,6 +234,9 @@ impl SchedulerNode {
     /// group, and stops the node's threads.
     pub async fn shutdown(mut self) -> Result<(), NodeError> {
         self.stop.store(true, Ordering::SeqCst);
+        if let Some(admin) = self.admin.take() {
+            let _ = admin.stop.send(());
+        }
         let consumer_thread = self.consumer_thread.take();
         let actor_thread = self.actor_thread.take();
         let stop_actors = self.stop_actors.take();
@@ -222,6 +261,67 @@ impl SchedulerNode {
     }
 }
 
+/// The running admin HTTP API.
+struct AdminServer {
+    address: SocketAddr,
+    stop: oneshot::Sender<()>,
+}
+
+/// Binds the admin API on the node's runtime and serves it until stopped.
+async fn start_admin(
+    listen: &str,
+    state: AdminState,
+    runtime: &tokio::runtime::Runtime,
+) -> Result<AdminServer, NodeError> {
+    let addr: SocketAddr = listen
+        .parse()
+        .map_err(|e| NodeError::Admin(format!("invalid listen address {listen:?}: {e}")))?;
+    let listener = runtime
+        .spawn(async move { tokio::net::TcpListener::bind(addr).await })
+        .await
+        .map_err(|e| NodeError::Runtime(e.to_string()))?
+        .map_err(|e| NodeError::Admin(format!("cannot listen on {addr}: {e}")))?;
+    let address = listener
+        .local_addr()
+        .map_err(|e| NodeError::Admin(format!("cannot read the listening address: {e}")))?;
+    let (stop, stopped) = oneshot::channel::<()>();
+    let app = admin::router(Arc::new(state));
+    runtime.spawn(async move {
+        let served = axum::serve(listener, app)
+            .with_graceful_shutdown(async {
+                let _ = stopped.await;
+            })
+            .await;
+        if let Err(e) = served {
+            tracing::error!(error = %e, "admin API stopped");
+        }
+    });
+    Ok(AdminServer { address, stop })
+}
+
+/// A producer for cancellations, with the node's Kafka settings.
+fn canceller(kafka: &KafkaSettings) -> Result<Scheduler, NodeError> {
+    let mut config = SchedulerConfig::new(kafka.bootstrap_servers.clone(), kafka.topic.clone());
+    config.properties = kafka.properties.clone();
+    Scheduler::new(config)
+        .map_err(|e| NodeError::Kafka(format!("cannot create the cancellation producer: {e}")))
+}
+
+/// `<hostname>-<pid>-<n>`: unique per node, also with several nodes in one process.
+fn node_id() -> String {
+    static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(1);
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_string())
+        .ok()
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "node".into());
+    format!(
+        "{host}-{}-{}",
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::SeqCst)
+    )
+}
+
 /// What the node exposes about its partitions.
 struct Observed {
     metrics: Arc<Metrics>,
@@ -230,6 +330,7 @@ struct Observed {
 
 /// A node's threads, before the runtime joins them.
 struct StartedParts {
+    admin: Option<AdminServer>,
     stop: Arc<AtomicBool>,
     owned: Arc<Mutex<Vec<PartitionId>>>,
     observed: Observed,
@@ -241,6 +342,7 @@ struct StartedParts {
 impl StartedParts {
     fn into_node(self, runtime: tokio::runtime::Runtime) -> SchedulerNode {
         SchedulerNode {
+            admin: self.admin,
             stop: self.stop,
             owned: self.owned,
             observed: self.observed,
@@ -271,10 +373,13 @@ fn client_config(kafka: &KafkaSettings) -> ClientConfig {
     config
 }
 
-fn consumer_config(kafka: &KafkaSettings) -> ClientConfig {
+fn consumer_config(kafka: &KafkaSettings, node_id: &str) -> ClientConfig {
     let mut config = client_config(kafka);
     config
         .set("group.id", &kafka.group_id)
+        .set("client.id", node_id)
+        // Statistics carry the consumer lag per partition, shown by the admin API.
+        .set("statistics.interval.ms", "5000")
         .set("enable.auto.commit", "false")
         .set("auto.offset.reset", "earliest")
         // The classic protocol with eager rebalancing: the blueprint tears every tree down on a

@@ -1,0 +1,274 @@
+//! The node's admin HTTP API against the real stack: every endpoint's success and error cases,
+//! with and without a bearer token.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use chrono::{TimeDelta, Utc};
+use it_tests::engine::{by_task, http, task, wait_until, Recorder, TestEnv};
+use scheduler_client::{wire, Task};
+use scheduler_core::SchedulerNode;
+
+fn task_path(t: &Task) -> String {
+    format!(
+        "/api/v1/task?orderingId={}&scheduledTime={}&uniquenessKey={}",
+        t.ordering_id,
+        wire::format_time(t.scheduled_time),
+        t.uniqueness_key
+    )
+}
+
+fn key_body(t: &Task) -> String {
+    serde_json::json!({
+        "orderingId": t.ordering_id,
+        "scheduledTime": wire::format_time(t.scheduled_time),
+        "uniquenessKey": t.uniqueness_key,
+    })
+    .to_string()
+}
+
+async fn start_node(
+    env: &TestEnv,
+    token: Option<&str>,
+    log: &Arc<Mutex<Vec<it_tests::engine::Execution>>>,
+) -> SchedulerNode {
+    let mut settings = env.settings(TestEnv::quick_scheduling());
+    settings.admin.token = token.map(str::to_string);
+    let node = SchedulerNode::start(settings, Recorder::new("n1", log, Duration::ZERO))
+        .await
+        .expect("node starts");
+    let partitions = env.partitions as usize;
+    wait_until(
+        Duration::from_secs(30),
+        "the node to own every partition",
+        || node.owned_partitions().len() == partitions,
+    )
+    .await;
+    node
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_task_lookup_cancel_and_metrics_answer_and_refuse_bad_input() {
+    let env = TestEnv::new("it_admin", 4).await;
+    let log = Arc::new(Mutex::new(Vec::new()));
+    let node = start_node(&env, None, &log).await;
+    let addr = node.admin_address().expect("admin API enabled");
+
+    // Status.
+    let status = http(addr, "GET", "/api/v1/status", None, None).await;
+    assert_eq!(status.status, 200, "{}", status.body);
+    let status = status.json();
+    assert_eq!(status["ownedPartitions"], serde_json::json!([0, 1, 2, 3]));
+    assert_eq!(status["partitions"].as_array().map(Vec::len), Some(4));
+    assert_eq!(status["topic"], env.topic.as_str());
+    assert_eq!(status["version"], "0.1.0");
+    assert!(status["nodeId"].as_str().is_some_and(|id| !id.is_empty()));
+
+    // A finished task and a pending one.
+    let scheduler = env.scheduler(Duration::from_secs(10));
+    let done = task("admin-done", Utc::now(), "1");
+    let data = serde_json::json!({"n": 1})
+        .as_object()
+        .cloned()
+        .unwrap_or_default();
+    let pending = Task::new(
+        "admin-later",
+        Utc::now() + TimeDelta::seconds(60),
+        "1",
+        data,
+    );
+    scheduler
+        .schedule_task(done.clone())
+        .await
+        .expect("scheduled");
+    scheduler
+        .schedule_task(pending.clone())
+        .await
+        .expect("scheduled");
+    wait_until(Duration::from_secs(20), "the due task to run", || {
+        by_task(&log).contains_key(&done.key())
+    })
+    .await;
+    let mut finished = serde_json::Value::Null;
+    wait_until(
+        Duration::from_secs(10),
+        "the due task to read completed",
+        || {
+            finished =
+                futures::executor::block_on(http(addr, "GET", &task_path(&done), None, None))
+                    .json();
+            finished["status"] == "completed"
+        },
+    )
+    .await;
+    assert_eq!(finished["attempts"], 1);
+    assert_eq!(finished["history"][0]["outcome"], "succeeded");
+    assert_eq!(finished["history"].as_array().map(Vec::len), Some(1));
+
+    let waiting = http(addr, "GET", &task_path(&pending), None, None).await;
+    assert_eq!(waiting.status, 200, "{}", waiting.body);
+    let waiting = waiting.json();
+    assert_eq!(waiting["status"], "pending");
+    assert_eq!(waiting["taskData"], serde_json::json!({"n": 1}));
+    assert_eq!(waiting["attempts"], 0);
+
+    // Errors.
+    let unknown = task("admin-never-scheduled", Utc::now(), "1");
+    let missing = http(addr, "GET", &task_path(&unknown), None, None).await;
+    assert_eq!(missing.status, 404);
+    assert!(missing.json()["error"]
+        .as_str()
+        .is_some_and(|e| e.contains("admin-never-scheduled")));
+    let bad_time = http(
+        addr,
+        "GET",
+        "/api/v1/task?orderingId=o&scheduledTime=noon&uniquenessKey=u",
+        None,
+        None,
+    )
+    .await;
+    assert_eq!(bad_time.status, 400);
+    assert!(bad_time.json()["error"]
+        .as_str()
+        .is_some_and(|e| e.contains("RFC 3339")));
+    let no_id = http(
+        addr,
+        "GET",
+        "/api/v1/task?scheduledTime=2030-01-01T00:00:00Z&uniquenessKey=u",
+        None,
+        None,
+    )
+    .await;
+    assert_eq!(
+        (no_id.status, no_id.json()["error"].clone()),
+        (400, serde_json::json!("orderingId is required"))
+    );
+    let too_much = http(
+        addr,
+        "GET",
+        &format!("{}&history=1000", task_path(&done)),
+        None,
+        None,
+    )
+    .await;
+    assert_eq!(too_much.status, 400);
+    let nowhere = http(addr, "GET", "/api/v2/everything", None, None).await;
+    assert_eq!(nowhere.status, 404);
+    assert!(nowhere.json()["error"].is_string());
+
+    // Cancel the pending task (held in memory), then read it cancelled.
+    let cancel = http(
+        addr,
+        "POST",
+        "/api/v1/task/cancel",
+        None,
+        Some(&key_body(&pending)),
+    )
+    .await;
+    assert_eq!(cancel.status, 202, "{}", cancel.body);
+    let cancel = cancel.json();
+    assert_eq!(cancel["result"], "cancellation enqueued");
+    assert!(cancel["note"]
+        .as_str()
+        .is_some_and(|n| n.contains("not interrupted")));
+    wait_until(
+        Duration::from_secs(20),
+        "the pending task to read cancelled",
+        || {
+            futures::executor::block_on(http(addr, "GET", &task_path(&pending), None, None)).json()
+                ["status"]
+                == "cancelled"
+        },
+    )
+    .await;
+    let garbage = http(addr, "POST", "/api/v1/task/cancel", None, Some("{not json")).await;
+    assert_eq!(garbage.status, 400);
+    assert!(garbage.json()["error"].is_string());
+    let incomplete = http(
+        addr,
+        "POST",
+        "/api/v1/task/cancel",
+        None,
+        Some(r#"{"orderingId":"o"}"#),
+    )
+    .await;
+    assert_eq!(incomplete.status, 400);
+
+    // Metrics.
+    let metrics = http(addr, "GET", "/metrics", None, None).await;
+    assert_eq!(metrics.status, 200);
+    assert!(metrics
+        .header("content-type")
+        .is_some_and(|c| c.starts_with("application/openmetrics-text")));
+    assert!(
+        metrics.body.contains("scheduler_executions_total{"),
+        "{}",
+        metrics.body
+    );
+    assert!(
+        metrics.body.contains("scheduler_cancellations_total{"),
+        "{}",
+        metrics.body
+    );
+    node.shutdown().await.expect("clean shutdown");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bearer_token_protects_every_endpoint() {
+    let env = TestEnv::new("it_admin_auth", 2).await;
+    let log = Arc::new(Mutex::new(Vec::new()));
+    let node = start_node(&env, Some("s3cret"), &log).await;
+    let addr = node.admin_address().expect("admin API enabled");
+    let some_task = task("auth", Utc::now() + TimeDelta::seconds(60), "1");
+    let body = key_body(&some_task);
+    let requests: [(&str, String, Option<&str>); 4] = [
+        ("GET", "/api/v1/status".to_string(), None),
+        ("GET", task_path(&some_task), None),
+        (
+            "POST",
+            "/api/v1/task/cancel".to_string(),
+            Some(body.as_str()),
+        ),
+        ("GET", "/metrics".to_string(), None),
+    ];
+    for (method, path, body) in &requests {
+        for token in [None, Some("wrong"), Some("s3cret2")] {
+            let refused = http(addr, method, path, token, *body).await;
+            assert_eq!(refused.status, 401, "{method} {path} with {token:?}");
+            assert!(refused.json()["error"]
+                .as_str()
+                .is_some_and(|e| e.contains("bearer token")));
+        }
+    }
+    assert_eq!(
+        http(addr, "GET", "/api/v1/status", Some("s3cret"), None)
+            .await
+            .status,
+        200
+    );
+    assert_eq!(
+        http(addr, "GET", "/metrics", Some("s3cret"), None)
+            .await
+            .status,
+        200
+    );
+    assert_eq!(
+        http(addr, "GET", &task_path(&some_task), Some("s3cret"), None)
+            .await
+            .status,
+        404
+    );
+    assert_eq!(
+        http(
+            addr,
+            "POST",
+            "/api/v1/task/cancel",
+            Some("s3cret"),
+            Some(&body)
+        )
+        .await
+        .status,
+        202
+    );
+    node.shutdown().await.expect("clean shutdown");
+}

@@ -1,0 +1,396 @@
+//! The node's admin HTTP API: JSON under `/api/v1`, Prometheus metrics at `/metrics`, optionally
+//! protected by a bearer token. Errors are JSON `{"error": "..."}` with a 4xx status for bad input.
+//!
+//! | endpoint | what |
+//! | --- | --- |
+//! | `GET /api/v1/status` | node id, version, owned partitions, tasks in memory per stage and Kafka lag per partition |
+//! | `GET /api/v1/task?orderingId=&scheduledTime=&uniquenessKey=[&history=N]` | the task, its status, attempt count and attempt history (newest first, at most N, default 20) |
+//! | `POST /api/v1/task/cancel` with `{"orderingId","scheduledTime","uniquenessKey"}` | enqueue a cancellation on the task's partition |
+//! | `GET /metrics` | the node's metrics (OpenMetrics text) |
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
+
+use axum::extract::rejection::{JsonRejection, QueryRejection};
+use axum::extract::{Query, Request, State};
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use chrono::{DateTime, Utc};
+use scheduler_client::{partition_for, wire, Scheduler, Task, TaskKey};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::actors::InFlightGauges;
+use crate::metrics::Metrics;
+use crate::store::{PartitionId, TaskStore};
+
+/// Most attempts one task lookup returns.
+const MAX_HISTORY: usize = 100;
+
+/// What the API reads and acts on.
+pub struct AdminState {
+    /// Identifies the node in responses.
+    pub node_id: String,
+    /// The scheduler's topic.
+    pub topic: String,
+    /// Its partition count.
+    pub partition_count: u32,
+    /// Partitions the node owns now.
+    pub owned: Arc<Mutex<Vec<PartitionId>>>,
+    /// The node's metrics.
+    pub metrics: Arc<Metrics>,
+    /// Tasks in memory per partition.
+    pub in_flight: InFlightGauges,
+    /// Consumer lag per partition, from the Kafka client's statistics.
+    pub lag: Arc<Mutex<HashMap<PartitionId, i64>>>,
+    /// Where tasks, statuses and attempts are read.
+    pub store: Arc<dyn TaskStore>,
+    /// Sends cancellations to the topic.
+    pub canceller: Scheduler,
+    /// The bearer token every request must carry, if any.
+    pub token: Option<String>,
+}
+
+/// An error answered as JSON.
+#[derive(Debug)]
+pub struct ApiError {
+    status: StatusCode,
+    message: String,
+}
+
+impl ApiError {
+    fn bad_request(message: impl Into<String>) -> Self {
+        ApiError {
+            status: StatusCode::BAD_REQUEST,
+            message: message.into(),
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        (
+            self.status,
+            Json(serde_json::json!({ "error": self.message })),
+        )
+            .into_response()
+    }
+}
+
+/// The API's routes over `state`.
+pub fn router(state: Arc<AdminState>) -> Router {
+    Router::new()
+        .route("/api/v1/status", get(status))
+        .route("/api/v1/task", get(task))
+        .route("/api/v1/task/cancel", post(cancel))
+        .route("/metrics", get(metrics))
+        .fallback(|| async {
+            ApiError {
+                status: StatusCode::NOT_FOUND,
+                message: "no such endpoint (see /api/v1/status, /api/v1/task, /api/v1/task/cancel, /metrics)".into(),
+            }
+        })
+        .layer(middleware::from_fn_with_state(Arc::clone(&state), require_token))
+        .with_state(state)
+}
+
+async fn require_token(
+    State(state): State<Arc<AdminState>>,
+    request: Request,
+    next: Next,
+) -> Response {
+    if let Some(expected) = &state.token {
+        let presented = request
+            .headers()
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "));
+        if !presented.is_some_and(|t| constant_time_eq(t.as_bytes(), expected.as_bytes())) {
+            return ApiError {
+                status: StatusCode::UNAUTHORIZED,
+                message: "missing or wrong bearer token (send Authorization: Bearer <token>)"
+                    .into(),
+            }
+            .into_response();
+        }
+    }
+    next.run(request).await
+}
+
+/// Compares without stopping at the first difference, so timing does not reveal the token.
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct StatusResponse {
+    node_id: String,
+    version: &'static str,
+    topic: String,
+    partition_count: u32,
+    owned_partitions: Vec<PartitionId>,
+    partitions: Vec<PartitionStatus>,
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct PartitionStatus {
+    partition: PartitionId,
+    tasks_scheduled: usize,
+    tasks_executing: usize,
+    kafka_lag: Option<i64>,
+}
+
+async fn status(State(state): State<Arc<AdminState>>) -> Json<StatusResponse> {
+    let owned = state
+        .owned
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .clone();
+    let lag = state
+        .lag
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .clone();
+    let gauges: HashMap<PartitionId, _> = state.in_flight.all().into_iter().collect();
+    let partitions = owned
+        .iter()
+        .map(|&partition| {
+            let (held, total) = gauges
+                .get(&partition)
+                .map(|g| (g.held(), g.current()))
+                .unwrap_or_default();
+            PartitionStatus {
+                partition,
+                tasks_scheduled: held,
+                tasks_executing: total.saturating_sub(held),
+                kafka_lag: lag.get(&partition).copied().filter(|l| *l >= 0),
+            }
+        })
+        .collect();
+    Json(StatusResponse {
+        node_id: state.node_id.clone(),
+        version: env!("CARGO_PKG_VERSION"),
+        topic: state.topic.clone(),
+        partition_count: state.partition_count,
+        owned_partitions: owned,
+        partitions,
+    })
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct TaskQuery {
+    ordering_id: Option<String>,
+    scheduled_time: Option<String>,
+    uniqueness_key: Option<String>,
+    history: Option<usize>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct TaskKeyBody {
+    ordering_id: Option<String>,
+    scheduled_time: Option<String>,
+    uniqueness_key: Option<String>,
+}
+
+fn parse_key(
+    ordering_id: Option<String>,
+    scheduled_time: Option<String>,
+    uniqueness_key: Option<String>,
+) -> Result<TaskKey, ApiError> {
+    let required = |value: Option<String>, name: &str| {
+        value
+            .filter(|v| !v.is_empty())
+            .ok_or_else(|| ApiError::bad_request(format!("{name} is required")))
+    };
+    let ordering_id = required(ordering_id, "orderingId")?;
+    let uniqueness_key = required(uniqueness_key, "uniquenessKey")?;
+    let time = required(scheduled_time, "scheduledTime")?;
+    let scheduled_time = DateTime::parse_from_rfc3339(&time)
+        .map_err(|_| {
+            ApiError::bad_request(format!(
+                "scheduledTime {time:?} is not an RFC 3339 timestamp such as 2026-11-22T06:00:00.000Z"
+            ))
+        })?
+        .with_timezone(&Utc);
+    Ok(Task::new(
+        ordering_id,
+        scheduled_time,
+        uniqueness_key,
+        Default::default(),
+    )
+    .key())
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct TaskResponse {
+    ordering_id: String,
+    scheduled_time: String,
+    uniqueness_key: String,
+    partition: PartitionId,
+    /// pending, completed, failed, dropped or cancelled.
+    status: &'static str,
+    attempts: u32,
+    last_error: Option<String>,
+    updated_at: Option<String>,
+    /// Present while the task is in the schedule (it leaves it once finished).
+    task_data: Option<Value>,
+    history: Vec<AttemptView>,
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct AttemptView {
+    attempt: u32,
+    started_at: String,
+    finished_at: String,
+    outcome: &'static str,
+    error: Option<String>,
+}
+
+fn store_error(e: crate::store::StoreError) -> ApiError {
+    ApiError {
+        status: StatusCode::SERVICE_UNAVAILABLE,
+        message: e.to_string(),
+    }
+}
+
+async fn task(
+    State(state): State<Arc<AdminState>>,
+    query: Result<Query<TaskQuery>, QueryRejection>,
+) -> Result<Json<TaskResponse>, ApiError> {
+    let Query(query) = query.map_err(|e| ApiError::bad_request(e.body_text()))?;
+    let history = query.history.unwrap_or(20);
+    if history > MAX_HISTORY {
+        return Err(ApiError::bad_request(format!(
+            "history must be at most {MAX_HISTORY}"
+        )));
+    }
+    let key = parse_key(
+        query.ordering_id,
+        query.scheduled_time,
+        query.uniqueness_key,
+    )?;
+    let partition = partition_for(&key.ordering_id, state.partition_count);
+    let (task, status, attempts) = futures::try_join!(
+        state.store.scheduled_task(partition, key.clone()),
+        state.store.status(partition, key.clone()),
+        state.store.attempts(key.clone(), history.max(1)),
+    )
+    .map_err(store_error)?;
+    if task.is_none() && status.is_none() && attempts.is_empty() {
+        return Err(ApiError {
+            status: StatusCode::NOT_FOUND,
+            message: format!("no task {key} is scheduled or recorded"),
+        });
+    }
+    let attempt_count = status
+        .as_ref()
+        .map(|s| s.attempts)
+        .unwrap_or_else(|| attempts.first().map(|a| a.attempt).unwrap_or(0));
+    Ok(Json(TaskResponse {
+        ordering_id: key.ordering_id.clone(),
+        scheduled_time: wire::format_time(key.scheduled_time),
+        uniqueness_key: key.uniqueness_key.clone(),
+        partition,
+        status: status
+            .as_ref()
+            .map(|s| s.status.as_str())
+            .unwrap_or("pending"),
+        attempts: attempt_count,
+        last_error: status.as_ref().and_then(|s| s.last_error.clone()),
+        updated_at: status.as_ref().map(|s| wire::format_time(s.updated_at)),
+        task_data: task.map(|t| Value::Object(t.task_data)),
+        history: attempts
+            .into_iter()
+            .take(history)
+            .map(|a| AttemptView {
+                attempt: a.attempt,
+                started_at: wire::format_time(a.started_at),
+                finished_at: wire::format_time(a.finished_at),
+                outcome: a.outcome.as_str(),
+                error: a.error,
+            })
+            .collect(),
+    }))
+}
+
+async fn cancel(
+    State(state): State<Arc<AdminState>>,
+    body: Result<Json<TaskKeyBody>, JsonRejection>,
+) -> Result<(StatusCode, Json<Value>), ApiError> {
+    let Json(body) = body.map_err(|e| ApiError::bad_request(e.body_text()))?;
+    let key = parse_key(body.ordering_id, body.scheduled_time, body.uniqueness_key)?;
+    state
+        .canceller
+        .cancel_task(&key)
+        .await
+        .map_err(|e| ApiError {
+            status: StatusCode::BAD_GATEWAY,
+            message: e.to_string(),
+        })?;
+    Ok((
+        StatusCode::ACCEPTED,
+        Json(serde_json::json!({
+            "result": "cancellation enqueued",
+            "task": key.to_string(),
+            "partition": partition_for(&key.ordering_id, state.partition_count),
+            "note": "The owning node applies it in order with the partition's tasks: the task will not run. \
+                     A task already running is not interrupted, and a task that already finished keeps its status.",
+        })),
+    ))
+}
+
+async fn metrics(State(state): State<Arc<AdminState>>) -> Response {
+    let text = state.metrics.encode(&state.in_flight);
+    let mut response = text.into_response();
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/openmetrics-text; version=1.0.0; charset=utf-8"),
+    );
+    response
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn token_comparison_needs_the_whole_token() {
+        assert!(constant_time_eq(b"secret", b"secret"));
+        assert!(!constant_time_eq(b"secret", b"secreT"));
+        assert!(!constant_time_eq(b"secret", b"secret2"));
+        assert!(!constant_time_eq(b"", b"secret"));
+    }
+
+    #[test]
+    fn task_keys_need_every_part_and_an_rfc3339_time() {
+        let key = parse_key(
+            Some("o".into()),
+            Some("2026-11-22T06:00:00.000Z".into()),
+            Some("u".into()),
+        )
+        .expect("valid key");
+        assert_eq!(key.to_string(), "o/2026-11-22T06:00:00.000Z/u");
+        let missing =
+            parse_key(None, Some("2026-11-22T06:00:00Z".into()), Some("u".into())).unwrap_err();
+        assert_eq!(
+            (missing.status, missing.message.as_str()),
+            (StatusCode::BAD_REQUEST, "orderingId is required")
+        );
+        let bad_time =
+            parse_key(Some("o".into()), Some("tomorrow".into()), Some("u".into())).unwrap_err();
+        assert!(
+            bad_time.message.contains("not an RFC 3339 timestamp"),
+            "{}",
+            bad_time.message
+        );
+    }
+}
