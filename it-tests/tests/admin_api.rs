@@ -272,3 +272,104 @@ async fn a_bearer_token_protects_every_endpoint() {
     );
     node.shutdown().await.expect("clean shutdown");
 }
+
+/// Reads every page of the listing, following each page's cursor; returns the keys in order and
+/// the page sizes.
+async fn list_all(
+    addr: std::net::SocketAddr,
+    from: &str,
+    to: &str,
+    limit: usize,
+) -> (Vec<String>, Vec<usize>) {
+    let (mut keys, mut pages) = (Vec::new(), Vec::new());
+    let mut page_from = from.to_string();
+    let mut after = String::new();
+    loop {
+        let path = format!("/api/v1/tasks?from={page_from}&to={to}&limit={limit}{after}");
+        let page = http(addr, "GET", &path, None, None).await;
+        assert_eq!(page.status, 200, "{}", page.body);
+        let page = page.json();
+        let tasks = page["tasks"].as_array().cloned().unwrap_or_default();
+        pages.push(tasks.len());
+        let text = |v: &serde_json::Value| v.as_str().unwrap_or_default().to_string();
+        keys.extend(tasks.iter().map(|t| {
+            format!(
+                "{}/{}/{}",
+                text(&t["orderingId"]),
+                text(&t["scheduledTime"]),
+                text(&t["uniquenessKey"])
+            )
+        }));
+        let next = &page["next"];
+        if next.is_null() {
+            return (keys, pages);
+        }
+        page_from = text(&next["from"]);
+        after = format!(
+            "&fromOrderingId={}&fromUniquenessKey={}",
+            text(&next["fromOrderingId"]),
+            text(&next["fromUniquenessKey"])
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_task_listing_pages_through_every_partition_in_key_order() {
+    let env = TestEnv::new("it_admin_list", 4).await;
+    let log = Arc::new(Mutex::new(Vec::new()));
+    let node = start_node(&env, None, &log).await;
+    let addr = node.admin_address().expect("admin API enabled");
+    let scheduler = env.scheduler(Duration::from_secs(10));
+    let base = scheduler_client::truncate_to_millis(Utc::now() + TimeDelta::minutes(10));
+    // 25 tasks over 7 orderingIds (so over several partitions), five per second: ties in time.
+    let tasks: Vec<Task> = (0..25)
+        .map(|i| {
+            task(
+                &format!("list-{}", i % 7),
+                base + TimeDelta::seconds(i % 5),
+                &format!("u{i:02}"),
+            )
+        })
+        .collect();
+    let outside = [
+        task("list-0", base - TimeDelta::seconds(1), "before"),
+        task("list-0", base + TimeDelta::seconds(5), "at-the-end"),
+    ];
+    for t in tasks.iter().chain(&outside) {
+        scheduler.schedule_task(t.clone()).await.expect("scheduled");
+    }
+    let mut expected: Vec<_> = tasks.iter().map(Task::key).collect();
+    expected.sort();
+    let expected: Vec<String> = expected.iter().map(ToString::to_string).collect();
+    let (from, to) = (
+        wire::format_time(base),
+        wire::format_time(base + TimeDelta::seconds(5)),
+    );
+
+    let mut listed = (Vec::new(), Vec::new());
+    wait_until(Duration::from_secs(20), "every task to be listed", || {
+        listed = futures::executor::block_on(list_all(addr, &from, &to, 10));
+        listed.0.len() >= expected.len()
+    })
+    .await;
+    assert_eq!(
+        listed.0, expected,
+        "every task of the window once, in key order, none outside it"
+    );
+    assert_eq!(listed.1, [10, 10, 5], "three pages of at most 10");
+
+    // Bad input.
+    for path in [
+        format!("/api/v1/tasks?from={to}&to={from}"),
+        format!("/api/v1/tasks?from={from}&to={to}&limit=0"),
+        format!("/api/v1/tasks?from={from}&to={to}&limit=5000"),
+        format!("/api/v1/tasks?from=yesterday&to={to}"),
+        format!("/api/v1/tasks?to={to}"),
+        format!("/api/v1/tasks?from={from}&to={to}&fromOrderingId=list-1"),
+    ] {
+        let refused = http(addr, "GET", &path, None, None).await;
+        assert_eq!(refused.status, 400, "{path}: {}", refused.body);
+        assert!(refused.json()["error"].is_string());
+    }
+    node.shutdown().await.expect("clean shutdown");
+}

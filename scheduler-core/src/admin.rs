@@ -5,6 +5,7 @@
 //! | --- | --- |
 //! | `GET /api/v1/status` | node id, version, owned partitions, tasks in memory per stage and Kafka lag per partition |
 //! | `GET /api/v1/task?orderingId=&scheduledTime=&uniquenessKey=[&history=N]` | the task, its status, attempt count and attempt history (newest first, at most N, default 20) |
+//! | `GET /api/v1/tasks?from=&to=&limit=[&fromOrderingId=&fromUniquenessKey=]` | incomplete tasks due in `[from, to)` across all partitions, in task-key order, with the cursor of the next page |
 //! | `POST /api/v1/task/cancel` with `{"orderingId","scheduledTime","uniquenessKey"}` | enqueue a cancellation on the task's partition |
 //! | `GET /metrics` | the node's metrics (OpenMetrics text) |
 
@@ -19,13 +20,14 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use chrono::{DateTime, Utc};
-use scheduler_client::{partition_for, wire, Scheduler, Task, TaskKey};
+use futures::{StreamExt, TryStreamExt};
+use scheduler_client::{partition_for, truncate_to_millis, wire, Scheduler, Task, TaskKey};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::actors::InFlightGauges;
 use crate::metrics::Metrics;
-use crate::store::{PartitionId, TaskStore};
+use crate::store::{PartitionId, ReadCursor, TaskStore};
 
 /// Most attempts one task lookup returns.
 const MAX_HISTORY: usize = 100;
@@ -86,11 +88,13 @@ pub fn router(state: Arc<AdminState>) -> Router {
         .route("/api/v1/status", get(status))
         .route("/api/v1/task", get(task))
         .route("/api/v1/task/cancel", post(cancel))
+        .route("/api/v1/tasks", get(tasks))
         .route("/metrics", get(metrics))
         .fallback(|| async {
             ApiError {
                 status: StatusCode::NOT_FOUND,
-                message: "no such endpoint (see /api/v1/status, /api/v1/task, /api/v1/task/cancel, /metrics)".into(),
+                message: "no such endpoint (see /api/v1/status, /api/v1/task, /api/v1/tasks, /api/v1/task/cancel, /metrics)"
+                    .into(),
             }
         })
         .layer(middleware::from_fn_with_state(Arc::clone(&state), require_token))
@@ -346,6 +350,136 @@ async fn cancel(
                      A task already running is not interrupted, and a task that already finished keeps its status.",
         })),
     ))
+}
+
+/// Largest page of `GET /api/v1/tasks`.
+const MAX_PAGE: usize = 1000;
+/// Partitions read at once when listing.
+const LIST_CONCURRENCY: usize = 16;
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct ListQuery {
+    from: Option<String>,
+    to: Option<String>,
+    limit: Option<usize>,
+    from_ordering_id: Option<String>,
+    from_uniqueness_key: Option<String>,
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct ListedTask {
+    ordering_id: String,
+    scheduled_time: String,
+    uniqueness_key: String,
+    partition: PartitionId,
+    task_data: Value,
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct PageCursor {
+    from: String,
+    from_ordering_id: String,
+    from_uniqueness_key: String,
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct ListResponse {
+    tasks: Vec<ListedTask>,
+    /// Query parameters for the next page (with the same `to` and `limit`), or null at the end.
+    next: Option<PageCursor>,
+}
+
+fn parse_time(value: Option<String>, name: &str) -> Result<DateTime<Utc>, ApiError> {
+    let text = value
+        .filter(|v| !v.is_empty())
+        .ok_or_else(|| ApiError::bad_request(format!("{name} is required")))?;
+    DateTime::parse_from_rfc3339(&text)
+        .map(|t| t.with_timezone(&Utc))
+        .map_err(|_| {
+            ApiError::bad_request(format!(
+                "{name} {text:?} is not an RFC 3339 timestamp such as 2026-11-22T06:00:00.000Z"
+            ))
+        })
+}
+
+/// Incomplete tasks due in `[from, to)` across all partitions, in task-key order, a page at a
+/// time. A page resumes after the key given by `from`, `fromOrderingId` and `fromUniquenessKey`.
+async fn tasks(
+    State(state): State<Arc<AdminState>>,
+    query: Result<Query<ListQuery>, QueryRejection>,
+) -> Result<Json<ListResponse>, ApiError> {
+    let Query(query) = query.map_err(|e| ApiError::bad_request(e.body_text()))?;
+    let from = parse_time(query.from, "from")?;
+    let to = parse_time(query.to, "to")?;
+    if from >= to {
+        return Err(ApiError::bad_request("from must be earlier than to"));
+    }
+    let limit = query.limit.unwrap_or(100);
+    if limit == 0 || limit > MAX_PAGE {
+        return Err(ApiError::bad_request(format!(
+            "limit must be between 1 and {MAX_PAGE}"
+        )));
+    }
+    let cursor = match (query.from_ordering_id, query.from_uniqueness_key) {
+        (None, None) => ReadCursor::From(from),
+        (Some(ordering_id), Some(uniqueness_key)) => ReadCursor::After(TaskKey {
+            scheduled_time: truncate_to_millis(from),
+            ordering_id,
+            uniqueness_key,
+        }),
+        _ => return Err(ApiError::bad_request(
+            "fromOrderingId and fromUniquenessKey go together (the key the previous page ended at)",
+        )),
+    };
+    // Each partition's first `limit` tasks after the cursor; the page is the first `limit` of all.
+    let reads = (0..state.partition_count as PartitionId).map(|partition| {
+        let read = state.store.load(partition, cursor.clone(), to, limit);
+        async move { read.await.map(|tasks| (partition, tasks)) }
+    });
+    let per_partition: Vec<(PartitionId, Vec<Task>)> = futures::stream::iter(reads)
+        .buffer_unordered(LIST_CONCURRENCY)
+        .try_collect()
+        .await
+        .map_err(store_error)?;
+    let mut candidates: Vec<(PartitionId, Task)> = per_partition
+        .into_iter()
+        .flat_map(|(p, tasks)| tasks.into_iter().map(move |t| (p, t)))
+        .collect();
+    candidates.sort_by_key(|(_, task)| task.key());
+    candidates.truncate(limit);
+    let next = (candidates.len() == limit)
+        .then(|| candidates.last())
+        .flatten()
+        .map(|(_, last)| PageCursor {
+            from: wire::format_time(last.scheduled_time),
+            from_ordering_id: last.ordering_id.clone(),
+            from_uniqueness_key: last.uniqueness_key.clone(),
+        });
+    // A finished task normally leaves the schedule; one whose removal failed is filtered here.
+    let statuses = futures::future::try_join_all(
+        candidates
+            .iter()
+            .map(|(p, t)| state.store.status(*p, t.key())),
+    )
+    .await
+    .map_err(store_error)?;
+    let tasks = candidates
+        .into_iter()
+        .zip(statuses)
+        .filter(|(_, status)| status.is_none())
+        .map(|((partition, task), _)| ListedTask {
+            ordering_id: task.ordering_id,
+            scheduled_time: wire::format_time(task.scheduled_time),
+            uniqueness_key: task.uniqueness_key,
+            partition,
+            task_data: Value::Object(task.task_data),
+        })
+        .collect();
+    Ok(Json(ListResponse { tasks, next }))
 }
 
 async fn metrics(State(state): State<Arc<AdminState>>) -> Response {
