@@ -1,0 +1,654 @@
+//! The `scheduler` command. `schedule` writes to the topic (Kafka); `get`, `list`, `cancel` and
+//! `status` talk to a node's admin HTTP API; `node` runs a node from a settings file.
+//!
+//! Exit codes: 0 success, 1 a service failed or was unreachable, 2 bad usage or input,
+//! 3 not found. `--json` prints machine-readable output.
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use chrono::{DateTime, TimeDelta, Utc};
+use clap::{Args, Parser, Subcommand};
+use scheduler_client::{wire, ScheduleError, Scheduler, SchedulerConfig, Task, TaskData};
+use scheduler_core::settings::duration_text;
+use scheduler_core::{SchedulerNode, Settings, TaskError, TaskExecutor};
+use serde_json::Value;
+
+/// Exit code: a service failed or could not be reached.
+pub const EXIT_FAILURE: i32 = 1;
+/// Exit code: bad usage or input.
+pub const EXIT_USAGE: i32 = 2;
+/// Exit code: the task does not exist.
+pub const EXIT_NOT_FOUND: i32 = 3;
+
+#[derive(Parser)]
+#[command(
+    name = "scheduler",
+    version,
+    about = "Schedule, inspect and cancel tasks of the Kafka/Cassandra task scheduler, check its nodes, run a node.",
+    after_help = "Examples:\n  \
+        scheduler schedule --ordering-id customer-7 --in 10m --unique reminder-1 --data '{\"kind\":\"email\"}'\n  \
+        scheduler get --ordering-id customer-7 --at 2026-11-22T09:00:00.000Z --unique reminder-1\n  \
+        scheduler list --from 2026-11-22T09:00:00Z --to 2026-11-22T10:00:00Z --all\n  \
+        scheduler cancel --ordering-id customer-7 --at 2026-11-22T09:00:00.000Z --unique reminder-1\n  \
+        scheduler status --json\n  \
+        scheduler node scheduler.toml --exec ./handle-task.sh\n\n\
+        Exit codes: 0 success, 1 a service failed or was unreachable, 2 bad usage or input, 3 not found."
+)]
+struct Cli {
+    /// Print JSON instead of tables.
+    #[arg(long, global = true)]
+    json: bool,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Schedule a task from flags, or every task of a JSON file (wire-format records, one object or an array).
+    Schedule(ScheduleArgs),
+    /// Show a task: its status, attempt count, data and attempt history.
+    Get(GetArgs),
+    /// List incomplete tasks due in a time window, in task-key order.
+    List(ListArgs),
+    /// Cancel a task: it never runs afterwards (a task already running is not interrupted).
+    Cancel(GetArgs),
+    /// Show a node: owned partitions, tasks in memory and Kafka lag per partition.
+    Status(AdminArgs),
+    /// Run a scheduler node from a settings file (TOML; SCHEDULER__SECTION__KEY variables override it).
+    Node(NodeArgs),
+}
+
+#[derive(Args)]
+struct AdminArgs {
+    /// A node's admin API.
+    #[arg(
+        long,
+        env = "SCHEDULER_ADMIN_URL",
+        default_value = "http://127.0.0.1:9464"
+    )]
+    admin: String,
+    /// The admin API's bearer token, if it has one.
+    #[arg(long, env = "SCHEDULER_ADMIN_TOKEN", hide_env_values = true)]
+    token: Option<String>,
+}
+
+#[derive(Args)]
+struct KafkaArgs {
+    /// Kafka bootstrap servers.
+    #[arg(
+        long,
+        env = "SCHEDULER_KAFKA_BOOTSTRAP",
+        default_value = "127.0.0.1:9092"
+    )]
+    bootstrap: String,
+    /// The scheduler's topic.
+    #[arg(long, env = "SCHEDULER_TOPIC", default_value = "scheduled-tasks")]
+    topic: String,
+}
+
+#[derive(Args)]
+struct ScheduleArgs {
+    #[command(flatten)]
+    kafka: KafkaArgs,
+    /// The task's ordering queue.
+    #[arg(long, required_unless_present = "file")]
+    ordering_id: Option<String>,
+    /// When it is due (RFC 3339).
+    #[arg(long, value_name = "RFC3339", conflicts_with = "delay")]
+    at: Option<String>,
+    /// When it is due, from now (500ms, 10s, 5m, 2h).
+    #[arg(long = "in", value_name = "DURATION")]
+    delay: Option<String>,
+    /// Tells apart tasks of one orderingId due at the same time.
+    #[arg(long, required_unless_present = "file")]
+    unique: Option<String>,
+    /// The task's data, a JSON object.
+    #[arg(long, value_name = "JSON")]
+    data: Option<String>,
+    /// Schedule the records of this file instead of one task from flags.
+    #[arg(long, conflicts_with_all = ["ordering_id", "at", "delay", "unique", "data"])]
+    file: Option<PathBuf>,
+    /// How far in the past a task may be (the nodes' grace window).
+    #[arg(long, default_value = "10s", value_name = "DURATION")]
+    grace: String,
+}
+
+#[derive(Args)]
+struct GetArgs {
+    #[command(flatten)]
+    admin: AdminArgs,
+    /// The task's orderingId.
+    #[arg(long)]
+    ordering_id: String,
+    /// The task's scheduled time (RFC 3339, as scheduled).
+    #[arg(long, value_name = "RFC3339")]
+    at: String,
+    /// The task's uniquenessKey.
+    #[arg(long)]
+    unique: String,
+}
+
+#[derive(Args)]
+struct ListArgs {
+    #[command(flatten)]
+    admin: AdminArgs,
+    /// Start of the window (RFC 3339, inclusive).
+    #[arg(long, value_name = "RFC3339")]
+    from: String,
+    /// End of the window (RFC 3339, exclusive).
+    #[arg(long, value_name = "RFC3339")]
+    to: String,
+    /// Tasks per page (1..1000).
+    #[arg(long, default_value_t = 100)]
+    limit: usize,
+    /// Follow the pages to the end of the window.
+    #[arg(long)]
+    all: bool,
+}
+
+#[derive(Args)]
+struct NodeArgs {
+    /// The settings file.
+    settings: Option<PathBuf>,
+    /// Run each task through this shell command, with the task's wire-format JSON on stdin.
+    /// Exit 0: done; exit 65 (EX_DATAERR): give up; anything else: retry later.
+    /// Without it the node prints each task.
+    #[arg(long, value_name = "COMMAND")]
+    exec: Option<String>,
+}
+
+/// A failure with its exit code.
+struct Failure {
+    code: i32,
+    message: String,
+}
+
+impl Failure {
+    fn usage(message: impl Into<String>) -> Self {
+        Failure {
+            code: EXIT_USAGE,
+            message: message.into(),
+        }
+    }
+
+    fn service(message: impl Into<String>) -> Self {
+        Failure {
+            code: EXIT_FAILURE,
+            message: message.into(),
+        }
+    }
+}
+
+type Outcome = Result<(), Failure>;
+
+/// Runs the command line `args` (the first is the program name), writing output to `out` and
+/// errors to stderr; returns the exit code.
+pub fn run<I, T>(args: I, out: &mut dyn Write) -> i32
+where
+    I: IntoIterator<Item = T>,
+    T: Into<std::ffi::OsString> + Clone,
+{
+    let cli = match Cli::try_parse_from(args) {
+        Ok(cli) => cli,
+        Err(e) => {
+            let _ = write!(out, "{}", e.render());
+            return match e.exit_code() {
+                0 => 0,
+                _ => EXIT_USAGE,
+            };
+        }
+    };
+    let json = cli.json;
+    let result = match cli.command {
+        Command::Schedule(args) => schedule(args, json, out),
+        Command::Get(args) => get(args, json, out),
+        Command::List(args) => list(args, json, out),
+        Command::Cancel(args) => cancel(args, json, out),
+        Command::Status(args) => status(args, json, out),
+        Command::Node(args) => node(args),
+    };
+    match result {
+        Ok(()) => 0,
+        Err(failure) => {
+            eprintln!("scheduler: {}", failure.message);
+            failure.code
+        }
+    }
+}
+
+fn runtime() -> Result<tokio::runtime::Runtime, Failure> {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .map_err(|e| Failure::service(format!("cannot start a runtime: {e}")))
+}
+
+fn parse_time(text: &str, what: &str) -> Result<DateTime<Utc>, Failure> {
+    DateTime::parse_from_rfc3339(text)
+        .map(|t| t.with_timezone(&Utc))
+        .map_err(|_| {
+            Failure::usage(format!(
+                "{what} {text:?} is not an RFC 3339 time such as 2026-11-22T09:00:00.000Z"
+            ))
+        })
+}
+
+fn schedule(args: ScheduleArgs, json: bool, out: &mut dyn Write) -> Outcome {
+    let grace = duration_text::parse(&args.grace).map_err(Failure::usage)?;
+    let tasks = match &args.file {
+        Some(path) => tasks_from_file(path)?,
+        None => vec![task_from_flags(&args)?],
+    };
+    let mut config = SchedulerConfig::new(args.kafka.bootstrap.clone(), args.kafka.topic.clone());
+    config.scheduling_grace_window = grace;
+    let scheduler = Scheduler::new(config).map_err(|e| Failure::service(e.to_string()))?;
+    let runtime = runtime()?;
+    let mut scheduled = Vec::new();
+    for task in tasks {
+        runtime
+            .block_on(scheduler.schedule_task(task.clone()))
+            .map_err(|e| match e {
+                ScheduleError::Kafka(_)
+                | ScheduleError::Topic { .. }
+                | ScheduleError::Config(_) => Failure::service(format!("{}: {e}", task.key())),
+                _ => Failure::usage(format!("{}: {e}", task.key())),
+            })?;
+        scheduled.push(task.key());
+    }
+    if json {
+        let keys: Vec<Value> = scheduled
+            .iter()
+            .map(|k| {
+                serde_json::json!({
+                    "orderingId": k.ordering_id,
+                    "scheduledTime": wire::format_time(k.scheduled_time),
+                    "uniquenessKey": k.uniqueness_key,
+                })
+            })
+            .collect();
+        writeln!(out, "{}", serde_json::json!({ "scheduled": keys })).map_err(io_failure)?;
+    } else {
+        for key in &scheduled {
+            writeln!(out, "scheduled {key}").map_err(io_failure)?;
+        }
+    }
+    Ok(())
+}
+
+fn task_from_flags(args: &ScheduleArgs) -> Result<Task, Failure> {
+    let ordering_id = args.ordering_id.clone().unwrap_or_default();
+    let unique = args.unique.clone().unwrap_or_default();
+    let at = match (&args.at, &args.delay) {
+        (Some(at), _) => parse_time(at, "--at")?,
+        (None, Some(delay)) => {
+            let delay = duration_text::parse(delay).map_err(Failure::usage)?;
+            Utc::now() + TimeDelta::from_std(delay).unwrap_or_default()
+        }
+        (None, None) => Utc::now(),
+    };
+    let data: TaskData = match &args.data {
+        Some(text) => serde_json::from_str(text)
+            .map_err(|e| Failure::usage(format!("--data must be a JSON object: {e}")))?,
+        None => TaskData::new(),
+    };
+    Ok(Task::new(ordering_id, at, unique, data))
+}
+
+fn tasks_from_file(path: &PathBuf) -> Result<Vec<Task>, Failure> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| Failure::usage(format!("cannot read {}: {e}", path.display())))?;
+    let value: Value = serde_json::from_str(&text)
+        .map_err(|e| Failure::usage(format!("{} is not JSON: {e}", path.display())))?;
+    let records = match value {
+        Value::Array(items) => items,
+        one => vec![one],
+    };
+    records
+        .into_iter()
+        .enumerate()
+        .map(|(i, record)| {
+            let bytes = record.to_string().into_bytes();
+            wire::decode(Some(&bytes), usize::MAX)
+                .map_err(|e| Failure::usage(format!("{} record {i}: {e}", path.display())))
+        })
+        .collect()
+}
+
+/// One call of the admin API; 404 maps to the not-found exit code.
+fn admin_call(
+    admin: &AdminArgs,
+    method: &str,
+    path: &str,
+    body: Option<Value>,
+) -> Result<Value, Failure> {
+    let url = format!("{}{path}", admin.admin.trim_end_matches('/'));
+    let agent: ureq::Agent = ureq::Agent::config_builder()
+        .timeout_global(Some(Duration::from_secs(30)))
+        .http_status_as_error(false)
+        .build()
+        .into();
+    let auth = admin.token.as_ref().map(|t| format!("Bearer {t}"));
+    let response = match (method, body) {
+        ("POST", Some(body)) => {
+            let mut request = agent.post(&url);
+            if let Some(auth) = &auth {
+                request = request.header("Authorization", auth);
+            }
+            request.send_json(body)
+        }
+        _ => {
+            let mut request = agent.get(&url);
+            if let Some(auth) = &auth {
+                request = request.header("Authorization", auth);
+            }
+            request.call()
+        }
+    };
+    let mut response = response
+        .map_err(|e| Failure::service(format!("admin API at {} unreachable: {e}", admin.admin)))?;
+    let status = response.status().as_u16();
+    let text = response
+        .body_mut()
+        .read_to_string()
+        .map_err(|e| Failure::service(format!("reading the admin API's answer: {e}")))?;
+    let value: Value = serde_json::from_str(&text).unwrap_or(Value::String(text));
+    let error = || {
+        value
+            .get("error")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_string()
+    };
+    match status {
+        200..=299 => Ok(value),
+        404 => Err(Failure {
+            code: EXIT_NOT_FOUND,
+            message: error(),
+        }),
+        400..=499 => Err(Failure::usage(format!("{status}: {}", error()))),
+        _ => Err(Failure::service(format!("{status}: {}", error()))),
+    }
+}
+
+/// Encodes a query parameter value (the API's values are ids and RFC 3339 times).
+fn encode(value: &str) -> String {
+    value
+        .bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' | b':' => {
+                (b as char).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+fn key_query(args: &GetArgs) -> Result<String, Failure> {
+    let at = parse_time(&args.at, "--at")?;
+    Ok(format!(
+        "orderingId={}&scheduledTime={}&uniquenessKey={}",
+        encode(&args.ordering_id),
+        encode(&wire::format_time(at)),
+        encode(&args.unique)
+    ))
+}
+
+fn text(value: &Value) -> String {
+    match value {
+        Value::String(s) => s.clone(),
+        Value::Null => "-".into(),
+        other => other.to_string(),
+    }
+}
+
+fn io_failure(e: std::io::Error) -> Failure {
+    Failure::service(format!("cannot write output: {e}"))
+}
+
+fn get(args: GetArgs, json: bool, out: &mut dyn Write) -> Outcome {
+    let task = admin_call(
+        &args.admin,
+        "GET",
+        &format!("/api/v1/task?{}", key_query(&args)?),
+        None,
+    )?;
+    if json {
+        return writeln!(out, "{task}").map_err(io_failure);
+    }
+    let rows = [
+        (
+            "task",
+            format!(
+                "{}/{}/{}",
+                text(&task["orderingId"]),
+                text(&task["scheduledTime"]),
+                text(&task["uniquenessKey"])
+            ),
+        ),
+        ("partition", text(&task["partition"])),
+        ("status", text(&task["status"])),
+        ("attempts", text(&task["attempts"])),
+        ("last error", text(&task["lastError"])),
+        ("updated at", text(&task["updatedAt"])),
+        ("data", text(&task["taskData"])),
+    ];
+    for (name, value) in rows {
+        writeln!(out, "{name:<11} {value}").map_err(io_failure)?;
+    }
+    let history = task["history"].as_array().cloned().unwrap_or_default();
+    if !history.is_empty() {
+        writeln!(
+            out,
+            "\n{:<8} {:<25} {:<25} {:<10} ERROR",
+            "ATTEMPT", "STARTED", "FINISHED", "OUTCOME"
+        )
+        .map_err(io_failure)?;
+        for a in history {
+            writeln!(
+                out,
+                "{:<8} {:<25} {:<25} {:<10} {}",
+                text(&a["attempt"]),
+                text(&a["startedAt"]),
+                text(&a["finishedAt"]),
+                text(&a["outcome"]),
+                text(&a["error"])
+            )
+            .map_err(io_failure)?;
+        }
+    }
+    Ok(())
+}
+
+fn list(args: ListArgs, json: bool, out: &mut dyn Write) -> Outcome {
+    let from = wire::format_time(parse_time(&args.from, "--from")?);
+    let to = wire::format_time(parse_time(&args.to, "--to")?);
+    let mut page_from = from;
+    let mut after = String::new();
+    let mut all = Vec::new();
+    let next = loop {
+        let path = format!(
+            "/api/v1/tasks?from={}&to={}&limit={}{after}",
+            encode(&page_from),
+            encode(&to),
+            args.limit
+        );
+        let page = admin_call(&args.admin, "GET", &path, None)?;
+        all.extend(page["tasks"].as_array().cloned().unwrap_or_default());
+        let next = page["next"].clone();
+        if next.is_null() || !args.all {
+            break next;
+        }
+        page_from = text(&next["from"]);
+        after = format!(
+            "&fromOrderingId={}&fromUniquenessKey={}",
+            encode(&text(&next["fromOrderingId"])),
+            encode(&text(&next["fromUniquenessKey"]))
+        );
+    };
+    if json {
+        return writeln!(out, "{}", serde_json::json!({ "tasks": all, "next": next }))
+            .map_err(io_failure);
+    }
+    writeln!(
+        out,
+        "{:<25} {:<24} {:<24} {:>9}  DATA",
+        "SCHEDULED", "ORDERING ID", "UNIQUENESS KEY", "PARTITION"
+    )
+    .map_err(io_failure)?;
+    for t in &all {
+        writeln!(
+            out,
+            "{:<25} {:<24} {:<24} {:>9}  {}",
+            text(&t["scheduledTime"]),
+            text(&t["orderingId"]),
+            text(&t["uniquenessKey"]),
+            text(&t["partition"]),
+            text(&t["taskData"])
+        )
+        .map_err(io_failure)?;
+    }
+    if !next.is_null() {
+        writeln!(
+            out,
+            "more: --from {} and fromOrderingId={} fromUniquenessKey={} (or --all)",
+            text(&next["from"]),
+            text(&next["fromOrderingId"]),
+            text(&next["fromUniquenessKey"])
+        )
+        .map_err(io_failure)?;
+    }
+    Ok(())
+}
+
+fn cancel(args: GetArgs, json: bool, out: &mut dyn Write) -> Outcome {
+    let at = parse_time(&args.at, "--at")?;
+    let body = serde_json::json!({
+        "orderingId": args.ordering_id,
+        "scheduledTime": wire::format_time(at),
+        "uniquenessKey": args.unique,
+    });
+    let answer = admin_call(&args.admin, "POST", "/api/v1/task/cancel", Some(body))?;
+    if json {
+        writeln!(out, "{answer}")
+    } else {
+        writeln!(
+            out,
+            "{}: {}\n{}",
+            text(&answer["result"]),
+            text(&answer["task"]),
+            text(&answer["note"])
+        )
+    }
+    .map_err(io_failure)
+}
+
+fn status(args: AdminArgs, json: bool, out: &mut dyn Write) -> Outcome {
+    let status = admin_call(&args, "GET", "/api/v1/status", None)?;
+    if json {
+        return writeln!(out, "{status}").map_err(io_failure);
+    }
+    writeln!(
+        out,
+        "node {} (version {}), topic {} with {} partitions",
+        text(&status["nodeId"]),
+        text(&status["version"]),
+        text(&status["topic"]),
+        text(&status["partitionCount"])
+    )
+    .map_err(io_failure)?;
+    writeln!(
+        out,
+        "{:>9} {:>10} {:>10} {:>10}",
+        "PARTITION", "SCHEDULED", "EXECUTING", "KAFKA LAG"
+    )
+    .map_err(io_failure)?;
+    for p in status["partitions"].as_array().cloned().unwrap_or_default() {
+        writeln!(
+            out,
+            "{:>9} {:>10} {:>10} {:>10}",
+            text(&p["partition"]),
+            text(&p["tasksScheduled"]),
+            text(&p["tasksExecuting"]),
+            text(&p["kafkaLag"])
+        )
+        .map_err(io_failure)?;
+    }
+    Ok(())
+}
+
+/// The `node` command's executor: prints each task, or runs a shell command per task.
+struct CommandExecutor {
+    command: Option<String>,
+}
+
+/// `EX_DATAERR`: the command says the task is invalid; it is not retried.
+const EXIT_GIVE_UP: i32 = 65;
+
+impl TaskExecutor for CommandExecutor {
+    async fn execute(&self, task: &Task) -> Result<(), TaskError> {
+        let Some(command) = &self.command else {
+            println!(
+                "ran {} data {}",
+                task.key(),
+                Value::Object(task.task_data.clone())
+            );
+            return Ok(());
+        };
+        let mut child = tokio::process::Command::new("sh")
+            .arg("-c")
+            .arg(command)
+            .stdin(std::process::Stdio::piped())
+            .env("SCHEDULER_ORDERING_ID", &task.ordering_id)
+            .env(
+                "SCHEDULER_SCHEDULED_TIME",
+                wire::format_time(task.scheduled_time),
+            )
+            .env("SCHEDULER_UNIQUENESS_KEY", &task.uniqueness_key)
+            .kill_on_drop(true)
+            .spawn()
+            .map_err(|e| TaskError::retry(format!("cannot start {command:?}: {e}")))?;
+        if let Some(mut stdin) = child.stdin.take() {
+            use tokio::io::AsyncWriteExt;
+            stdin.write_all(&wire::encode(task)).await.map_err(|e| {
+                TaskError::retry(format!("cannot write the task to {command:?}: {e}"))
+            })?;
+        }
+        let status = child
+            .wait()
+            .await
+            .map_err(|e| TaskError::retry(format!("{command:?} failed: {e}")))?;
+        match status.code() {
+            Some(0) => Ok(()),
+            Some(EXIT_GIVE_UP) => Err(TaskError::give_up(format!(
+                "{command:?} exited with {EXIT_GIVE_UP}"
+            ))),
+            other => Err(TaskError::retry(format!(
+                "{command:?} exited with {other:?}"
+            ))),
+        }
+    }
+}
+
+fn node(args: NodeArgs) -> Outcome {
+    let settings =
+        Settings::load(args.settings.as_deref()).map_err(|e| Failure::usage(e.to_string()))?;
+    let runtime = runtime()?;
+    runtime.block_on(async move {
+        let node = SchedulerNode::start(settings, CommandExecutor { command: args.exec })
+            .await
+            .map_err(|e| Failure::service(format!("cannot start the node: {e}")))?;
+        if let Some(addr) = node.admin_address() {
+            eprintln!("scheduler: node running; admin API at http://{addr}; Ctrl-C to stop");
+        }
+        tokio::signal::ctrl_c()
+            .await
+            .map_err(|e| Failure::service(format!("cannot wait for Ctrl-C: {e}")))?;
+        eprintln!("scheduler: stopping (running tasks finish, offsets are committed)");
+        node.shutdown()
+            .await
+            .map_err(|e| Failure::service(e.to_string()))
+    })
+}
