@@ -46,14 +46,20 @@ impl TestEnv {
             partitions,
             stack,
         };
+        env.create_topic(&env.topic, partitions).await;
+        env
+    }
+
+    /// Creates a topic on the stack's broker.
+    pub async fn create_topic(&self, name: &str, partitions: u32) {
         let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
-            .set("bootstrap.servers", &env.stack.kafka_bootstrap)
+            .set("bootstrap.servers", &self.stack.kafka_bootstrap)
             .create()
             .expect("admin client");
         let results = admin
             .create_topics(
                 &[NewTopic::new(
-                    &env.topic,
+                    name,
                     partitions as i32,
                     TopicReplication::Fixed(1),
                 )],
@@ -64,7 +70,6 @@ impl TestEnv {
         for result in results {
             result.unwrap_or_else(|(name, code)| panic!("create topic {name}: {code}"));
         }
-        env
     }
 
     /// Node settings for this environment, with quick rebalances for tests.

@@ -15,6 +15,7 @@
 pub mod actors;
 pub mod admin;
 pub mod clock;
+pub mod events;
 pub mod executor;
 pub mod metrics;
 pub mod node;

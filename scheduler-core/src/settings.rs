@@ -160,6 +160,8 @@ pub struct KafkaSettings {
     pub group_id: String,
     /// When set and the topic does not exist, the node creates it with this many partitions.
     pub create_topic_partitions: Option<u32>,
+    /// When set, each final outcome of a task is published to this topic (see [`crate::events`]).
+    pub events_topic: Option<String>,
     /// Extra librdkafka properties for the consumer and producer (e.g. security settings).
     pub properties: BTreeMap<String, String>,
 }
@@ -171,6 +173,7 @@ impl Default for KafkaSettings {
             topic: "scheduled-tasks".into(),
             group_id: "scheduler".into(),
             create_topic_partitions: None,
+            events_topic: None,
             properties: BTreeMap::new(),
         }
     }
@@ -301,6 +304,15 @@ impl Settings {
         }
         if k.group_id.trim().is_empty() {
             return invalid("kafka.group_id", "must not be empty");
+        }
+        if k.events_topic
+            .as_deref()
+            .is_some_and(|t| t.trim().is_empty() || t == k.topic)
+        {
+            return invalid(
+                "kafka.events_topic",
+                "must name a topic other than kafka.topic",
+            );
         }
         if k.create_topic_partitions == Some(0) {
             return invalid("kafka.create_topic_partitions", "must be at least 1");

@@ -36,6 +36,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use actix::Message;
 
 use crate::clock::Clock;
+use crate::events::EventPublisher;
 use crate::executor::ExecutionPool;
 use crate::metrics::Metrics;
 use crate::settings::SchedulingSettings;
@@ -56,6 +57,8 @@ pub struct PartitionDeps {
     pub in_flight: InFlightGauges,
     /// The node's metrics.
     pub metrics: Arc<Metrics>,
+    /// Where completion events go, when enabled.
+    pub events: Option<EventPublisher>,
 }
 
 /// The tasks of one partition held in memory: waiting in the PartitionScheduler, or queued or

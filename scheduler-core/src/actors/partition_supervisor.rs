@@ -99,7 +99,7 @@ impl Actor for PartitionSupervisor {
             controller_ctx.address(),
             executor_ctx.address(),
         );
-        let tracker = TaskStatusTracker::new(p, deps.store.clone()).start();
+        let tracker = TaskStatusTracker::new(p, deps.store.clone(), deps.events.clone()).start();
         let in_flight = deps.in_flight.start(p);
         executor_ctx.run(PartitionExecutor::new(
             p,

@@ -1,5 +1,6 @@
 //! TaskStatusTracker: the completion tracker of one partition. It owns no state; it answers
-//! whether a task already finished and records outcomes and attempts in the store.
+//! whether a task already finished, records outcomes and attempts in the store, and publishes a
+//! completion event once an outcome is stored (when events are enabled).
 
 use std::sync::Arc;
 
@@ -8,18 +9,28 @@ use scheduler_client::TaskKey;
 use tracing::warn;
 
 use super::StopActor;
+use crate::events::EventPublisher;
 use crate::store::{AttemptRecord, PartitionId, StatusRecord, StoreResult, TaskStore};
 
 /// Reads and writes the status and attempt history of one partition's tasks.
 pub struct TaskStatusTracker {
     partition: PartitionId,
     store: Arc<dyn TaskStore>,
+    events: Option<EventPublisher>,
 }
 
 impl TaskStatusTracker {
     /// A tracker for `partition`.
-    pub fn new(partition: PartitionId, store: Arc<dyn TaskStore>) -> Self {
-        TaskStatusTracker { partition, store }
+    pub fn new(
+        partition: PartitionId,
+        store: Arc<dyn TaskStore>,
+        events: Option<EventPublisher>,
+    ) -> Self {
+        TaskStatusTracker {
+            partition,
+            store,
+            events,
+        }
     }
 }
 
@@ -69,8 +80,18 @@ impl Handler<MarkTaskFinished> for TaskStatusTracker {
     type Result = ResponseFuture<StoreResult<()>>;
 
     fn handle(&mut self, msg: MarkTaskFinished, _: &mut Context<Self>) -> Self::Result {
-        self.store
-            .record_status(self.partition, msg.key, msg.record)
+        let write = self
+            .store
+            .record_status(self.partition, msg.key.clone(), msg.record.clone());
+        let events = self.events.clone();
+        Box::pin(async move {
+            write.await?;
+            // Only once the status is stored, so an event never announces an unrecorded outcome.
+            if let Some(events) = events {
+                events.task_finished(&msg.key, &msg.record);
+            }
+            Ok(())
+        })
     }
 }
 

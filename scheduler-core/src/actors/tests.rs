@@ -185,6 +185,7 @@ impl Harness {
             settings: Arc::new(settings),
             in_flight: InFlightGauges::default(),
             metrics: Arc::new(crate::metrics::Metrics::new()),
+            events: None,
         };
         let in_flight = deps.in_flight.clone();
         let topic = TopicSupervisor::new(deps).start();

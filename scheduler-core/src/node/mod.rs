@@ -24,6 +24,7 @@ use crate::actors::topic_supervisor::TopicSupervisor;
 use crate::actors::{InFlightGauges, PartitionDeps};
 use crate::admin::{self, AdminState};
 use crate::clock::SystemClock;
+use crate::events::EventPublisher;
 use crate::executor::{ExecutionPool, TaskExecutor};
 use crate::metrics::Metrics;
 use crate::settings::{KafkaSettings, Settings, SettingsError};
@@ -125,6 +126,13 @@ impl SchedulerNode {
             settings: Arc::clone(&scheduling),
             in_flight: InFlightGauges::default(),
             metrics: Arc::new(Metrics::new()),
+            events: match &settings.kafka.events_topic {
+                Some(topic) => Some(
+                    EventPublisher::new(&settings.kafka, topic, runtime.handle().clone())
+                        .map_err(NodeError::Kafka)?,
+                ),
+                None => None,
+            },
         };
         let observed = Observed {
             metrics: Arc::clone(&deps.metrics),
