@@ -19,6 +19,8 @@ use scheduler_core::{SchedulerNode, TaskError};
 
 /// Most lateness a due task may show (start − scheduled time).
 const MAX_LATENESS: TimeDelta = TimeDelta::milliseconds(1000);
+/// Most time a task due when enqueued may take to start: Kafka transit, persistence, dispatch.
+const AT_ONCE: TimeDelta = TimeDelta::milliseconds(2000);
 
 async fn start_node(
     env: &TestEnv,
@@ -147,8 +149,19 @@ async fn tasks_run_at_their_time_in_any_enqueue_order_once_and_within_the_grace_
         assert_eq!(runs[&t.key()].len(), 1, "{} ran once", t.key());
     }
     assert!(!runs.contains_key(&past_refused.key()));
+    // Due now: runs at once, Kafka transit included.
+    let now_run = &runs[&due_now.key()][0];
+    let transit = now_run.started - due_now.scheduled_time;
+    println!(
+        "due-now task started {} ms after its time",
+        transit.num_milliseconds()
+    );
+    assert!(
+        transit >= TimeDelta::zero() && transit < AT_ONCE,
+        "the task due now ran {transit} after its time"
+    );
+    // Due later: dispatched by timer at their time.
     for t in [
-        &due_now,
         &ten,
         &ten_and_a_half,
         &late_other,
@@ -198,6 +211,32 @@ async fn tasks_run_at_their_time_in_any_enqueue_order_once_and_within_the_grace_
             &[("kind", "assigned")]
         ),
         1.0
+    );
+    // The producer's own metrics: 12 accepted (the duplicate twice), one refused.
+    let client = scheduler.metrics();
+    let requests = |result| {
+        metric_sum(
+            &client,
+            "scheduler_client_requests_total",
+            &[("operation", "schedule"), ("result", result)],
+        )
+    };
+    assert_eq!(
+        (
+            requests("success"),
+            requests("rejected"),
+            requests("failed")
+        ),
+        (12.0, 1.0, 0.0),
+        "{client}"
+    );
+    assert_eq!(
+        metric_sum(
+            &client,
+            "scheduler_client_request_duration_seconds_count",
+            &[]
+        ),
+        12.0
     );
     node.shutdown().await.expect("clean shutdown");
 }

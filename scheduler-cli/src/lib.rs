@@ -15,6 +15,22 @@ use scheduler_core::settings::duration_text;
 use scheduler_core::{SchedulerNode, Settings, TaskError, TaskExecutor};
 use serde_json::Value;
 
+/// Sets up logging to stderr: `RUST_LOG` filters (default: warnings, and the node's info), and
+/// `SCHEDULER_LOG_FORMAT=json` writes JSON lines instead of text. Task data is never logged above
+/// debug level.
+pub fn init_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn,scheduler_core=info"));
+    let builder = tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_env_filter(filter);
+    if std::env::var("SCHEDULER_LOG_FORMAT").is_ok_and(|f| f.eq_ignore_ascii_case("json")) {
+        builder.json().init();
+    } else {
+        builder.init();
+    }
+}
+
 /// Exit code: a service failed or could not be reached.
 pub const EXIT_FAILURE: i32 = 1;
 /// Exit code: bad usage or input.

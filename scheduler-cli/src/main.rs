@@ -1,13 +1,8 @@
-//! The `scheduler` command line; see `scheduler --help`.
+//! The `scheduler` command line; see `scheduler --help`. Logs go to stderr: `RUST_LOG` filters
+//! them, `SCHEDULER_LOG_FORMAT=json` makes them JSON lines.
 
 fn main() -> std::process::ExitCode {
-    tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn,scheduler_core=info")),
-        )
-        .init();
+    scheduler_cli::init_logging();
     let code = scheduler_cli::run(std::env::args_os(), &mut std::io::stdout());
     std::process::ExitCode::from(u8::try_from(code).unwrap_or(1))
 }

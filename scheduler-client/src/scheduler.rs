@@ -4,6 +4,11 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use chrono::{DateTime, TimeDelta, Utc};
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
+use prometheus_client::registry::Registry;
 use rdkafka::config::ClientConfig;
 use rdkafka::producer::{FutureProducer, FutureRecord, Producer};
 use rdkafka::util::Timeout;
@@ -113,6 +118,79 @@ pub struct Scheduler {
     config: SchedulerConfig,
     producer: FutureProducer,
     partition_count: OnceCell<u32>,
+    metrics: ClientMetrics,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct OperationLabels {
+    operation: &'static str,
+    result: &'static str,
+}
+
+/// The client's metrics: `scheduler_client_requests_total{operation, result}` (operation:
+/// schedule, cancel; result: success, rejected (bad input), failed (Kafka)) and
+/// `scheduler_client_request_duration_seconds{operation}` (until Kafka acknowledged or failed).
+#[derive(Debug)]
+struct ClientMetrics {
+    registry: Registry,
+    requests: Family<OperationLabels, Counter>,
+    duration: Family<OperationLabel, Histogram, fn() -> Histogram>,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct OperationLabel {
+    operation: &'static str,
+}
+
+fn request_durations() -> Histogram {
+    // 0.5 ms .. about 16 s
+    Histogram::new(exponential_buckets(0.0005, 2.0, 16))
+}
+
+impl ClientMetrics {
+    fn new() -> Self {
+        let mut registry = Registry::default();
+        let requests = Family::default();
+        let duration = Family::new_with_constructor(request_durations as fn() -> Histogram);
+        registry.register(
+            "scheduler_client_requests",
+            "Schedule and cancel requests, by result (success, rejected, failed)",
+            requests.clone(),
+        );
+        registry.register(
+            "scheduler_client_request_duration_seconds",
+            "Time until Kafka acknowledged (or refused) a request",
+            duration.clone(),
+        );
+        ClientMetrics {
+            registry,
+            requests,
+            duration,
+        }
+    }
+
+    fn record<T>(
+        &self,
+        operation: &'static str,
+        result: &Result<T, ScheduleError>,
+        took: Option<std::time::Duration>,
+    ) {
+        let result = match result {
+            Ok(_) => "success",
+            Err(
+                ScheduleError::Kafka(_) | ScheduleError::Topic { .. } | ScheduleError::Config(_),
+            ) => "failed",
+            Err(_) => "rejected",
+        };
+        self.requests
+            .get_or_create(&OperationLabels { operation, result })
+            .inc();
+        if let Some(took) = took {
+            self.duration
+                .get_or_create(&OperationLabel { operation })
+                .observe(took.as_secs_f64());
+        }
+    }
 }
 
 impl Scheduler {
@@ -137,12 +215,36 @@ impl Scheduler {
             config,
             producer,
             partition_count: OnceCell::new(),
+            metrics: ClientMetrics::new(),
         })
+    }
+
+    /// This scheduler's metrics in the Prometheus text format, for the service to expose.
+    pub fn metrics(&self) -> String {
+        let mut text = String::new();
+        // Writing into a String cannot fail.
+        let _ = prometheus_client::encoding::text::encode(&mut text, &self.metrics.registry);
+        text
     }
 
     /// Validates `task`, writes it to its partition, and resolves once Kafka acknowledged it.
     /// Scheduling a task again with the same key replaces it (if it has not run yet).
     pub async fn schedule_task(&self, task: Task) -> Result<(), ScheduleError> {
+        let started = std::time::Instant::now();
+        let result = self.schedule_unmeasured(task).await;
+        let sent = !matches!(
+            result,
+            Err(ScheduleError::EmptyOrderingId
+                | ScheduleError::EmptyUniquenessKey
+                | ScheduleError::TooFarInThePast { .. }
+                | ScheduleError::TooLarge { .. })
+        );
+        self.metrics
+            .record("schedule", &result, sent.then(|| started.elapsed()));
+        result
+    }
+
+    async fn schedule_unmeasured(&self, task: Task) -> Result<(), ScheduleError> {
         validate(&task, Utc::now(), self.config.scheduling_grace_window)?;
         let payload = wire::encode(&task);
         if payload.len() > self.config.max_task_bytes {
@@ -162,6 +264,18 @@ impl Scheduler {
     /// or is running at that moment (it is not interrupted). Cancelling is final: scheduling the
     /// same key again does not run it.
     pub async fn cancel_task(&self, key: &TaskKey) -> Result<(), ScheduleError> {
+        let started = std::time::Instant::now();
+        let result = self.cancel_unmeasured(key).await;
+        let sent = !matches!(
+            result,
+            Err(ScheduleError::EmptyOrderingId | ScheduleError::EmptyUniquenessKey)
+        );
+        self.metrics
+            .record("cancel", &result, sent.then(|| started.elapsed()));
+        result
+    }
+
+    async fn cancel_unmeasured(&self, key: &TaskKey) -> Result<(), ScheduleError> {
         if key.ordering_id.is_empty() {
             return Err(ScheduleError::EmptyOrderingId);
         }
@@ -229,6 +343,42 @@ impl Scheduler {
 mod tests {
     use super::*;
     use chrono::TimeZone;
+
+    #[tokio::test]
+    async fn rejected_requests_are_counted_without_reaching_kafka() {
+        // Nothing listens on this port; validation fails before any request is sent.
+        let scheduler = Scheduler::new(SchedulerConfig::new("127.0.0.1:1", "t")).unwrap();
+        let late = Task::new(
+            "o",
+            Utc::now() - TimeDelta::seconds(60),
+            "u",
+            Default::default(),
+        );
+        assert!(matches!(
+            scheduler.schedule_task(late).await,
+            Err(ScheduleError::TooFarInThePast { .. })
+        ));
+        let mut no_key = Task::new("o", Utc::now(), "u", Default::default()).key();
+        no_key.uniqueness_key.clear();
+        assert!(scheduler.cancel_task(&no_key).await.is_err());
+        let text = scheduler.metrics();
+        assert!(
+            text.contains(
+                "scheduler_client_requests_total{operation=\"schedule\",result=\"rejected\"} 1"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                "scheduler_client_requests_total{operation=\"cancel\",result=\"rejected\"} 1"
+            ),
+            "{text}"
+        );
+        assert!(
+            !text.contains("scheduler_client_request_duration_seconds_count"),
+            "nothing was sent: {text}"
+        );
+    }
 
     #[test]
     fn validation_names_the_problem() {

@@ -394,7 +394,9 @@ fn consumer_config(kafka: &KafkaSettings, node_id: &str) -> ClientConfig {
         // rebalance anyway, and the development broker supports only this.
         .set("partition.assignment.strategy", "range")
         .set("session.timeout.ms", "6000")
-        .set("heartbeat.interval.ms", "1000");
+        .set("heartbeat.interval.ms", "1000")
+        // A scheduler is latency-sensitive: do not let the broker hold an empty fetch for 500 ms.
+        .set("fetch.wait.max.ms", "100");
     for (key, value) in &kafka.properties {
         config.set(key, value);
     }
