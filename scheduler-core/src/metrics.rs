@@ -13,6 +13,7 @@
 //! | `scheduler_rebalances_total` | kind (revoked, assigned) | rebalance callbacks |
 //! | `scheduler_cancellations_total` | partition | tasks cancelled before they ran |
 //! | `scheduler_tasks_in_memory` | partition, stage (scheduled, executing) | tasks held in memory |
+//! | `scheduler_stale_tasks` | partition | incomplete tasks due longer ago than `stale_after` (sampled) |
 
 use std::time::Duration;
 
@@ -80,6 +81,7 @@ pub struct Metrics {
     rebalances: Family<KindLabel, Counter>,
     cancellations: Family<PartitionLabel, Counter>,
     in_memory: Family<StageLabels, Gauge>,
+    stale: Family<PartitionLabel, Gauge>,
 }
 
 impl Default for Metrics {
@@ -103,6 +105,7 @@ impl Metrics {
         let rebalances = Family::default();
         let cancellations = Family::default();
         let in_memory = Family::default();
+        let stale = Family::default();
         registry.register(
             "scheduler_tasks_persisted",
             "Tasks written to the schedule",
@@ -158,6 +161,11 @@ impl Metrics {
             "Tasks held in memory, by stage (scheduled: waiting to be due; executing: queued or running)",
             in_memory.clone(),
         );
+        registry.register(
+            "scheduler_stale_tasks",
+            "Incomplete tasks due longer ago than stale_after (sampled every 30 s, at most 1000 counted)",
+            stale.clone(),
+        );
         Metrics {
             registry,
             persisted,
@@ -171,6 +179,7 @@ impl Metrics {
             rebalances,
             cancellations,
             in_memory,
+            stale,
         }
     }
 
@@ -236,6 +245,18 @@ impl Metrics {
         self.cancellations
             .get_or_create(&PartitionLabel { partition })
             .inc_by(count as u64);
+    }
+
+    /// The sampled number of stale tasks of `partition`.
+    pub fn stale_tasks(&self, partition: PartitionId, count: usize) {
+        self.stale
+            .get_or_create(&PartitionLabel { partition })
+            .set(count as i64);
+    }
+
+    /// Drops the per-partition gauges of a partition this node no longer owns.
+    pub fn forget_partition(&self, partition: PartitionId) {
+        self.stale.remove(&PartitionLabel { partition });
     }
 
     /// A rebalance callback ran (`kind`: "revoked" or "assigned").

@@ -18,7 +18,12 @@ use super::task_status_tracker::TaskStatusTracker;
 use super::throughput_controller::ThroughputController;
 use super::topic_supervisor::PartitionFailed;
 use super::{PartitionDeps, StopActor};
-use crate::store::{PartitionId, StoreError, StoreResult};
+use crate::store::{PartitionId, ReadCursor, StoreError, StoreResult};
+
+/// How often each partition counts its stale tasks.
+const STALE_SAMPLE_INTERVAL: Duration = Duration::from_secs(30);
+/// Most stale tasks counted per sample (the gauge reads this many or more).
+const STALE_SAMPLE_CAP: usize = 1000;
 
 /// From a child: something failed that the child cannot recover from; rebuild the partition.
 #[derive(Debug, Message)]
@@ -76,6 +81,27 @@ impl PartitionSupervisor {
             parent,
             children: None,
         }
+    }
+}
+
+impl PartitionSupervisor {
+    /// Counts the incomplete tasks due longer ago than `stale_after` (up to a cap) for the
+    /// `scheduler_stale_tasks` gauge.
+    fn sample_stale_tasks(&mut self, ctx: &mut Context<Self>) {
+        let deps = &self.deps;
+        let now = deps.clock.now();
+        let look_back = TimeDelta::from_std(deps.settings.look_back_on_restart).unwrap_or_default();
+        let stale_after = TimeDelta::from_std(deps.settings.stale_after).unwrap_or_default();
+        let count = deps.store.load(
+            self.partition,
+            ReadCursor::From(now - look_back),
+            now - stale_after,
+            STALE_SAMPLE_CAP,
+        );
+        ctx.spawn(count.into_actor(self).map(|result, act, _| match result {
+            Ok(stale) => act.deps.metrics.stale_tasks(act.partition, stale.len()),
+            Err(e) => warn!(partition = act.partition, error = %e, "stale-task sample failed"),
+        }));
     }
 }
 
@@ -144,6 +170,9 @@ impl Actor for PartitionSupervisor {
             controller,
         });
         info!(partition = p, load_from = %load_from, "partition started");
+        ctx.run_interval(STALE_SAMPLE_INTERVAL, |act, ctx| {
+            act.sample_stale_tasks(ctx)
+        });
     }
 }
 

@@ -147,6 +147,7 @@ struct Harness {
     recorder: Arc<Recorder>,
     topic: Addr<TopicSupervisor>,
     in_flight: InFlightGauges,
+    metrics: Arc<crate::metrics::Metrics>,
 }
 
 impl Harness {
@@ -188,12 +189,14 @@ impl Harness {
             events: None,
         };
         let in_flight = deps.in_flight.clone();
+        let metrics = Arc::clone(&deps.metrics);
         let topic = TopicSupervisor::new(deps).start();
         Harness {
             store,
             recorder,
             topic,
             in_flight,
+            metrics,
         }
     }
 
@@ -674,6 +677,32 @@ fn a_task_cancelled_in_its_own_batch_does_not_run() {
         assert_eq!(
             h.store.status_of(P, &due_now.key()).map(|s| s.status),
             Some(TaskStatus::Cancelled)
+        );
+    });
+}
+
+#[test]
+fn overdue_incomplete_tasks_show_in_the_stale_gauge() {
+    run_paused(|| async {
+        let settings = SchedulingSettings {
+            stale_after: Duration::from_secs(10),
+            backoff_factor: Duration::from_secs(3600),
+            max_backoff: Duration::from_secs(3600),
+            ..SchedulingSettings::default()
+        };
+        let h = Harness::new(
+            settings,
+            Duration::ZERO,
+            &[("stuck", Behaviour::FailAlways)],
+        );
+        h.assign().await;
+        h.enqueue(vec![task("stuck", t0(), "1"), task("fine", t0(), "1")])
+            .await;
+        advance(Duration::from_secs(45)).await;
+        let text = h.metrics.encode(&h.in_flight);
+        assert!(
+            text.contains("scheduler_stale_tasks{partition=\"0\"} 1"),
+            "one task is 45 s overdue (stale after 10 s) and still incomplete:\n{text}"
         );
     });
 }

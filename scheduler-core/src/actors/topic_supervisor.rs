@@ -112,6 +112,7 @@ impl Handler<RevokePartitions> for TopicSupervisor {
         self.rebuilding.clear();
         for partition in &partitions {
             self.deps.in_flight.forget(*partition);
+            self.deps.metrics.forget_partition(*partition);
         }
         let stops: Vec<_> = self
             .partitions
