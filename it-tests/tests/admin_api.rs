@@ -63,6 +63,27 @@ async fn status_task_lookup_cancel_and_metrics_answer_and_refuse_bad_input() {
     assert_eq!(status["topic"], env.topic.as_str());
     assert_eq!(status["version"], "0.1.0");
     assert!(status["nodeId"].as_str().is_some_and(|id| !id.is_empty()));
+    // Kafka lag per owned partition arrives with the client's statistics (every 5 s): caught up, 0.
+    let mut lags = serde_json::Value::Null;
+    wait_until(
+        Duration::from_secs(20),
+        "Kafka lag for every owned partition",
+        || {
+            let status =
+                futures::executor::block_on(http(addr, "GET", "/api/v1/status", None, None)).json();
+            lags = status["partitions"].clone();
+            lags.as_array()
+                .is_some_and(|ps| ps.len() == 4 && ps.iter().all(|p| p["kafkaLag"].is_i64()))
+        },
+    )
+    .await;
+    assert!(
+        lags.as_array()
+            .into_iter()
+            .flatten()
+            .all(|p| p["kafkaLag"] == 0),
+        "{lags}"
+    );
 
     // A finished task and a pending one.
     let scheduler = env.scheduler(Duration::from_secs(10));

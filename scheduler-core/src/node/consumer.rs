@@ -53,12 +53,31 @@ impl ClientContext for RebalanceHandler {
             let mut lag = self.lag.lock().unwrap_or_else(PoisonError::into_inner);
             lag.clear();
             for (partition, stats) in &topic.partitions {
-                if *partition >= 0 {
-                    lag.insert(*partition, stats.consumer_lag);
+                if let Some(value) = lag_of(stats).filter(|_| *partition >= 0) {
+                    lag.insert(*partition, value);
                 }
             }
         }
     }
+}
+
+/// Records between what this node has consumed (or, before that, committed) and the end of the
+/// partition. librdkafka reports -1 until something is consumed or committed, e.g. for an empty
+/// partition; then everything from the low watermark is pending. `None` while the high
+/// watermark is unknown.
+fn lag_of(stats: &rdkafka::statistics::Partition) -> Option<i64> {
+    if stats.hi_offset < 0 {
+        return None;
+    }
+    if stats.consumer_lag >= 0 {
+        return Some(stats.consumer_lag);
+    }
+    let consumed = [stats.app_offset, stats.committed_offset]
+        .into_iter()
+        .filter(|o| *o >= 0)
+        .max()
+        .unwrap_or(stats.lo_offset.max(0));
+    Some((stats.hi_offset - consumed).max(0))
 }
 
 impl ConsumerContext for RebalanceHandler {
