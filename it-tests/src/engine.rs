@@ -14,7 +14,7 @@ use scheduler_core::settings::{
     AdminSettings, CassandraSettings, KafkaSettings, SchedulingSettings, Settings,
 };
 use scheduler_core::store::CassandraStore;
-use scheduler_core::{TaskError, TaskExecutor};
+use scheduler_core::{SchedulerNode, TaskError, TaskExecutor};
 
 use crate::{unique_name, Stack};
 
@@ -110,6 +110,26 @@ impl TestEnv {
             SchedulerConfig::new(self.stack.kafka_bootstrap.clone(), self.topic.clone());
         config.scheduling_grace_window = grace;
         Scheduler::new(config).expect("scheduler")
+    }
+
+    /// Starts a node with `settings` and waits until it owns every partition of the topic (for
+    /// tests that run a single node).
+    pub async fn start_sole_node<E: TaskExecutor>(
+        &self,
+        settings: Settings,
+        executor: E,
+    ) -> SchedulerNode {
+        let node = SchedulerNode::start(settings, executor)
+            .await
+            .expect("node starts");
+        let partitions = self.partitions as usize;
+        wait_until(
+            Duration::from_secs(30),
+            "the node to own every partition",
+            || node.owned_partitions().len() == partitions,
+        )
+        .await;
+        node
     }
 
     /// A store handle on this environment's keyspace, to read task status.

@@ -34,17 +34,8 @@ async fn start_node(
 ) -> SchedulerNode {
     let mut settings = env.settings(TestEnv::quick_scheduling());
     settings.admin.token = token.map(str::to_string);
-    let node = SchedulerNode::start(settings, Recorder::new("n1", log, Duration::ZERO))
+    env.start_sole_node(settings, Recorder::new("n1", log, Duration::ZERO))
         .await
-        .expect("node starts");
-    let partitions = env.partitions as usize;
-    wait_until(
-        Duration::from_secs(30),
-        "the node to own every partition",
-        || node.owned_partitions().len() == partitions,
-    )
-    .await;
-    node
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

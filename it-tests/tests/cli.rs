@@ -4,8 +4,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use it_tests::engine::{wait_until, Recorder, TestEnv};
-use scheduler_core::SchedulerNode;
+use it_tests::engine::{Recorder, TestEnv};
 use serde_json::Value;
 
 /// Runs the CLI with `args` on its own thread (it starts its own runtime); returns the exit code
@@ -34,18 +33,12 @@ fn json(output: &str) -> Value {
 async fn schedule_get_list_cancel_get_through_the_cli() {
     let env = TestEnv::new("it_cli", 4).await;
     let log = Arc::new(Mutex::new(Vec::new()));
-    let node = SchedulerNode::start(
-        env.settings(TestEnv::quick_scheduling()),
-        Recorder::new("n1", &log, Duration::ZERO),
-    )
-    .await
-    .expect("node starts");
-    wait_until(
-        Duration::from_secs(30),
-        "the node to own every partition",
-        || node.owned_partitions().len() == 4,
-    )
-    .await;
+    let node = env
+        .start_sole_node(
+            env.settings(TestEnv::quick_scheduling()),
+            Recorder::new("n1", &log, Duration::ZERO),
+        )
+        .await;
     let admin = format!("http://{}", node.admin_address().expect("admin API"));
     let kafka = [
         "--bootstrap",

@@ -27,17 +27,8 @@ async fn start_node(
     scheduling: SchedulingSettings,
     recorder: Recorder,
 ) -> SchedulerNode {
-    let node = SchedulerNode::start(env.settings(scheduling), recorder)
+    env.start_sole_node(env.settings(scheduling), recorder)
         .await
-        .expect("node starts");
-    let partitions = env.partitions as usize;
-    wait_until(
-        Duration::from_secs(30),
-        "the node to own every partition",
-        || node.owned_partitions().len() == partitions,
-    )
-    .await;
-    node
 }
 
 fn assert_on_time(e: &Execution) {

@@ -10,7 +10,7 @@ use it_tests::engine::{by_task, task, wait_until, Recorder, TestEnv};
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{Consumer, StreamConsumer};
 use rdkafka::message::Message;
-use scheduler_core::{SchedulerNode, TaskError};
+use scheduler_core::TaskError;
 use serde_json::Value;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -28,15 +28,7 @@ async fn the_events_topic_receives_one_event_per_finished_task() {
             Ok(())
         }
     }));
-    let node = SchedulerNode::start(settings, recorder)
-        .await
-        .expect("node starts");
-    wait_until(
-        Duration::from_secs(30),
-        "the node to own every partition",
-        || node.owned_partitions().len() == 4,
-    )
-    .await;
+    let node = env.start_sole_node(settings, recorder).await;
 
     let scheduler = env.scheduler(Duration::from_secs(10));
     let mut tasks: Vec<_> = (0..5)
