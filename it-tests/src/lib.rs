@@ -5,6 +5,8 @@
 //! else from the `stack.env` file `dev/stack up` writes into its state directory (`STACK_DIR`,
 //! default `.stack/` at the workspace root), else from the script's default ports.
 
+#![warn(missing_docs)]
+
 pub mod engine;
 
 use std::collections::HashMap;

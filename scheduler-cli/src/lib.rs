@@ -4,6 +4,8 @@
 //! Exit codes: 0 success, 1 a service failed or was unreachable, 2 bad usage or input,
 //! 3 not found. `--json` prints machine-readable output.
 
+#![warn(missing_docs)]
+
 use std::io::Write;
 use std::path::PathBuf;
 use std::time::Duration;

@@ -6,6 +6,8 @@
 //! - [`partition_for`]: the partition of an `orderingId`, Kafka's default keyed partitioner.
 //! - [`Scheduler`]: validates, encodes and enqueues tasks, resolving once Kafka acknowledged them.
 
+#![warn(missing_docs)]
+
 mod partitioner;
 mod scheduler;
 mod task;

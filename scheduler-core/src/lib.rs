@@ -12,6 +12,8 @@
 //!
 //! See `design.md` for the architecture.
 
+#![warn(missing_docs)]
+
 pub mod actors;
 pub mod admin;
 pub mod clock;
