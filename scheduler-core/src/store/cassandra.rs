@@ -13,6 +13,8 @@ use futures::{FutureExt, StreamExt, TryStreamExt};
 use scheduler_client::{Task, TaskData, TaskKey};
 use scylla::client::session::Session;
 use scylla::client::session_builder::SessionBuilder;
+use scylla::deserialize::row::DeserializeRow;
+use scylla::response::query_result::QueryResult;
 use scylla::statement::prepared::PreparedStatement;
 use tracing::warn;
 
@@ -217,6 +219,34 @@ fn task_from_row(
     }
 }
 
+/// Every row of `result` decoded as `R`; a result that does not decode is a corrupt `what` row.
+fn rows_of<R>(result: QueryResult, what: &'static str) -> StoreResult<Vec<R>>
+where
+    R: for<'frame, 'metadata> DeserializeRow<'frame, 'metadata>,
+{
+    let corrupt = |reason: String| StoreError::Corrupt { what, reason };
+    let rows = result
+        .into_rows_result()
+        .map_err(|e| corrupt(e.to_string()))?;
+    let decoded = rows.rows::<R>().map_err(|e| corrupt(e.to_string()))?;
+    decoded
+        .map(|row| row.map_err(|e| corrupt(e.to_string())))
+        .collect()
+}
+
+/// The first row of `result`, if any, decoded as `R`.
+fn first_row_of<R>(result: QueryResult, what: &'static str) -> StoreResult<Option<R>>
+where
+    R: for<'frame, 'metadata> DeserializeRow<'frame, 'metadata>,
+{
+    let corrupt = |reason: String| StoreError::Corrupt { what, reason };
+    result
+        .into_rows_result()
+        .map_err(|e| corrupt(e.to_string()))?
+        .maybe_first_row::<R>()
+        .map_err(|e| corrupt(e.to_string()))
+}
+
 fn limit_value(limit: usize) -> i32 {
     i32::try_from(limit).unwrap_or(i32::MAX)
 }
@@ -301,18 +331,7 @@ impl TaskStore for CassandraStore {
                     }
                 }
                 .map_err(query_error("schedule load"))?;
-                let rows = result.into_rows_result().map_err(|e| StoreError::Corrupt {
-                    what: "schedule",
-                    reason: e.to_string(),
-                })?;
-                for row in rows.rows::<TaskRow>().map_err(|e| StoreError::Corrupt {
-                    what: "schedule",
-                    reason: e.to_string(),
-                })? {
-                    let row = row.map_err(|e| StoreError::Corrupt {
-                        what: "schedule",
-                        reason: e.to_string(),
-                    })?;
+                for row in rows_of::<TaskRow>(result, "schedule")? {
                     tasks.extend(task_from_row(partition, row));
                 }
                 bucket += TimeDelta::hours(1);
@@ -352,15 +371,7 @@ impl TaskStore for CassandraStore {
                 .execute_unpaged(&inner.select_task, key_values(partition, &key))
                 .await
                 .map_err(query_error("task read"))?;
-            let corrupt = |reason: String| StoreError::Corrupt {
-                what: "schedule",
-                reason,
-            };
-            let row = result
-                .into_rows_result()
-                .map_err(|e| corrupt(e.to_string()))?
-                .maybe_first_row::<(String,)>()
-                .map_err(|e| corrupt(e.to_string()))?;
+            let row = first_row_of::<(String,)>(result, "schedule")?;
             Ok(row.and_then(|(data,)| {
                 task_from_row(
                     partition,
@@ -400,17 +411,11 @@ impl TaskStore for CassandraStore {
                 what: "attempts",
                 reason,
             };
-            let rows = result
-                .into_rows_result()
-                .map_err(|e| corrupt(e.to_string()))?;
             type AttemptRow = (i32, DateTime<Utc>, DateTime<Utc>, String, Option<String>);
             let mut attempts = Vec::new();
-            for row in rows
-                .rows::<AttemptRow>()
-                .map_err(|e| corrupt(e.to_string()))?
+            for (attempt, started_at, finished_at, outcome, error) in
+                rows_of::<AttemptRow>(result, "attempts")?
             {
-                let (attempt, started_at, finished_at, outcome, error) =
-                    row.map_err(|e| corrupt(e.to_string()))?;
                 attempts.push(AttemptRecord {
                     attempt: u32::try_from(attempt).unwrap_or(0),
                     started_at,
@@ -441,12 +446,8 @@ impl TaskStore for CassandraStore {
                 what: "status",
                 reason,
             };
-            let rows = result
-                .into_rows_result()
-                .map_err(|e| corrupt(e.to_string()))?;
-            let row = rows
-                .maybe_first_row::<(String, i32, DateTime<Utc>, Option<String>)>()
-                .map_err(|e| corrupt(e.to_string()))?;
+            let row =
+                first_row_of::<(String, i32, DateTime<Utc>, Option<String>)>(result, "status")?;
             row.map(|(status, attempts, updated_at, last_error)| {
                 Ok(StatusRecord {
                     status: TaskStatus::parse(&status)
@@ -515,11 +516,8 @@ impl TaskStore for CassandraStore {
                 what: "status",
                 reason,
             };
-            let row = result
-                .into_rows_result()
-                .map_err(|e| corrupt(e.to_string()))?
-                .first_row::<scylla::value::Row>()
-                .map_err(|e| corrupt(e.to_string()))?;
+            let row = first_row_of::<scylla::value::Row>(result, "status")?
+                .ok_or_else(|| corrupt("the lightweight transaction returned no row".into()))?;
             let applied = row
                 .columns
                 .first()
