@@ -385,3 +385,26 @@ async fn the_task_listing_pages_through_every_partition_in_key_order() {
     }
     node.shutdown().await.expect("clean shutdown");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_taken_admin_port_fails_the_start_cleanly() {
+    let env = TestEnv::new("it_admin_port", 2).await;
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").expect("bind a port");
+    let mut settings = env.settings(TestEnv::quick_scheduling());
+    settings.admin.listen = taken.local_addr().expect("local address").to_string();
+    let log = Arc::new(Mutex::new(Vec::new()));
+    let refused = SchedulerNode::start(settings, Recorder::new("n1", &log, Duration::ZERO)).await;
+    let error = refused.err().map(|e| e.to_string()).unwrap_or_default();
+    assert!(
+        error.starts_with("admin API: cannot listen on 127.0.0.1:"),
+        "{error}"
+    );
+    // Nothing of the failed node stayed in the group: the next node gets every partition.
+    let node = env
+        .start_sole_node(
+            env.settings(TestEnv::quick_scheduling()),
+            Recorder::new("n2", &log, Duration::ZERO),
+        )
+        .await;
+    node.shutdown().await.expect("clean shutdown");
+}

@@ -161,6 +161,25 @@ impl SchedulerNode {
         let owned = Arc::new(Mutex::new(Vec::new()));
         let lag = Arc::new(Mutex::new(HashMap::new()));
         let node_id = node_id();
+        // The admin API binds before the consumer joins the group, so a taken port fails the
+        // start without leaving a consumer behind.
+        let admin = if settings.admin.enabled {
+            let state = AdminState {
+                node_id: node_id.clone(),
+                topic: settings.kafka.topic.clone(),
+                partition_count,
+                owned: Arc::clone(&owned),
+                metrics: Arc::clone(&observed.metrics),
+                in_flight: observed.in_flight.clone(),
+                lag: Arc::clone(&lag),
+                store: Arc::clone(&store),
+                canceller: canceller(&settings.kafka)?,
+                token: settings.admin.token.clone(),
+            };
+            Some(start_admin(&settings.admin.listen, state, runtime).await?)
+        } else {
+            None
+        };
         let handler = RebalanceHandler {
             topic: settings.kafka.topic.clone(),
             supervisor: supervisor.clone(),
@@ -190,23 +209,6 @@ impl SchedulerNode {
             .name("scheduler-consumer".into())
             .spawn(move || poll_loop.run())
             .map_err(|e| NodeError::Runtime(format!("cannot start the consumer thread: {e}")))?;
-        let admin = if settings.admin.enabled {
-            let state = AdminState {
-                node_id: node_id.clone(),
-                topic: settings.kafka.topic.clone(),
-                partition_count,
-                owned: Arc::clone(&owned),
-                metrics: Arc::clone(&observed.metrics),
-                in_flight: observed.in_flight.clone(),
-                lag,
-                store: Arc::clone(&store),
-                canceller: canceller(&settings.kafka)?,
-                token: settings.admin.token.clone(),
-            };
-            Some(start_admin(&settings.admin.listen, state, runtime).await?)
-        } else {
-            None
-        };
         info!(%node_id, topic = %settings.kafka.topic, group = %settings.kafka.group_id, partition_count,
             admin = ?admin.as_ref().map(|a| a.address), "node started");
         Ok(StartedParts {
