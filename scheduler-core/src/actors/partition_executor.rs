@@ -9,7 +9,7 @@ use actix::{
     Actor, ActorContext, Addr, AsyncContext, Context, Handler, Message, Recipient, ResponseFuture,
 };
 use scheduler_client::Task;
-use tracing::debug;
+use tracing::{debug, warn};
 
 use super::ordering_executor::{DrainOrdering, ExecuteOrderingTask, OrderingExecutor};
 use super::task_executor::ExecutionOutcome;
@@ -33,9 +33,10 @@ pub struct OrderingTaskDone {
     pub outcome: ExecutionOutcome,
 }
 
-/// Stop starting tasks and wait (at most `timeout`) for the running ones to finish.
+/// Stop starting tasks and wait (at most `timeout`) for the running ones to finish. The reply
+/// says whether they all did (`false`: some are still running, left to finish on their own).
 #[derive(Debug, Message)]
-#[rtype(result = "()")]
+#[rtype(result = "bool")]
 pub struct DrainPartition {
     /// How long running tasks may take.
     pub timeout: Duration,
@@ -131,7 +132,7 @@ impl Handler<OrderingTaskDone> for PartitionExecutor {
 }
 
 impl Handler<DrainPartition> for PartitionExecutor {
-    type Result = ResponseFuture<()>;
+    type Result = ResponseFuture<bool>;
 
     fn handle(&mut self, msg: DrainPartition, _: &mut Context<Self>) -> Self::Result {
         self.draining = true;
@@ -142,15 +143,16 @@ impl Handler<DrainPartition> for PartitionExecutor {
             .collect();
         let partition = self.partition;
         Box::pin(async move {
-            if tokio::time::timeout(msg.timeout, futures::future::join_all(drains))
+            let drained = tokio::time::timeout(msg.timeout, futures::future::join_all(drains))
                 .await
-                .is_err()
-            {
-                debug!(
+                .is_ok();
+            if !drained {
+                warn!(
                     partition,
                     "drain timed out; running tasks are left to finish on their own"
                 );
             }
+            drained
         })
     }
 }

@@ -34,9 +34,10 @@ pub struct EscalateFailure {
 }
 
 /// Tear the tree down: stop scheduling and loading, let running tasks finish (at most
-/// `drain_timeout`), then stop every actor. The reply comes when it is done.
+/// `drain_timeout`), then stop every actor. The reply comes when it is done and says whether
+/// every running task finished.
 #[derive(Debug, Message)]
-#[rtype(result = "()")]
+#[rtype(result = "bool")]
 pub struct StopPartition {
     /// How long running tasks may take.
     pub drain_timeout: Duration,
@@ -201,11 +202,11 @@ impl Handler<PersistTasks> for PartitionSupervisor {
 }
 
 impl Handler<StopPartition> for PartitionSupervisor {
-    type Result = ResponseActFuture<Self, ()>;
+    type Result = ResponseActFuture<Self, bool>;
 
     fn handle(&mut self, msg: StopPartition, _: &mut Context<Self>) -> Self::Result {
         let Some(children) = self.children.take() else {
-            return Box::pin(actix::fut::ready(()));
+            return Box::pin(actix::fut::ready(true));
         };
         // Stop loading and dispatching first, then let running tasks finish.
         children.controller.do_send(StopActor);
@@ -214,10 +215,11 @@ impl Handler<StopPartition> for PartitionSupervisor {
             timeout: msg.drain_timeout,
         });
         let partition = self.partition;
-        Box::pin(drain.into_actor(self).map(move |_, _, ctx| {
+        Box::pin(drain.into_actor(self).map(move |drained, _, ctx| {
             children.stop_all();
             info!(partition, "partition stopped");
             ctx.stop();
+            drained.unwrap_or(false)
         }))
     }
 }

@@ -592,8 +592,12 @@ fn revoke_lets_running_tasks_finish_and_abandons_pending_retries() {
         advance(Duration::from_secs(2)).await;
         // "long" is mid-run; "retrying" failed once and waits for its retry.
         let before = tokio::time::Instant::now();
-        h.topic.send(RevokePartitions).await.expect("revoke");
+        let drained = h.topic.send(RevokePartitions).await.expect("revoke");
         let drained_in = before.elapsed();
+        assert!(
+            drained,
+            "the running task finished within the drain timeout"
+        );
         assert!(
             drained_in >= Duration::from_secs(1) && drained_in < Duration::from_secs(3),
             "{drained_in:?}"
@@ -618,6 +622,28 @@ fn revoke_lets_running_tasks_finish_and_abandons_pending_retries() {
             left,
             vec![retrying.key(), later.key()],
             "unfinished tasks stay in the schedule"
+        );
+    });
+}
+
+#[test]
+fn revoke_reports_a_drain_that_timed_out() {
+    run_paused(|| async {
+        let settings = SchedulingSettings {
+            drain_timeout: Duration::from_secs(1),
+            ..SchedulingSettings::default()
+        };
+        let h = Harness::new(settings, Duration::from_secs(5), &[]);
+        h.assign().await;
+        h.enqueue(vec![task("slow", t0(), "1")]).await;
+        advance(Duration::from_millis(100)).await;
+        let before = tokio::time::Instant::now();
+        let drained = h.topic.send(RevokePartitions).await.expect("revoke");
+        assert!(!drained, "the task outlives the drain timeout");
+        assert!(
+            before.elapsed() < Duration::from_secs(2),
+            "{:?}",
+            before.elapsed()
         );
     });
 }

@@ -24,9 +24,10 @@ const REBUILD_DELAY: Duration = Duration::from_secs(1);
 #[rtype(result = "()")]
 pub struct AssignPartitions(pub Vec<PartitionId>);
 
-/// Tear down every partition tree; the reply comes when they are all stopped.
+/// Tear down every partition tree; the reply comes when they are all stopped and says whether
+/// every running task finished (`false`: a drain timed out and tasks may still be running).
 #[derive(Debug, Message)]
-#[rtype(result = "()")]
+#[rtype(result = "bool")]
 pub struct RevokePartitions;
 
 /// One polled batch, grouped by partition.
@@ -103,7 +104,7 @@ impl Handler<AssignPartitions> for TopicSupervisor {
 }
 
 impl Handler<RevokePartitions> for TopicSupervisor {
-    type Result = ResponseFuture<()>;
+    type Result = ResponseFuture<bool>;
 
     fn handle(&mut self, _: RevokePartitions, _: &mut Context<Self>) -> Self::Result {
         let drain_timeout = self.deps.settings.drain_timeout;
@@ -120,7 +121,8 @@ impl Handler<RevokePartitions> for TopicSupervisor {
             .map(|(_, supervisor)| supervisor.send(StopPartition { drain_timeout }))
             .collect();
         Box::pin(async move {
-            futures::future::join_all(stops).await;
+            let drained = futures::future::join_all(stops).await;
+            drained.into_iter().all(|d| d.unwrap_or(false))
         })
     }
 }

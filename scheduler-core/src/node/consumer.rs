@@ -87,11 +87,22 @@ impl ConsumerContext for RebalanceHandler {
             info!(?revoked, "partitions revoked: stopping their trees");
             self.metrics.rebalanced("revoked");
             self.set_owned(Vec::new());
-            if let Err(e) = futures::executor::block_on(self.supervisor.send(RevokePartitions)) {
-                error!(error = %e, "actor system unavailable while revoking partitions");
-            }
-            // Let stragglers (and clock drift between nodes) pass before another node takes over.
-            if !self.shutting_down.load(Ordering::SeqCst) {
+            let drained = match futures::executor::block_on(self.supervisor.send(RevokePartitions))
+            {
+                Ok(drained) => drained,
+                Err(e) => {
+                    error!(error = %e, "actor system unavailable while revoking partitions");
+                    false
+                }
+            };
+            // Tasks that outlived the drain get a little more time before another node may
+            // start their partition. When every running task finished there is nothing to wait
+            // for, and the next owner starts at once.
+            if !drained && !self.shutting_down.load(Ordering::SeqCst) {
+                warn!(
+                    wait_ms = self.isolation_wait.as_millis() as u64,
+                    "tasks still running after the drain; waiting before releasing the partitions"
+                );
                 std::thread::sleep(self.isolation_wait);
             }
         }
