@@ -196,6 +196,20 @@ impl ClientMetrics {
 impl Scheduler {
     /// A scheduler for `config`: an idempotent producer with `acks=all`.
     pub fn new(config: SchedulerConfig) -> Result<Scheduler, ScheduleError> {
+        let producer = Scheduler::producer_config(&config)
+            .create()
+            .map_err(|e| ScheduleError::Config(e.to_string()))?;
+        Ok(Scheduler {
+            config,
+            producer,
+            partition_count: OnceCell::new(),
+            metrics: ClientMetrics::new(),
+        })
+    }
+
+    /// The Kafka producer configuration a scheduler uses for `config` (also used by the
+    /// benchmarks to measure the raw produce rate with the client's own settings).
+    pub fn producer_config(config: &SchedulerConfig) -> ClientConfig {
         let mut client = ClientConfig::new();
         client
             .set("bootstrap.servers", &config.bootstrap_servers)
@@ -208,15 +222,7 @@ impl Scheduler {
         for (key, value) in &config.properties {
             client.set(key, value);
         }
-        let producer = client
-            .create()
-            .map_err(|e| ScheduleError::Config(e.to_string()))?;
-        Ok(Scheduler {
-            config,
-            producer,
-            partition_count: OnceCell::new(),
-            metrics: ClientMetrics::new(),
-        })
+        client
     }
 
     /// This scheduler's metrics in the Prometheus text format, for the service to expose.

@@ -383,7 +383,9 @@ fn client_config(kafka: &KafkaSettings) -> ClientConfig {
     config
 }
 
-fn consumer_config(kafka: &KafkaSettings, node_id: &str) -> ClientConfig {
+/// The Kafka consumer configuration of a node named `node_id` (also used by the benchmarks to
+/// measure the raw consume rate with the engine's own settings).
+pub fn consumer_config(kafka: &KafkaSettings, node_id: &str) -> ClientConfig {
     let mut config = client_config(kafka);
     config
         .set("group.id", &kafka.group_id)

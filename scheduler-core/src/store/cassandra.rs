@@ -25,7 +25,7 @@ use super::{
 use crate::settings::CassandraSettings;
 
 /// Concurrent writes while persisting one batch.
-const WRITE_CONCURRENCY: usize = 64;
+pub const WRITE_CONCURRENCY: usize = 64;
 
 /// Cassandra-backed store. Cheap to clone; clones share the session and statements.
 #[derive(Clone)]

@@ -11,7 +11,7 @@ use chrono::{DateTime, DurationRound, TimeDelta, Utc};
 use futures::future::BoxFuture;
 use scheduler_client::{Task, TaskKey};
 
-pub use cassandra::CassandraStore;
+pub use cassandra::{CassandraStore, WRITE_CONCURRENCY};
 
 /// A Kafka partition number, which is also the schedule's partition.
 pub type PartitionId = i32;

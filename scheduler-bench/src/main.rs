@@ -1,0 +1,220 @@
+//! `scheduler-bench`: measures the engine against the real stack (`dev/stack up`) and reports
+//! each figure beside the raw ceiling of the same services measured in the same run.
+//!
+//! ```text
+//! scheduler-bench run [--quick] [--out FILE] [--only ceilings,throughput,handoff,cold,backlog]
+//! ```
+//!
+//! Prints a table and writes the figures as JSON. `--quick` runs every scenario small (under
+//! two minutes) and fails only if a figure is not sane, never on a timing threshold.
+
+mod ceilings;
+mod child;
+mod probe;
+mod report;
+mod scenarios;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use clap::{Parser, Subcommand, ValueEnum};
+
+use report::Figures;
+use scenarios::Leave;
+
+/// A benchmark could not run or measured nonsense.
+#[derive(Debug, thiserror::Error)]
+pub enum BenchError {
+    /// Setting a scenario up failed.
+    #[error("setup failed: {0}")]
+    Setup(String),
+    /// Something did not happen in time.
+    #[error("timed out waiting for {0}")]
+    Timeout(String),
+    /// A node process misbehaved.
+    #[error("node process: {0}")]
+    Child(String),
+    /// A figure is not sane (e.g. tasks were not accepted).
+    #[error("insane result: {0}")]
+    Insane(String),
+}
+
+#[derive(Parser)]
+#[command(version, about = "Benchmarks of the scheduler against the real stack")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Runs the benchmarks.
+    Run(RunArgs),
+    /// Runs one node in this process (used by `run` for the scenarios that need a process).
+    #[command(hide = true)]
+    Node {
+        /// The node's settings, as JSON.
+        #[arg(long)]
+        settings: String,
+        /// Partitions of the topic.
+        #[arg(long)]
+        partitions: u32,
+    },
+}
+
+#[derive(clap::Args)]
+struct RunArgs {
+    /// Small sizes: a smoke check that finishes in under two minutes.
+    #[arg(long)]
+    quick: bool,
+    /// Where to write the figures as JSON.
+    #[arg(long, default_value = "target/bench/figures.json")]
+    out: PathBuf,
+    /// Only these scenarios (comma-separated).
+    #[arg(long, value_delimiter = ',')]
+    only: Vec<Scenario>,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum Scenario {
+    Ceilings,
+    Throughput,
+    Handoff,
+    Cold,
+    Backlog,
+}
+
+/// How big each scenario is.
+struct Sizes {
+    kafka_records: usize,
+    cassandra_inserts: usize,
+    throughput_tasks: usize,
+    ordering_ids: usize,
+    punctual_for: Duration,
+    handoff_window: Duration,
+    cold_tasks: usize,
+    backlog_tasks: usize,
+}
+
+impl Sizes {
+    fn new(quick: bool) -> Sizes {
+        if quick {
+            Sizes {
+                kafka_records: 20_000,
+                cassandra_inserts: 10_000,
+                throughput_tasks: 10_000,
+                ordering_ids: 1_000,
+                punctual_for: Duration::from_secs(5),
+                handoff_window: Duration::from_secs(20),
+                cold_tasks: 10_000,
+                backlog_tasks: 20_000,
+            }
+        } else {
+            Sizes {
+                kafka_records: 200_000,
+                cassandra_inserts: 100_000,
+                throughput_tasks: 200_000,
+                ordering_ids: 10_000,
+                punctual_for: Duration::from_secs(30),
+                handoff_window: Duration::from_secs(20),
+                cold_tasks: 100_000,
+                backlog_tasks: 1_000_000,
+            }
+        }
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            eprintln!("scheduler-bench: cannot start a runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let result = match cli.command {
+        Command::Node {
+            settings,
+            partitions,
+        } => {
+            // A node process logs to stderr only when asked (RUST_LOG), to keep runs quiet.
+            if std::env::var_os("RUST_LOG").is_some() {
+                tracing_subscriber::fmt()
+                    .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+                    .with_writer(std::io::stderr)
+                    .init();
+            }
+            runtime.block_on(child::run_child(&settings, partitions))
+        }
+        Command::Run(args) => runtime.block_on(run(args)),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("scheduler-bench: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(args: RunArgs) -> Result<(), BenchError> {
+    let sizes = Sizes::new(args.quick);
+    let wanted = |s: Scenario| args.only.is_empty() || args.only.contains(&s);
+    let started = Instant::now();
+    let step = |name: &str| eprintln!("[bench {:>5.1}s] {name}", started.elapsed().as_secs_f64());
+    let mut figures = Figures::default();
+    if wanted(Scenario::Ceilings) {
+        step("raw ceilings: Kafka produce and consume, Cassandra inserts");
+        figures.ceilings =
+            Some(ceilings::measure(sizes.kafka_records, sizes.cassandra_inserts).await?);
+    }
+    if wanted(Scenario::Throughput) {
+        step("throughput, then punctuality at half of it");
+        let (throughput, punctuality) = scenarios::throughput_and_punctuality(
+            sizes.throughput_tasks,
+            sizes.ordering_ids,
+            sizes.punctual_for,
+        )
+        .await?;
+        figures.throughput = Some(throughput);
+        figures.punctuality = Some(punctuality);
+    }
+    if wanted(Scenario::Handoff) {
+        for leave in [Leave::Clean, Leave::Kill] {
+            step(&format!("handoff ({leave:?})"));
+            figures
+                .handoffs
+                .push(scenarios::handoff(leave, sizes.handoff_window).await?);
+        }
+    }
+    if wanted(Scenario::Cold) {
+        step("cold load");
+        figures.cold_load = Some(scenarios::cold_load(sizes.cold_tasks).await?);
+    }
+    if wanted(Scenario::Backlog) {
+        step("backlog");
+        figures.backlog = Some(scenarios::backlog(sizes.backlog_tasks).await?);
+    }
+    step("done");
+
+    let mode = if args.quick { "quick" } else { "full" };
+    println!("\nscheduler-bench ({mode}) {}", report::machine());
+    print!("{}", figures.table());
+    if let Some(dir) = args.out.parent() {
+        std::fs::create_dir_all(dir)
+            .map_err(|e| BenchError::Setup(format!("cannot create {}: {e}", dir.display())))?;
+    }
+    let json = serde_json::to_string_pretty(&figures.to_json(mode))
+        .map_err(|e| BenchError::Setup(e.to_string()))?;
+    std::fs::write(&args.out, json)
+        .map_err(|e| BenchError::Setup(format!("cannot write {}: {e}", args.out.display())))?;
+    println!("figures written to {}", args.out.display());
+    let problems = figures.insanities();
+    if problems.is_empty() {
+        Ok(())
+    } else {
+        Err(BenchError::Insane(problems.join("; ")))
+    }
+}

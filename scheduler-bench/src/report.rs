@@ -1,0 +1,321 @@
+//! The run's figures: a table for people, a JSON document for tools, the targets and whether
+//! they are met, and the sanity checks `--quick` relies on.
+
+use serde_json::{json, Value};
+
+use crate::ceilings::{Ceilings, CQL_WRITES_PER_TASK};
+use crate::scenarios::{Backlog, ColdLoad, Handoff, Leave, Punctuality, Throughput};
+
+/// Seconds of the group session timeout (the node's consumer setting `session.timeout.ms`).
+pub const SESSION_TIMEOUT_S: f64 = 6.0;
+
+/// Everything one run measured (a scenario left out by `--only` is `None`).
+#[derive(Debug, Default)]
+pub struct Figures {
+    /// The raw ceilings.
+    pub ceilings: Option<Ceilings>,
+    /// End-to-end throughput.
+    pub throughput: Option<Throughput>,
+    /// Lateness at half load.
+    pub punctuality: Option<Punctuality>,
+    /// Handoffs (clean, kill).
+    pub handoffs: Vec<Handoff>,
+    /// Cold load.
+    pub cold_load: Option<ColdLoad>,
+    /// Backlog drain.
+    pub backlog: Option<Backlog>,
+}
+
+/// A target of the engine and how far the run is from it.
+#[derive(Debug)]
+pub struct Target {
+    /// What is measured.
+    pub name: &'static str,
+    /// The goal, in words.
+    pub goal: String,
+    /// The measured value, in words.
+    pub value: String,
+    /// Whether the goal is met.
+    pub met: bool,
+}
+
+const MB: f64 = 1024.0 * 1024.0;
+
+impl Figures {
+    /// The targets of issue 5 that this run measured.
+    pub fn targets(&self) -> Vec<Target> {
+        let mut targets = Vec::new();
+        if let (Some(t), Some(c)) = (&self.throughput, &self.ceilings) {
+            let ratio = t.tasks_per_s / c.tasks_per_s();
+            targets.push(Target {
+                name: "throughput / ceiling",
+                goal: ">= 60%".into(),
+                value: format!("{:.0}%", ratio * 100.0),
+                met: ratio >= 0.6,
+            });
+        }
+        if let Some(p) = &self.punctuality {
+            targets.push(Target {
+                name: "p99 lateness at half load",
+                goal: "< 50 ms".into(),
+                value: format!("{:.1} ms", p.p99_ms),
+                met: p.p99_ms < 50.0,
+            });
+        }
+        for h in &self.handoffs {
+            let (name, limit) = match h.leave {
+                Leave::Clean => ("handoff after a clean leave", 3.0),
+                Leave::Kill => ("handoff after a kill", SESSION_TIMEOUT_S + 1.0),
+            };
+            targets.push(Target {
+                name,
+                goal: format!("< {limit:.1} s"),
+                value: format!("{:.2} s", h.seconds),
+                met: h.seconds < limit,
+            });
+        }
+        if let Some(c) = &self.cold_load {
+            targets.push(Target {
+                name: "pending tasks loaded",
+                goal: "< 5 s".into(),
+                value: format!("{:.2} s for {}", c.all_loaded_s, c.tasks),
+                met: c.all_loaded_s < 5.0,
+            });
+        }
+        if let Some(b) = &self.backlog {
+            targets.push(Target {
+                name: "peak RSS draining the backlog",
+                goal: "< 256 MB".into(),
+                value: format!("{:.0} MB with {}", b.peak_rss_bytes as f64 / MB, b.tasks),
+                met: (b.peak_rss_bytes as f64) < 256.0 * MB,
+            });
+        }
+        targets
+    }
+
+    /// Problems that mean the run did not measure what it claims (not timing thresholds).
+    pub fn insanities(&self) -> Vec<String> {
+        let mut problems = Vec::new();
+        fn check(problems: &mut Vec<String>, name: &str, value: f64) {
+            if !(value.is_finite() && value > 0.0) {
+                problems.push(format!("{name} is {value}, not a positive number"));
+            }
+        }
+        if let Some(c) = &self.ceilings {
+            check(&mut problems, "Kafka produce rate", c.kafka_produce_per_s);
+            check(&mut problems, "Kafka consume rate", c.kafka_consume_per_s);
+            check(
+                &mut problems,
+                "Cassandra insert rate",
+                c.cassandra_insert_per_s,
+            );
+        }
+        if let Some(t) = &self.throughput {
+            check(&mut problems, "throughput", t.tasks_per_s);
+        }
+        if let Some(p) = &self.punctuality {
+            check(&mut problems, "punctuality rate", p.rate_per_s);
+            if !(p.p50_ms.is_finite() && p.p50_ms <= p.p99_ms && p.p99_ms <= p.max_ms) {
+                problems.push(format!("lateness percentiles out of order: {p:?}"));
+            }
+        }
+        for h in &self.handoffs {
+            check(&mut problems, "handoff time", h.seconds);
+            if h.partitions_moved == 0 {
+                problems.push("the handoff moved no partition".into());
+            }
+        }
+        if let Some(c) = &self.cold_load {
+            check(&mut problems, "cold load time", c.all_loaded_s);
+            check(&mut problems, "cold load RSS", c.peak_rss_bytes as f64);
+        }
+        if let Some(b) = &self.backlog {
+            check(&mut problems, "backlog drain rate", b.tasks_per_s);
+            check(&mut problems, "backlog RSS", b.peak_rss_bytes as f64);
+        }
+        problems
+    }
+
+    /// The human summary.
+    pub fn table(&self) -> String {
+        let mut rows: Vec<(String, String, String)> = Vec::new();
+        let mut row = |a: String, b: String, c: String| rows.push((a, b, c));
+        if let Some(c) = &self.ceilings {
+            row(
+                "Kafka produce (acks=all, idempotent)".into(),
+                rate(c.kafka_produce_per_s, "rec"),
+                "raw".into(),
+            );
+            row(
+                "Kafka consume (node's consumer settings)".into(),
+                rate(c.kafka_consume_per_s, "rec"),
+                "raw".into(),
+            );
+            row(
+                "Cassandra prepared inserts (64 in flight)".into(),
+                rate(c.cassandra_insert_per_s, "ins"),
+                "raw".into(),
+            );
+            row(
+                format!("ceiling = inserts / {CQL_WRITES_PER_TASK} writes per task"),
+                rate(c.tasks_per_s(), "tasks"),
+                "the bound".into(),
+            );
+        }
+        if let Some(t) = &self.throughput {
+            let ratio = self
+                .ceilings
+                .map(|c| format!("{:.0}% of ceiling", 100.0 * t.tasks_per_s / c.tasks_per_s()))
+                .unwrap_or_default();
+            row(
+                format!(
+                    "throughput: {} tasks due now, {} orderingIds",
+                    t.tasks, t.ordering_ids
+                ),
+                rate(t.tasks_per_s, "tasks"),
+                ratio,
+            );
+            row(
+                "  enqueue / first enqueue to last run".into(),
+                format!("{:.1} s / {:.1} s", t.enqueue_s, t.total_s),
+                format!("{} duplicates", t.duplicates),
+            );
+        }
+        if let Some(p) = &self.punctuality {
+            row(
+                format!("lateness at {:.0} tasks/s (half), 2 s ahead", p.rate_per_s),
+                format!("p50 {:.1} ms  p99 {:.1} ms", p.p50_ms, p.p99_ms),
+                format!("max {:.1} ms, {} tasks", p.max_ms, p.tasks),
+            );
+        }
+        for h in &self.handoffs {
+            let how = match h.leave {
+                Leave::Clean => "clean leave",
+                Leave::Kill => "kill -9",
+            };
+            row(
+                format!("handoff after {how} ({} partitions)", h.partitions_moved),
+                format!("{:.2} s", h.seconds),
+                format!("first partition {:.2} s", h.first_partition_s),
+            );
+        }
+        if let Some(c) = &self.cold_load {
+            row(
+                format!("cold load: {} pending in one partition", c.tasks),
+                format!("first due {:.0} ms", c.first_due_ms),
+                format!(
+                    "all loaded {:.2} s, RSS {:.0} MB",
+                    c.all_loaded_s,
+                    c.peak_rss_bytes as f64 / MB
+                ),
+            );
+        }
+        if let Some(b) = &self.backlog {
+            let ratio = self
+                .ceilings
+                .map(|c| {
+                    format!(
+                        ", {:.0}% of ceiling",
+                        100.0 * b.tasks_per_s / c.tasks_per_s()
+                    )
+                })
+                .unwrap_or_default();
+            row(
+                format!("backlog: {} due at start", b.tasks),
+                rate(b.tasks_per_s, "tasks"),
+                format!("peak RSS {:.0} MB{ratio}", b.peak_rss_bytes as f64 / MB),
+            );
+        }
+        let mut out = String::new();
+        let width = rows.iter().map(|r| r.0.len()).max().unwrap_or(0);
+        let width2 = rows.iter().map(|r| r.1.len()).max().unwrap_or(0);
+        for (a, b, c) in rows {
+            out.push_str(&format!("{a:<width$}  {b:>width2$}  {c}\n"));
+        }
+        let targets = self.targets();
+        if !targets.is_empty() {
+            out.push_str("\ntargets:\n");
+            for t in targets {
+                let met = if t.met { "met" } else { "NOT met" };
+                out.push_str(&format!(
+                    "  {:<32} {:<10} {:<22} {met}\n",
+                    t.name, t.goal, t.value
+                ));
+            }
+        }
+        out
+    }
+
+    /// The JSON document.
+    pub fn to_json(&self, mode: &str) -> Value {
+        let targets: Vec<Value> = self
+            .targets()
+            .iter()
+            .map(|t| json!({"name": t.name, "goal": t.goal, "value": t.value, "met": t.met}))
+            .collect();
+        json!({
+            "date": chrono::Utc::now().to_rfc3339(),
+            "mode": mode,
+            "machine": machine(),
+            "ceilings": self.ceilings.map(|c| json!({
+                "kafka_produce_per_s": c.kafka_produce_per_s,
+                "kafka_consume_per_s": c.kafka_consume_per_s,
+                "cassandra_insert_per_s": c.cassandra_insert_per_s,
+                "cql_writes_per_task": CQL_WRITES_PER_TASK,
+                "tasks_per_s": c.tasks_per_s(),
+            })),
+            "throughput": self.throughput.as_ref().map(|t| json!({
+                "tasks": t.tasks, "ordering_ids": t.ordering_ids, "enqueue_s": t.enqueue_s,
+                "total_s": t.total_s, "tasks_per_s": t.tasks_per_s, "duplicates": t.duplicates,
+                "ratio_to_ceiling": self.ceilings.map(|c| t.tasks_per_s / c.tasks_per_s()),
+            })),
+            "punctuality": self.punctuality.as_ref().map(|p| json!({
+                "rate_per_s": p.rate_per_s, "tasks": p.tasks, "p50_ms": p.p50_ms,
+                "p99_ms": p.p99_ms, "max_ms": p.max_ms,
+            })),
+            "handoffs": self.handoffs.iter().map(|h| json!({
+                "leave": match h.leave { Leave::Clean => "clean", Leave::Kill => "kill" },
+                "partitions_moved": h.partitions_moved, "seconds": h.seconds,
+                "first_partition_s": h.first_partition_s,
+            })).collect::<Vec<_>>(),
+            "cold_load": self.cold_load.as_ref().map(|c| json!({
+                "tasks": c.tasks, "first_due_ms": c.first_due_ms, "all_loaded_s": c.all_loaded_s,
+                "peak_rss_bytes": c.peak_rss_bytes,
+            })),
+            "backlog": self.backlog.as_ref().map(|b| json!({
+                "tasks": b.tasks, "enqueue_s": b.enqueue_s, "drain_s": b.drain_s,
+                "tasks_per_s": b.tasks_per_s, "duplicates": b.duplicates,
+                "peak_rss_bytes": b.peak_rss_bytes,
+                "ratio_to_ceiling": self.ceilings.map(|c| b.tasks_per_s / c.tasks_per_s()),
+            })),
+            "targets": targets,
+        })
+    }
+}
+
+fn rate(per_s: f64, unit: &str) -> String {
+    format!("{per_s:>9.0} {unit}/s")
+}
+
+/// The machine: CPU model, cores, memory and kernel, from /proc.
+pub fn machine() -> Value {
+    let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+    let model = cpuinfo
+        .lines()
+        .find_map(|l| l.strip_prefix("model name"))
+        .map(|l| l.trim_start_matches([' ', '\t', ':']).to_string());
+    let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
+    let mem_kb = meminfo
+        .lines()
+        .find_map(|l| l.strip_prefix("MemTotal:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok());
+    let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease")
+        .map(|s| s.trim().to_string())
+        .ok();
+    json!({
+        "cpu": model,
+        "cores": std::thread::available_parallelism().map(|n| n.get()).ok(),
+        "memory_gib": mem_kb.map(|kb| (kb as f64 / 1024.0 / 1024.0 * 10.0).round() / 10.0),
+        "kernel": kernel,
+    })
+}
