@@ -12,6 +12,7 @@
 //! | `scheduler_parked_records_total` | partition, reason | records skipped as not valid tasks |
 //! | `scheduler_rebalances_total` | kind (revoked, assigned) | rebalance callbacks |
 //! | `scheduler_cancellations_total` | partition | tasks cancelled before they ran |
+//! | `scheduler_fencing_rejections_total` | partition | task starts or outcome records refused because another tree claimed the partition |
 //! | `scheduler_tasks_in_memory` | partition, stage (scheduled, executing) | tasks held in memory |
 //! | `scheduler_stale_tasks` | partition | incomplete tasks due longer ago than `stale_after` (sampled) |
 
@@ -80,6 +81,7 @@ pub struct Metrics {
     parked: Family<ParkedLabels, Counter>,
     rebalances: Family<KindLabel, Counter>,
     cancellations: Family<PartitionLabel, Counter>,
+    fencing_rejections: Family<PartitionLabel, Counter>,
     in_memory: Family<StageLabels, Gauge>,
     stale: Family<PartitionLabel, Gauge>,
 }
@@ -104,6 +106,7 @@ impl Metrics {
         let parked = Family::default();
         let rebalances = Family::default();
         let cancellations = Family::default();
+        let fencing_rejections = Family::default();
         let in_memory = Family::default();
         let stale = Family::default();
         registry.register(
@@ -157,6 +160,11 @@ impl Metrics {
             cancellations.clone(),
         );
         registry.register(
+            "scheduler_fencing_rejections",
+            "Task starts or outcome records refused because another tree claimed the partition",
+            fencing_rejections.clone(),
+        );
+        registry.register(
             "scheduler_tasks_in_memory",
             "Tasks held in memory, by stage (scheduled: waiting to be due; executing: queued or running)",
             in_memory.clone(),
@@ -178,6 +186,7 @@ impl Metrics {
             parked,
             rebalances,
             cancellations,
+            fencing_rejections,
             in_memory,
             stale,
         }
@@ -201,6 +210,7 @@ impl Metrics {
             ExecutionOutcome::Dropped => "dropped",
             ExecutionOutcome::AlreadyFinished => "already_finished",
             ExecutionOutcome::Abandoned => "abandoned",
+            ExecutionOutcome::Fenced => "fenced",
         };
         self.executions
             .get_or_create(&OutcomeLabels { partition, outcome })
@@ -245,6 +255,13 @@ impl Metrics {
         self.cancellations
             .get_or_create(&PartitionLabel { partition })
             .inc_by(count as u64);
+    }
+
+    /// A fenced tree refused to start a task or record its outcome.
+    pub fn fencing_rejection(&self, partition: PartitionId) {
+        self.fencing_rejections
+            .get_or_create(&PartitionLabel { partition })
+            .inc();
     }
 
     /// The sampled number of stale tasks of `partition`.

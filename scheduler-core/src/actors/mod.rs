@@ -9,7 +9,8 @@
 //!     ├── PartitionExecutor     routes due tasks to one OrderingExecutor per orderingId
 //!     │   └── OrderingExecutor  runs its orderingId's tasks one at a time, in order
 //!     │       └── TaskExecutorActor  one task: completion check, attempts, retries, outcome
-//!     └── TaskStatusTracker     reads and writes task status and attempt history
+//!     ├── TaskStatusTracker     reads and writes task status and attempt history
+//!     └── PartitionOwnership    claims the partition (ownership epoch) and fences a stale tree
 //! ```
 //!
 //! Messages are defined beside the actor that handles them. A failure that would lose a task
@@ -18,6 +19,7 @@
 
 pub mod ordering_executor;
 pub mod partition_executor;
+pub mod partition_ownership;
 pub mod partition_scheduler;
 pub mod partition_supervisor;
 pub mod task_executor;
@@ -33,7 +35,7 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
-use actix::Message;
+use actix::{Addr, Message};
 
 use crate::clock::Clock;
 use crate::events::EventPublisher;
@@ -41,10 +43,14 @@ use crate::executor::ExecutionPool;
 use crate::metrics::Metrics;
 use crate::settings::SchedulingSettings;
 use crate::store::{PartitionId, TaskStore};
+use partition_ownership::PartitionOwnership;
+use task_status_tracker::TaskStatusTracker;
 
 /// What every partition tree needs from the node.
 #[derive(Clone)]
 pub struct PartitionDeps {
+    /// This node's id (recorded as the owner when a tree claims its partition).
+    pub node_id: Arc<str>,
     /// Where the schedule and task status live.
     pub store: Arc<dyn TaskStore>,
     /// The time source.
@@ -59,6 +65,15 @@ pub struct PartitionDeps {
     pub metrics: Arc<Metrics>,
     /// Where completion events go, when enabled.
     pub events: Option<EventPublisher>,
+}
+
+/// The actors a task's execution consults: its partition's status tracker and ownership fence.
+#[derive(Clone)]
+pub struct ExecutionLinks {
+    /// Reads and records task status and attempts.
+    pub tracker: Addr<TaskStatusTracker>,
+    /// Answers whether the tree still owns the partition.
+    pub ownership: Addr<PartitionOwnership>,
 }
 
 /// The tasks of one partition held in memory: waiting in the PartitionScheduler, or queued or

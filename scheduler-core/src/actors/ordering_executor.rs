@@ -11,8 +11,7 @@ use tokio::sync::oneshot;
 
 use super::partition_executor::OrderingTaskDone;
 use super::task_executor::{AbandonRetries, TaskExecuted, TaskExecutorActor};
-use super::task_status_tracker::TaskStatusTracker;
-use super::{PartitionDeps, StopActor};
+use super::{ExecutionLinks, PartitionDeps, StopActor};
 use crate::store::PartitionId;
 
 /// A due task for this orderingId.
@@ -30,7 +29,7 @@ pub struct OrderingExecutor {
     partition: PartitionId,
     ordering_id: String,
     deps: PartitionDeps,
-    tracker: Addr<TaskStatusTracker>,
+    links: ExecutionLinks,
     report_to: Recipient<OrderingTaskDone>,
     queue: VecDeque<Task>,
     running: Option<Addr<TaskExecutorActor>>,
@@ -44,14 +43,14 @@ impl OrderingExecutor {
         partition: PartitionId,
         ordering_id: String,
         deps: PartitionDeps,
-        tracker: Addr<TaskStatusTracker>,
+        links: ExecutionLinks,
         report_to: Recipient<OrderingTaskDone>,
     ) -> Self {
         OrderingExecutor {
             partition,
             ordering_id,
             deps,
-            tracker,
+            links,
             report_to,
             queue: VecDeque::new(),
             running: None,
@@ -69,7 +68,7 @@ impl OrderingExecutor {
                 self.partition,
                 task,
                 self.deps.clone(),
-                self.tracker.clone(),
+                self.links.clone(),
                 ctx.address().recipient(),
             );
             self.running = Some(actor.start());

@@ -13,9 +13,8 @@ use tracing::{debug, warn};
 
 use super::ordering_executor::{DrainOrdering, ExecuteOrderingTask, OrderingExecutor};
 use super::task_executor::ExecutionOutcome;
-use super::task_status_tracker::TaskStatusTracker;
 use super::throughput_controller::CapacityFreed;
-use super::{InFlight, PartitionDeps, StopActor};
+use super::{ExecutionLinks, InFlight, PartitionDeps, StopActor};
 use crate::store::PartitionId;
 
 /// A task that is due, from the PartitionScheduler.
@@ -51,7 +50,7 @@ struct OrderingQueue {
 pub struct PartitionExecutor {
     partition: PartitionId,
     deps: PartitionDeps,
-    tracker: Addr<TaskStatusTracker>,
+    links: ExecutionLinks,
     capacity_listener: Recipient<CapacityFreed>,
     queues: HashMap<String, OrderingQueue>,
     in_flight: std::sync::Arc<InFlight>,
@@ -64,14 +63,14 @@ impl PartitionExecutor {
     pub fn new(
         partition: PartitionId,
         deps: PartitionDeps,
-        tracker: Addr<TaskStatusTracker>,
+        links: ExecutionLinks,
         capacity_listener: Recipient<CapacityFreed>,
         in_flight: std::sync::Arc<InFlight>,
     ) -> Self {
         PartitionExecutor {
             partition,
             deps,
-            tracker,
+            links,
             capacity_listener,
             queues: HashMap::new(),
             in_flight,
@@ -103,7 +102,7 @@ impl Handler<ExecutePartitionTask> for PartitionExecutor {
                     self.partition,
                     task.ordering_id.clone(),
                     self.deps.clone(),
-                    self.tracker.clone(),
+                    self.links.clone(),
                     ctx.address().recipient(),
                 )
                 .start(),

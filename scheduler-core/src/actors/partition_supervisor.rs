@@ -12,12 +12,13 @@ use std::time::Duration;
 use tracing::{info, warn};
 
 use super::partition_executor::{DrainPartition, PartitionExecutor};
+use super::partition_ownership::{PartitionFenced, PartitionOwnership};
 use super::partition_scheduler::PartitionScheduler;
 use super::task_persistence::{PersistTasks, PersistenceLinks, TaskPersistence};
 use super::task_status_tracker::TaskStatusTracker;
 use super::throughput_controller::ThroughputController;
 use super::topic_supervisor::PartitionFailed;
-use super::{PartitionDeps, StopActor};
+use super::{ExecutionLinks, PartitionDeps, StopActor};
 use crate::store::{PartitionId, ReadCursor, StoreError, StoreResult};
 
 /// How often each partition counts its stale tasks.
@@ -45,6 +46,7 @@ pub struct StopPartition {
 
 struct Children {
     tracker: Addr<TaskStatusTracker>,
+    ownership: Addr<PartitionOwnership>,
     executor: Addr<PartitionExecutor>,
     scheduler: Addr<PartitionScheduler>,
     persistence: Addr<TaskPersistence>,
@@ -58,6 +60,7 @@ impl Children {
         self.scheduler.do_send(StopActor);
         self.executor.do_send(StopActor);
         self.tracker.do_send(StopActor);
+        self.ownership.do_send(StopActor);
     }
 }
 
@@ -127,11 +130,23 @@ impl Actor for PartitionSupervisor {
             executor_ctx.address(),
         );
         let tracker = TaskStatusTracker::new(p, deps.store.clone(), deps.events.clone()).start();
+        let ownership = PartitionOwnership::new(
+            p,
+            deps.node_id.clone(),
+            deps.store.clone(),
+            deps.clock.clone(),
+            deps.metrics.clone(),
+            ctx.address().recipient(),
+        )
+        .start();
         let in_flight = deps.in_flight.start(p);
         executor_ctx.run(PartitionExecutor::new(
             p,
             deps.clone(),
-            tracker.clone(),
+            ExecutionLinks {
+                tracker: tracker.clone(),
+                ownership: ownership.clone(),
+            },
             controller.clone().recipient(),
             in_flight.clone(),
         ));
@@ -165,6 +180,7 @@ impl Actor for PartitionSupervisor {
         ));
         self.children = Some(Children {
             tracker,
+            ownership,
             executor,
             scheduler,
             persistence,
@@ -235,6 +251,29 @@ impl Handler<EscalateFailure> for PartitionSupervisor {
         self.parent.do_send(PartitionFailed {
             partition: self.partition,
             supervisor: ctx.address(),
+            rebuild: true,
+        });
+        ctx.stop();
+    }
+}
+
+impl Handler<PartitionFenced> for PartitionSupervisor {
+    type Result = ();
+
+    fn handle(&mut self, msg: PartitionFenced, ctx: &mut Context<Self>) {
+        warn!(
+            partition = self.partition,
+            epoch = msg.epoch,
+            current = msg.current,
+            "partition fenced: another node owns it now; stopping this tree"
+        );
+        if let Some(children) = self.children.take() {
+            children.stop_all();
+        }
+        self.parent.do_send(PartitionFailed {
+            partition: self.partition,
+            supervisor: ctx.address(),
+            rebuild: false,
         });
         ctx.stop();
     }

@@ -7,17 +7,16 @@
 use std::time::Duration;
 
 use actix::{
-    Actor, ActorContext, ActorFutureExt, Addr, AsyncContext, Context, Handler, Message, Recipient,
+    Actor, ActorContext, ActorFutureExt, AsyncContext, Context, Handler, Message, Recipient,
     SpawnHandle, WrapFuture,
 };
 use chrono::{DateTime, Utc};
 use scheduler_client::{Task, TaskKey};
 use tracing::{debug, info, warn};
 
-use super::task_status_tracker::{
-    FetchTaskStatus, MarkTaskFinished, RecordAttempt, RemoveTask, TaskStatusTracker,
-};
-use super::PartitionDeps;
+use super::partition_ownership::{CheckOwnership, Ownership};
+use super::task_status_tracker::{FetchTaskStatus, MarkTaskFinished, RecordAttempt, RemoveTask};
+use super::{ExecutionLinks, PartitionDeps};
 use crate::executor::TaskError;
 use crate::retry::backoff_delay;
 use crate::store::{AttemptOutcome, AttemptRecord, PartitionId, StatusRecord, TaskStatus};
@@ -38,6 +37,9 @@ pub enum ExecutionOutcome {
     AlreadyFinished,
     /// The partition is draining: the task was left for the next owner to run.
     Abandoned,
+    /// Another tree claimed the partition: the task was not run (or its outcome not recorded)
+    /// here, and is left for the owner.
+    Fenced,
 }
 
 /// Reported to the OrderingExecutor when the task is done with, whatever the outcome.
@@ -62,13 +64,15 @@ pub struct TaskExecutorActor {
     task: Task,
     key: TaskKey,
     deps: PartitionDeps,
-    tracker: Addr<TaskStatusTracker>,
+    links: ExecutionLinks,
     report_to: Recipient<TaskExecuted>,
     attempts: u32,
     store_failures: u32,
     executing: bool,
     abandon: bool,
     pending_retry: Option<SpawnHandle>,
+    /// The outcome to record, once decided.
+    final_status: Option<(TaskStatus, Option<String>)>,
     rng: fastrand::Rng,
     span: tracing::Span,
 }
@@ -79,7 +83,7 @@ impl TaskExecutorActor {
         partition: PartitionId,
         task: Task,
         deps: PartitionDeps,
-        tracker: Addr<TaskStatusTracker>,
+        links: ExecutionLinks,
         report_to: Recipient<TaskExecuted>,
     ) -> Self {
         let key = task.key();
@@ -95,24 +99,25 @@ impl TaskExecutorActor {
             task,
             key,
             deps,
-            tracker,
+            links,
             report_to,
             attempts: 0,
             store_failures: 0,
             executing: false,
             abandon: false,
             pending_retry: None,
+            final_status: None,
             rng: fastrand::Rng::new(),
             span,
         }
     }
 
     fn check_status(&mut self, ctx: &mut Context<Self>) {
-        let request = self.tracker.send(FetchTaskStatus(self.key.clone()));
+        let request = self.links.tracker.send(FetchTaskStatus(self.key.clone()));
         ctx.spawn(request.into_actor(self).map(|reply, act, ctx| match reply {
             Ok(Ok(Some(status))) => {
                 debug!(partition = act.partition, task = %act.key, status = status.status.as_str(), "task already finished; not running it again");
-                act.tracker.do_send(RemoveTask(act.key.clone()));
+                act.links.tracker.do_send(RemoveTask(act.key.clone()));
                 act.finish(ExecutionOutcome::AlreadyFinished, ctx);
             }
             Ok(Ok(None)) => {
@@ -124,8 +129,37 @@ impl TaskExecutorActor {
         }));
     }
 
+    /// Runs `step` if the tree still owns the partition; finishes as fenced if it does not.
+    fn as_owner(&mut self, ctx: &mut Context<Self>, step: fn(&mut Self, &mut Context<Self>)) {
+        let request = self.links.ownership.send(CheckOwnership);
+        ctx.spawn(request.into_actor(self).map(move |reply, act, ctx| {
+            match reply {
+                Ok(Ok(Ownership::Owner)) => step(act, ctx),
+                Ok(Ok(Ownership::Fenced)) => {
+                    warn!(partition = act.partition, task = %act.key, "partition owned by a newer tree: task left to it");
+                    act.finish(ExecutionOutcome::Fenced, ctx);
+                }
+                Ok(Err(e)) => act.retry_store_step(ctx, &e.to_string(), move |act, ctx| {
+                    act.as_owner(ctx, step)
+                }),
+                Err(e) => act.retry_store_step(ctx, &e.to_string(), move |act, ctx| {
+                    act.as_owner(ctx, step)
+                }),
+            }
+        }));
+    }
+
+    /// Starts an attempt once ownership is confirmed.
     fn attempt(&mut self, ctx: &mut Context<Self>) {
         self.pending_retry = None;
+        if self.abandon {
+            self.finish(ExecutionOutcome::Abandoned, ctx);
+            return;
+        }
+        self.as_owner(ctx, Self::run_attempt);
+    }
+
+    fn run_attempt(&mut self, ctx: &mut Context<Self>) {
         if self.abandon {
             self.finish(ExecutionOutcome::Abandoned, ctx);
             return;
@@ -162,7 +196,7 @@ impl TaskExecutorActor {
             Err(TaskError::Retry(reason)) => (AttemptOutcome::Failed, Some(reason.clone())),
             Err(TaskError::GiveUp(reason)) => (AttemptOutcome::GaveUp, Some(reason.clone())),
         };
-        self.tracker.do_send(RecordAttempt {
+        self.links.tracker.do_send(RecordAttempt {
             key: self.key.clone(),
             attempt: AttemptRecord {
                 attempt: self.attempts,
@@ -204,19 +238,28 @@ impl TaskExecutorActor {
         }
     }
 
+    /// Records the final state (only as the partition's owner), then finishes.
     fn record_final(
         &mut self,
         status: TaskStatus,
         last_error: Option<String>,
         ctx: &mut Context<Self>,
     ) {
+        self.final_status = Some((status, last_error));
+        self.as_owner(ctx, Self::write_final);
+    }
+
+    fn write_final(&mut self, ctx: &mut Context<Self>) {
+        let Some((status, last_error)) = self.final_status.clone() else {
+            return;
+        };
         let record = StatusRecord {
             status,
             attempts: self.attempts,
             updated_at: self.deps.clock.now(),
             last_error: last_error.clone(),
         };
-        let request = self.tracker.send(MarkTaskFinished {
+        let request = self.links.tracker.send(MarkTaskFinished {
             key: self.key.clone(),
             record,
         });
@@ -228,7 +271,7 @@ impl TaskExecutorActor {
             };
             match failure {
                 None => {
-                    act.tracker.do_send(RemoveTask(act.key.clone()));
+                    act.links.tracker.do_send(RemoveTask(act.key.clone()));
                     let outcome = match status {
                         TaskStatus::Completed => ExecutionOutcome::Completed,
                         TaskStatus::Failed => ExecutionOutcome::Failed,
@@ -239,9 +282,7 @@ impl TaskExecutorActor {
                     act.finish(outcome, ctx);
                 }
                 // The attempt is not repeated: only the record is retried.
-                Some(reason) => act.retry_store_step(ctx, &reason, move |act, ctx| {
-                    act.record_final(status, last_error.clone(), ctx)
-                }),
+                Some(reason) => act.retry_store_step(ctx, &reason, Self::write_final),
             }
         }));
     }

@@ -14,7 +14,7 @@ use scheduler_client::{Task, TaskKey};
 
 use super::task_persistence::PersistTasks;
 use super::topic_supervisor::{
-    AssignPartitions, ProcessTaskBatch, RevokePartitions, TopicSupervisor,
+    AssignPartitions, OwnedPartitions, ProcessTaskBatch, RevokePartitions, TopicSupervisor,
 };
 use super::{InFlightGauges, PartitionDeps};
 use crate::clock::{Clock, TokioClock};
@@ -180,6 +180,7 @@ impl Harness {
             Duration::from_secs(3600),
         );
         let deps = PartitionDeps {
+            node_id: Arc::from("test-node"),
             store: Arc::new(store.clone()),
             clock: Arc::new(clock),
             pool,
@@ -730,5 +731,78 @@ fn overdue_incomplete_tasks_show_in_the_stale_gauge() {
             text.contains("scheduler_stale_tasks{partition=\"0\"} 1"),
             "one task is 45 s overdue (stale after 10 s) and still incomplete:\n{text}"
         );
+    });
+}
+
+#[test]
+fn a_fenced_tree_starts_nothing_more_and_is_not_rebuilt() {
+    run_paused(|| async {
+        let h = Harness::new(SchedulingSettings::default(), Duration::ZERO, &[]);
+        h.assign().await;
+        let before = task("before", t0() + ms(1_000), "1");
+        let after = task("after", t0() + ms(10_000), "1");
+        h.enqueue(vec![before.clone(), after.clone()]).await;
+        advance(Duration::from_secs(2)).await;
+        assert_eq!(h.recorder.call_times("before").len(), 1);
+        // Another node claims the partition (this one was paused and lost it without noticing).
+        h.store.claim_elsewhere(P);
+        advance(Duration::from_secs(30)).await;
+        assert!(
+            h.recorder.call_times("after").is_empty(),
+            "a fenced tree starts nothing"
+        );
+        assert_eq!(h.store.status_of(P, &after.key()), None);
+        assert_eq!(
+            h.store.scheduled(P),
+            vec![after.key()],
+            "the task stays in the schedule for the new owner"
+        );
+        let text = h.metrics.encode(&h.in_flight);
+        assert!(
+            text.contains("scheduler_fencing_rejections_total{partition=\"0\"} 1"),
+            "{text}"
+        );
+        let owned = h.topic.send(OwnedPartitions).await.expect("owned");
+        assert!(
+            owned.is_empty(),
+            "a fenced partition is dropped, not rebuilt"
+        );
+    });
+}
+
+#[test]
+fn a_task_running_when_its_tree_is_fenced_does_not_record_its_outcome() {
+    run_paused(|| async {
+        let h = Harness::new(SchedulingSettings::default(), Duration::from_secs(5), &[]);
+        h.assign().await;
+        let running = task("running", t0(), "1");
+        h.enqueue(vec![running.clone()]).await;
+        advance(Duration::from_millis(100)).await;
+        h.store.claim_elsewhere(P);
+        advance(Duration::from_secs(30)).await;
+        assert_eq!(h.recorder.call_times("running").len(), 1, "it ran once");
+        assert_eq!(
+            h.store.status_of(P, &running.key()),
+            None,
+            "a fenced tree records no outcome"
+        );
+        assert_eq!(h.store.scheduled(P), vec![running.key()]);
+    });
+}
+
+#[test]
+fn a_tree_claims_its_partition_when_it_starts_so_a_rebuild_fences_the_old_one() {
+    run_paused(|| async {
+        let h = Harness::new(SchedulingSettings::default(), Duration::ZERO, &[]);
+        h.assign().await;
+        advance(Duration::from_millis(10)).await;
+        assert_eq!(h.store.partition_epoch(P).await.expect("epoch"), 1);
+        h.topic.send(RevokePartitions).await.expect("revoke");
+        h.assign().await;
+        advance(Duration::from_millis(10)).await;
+        assert_eq!(h.store.partition_epoch(P).await.expect("epoch"), 2);
+        h.enqueue(vec![task("a", t0() + ms(5_000), "1")]).await;
+        advance(Duration::from_secs(10)).await;
+        assert_eq!(h.recorder.call_times("a").len(), 1, "the newest tree runs");
     });
 }

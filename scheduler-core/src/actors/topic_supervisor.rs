@@ -49,7 +49,8 @@ pub struct TaskBatchProcessed {
 #[rtype(result = "Vec<PartitionId>")]
 pub struct OwnedPartitions;
 
-/// From a PartitionSupervisor whose tree failed: rebuild it.
+/// From a PartitionSupervisor whose tree stopped on its own: it failed (rebuild it) or it was
+/// fenced (drop it: the partition runs here again only if the group assigns it again).
 #[derive(Debug, Message)]
 #[rtype(result = "()")]
 pub struct PartitionFailed {
@@ -57,6 +58,8 @@ pub struct PartitionFailed {
     pub partition: PartitionId,
     /// The supervisor that failed (a partition may have been rebuilt since).
     pub supervisor: Addr<PartitionSupervisor>,
+    /// Rebuild the tree from Cassandra (`false` when it was fenced).
+    pub rebuild: bool,
 }
 
 /// Root of the node's actors.
@@ -179,6 +182,11 @@ impl Handler<PartitionFailed> for TopicSupervisor {
         }
         self.partitions.remove(&msg.partition);
         let partition = msg.partition;
+        if !msg.rebuild {
+            self.deps.in_flight.forget(partition);
+            self.deps.metrics.forget_partition(partition);
+            return Box::pin(actix::fut::ready(()));
+        }
         self.rebuilding.insert(partition);
         Box::pin(
             tokio::time::sleep(REBUILD_DELAY)

@@ -119,7 +119,9 @@ impl SchedulerNode {
             scheduling.execution_timeout,
         );
         let store: Arc<dyn TaskStore> = Arc::new(store);
+        let node_id = node_id();
         let deps = PartitionDeps {
+            node_id: Arc::from(node_id.as_str()),
             store: Arc::clone(&store),
             clock: Arc::new(SystemClock),
             pool,
@@ -160,7 +162,6 @@ impl SchedulerNode {
         let stop = Arc::new(AtomicBool::new(false));
         let owned = Arc::new(Mutex::new(Vec::new()));
         let lag = Arc::new(Mutex::new(HashMap::new()));
-        let node_id = node_id();
         // The admin API binds before the consumer joins the group, so a taken port fails the
         // start without leaving a consumer behind.
         let admin = if settings.admin.enabled {

@@ -45,7 +45,13 @@ struct Inner {
     insert_status: PreparedStatement,
     cancel_status: PreparedStatement,
     insert_attempt: PreparedStatement,
+    select_epoch: PreparedStatement,
+    claim_first: PreparedStatement,
+    claim_next: PreparedStatement,
 }
+
+/// Claims lost to a concurrent claimer in a row before giving up (each retry re-reads the epoch).
+const CLAIM_ATTEMPTS: u32 = 10;
 
 fn query_error(
     operation: &'static str,
@@ -74,10 +80,7 @@ impl CassandraStore {
         })?;
         let ks = &settings.keyspace;
         for ddl in schema(ks, &settings.replication) {
-            session
-                .query_unpaged(ddl, &[])
-                .await
-                .map_err(query_error("schema creation"))?;
+            create_if_absent(&session, ddl).await?;
         }
         let prepare = |cql: String, operation: &'static str| {
             let session = &session;
@@ -164,11 +167,58 @@ impl CassandraStore {
                 "prepare attempt write",
             )
             .await?,
+            select_epoch: {
+                let mut statement = prepare(
+                    format!("SELECT epoch FROM {ks}.partition_owners WHERE partition_id = ?"),
+                    "prepare epoch read",
+                )
+                .await?;
+                // Serial: sees every claim whose lightweight transaction completed.
+                statement.set_consistency(scylla::statement::Consistency::Serial);
+                statement
+            },
+            claim_first: prepare(
+                format!(
+                    "INSERT INTO {ks}.partition_owners (partition_id, epoch, owner, claimed_at) \
+                     VALUES (?, 1, ?, ?) IF NOT EXISTS"
+                ),
+                "prepare partition claim",
+            )
+            .await?,
+            claim_next: prepare(
+                format!(
+                    "UPDATE {ks}.partition_owners SET epoch = ?, owner = ?, claimed_at = ? \
+                     WHERE partition_id = ? IF epoch = ?"
+                ),
+                "prepare partition claim",
+            )
+            .await?,
             session,
         };
         Ok(CassandraStore {
             inner: Arc::new(inner),
         })
+    }
+}
+
+/// Attempts at a schema statement: nodes starting together on a fresh keyspace race to create
+/// the same tables, and Cassandra can refuse the loser ("Column family ID mismatch"); once the
+/// winner's table exists, `IF NOT EXISTS` succeeds.
+const SCHEMA_ATTEMPTS: u32 = 5;
+
+async fn create_if_absent(session: &Session, ddl: String) -> StoreResult<()> {
+    let mut attempt = 1;
+    loop {
+        match session.query_unpaged(ddl.as_str(), &[]).await {
+            Ok(_) => return Ok(()),
+            Err(e) if attempt < SCHEMA_ATTEMPTS => {
+                warn!(error = %e, attempt, "schema statement failed (another node may be creating it); retrying");
+                tokio::time::sleep(std::time::Duration::from_millis(500 * u64::from(attempt)))
+                    .await;
+                attempt += 1;
+            }
+            Err(e) => return Err(query_error("schema creation")(e)),
+        }
     }
 }
 
@@ -188,6 +238,11 @@ fn schema(ks: &str, replication: &str) -> Vec<String> {
             "CREATE TABLE IF NOT EXISTS {ks}.task_status (partition_id int, hour_bucket timestamp, {key}, \
              status text, attempts int, updated_at timestamp, last_error text, \
              PRIMARY KEY ((partition_id, hour_bucket), {clustering}))"
+        ),
+        // Which tree owns each partition: the epoch rises with every claim (fencing).
+        format!(
+            "CREATE TABLE IF NOT EXISTS {ks}.partition_owners (partition_id int PRIMARY KEY, \
+             epoch bigint, owner text, claimed_at timestamp)"
         ),
         // Attempt history per task, newest first.
         format!(
@@ -245,6 +300,21 @@ where
         .map_err(|e| corrupt(e.to_string()))?
         .maybe_first_row::<R>()
         .map_err(|e| corrupt(e.to_string()))
+}
+
+/// Whether a lightweight transaction applied (its first column, `[applied]`).
+fn applied(result: QueryResult, what: &'static str) -> StoreResult<bool> {
+    let corrupt = |reason: &str| StoreError::Corrupt {
+        what,
+        reason: reason.to_string(),
+    };
+    let row = first_row_of::<scylla::value::Row>(result, what)?
+        .ok_or_else(|| corrupt("the lightweight transaction returned no row"))?;
+    row.columns
+        .first()
+        .and_then(|c| c.as_ref())
+        .and_then(|v| v.as_boolean())
+        .ok_or_else(|| corrupt("the lightweight transaction returned no [applied] column"))
 }
 
 fn limit_value(limit: usize) -> i32 {
@@ -512,21 +582,7 @@ impl TaskStore for CassandraStore {
                 )
                 .await
                 .map_err(query_error("cancel"))?;
-            let corrupt = |reason: String| StoreError::Corrupt {
-                what: "status",
-                reason,
-            };
-            let row = first_row_of::<scylla::value::Row>(result, "status")?
-                .ok_or_else(|| corrupt("the lightweight transaction returned no row".into()))?;
-            let applied = row
-                .columns
-                .first()
-                .and_then(|c| c.as_ref())
-                .and_then(|v| v.as_boolean())
-                .ok_or_else(|| {
-                    corrupt("the lightweight transaction returned no [applied] column".into())
-                })?;
-            if applied {
+            if applied(result, "status")? {
                 Ok(None)
             } else {
                 store.status(partition, key).await
@@ -565,6 +621,66 @@ impl TaskStore for CassandraStore {
         }
         .boxed()
     }
+
+    fn claim_partition(
+        &self,
+        partition: PartitionId,
+        owner: String,
+        at: DateTime<Utc>,
+    ) -> BoxFuture<'static, StoreResult<u64>> {
+        let store = self.clone();
+        async move {
+            for _ in 0..CLAIM_ATTEMPTS {
+                let current = store.partition_epoch(partition).await?;
+                let session = &store.inner.session;
+                let result = if current == 0 {
+                    session
+                        .execute_unpaged(&store.inner.claim_first, (partition, &owner, at))
+                        .await
+                } else {
+                    let (next, current) = (epoch_value(current + 1), epoch_value(current));
+                    session
+                        .execute_unpaged(
+                            &store.inner.claim_next,
+                            (next, &owner, at, partition, current),
+                        )
+                        .await
+                }
+                .map_err(query_error("partition claim"))?;
+                if applied(result, "partition owner")? {
+                    return Ok(current + 1);
+                }
+            }
+            Err(StoreError::Query {
+                operation: "partition claim",
+                reason: format!("lost {CLAIM_ATTEMPTS} concurrent claims in a row"),
+            })
+        }
+        .boxed()
+    }
+
+    fn partition_epoch(&self, partition: PartitionId) -> BoxFuture<'static, StoreResult<u64>> {
+        let inner = Arc::clone(&self.inner);
+        async move {
+            let result = inner
+                .session
+                .execute_unpaged(&inner.select_epoch, (partition,))
+                .await
+                .map_err(query_error("ownership read"))?;
+            let epoch = first_row_of::<(Option<i64>,)>(result, "partition owner")?
+                .and_then(|(epoch,)| epoch)
+                .unwrap_or(0);
+            u64::try_from(epoch).map_err(|_| StoreError::Corrupt {
+                what: "partition owner",
+                reason: format!("negative epoch {epoch}"),
+            })
+        }
+        .boxed()
+    }
+}
+
+fn epoch_value(epoch: u64) -> i64 {
+    i64::try_from(epoch).unwrap_or(i64::MAX)
 }
 
 fn key_values(

@@ -20,6 +20,7 @@ struct State {
     schedule: BTreeMap<(PartitionId, TaskKey), Task>,
     status: HashMap<(PartitionId, TaskKey), StatusRecord>,
     attempts: HashMap<(PartitionId, TaskKey), Vec<AttemptRecord>>,
+    epochs: HashMap<PartitionId, u64>,
 }
 
 /// An in-memory store. Clones share state.
@@ -68,6 +69,11 @@ impl MemoryStore {
             .get(&(partition, key.clone()))
             .cloned()
             .unwrap_or_default()
+    }
+
+    /// Claims `partition` as another node would: every tree holding an older epoch is fenced.
+    pub fn claim_elsewhere(&self, partition: PartitionId) {
+        *self.lock().epochs.entry(partition).or_default() += 1;
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
@@ -240,5 +246,23 @@ impl TaskStore for MemoryStore {
                 .or_default()
                 .push(attempt);
         })
+    }
+
+    // Ownership never takes an injected failure: those are meant for the schedule and status.
+    fn claim_partition(
+        &self,
+        partition: PartitionId,
+        _owner: String,
+        _at: DateTime<Utc>,
+    ) -> BoxFuture<'static, StoreResult<u64>> {
+        let mut state = self.lock();
+        let epoch = state.epochs.entry(partition).or_default();
+        *epoch += 1;
+        futures::future::ready(Ok(*epoch)).boxed()
+    }
+
+    fn partition_epoch(&self, partition: PartitionId) -> BoxFuture<'static, StoreResult<u64>> {
+        let epoch = self.lock().epochs.get(&partition).copied().unwrap_or(0);
+        futures::future::ready(Ok(epoch)).boxed()
     }
 }

@@ -248,6 +248,20 @@ pub trait TaskStore: Send + Sync + 'static {
         key: TaskKey,
         attempt: AttemptRecord,
     ) -> BoxFuture<'static, StoreResult<()>>;
+
+    /// Claims `partition` for a new actor tree of node `owner`: raises the partition's
+    /// ownership epoch by one with a lightweight transaction and returns the new epoch. Any tree
+    /// holding an older epoch is fenced from then on.
+    fn claim_partition(
+        &self,
+        partition: PartitionId,
+        owner: String,
+        at: DateTime<Utc>,
+    ) -> BoxFuture<'static, StoreResult<u64>>;
+
+    /// The partition's current ownership epoch (0: never claimed), read serially so that every
+    /// completed claim is seen.
+    fn partition_epoch(&self, partition: PartitionId) -> BoxFuture<'static, StoreResult<u64>>;
 }
 
 #[cfg(test)]

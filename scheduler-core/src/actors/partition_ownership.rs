@@ -1,0 +1,226 @@
+//! PartitionOwnership: the fence of one partition tree. When the tree starts it claims the
+//! partition in Cassandra, raising the partition's ownership epoch with a lightweight
+//! transaction; from then on it answers whether the tree still holds the newest epoch. A node
+//! that lost the partition without noticing (paused past the group session timeout, say) finds
+//! a newer epoch on its next check: its tree is fenced, runs nothing more and records nothing.
+//!
+//! A positive answer is reused for `OWNERSHIP_RECHECK`, far below the group session timeout, so
+//! a node that was paused long enough to lose its partitions always reads the epoch again before
+//! it starts or records a task.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use actix::{
+    Actor, ActorContext, ActorFutureExt, AsyncContext, Context, Handler, Message, Recipient,
+    ResponseFuture, WrapFuture,
+};
+use chrono::{DateTime, TimeDelta, Utc};
+use futures::channel::oneshot;
+use tracing::{info, warn};
+
+use super::StopActor;
+use crate::clock::Clock;
+use crate::metrics::Metrics;
+use crate::store::{PartitionId, StoreError, StoreResult, TaskStore};
+
+/// How long a verified epoch is trusted before it is read again.
+pub const OWNERSHIP_RECHECK: Duration = Duration::from_secs(2);
+
+/// Is this tree still the partition's owner? Answered from a recent check, else after reading
+/// the epoch (or claiming the partition, the first time).
+#[derive(Debug, Message)]
+#[rtype(result = "StoreResult<Ownership>")]
+pub struct CheckOwnership;
+
+/// The answer to [`CheckOwnership`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ownership {
+    /// The tree holds the newest epoch.
+    Owner,
+    /// Another tree claimed the partition since: run nothing, record nothing.
+    Fenced,
+}
+
+/// To the PartitionSupervisor: the tree is fenced and must stop (it is not rebuilt: the node
+/// runs the partition again only if the group assigns it again).
+#[derive(Debug, Message)]
+#[rtype(result = "()")]
+pub struct PartitionFenced {
+    /// The epoch this tree held.
+    pub epoch: u64,
+    /// The newer epoch found.
+    pub current: u64,
+}
+
+/// Holds the tree's epoch and answers ownership checks.
+pub struct PartitionOwnership {
+    partition: PartitionId,
+    node_id: Arc<str>,
+    store: Arc<dyn TaskStore>,
+    clock: Arc<dyn Clock>,
+    metrics: Arc<Metrics>,
+    supervisor: Recipient<PartitionFenced>,
+    /// The claimed epoch (`None` until the claim succeeds).
+    epoch: Option<u64>,
+    verified_at: Option<DateTime<Utc>>,
+    fenced: bool,
+    /// A claim or read is under way.
+    verifying: bool,
+    /// Checks waiting for it.
+    waiters: Vec<oneshot::Sender<StoreResult<Ownership>>>,
+}
+
+impl PartitionOwnership {
+    /// The fence of `partition` for a tree of node `node_id`; it claims the partition as soon as
+    /// it starts and tells `supervisor` if it finds itself fenced.
+    pub fn new(
+        partition: PartitionId,
+        node_id: Arc<str>,
+        store: Arc<dyn TaskStore>,
+        clock: Arc<dyn Clock>,
+        metrics: Arc<Metrics>,
+        supervisor: Recipient<PartitionFenced>,
+    ) -> Self {
+        PartitionOwnership {
+            partition,
+            node_id,
+            store,
+            clock,
+            metrics,
+            supervisor,
+            epoch: None,
+            verified_at: None,
+            fenced: false,
+            verifying: false,
+            waiters: Vec::new(),
+        }
+    }
+
+    fn recently_verified(&self) -> bool {
+        let recheck = TimeDelta::from_std(OWNERSHIP_RECHECK).unwrap_or_default();
+        self.verified_at
+            .is_some_and(|at| self.clock.now() - at < recheck)
+    }
+
+    /// Claims the partition (first time) or reads its epoch, then answers every waiter.
+    fn verify(&mut self, ctx: &mut Context<Self>) {
+        if self.verifying {
+            return;
+        }
+        self.verifying = true;
+        let partition = self.partition;
+        let started = self.clock.now();
+        let check = match self.epoch {
+            None => {
+                let claim =
+                    self.store
+                        .claim_partition(partition, self.node_id.to_string(), started);
+                Box::pin(async move { claim.await.map(|epoch| (epoch, epoch)) })
+                    as futures::future::BoxFuture<'static, StoreResult<(u64, u64)>>
+            }
+            Some(mine) => {
+                let read = self.store.partition_epoch(partition);
+                Box::pin(async move { read.await.map(|current| (mine, current)) })
+            }
+        };
+        ctx.spawn(check.into_actor(self).map(move |result, act, _| {
+            act.verifying = false;
+            let answer = match result {
+                Ok((mine, current)) if mine == current => {
+                    if act.epoch.is_none() {
+                        info!(partition, epoch = mine, "partition claimed");
+                    }
+                    act.epoch = Some(mine);
+                    act.verified_at = Some(started);
+                    Ok(Ownership::Owner)
+                }
+                Ok((mine, current)) if current < mine => {
+                    // The store lost our claim (e.g. a restart dropped unsynced writes): claim
+                    // again rather than run on an epoch another tree could also be given.
+                    warn!(partition, epoch = mine, current, "the stored ownership epoch went back; claiming the partition again");
+                    act.epoch = None;
+                    act.verified_at = None;
+                    Err(StoreError::Query {
+                        operation: "ownership check",
+                        reason: format!(
+                            "stored epoch {current} is older than this tree's {mine}; claiming again"
+                        ),
+                    })
+                }
+                Ok((mine, current)) => {
+                    warn!(
+                        partition,
+                        epoch = mine,
+                        current,
+                        "partition claimed by a newer tree: this one is fenced"
+                    );
+                    act.fenced = true;
+                    act.supervisor.do_send(PartitionFenced {
+                        epoch: mine,
+                        current,
+                    });
+                    Ok(Ownership::Fenced)
+                }
+                Err(e) => Err(e),
+            };
+            for waiter in act.waiters.drain(..) {
+                let _ = waiter.send(answer.clone());
+            }
+        }));
+    }
+
+    fn answer(&mut self, ownership: Ownership) -> ResponseFuture<StoreResult<Ownership>> {
+        if ownership == Ownership::Fenced {
+            self.metrics.fencing_rejection(self.partition);
+        }
+        Box::pin(async move { Ok(ownership) })
+    }
+}
+
+impl Actor for PartitionOwnership {
+    type Context = Context<Self>;
+
+    /// Claims the partition at once, so an older tree elsewhere is fenced from now on.
+    fn started(&mut self, ctx: &mut Context<Self>) {
+        self.verify(ctx);
+    }
+}
+
+impl Handler<CheckOwnership> for PartitionOwnership {
+    type Result = ResponseFuture<StoreResult<Ownership>>;
+
+    fn handle(&mut self, _: CheckOwnership, ctx: &mut Context<Self>) -> Self::Result {
+        if self.fenced {
+            return self.answer(Ownership::Fenced);
+        }
+        if self.recently_verified() {
+            return self.answer(Ownership::Owner);
+        }
+        let (sender, receiver) = oneshot::channel();
+        self.waiters.push(sender);
+        self.verify(ctx);
+        let metrics = Arc::clone(&self.metrics);
+        let partition = self.partition;
+        Box::pin(async move {
+            let answer = receiver.await.unwrap_or_else(|_| {
+                Err(StoreError::Query {
+                    operation: "ownership check",
+                    reason: "the partition is stopping".into(),
+                })
+            });
+            if matches!(answer, Ok(Ownership::Fenced)) {
+                metrics.fencing_rejection(partition);
+            }
+            answer
+        })
+    }
+}
+
+impl Handler<StopActor> for PartitionOwnership {
+    type Result = ();
+
+    fn handle(&mut self, _: StopActor, ctx: &mut Context<Self>) {
+        ctx.stop();
+    }
+}
