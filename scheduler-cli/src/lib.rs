@@ -21,8 +21,11 @@ use serde_json::Value;
 /// `SCHEDULER_LOG_FORMAT=json` writes JSON lines instead of text. Task data is never logged above
 /// debug level.
 pub fn init_logging() {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn,scheduler_core=info"));
+    // The drivers' own connection warnings repeat what the engine reports with more context
+    // (and would bury a failed start's one error line); RUST_LOG brings them back.
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| {
+        tracing_subscriber::EnvFilter::new("warn,scheduler_core=info,scylla=off,rdkafka=error")
+    });
     let builder = tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
         .with_env_filter(filter);

@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::Duration;
 
-use serde::{Deserialize, Serialize};
+use serde::{Deserialize, Deserializer, Serialize};
 
 /// Prefix of environment overrides.
 pub const ENV_PREFIX: &str = "SCHEDULER__";
@@ -183,7 +183,9 @@ impl Default for KafkaSettings {
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(default, deny_unknown_fields)]
 pub struct CassandraSettings {
-    /// Contact points, `host:port`.
+    /// Contact points, `host:port`: a list, or one string separated by commas (handy in the
+    /// environment: `SCHEDULER__CASSANDRA__CONTACT_POINTS=10.0.0.1:9042,10.0.0.2:9042`).
+    #[serde(deserialize_with = "list_or_commas")]
     pub contact_points: Vec<String>,
     /// The keyspace; created with `replication` if absent.
     pub keyspace: String,
@@ -231,7 +233,7 @@ impl Settings {
     ) -> Result<Settings, SettingsError> {
         let mut table: toml::Table = text
             .parse()
-            .map_err(|e: toml::de::Error| SettingsError::Parse(e.to_string()))?;
+            .map_err(|e: toml::de::Error| SettingsError::Parse(one_line(&e.to_string())))?;
         for (name, value) in env {
             let Some(path) = name.strip_prefix(ENV_PREFIX) else {
                 continue;
@@ -242,7 +244,7 @@ impl Settings {
         }
         let settings: Settings = table
             .try_into()
-            .map_err(|e: toml::de::Error| SettingsError::Parse(e.to_string()))?;
+            .map_err(|e: toml::de::Error| SettingsError::Parse(one_line(&e.to_string())))?;
         settings.validate()?;
         Ok(settings)
     }
@@ -361,6 +363,33 @@ impl Settings {
     }
 }
 
+/// `text` on one line: error messages are printed as one line by the node and the CLI.
+fn one_line(text: &str) -> String {
+    text.lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// A list of strings, or one string of comma-separated items.
+fn list_or_commas<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<String>, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum ListOrCommas {
+        List(Vec<String>),
+        Commas(String),
+    }
+    Ok(match ListOrCommas::deserialize(d)? {
+        ListOrCommas::List(list) => list,
+        ListOrCommas::Commas(text) => text
+            .split(',')
+            .map(|s| s.trim().to_string())
+            .filter(|s| !s.is_empty())
+            .collect(),
+    })
+}
+
 fn parse_env_value(value: &str) -> toml::Value {
     // A bare TOML value parses as the right-hand side of an assignment.
     format!("v = {value}")
@@ -454,6 +483,19 @@ mod tests {
     }
 
     #[test]
+    fn errors_fit_on_one_line() {
+        let bad_file = Settings::from_toml_with_env("[scheduling\nx = ", env(&[])).unwrap_err();
+        let bad_type = Settings::from_toml_with_env(
+            "",
+            env(&[("SCHEDULER__SCHEDULING__MAX_TASK_RETRIES", "\"many\"")]),
+        )
+        .unwrap_err();
+        for error in [bad_file, bad_type] {
+            assert!(!error.to_string().contains('\n'), "{error}");
+        }
+    }
+
+    #[test]
     fn defaults_are_the_blueprints() {
         let s = Settings::from_toml_with_env("", env(&[]))
             .unwrap()
@@ -489,7 +531,7 @@ mod tests {
             env(&[
                 ("SCHEDULER__KAFKA__TOPIC", "from-env"),
                 ("SCHEDULER__SCHEDULING__MAX_TASK_RETRIES", "7"),
-                ("SCHEDULER__CASSANDRA__CONTACT_POINTS", r#"["a:1", "b:2"]"#),
+                ("SCHEDULER__CASSANDRA__CONTACT_POINTS", "a:1, b:2"),
                 ("UNRELATED", "x"),
             ]),
         )

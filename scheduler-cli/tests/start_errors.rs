@@ -1,0 +1,66 @@
+//! `scheduler node` with bad settings or unreachable services: it exits with one clear error
+//! line on stderr, never a panic and never a hang.
+
+use std::process::{Command, Output};
+use std::time::{Duration, Instant};
+
+/// The stack's CQL contact point (for the case where only Kafka is unreachable).
+fn cql_contact_point() -> String {
+    std::env::var("SCHEDULER_CQL_CONTACT_POINT").unwrap_or_else(|_| "127.0.0.1:19042".into())
+}
+
+/// Runs `scheduler node` with `env`; returns its output and how long it took.
+fn node(env: &[(&str, &str)]) -> (Output, Duration) {
+    let started = Instant::now();
+    let output = Command::new(env!("CARGO_BIN_EXE_scheduler"))
+        .arg("node")
+        .env_clear()
+        .env("SCHEDULER__ADMIN__LISTEN", "127.0.0.1:0")
+        .env("SCHEDULER__CASSANDRA__FETCH_SCHEMA_METADATA", "false")
+        .envs(env.iter().copied())
+        .output()
+        .expect("run scheduler");
+    (output, started.elapsed())
+}
+
+/// The one line the node printed, after checking it printed exactly one and did not panic.
+fn one_line(output: &Output) -> String {
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    let lines: Vec<&str> = stderr.lines().filter(|l| !l.trim().is_empty()).collect();
+    assert_eq!(lines.len(), 1, "one error line, got: {stderr}");
+    lines[0].to_string()
+}
+
+#[test]
+fn bad_settings_name_the_key_and_exit_with_the_usage_code() {
+    let (output, _) = node(&[("SCHEDULER__SCHEDULING__MAX_IN_FLIGHT_TASKS", "0")]);
+    assert_eq!(output.status.code(), Some(2));
+    let line = one_line(&output);
+    assert!(line.contains("max_in_flight_tasks"), "{line}");
+}
+
+#[test]
+fn an_unreachable_cassandra_fails_the_start_with_one_line() {
+    let (output, took) = node(&[("SCHEDULER__CASSANDRA__CONTACT_POINTS", "127.0.0.1:1")]);
+    assert_eq!(output.status.code(), Some(1));
+    let line = one_line(&output);
+    assert!(
+        line.contains("cannot connect to Cassandra at 127.0.0.1:1"),
+        "{line}"
+    );
+    assert!(took < Duration::from_secs(30), "took {took:?}");
+}
+
+#[test]
+fn an_unreachable_broker_fails_the_start_with_one_line() {
+    let cql = cql_contact_point();
+    let (output, took) = node(&[
+        ("SCHEDULER__CASSANDRA__CONTACT_POINTS", cql.as_str()),
+        ("SCHEDULER__KAFKA__BOOTSTRAP_SERVERS", "127.0.0.1:1"),
+    ]);
+    assert_eq!(output.status.code(), Some(1));
+    let line = one_line(&output);
+    assert!(line.contains("127.0.0.1:1"), "{line}");
+    assert!(took < Duration::from_secs(60), "took {took:?}");
+}
