@@ -89,6 +89,12 @@ pub enum ScheduleError {
         /// What failed.
         reason: String,
     },
+    /// The scheduled time is after 9999-12-31T23:59:59.999Z, the last time the wire format
+    /// (RFC 3339) can carry.
+    #[error(
+        "scheduledTime {0} is after 9999-12-31T23:59:59.999Z, the latest the wire format carries"
+    )]
+    BeyondWireFormat(String),
     /// The broker did not acknowledge the write (timeout, broker down, ...).
     #[error("Kafka did not acknowledge the task: {0}")]
     Kafka(String),
@@ -101,6 +107,11 @@ pub fn validate(task: &Task, now: DateTime<Utc>, grace: Duration) -> Result<(), 
     }
     if task.uniqueness_key.is_empty() {
         return Err(ScheduleError::EmptyUniquenessKey);
+    }
+    if task.scheduled_time > wire::latest_time() {
+        return Err(ScheduleError::BeyondWireFormat(wire::format_time(
+            task.scheduled_time,
+        )));
     }
     let late_by = now - task.scheduled_time;
     if late_by > TimeDelta::from_std(grace).unwrap_or(TimeDelta::MAX) {
@@ -243,6 +254,7 @@ impl Scheduler {
             Err(ScheduleError::EmptyOrderingId
                 | ScheduleError::EmptyUniquenessKey
                 | ScheduleError::TooFarInThePast { .. }
+                | ScheduleError::BeyondWireFormat(_)
                 | ScheduleError::TooLarge { .. })
         );
         self.metrics
@@ -349,6 +361,26 @@ impl Scheduler {
 mod tests {
     use super::*;
     use chrono::TimeZone;
+
+    #[test]
+    fn times_the_wire_format_cannot_carry_are_refused() {
+        let last = wire::latest_time();
+        let ok = Task::new("o", last, "u", Default::default());
+        assert!(validate(&ok, Utc::now(), Duration::from_secs(10)).is_ok());
+        let beyond = Task::new(
+            "o",
+            last + TimeDelta::milliseconds(1),
+            "u",
+            Default::default(),
+        );
+        let error = validate(&beyond, Utc::now(), Duration::from_secs(10)).unwrap_err();
+        assert!(
+            matches!(error, ScheduleError::BeyondWireFormat(_)),
+            "{error}"
+        );
+        let encoded = wire::encode(&ok);
+        assert_eq!(wire::decode(Some(&encoded), usize::MAX).unwrap(), ok);
+    }
 
     #[tokio::test]
     async fn rejected_requests_are_counted_without_reaching_kafka() {

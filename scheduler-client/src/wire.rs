@@ -114,6 +114,11 @@ struct WireIn {
     task_data: Option<Value>,
 }
 
+/// The latest time the wire format carries: RFC 3339 has four-digit years.
+pub fn latest_time() -> DateTime<Utc> {
+    DateTime::from_timestamp_millis(253_402_300_799_999).unwrap_or(DateTime::<Utc>::MAX_UTC)
+}
+
 /// Formats a time as the wire format does: RFC 3339, UTC, milliseconds, `Z`.
 pub fn format_time(time: DateTime<Utc>) -> String {
     time.to_rfc3339_opts(SecondsFormat::Millis, true)

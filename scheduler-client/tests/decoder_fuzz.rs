@@ -1,0 +1,131 @@
+//! Property tests of the wire decoder: whatever a record holds, decoding returns a task, a
+//! cancellation or an error with a reason; it never panics. Valid tasks survive a round trip.
+
+use chrono::DateTime;
+use proptest::prelude::*;
+use scheduler_client::wire::{decode_record, encode, Record};
+use scheduler_client::Task;
+use serde_json::{json, Map, Value};
+
+const MAX: usize = 64 * 1024;
+
+/// Any JSON value, nested a few levels, with numbers at the edges.
+fn json_value() -> impl Strategy<Value = Value> {
+    let leaf = prop_oneof![
+        Just(Value::Null),
+        any::<bool>().prop_map(Value::Bool),
+        any::<i64>().prop_map(|n| json!(n)),
+        any::<u64>().prop_map(|n| json!(n)),
+        any::<f64>().prop_map(|f| json!(f)),
+        any::<String>().prop_map(Value::String),
+        time_text().prop_map(Value::String),
+    ];
+    leaf.prop_recursive(3, 24, 4, |inner| {
+        prop_oneof![
+            prop::collection::vec(inner.clone(), 0..4).prop_map(Value::Array),
+            prop::collection::btree_map(any::<String>(), inner, 0..4)
+                .prop_map(|m| Value::Object(m.into_iter().collect())),
+        ]
+    })
+}
+
+/// Strings that look like times, including ones at and past chrono's range.
+fn time_text() -> impl Strategy<Value = String> {
+    prop_oneof![
+        (
+            -300_000i64..300_000,
+            0u32..13,
+            0u32..32,
+            0u32..25,
+            0u32..61,
+            0u32..1000
+        )
+            .prop_map(|(y, mo, d, h, mi, ms)| format!(
+                "{y:+07}-{mo:02}-{d:02}T{h:02}:{mi:02}:{mi:02}.{ms:03}Z"
+            )),
+        Just("+262143-12-31T23:59:59.999Z".to_string()),
+        Just("-262143-01-01T00:00:00Z".to_string()),
+        Just("2026-11-22T08:00:00+99:99".to_string()),
+        any::<i64>().prop_map(|n| n.to_string()),
+    ]
+}
+
+/// Records shaped like tasks, with each field present, absent or of any type.
+fn task_like() -> impl Strategy<Value = Vec<u8>> {
+    let field = |name: &'static str| {
+        prop_oneof![Just(None), json_value().prop_map(move |v| Some((name, v))),]
+    };
+    (
+        prop_oneof![Just(Some(("version", json!(1)))), field("version")],
+        prop_oneof![
+            Just(None),
+            Just(Some(("type", json!("cancel")))),
+            field("type")
+        ],
+        field("orderingId"),
+        prop_oneof![
+            time_text().prop_map(|t| Some(("scheduledTime", json!(t)))),
+            field("scheduledTime")
+        ],
+        field("uniquenessKey"),
+        field("taskData"),
+    )
+        .prop_map(|(a, b, c, d, e, f)| {
+            let object: Map<String, Value> = [a, b, c, d, e, f]
+                .into_iter()
+                .flatten()
+                .map(|(k, v)| (k.to_string(), v))
+                .collect();
+            serde_json::to_vec(&Value::Object(object)).unwrap_or_default()
+        })
+}
+
+fn check(bytes: &[u8]) {
+    match decode_record(Some(bytes), MAX) {
+        Ok(Record::Task(task)) => {
+            assert!(!task.ordering_id.is_empty() && !task.uniqueness_key.is_empty());
+            assert_eq!(task.scheduled_time.timestamp_subsec_nanos() % 1_000_000, 0);
+        }
+        Ok(Record::Cancel(key)) => assert!(!key.ordering_id.is_empty()),
+        Err(e) => assert!(!e.reason().is_empty()),
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(2000))]
+
+    #[test]
+    fn arbitrary_bytes_never_panic(bytes in prop::collection::vec(any::<u8>(), 0..512)) {
+        check(&bytes);
+    }
+
+    #[test]
+    fn task_shaped_records_never_panic(bytes in task_like()) {
+        check(&bytes);
+    }
+
+    #[test]
+    fn valid_tasks_survive_a_round_trip(
+        ordering_id in ".{1,40}",
+        uniqueness_key in ".{1,40}",
+        // Years 0000 to 9999: what RFC 3339 carries (the client refuses later times).
+        millis in -62_167_219_200_000i64..=253_402_300_799_999,
+        data in prop::collection::btree_map("[a-z]{1,8}", any::<i64>().prop_map(|n| json!(n)), 0..4),
+    ) {
+        let Some(time) = DateTime::from_timestamp_millis(millis) else {
+            return Ok(());
+        };
+        let task = Task::new(ordering_id, time, uniqueness_key, data.into_iter().collect());
+        prop_assert_eq!(decode_record(Some(&encode(&task)), usize::MAX).ok(), Some(Record::Task(task)));
+    }
+}
+
+#[test]
+fn oversized_and_non_utf8_records_are_refused_with_their_reason() {
+    let big = vec![b' '; MAX + 1];
+    let error = decode_record(Some(&big), MAX).expect_err("too large");
+    assert_eq!(error.reason(), "too_large");
+    let error = decode_record(Some(b"{\"version\":1,\"orderingId\":\"\xff\xfe\"}"), MAX)
+        .expect_err("not UTF-8");
+    assert_eq!(error.reason(), "json");
+}
