@@ -1,0 +1,137 @@
+//! A node for the chaos test, run as its own OS process so it can be killed and paused. Its
+//! settings come from the environment (`SCHEDULER__SECTION__KEY`, as for any node). Every
+//! execution and every change of the partitions it owns is appended as one JSON line to the
+//! file named by `CHAOS_LOG` (and the node's own log to `CHAOS_TRACE`, when set). Each call of
+//! the executor takes `CHAOS_WORK_MS` milliseconds, or the task's own `work_ms`. On SIGTERM it
+//! shuts down cleanly and appends its count of fencing rejections.
+
+use std::fs::{File, OpenOptions};
+use std::io::Write;
+use std::process::ExitCode;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use chrono::Utc;
+use scheduler_core::settings::Settings;
+use scheduler_core::{SchedulerNode, Task, TaskError, TaskExecutor};
+use serde_json::json;
+
+/// Appends JSON lines to the node's log, one `write` each.
+#[derive(Clone)]
+struct Log {
+    node: String,
+    file: Arc<Mutex<File>>,
+}
+
+impl Log {
+    fn append(&self, mut line: serde_json::Value) {
+        line["node"] = json!(self.node);
+        let text = format!("{line}\n");
+        let mut file = self.file.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Err(e) = file.write_all(text.as_bytes()) {
+            eprintln!("chaos-node {}: cannot write the log: {e}", self.node);
+        }
+    }
+}
+
+/// Records each execution after a fixed amount of work.
+struct Recorder {
+    log: Log,
+    work: Duration,
+}
+
+impl TaskExecutor for Recorder {
+    async fn execute(&self, task: &Task) -> Result<(), TaskError> {
+        let start = Utc::now();
+        // A task may ask for more work (`"work_ms"` in its data), to be caught running by a fault.
+        let work = task
+            .task_data
+            .get("work_ms")
+            .and_then(|v| v.as_u64())
+            .map_or(self.work, Duration::from_millis);
+        tokio::time::sleep(work).await;
+        self.log.append(json!({
+            "ordering_id": task.ordering_id,
+            "uniqueness_key": task.uniqueness_key,
+            "scheduled_ms": task.scheduled_time.timestamp_millis(),
+            "start_ms": start.timestamp_millis(),
+            "end_ms": Utc::now().timestamp_millis(),
+        }));
+        Ok(())
+    }
+}
+
+fn main() -> ExitCode {
+    let node = std::env::var("CHAOS_NODE").unwrap_or_else(|_| "node".into());
+    match run(&node) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("chaos-node {node}: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(node: &str) -> Result<(), String> {
+    let path = std::env::var("CHAOS_LOG").map_err(|_| "CHAOS_LOG is not set".to_string())?;
+    let work_ms: u64 = std::env::var("CHAOS_WORK_MS")
+        .unwrap_or_else(|_| "20".into())
+        .parse()
+        .map_err(|e| format!("CHAOS_WORK_MS: {e}"))?;
+    let file = OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&path)
+        .map_err(|e| format!("cannot open {path}: {e}"))?;
+    let log = Log {
+        node: node.to_string(),
+        file: Arc::new(Mutex::new(file)),
+    };
+    if let Ok(trace) = std::env::var("CHAOS_TRACE") {
+        let file = File::create(&trace).map_err(|e| format!("cannot create {trace}: {e}"))?;
+        tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::new(
+                "info,scheduler_core=debug,scylla=off",
+            ))
+            .with_ansi(false)
+            .with_writer(Mutex::new(file))
+            .init();
+    }
+    let settings = Settings::load(None).map_err(|e| e.to_string())?;
+    let runtime = tokio::runtime::Runtime::new().map_err(|e| e.to_string())?;
+    runtime.block_on(async {
+        let recorder = Recorder {
+            log: log.clone(),
+            work: Duration::from_millis(work_ms),
+        };
+        let node = SchedulerNode::start(settings, recorder)
+            .await
+            .map_err(|e| e.to_string())?;
+        let mut terminate =
+            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+                .map_err(|e| e.to_string())?;
+        let mut owned = Vec::new();
+        let mut tick = tokio::time::interval(Duration::from_millis(10));
+        loop {
+            tokio::select! {
+                _ = terminate.recv() => break,
+                _ = tick.tick() => {}
+            }
+            let now = node.owned_partitions();
+            if now != owned {
+                log.append(json!({ "owned": now, "at_ms": Utc::now().timestamp_millis() }));
+                owned = now;
+            }
+        }
+        let rejections = it_tests::engine::metric_sum(
+            &node.metrics(),
+            "scheduler_fencing_rejections_total",
+            &[],
+        );
+        node.shutdown().await.map_err(|e| e.to_string())?;
+        log.append(
+            json!({ "fencing_rejections": rejections, "at_ms": Utc::now().timestamp_millis() }),
+        );
+        Ok(())
+    })
+}
