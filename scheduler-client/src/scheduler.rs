@@ -314,11 +314,18 @@ impl Scheduler {
             .key(ordering_id)
             .partition(partition)
             .payload(payload);
-        let delivery = self
-            .producer
-            .send(record, Timeout::After(self.config.delivery_timeout))
-            .await
-            .map_err(|(e, _)| ScheduleError::Kafka(e.to_string()))?;
+        // librdkafka enforces message.timeout.ms only at its next timeout scan (seconds later when
+        // the broker is down); the deadline here keeps the promise of `delivery_timeout`.
+        let timeout = self.config.delivery_timeout;
+        let delivery =
+            tokio::time::timeout(timeout, self.producer.send(record, Timeout::After(timeout)))
+                .await
+                .map_err(|_| {
+                    ScheduleError::Kafka(format!(
+                "no acknowledgement within {timeout:?} (the record may still be written later)"
+            ))
+                })?
+                .map_err(|(e, _)| ScheduleError::Kafka(e.to_string()))?;
         Ok(delivery.offset)
     }
 
