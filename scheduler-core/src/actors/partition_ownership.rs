@@ -4,10 +4,15 @@
 //! that lost the partition without noticing (paused past the group session timeout, say) finds
 //! a newer epoch on its next check: its tree is fenced, runs nothing more and records nothing.
 //!
+//! Only a tree started for a group assignment claims. A tree rebuilt after a failure inherits the
+//! epoch of the tree it replaces and only checks it: a node that lost the partition while a
+//! rebuild was pending (paused, say) must not take the partition back from its owner.
+//!
 //! A positive answer is reused for `OWNERSHIP_RECHECK`, far below the group session timeout, so
 //! a node that was paused long enough to lose its partitions always reads the epoch again before
 //! it starts or records a task.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -53,6 +58,22 @@ pub struct PartitionFenced {
     pub current: u64,
 }
 
+/// The epoch a partition tree holds, shared with the TopicSupervisor so that a rebuilt tree can
+/// inherit it (0: not claimed yet).
+#[derive(Debug, Clone, Default)]
+pub struct EpochCell(Arc<AtomicU64>);
+
+impl EpochCell {
+    /// The epoch held (0: none).
+    pub fn get(&self) -> u64 {
+        self.0.load(Ordering::SeqCst)
+    }
+
+    fn set(&self, epoch: u64) {
+        self.0.store(epoch, Ordering::SeqCst);
+    }
+}
+
 /// Holds the tree's epoch and answers ownership checks.
 pub struct PartitionOwnership {
     partition: PartitionId,
@@ -61,8 +82,10 @@ pub struct PartitionOwnership {
     clock: Arc<dyn Clock>,
     metrics: Arc<Metrics>,
     supervisor: Recipient<PartitionFenced>,
-    /// The claimed epoch (`None` until the claim succeeds).
+    /// The claimed or inherited epoch (`None` until the claim succeeds).
     epoch: Option<u64>,
+    /// Where the epoch is published for a rebuild to inherit.
+    cell: EpochCell,
     verified_at: Option<DateTime<Utc>>,
     fenced: bool,
     /// A claim or read is under way.
@@ -72,8 +95,9 @@ pub struct PartitionOwnership {
 }
 
 impl PartitionOwnership {
-    /// The fence of `partition` for a tree of node `node_id`; it claims the partition as soon as
-    /// it starts and tells `supervisor` if it finds itself fenced.
+    /// The fence of `partition` for a tree of node `node_id`. If `cell` holds an epoch (a
+    /// rebuilt tree) it checks that epoch; otherwise it claims the partition as soon as it starts
+    /// and publishes the new epoch in `cell`. It tells `supervisor` if it finds itself fenced.
     pub fn new(
         partition: PartitionId,
         node_id: Arc<str>,
@@ -81,6 +105,7 @@ impl PartitionOwnership {
         clock: Arc<dyn Clock>,
         metrics: Arc<Metrics>,
         supervisor: Recipient<PartitionFenced>,
+        cell: EpochCell,
     ) -> Self {
         PartitionOwnership {
             partition,
@@ -89,7 +114,8 @@ impl PartitionOwnership {
             clock,
             metrics,
             supervisor,
-            epoch: None,
+            epoch: Some(cell.get()).filter(|e| *e > 0),
+            cell,
             verified_at: None,
             fenced: false,
             verifying: false,
@@ -130,6 +156,7 @@ impl PartitionOwnership {
                 Ok((mine, current)) if mine == current => {
                     if act.epoch.is_none() {
                         info!(partition, epoch = mine, "partition claimed");
+                        act.cell.set(mine);
                     }
                     act.epoch = Some(mine);
                     act.verified_at = Some(started);

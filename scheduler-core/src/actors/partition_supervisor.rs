@@ -12,7 +12,7 @@ use std::time::Duration;
 use tracing::{info, warn};
 
 use super::partition_executor::{DrainPartition, PartitionExecutor};
-use super::partition_ownership::{PartitionFenced, PartitionOwnership};
+use super::partition_ownership::{EpochCell, PartitionFenced, PartitionOwnership};
 use super::partition_scheduler::PartitionScheduler;
 use super::task_persistence::{PersistTasks, PersistenceLinks, TaskPersistence};
 use super::task_status_tracker::TaskStatusTracker;
@@ -70,20 +70,24 @@ pub struct PartitionSupervisor {
     deps: PartitionDeps,
     parent: Recipient<PartitionFailed>,
     children: Option<Children>,
+    epoch: EpochCell,
 }
 
 impl PartitionSupervisor {
-    /// A supervisor for `partition`, reporting failures to `parent`.
+    /// A supervisor for `partition`, reporting failures to `parent`. Its tree claims the
+    /// partition unless `epoch` already holds one (a rebuild), which it then checks.
     pub fn new(
         partition: PartitionId,
         deps: PartitionDeps,
         parent: Recipient<PartitionFailed>,
+        epoch: EpochCell,
     ) -> Self {
         PartitionSupervisor {
             partition,
             deps,
             parent,
             children: None,
+            epoch,
         }
     }
 }
@@ -137,6 +141,7 @@ impl Actor for PartitionSupervisor {
             deps.clock.clone(),
             deps.metrics.clone(),
             ctx.address().recipient(),
+            self.epoch.clone(),
         )
         .start();
         let in_flight = deps.in_flight.start(p);

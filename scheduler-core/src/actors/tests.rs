@@ -70,6 +70,10 @@ enum Behaviour {
     FailTimes(u32),
     FailAlways,
     GiveUp,
+    /// Panic on the first call, then succeed.
+    PanicOnce,
+    /// Never return from the first call, then succeed.
+    HangOnce,
 }
 
 struct Recorder {
@@ -136,6 +140,9 @@ impl TaskExecutor for Arc<Recorder> {
             Behaviour::FailTimes(n) if previous_calls as u32 >= n => Ok(()),
             Behaviour::FailTimes(_) | Behaviour::FailAlways => Err(TaskError::retry("flaky")),
             Behaviour::GiveUp => Err(TaskError::give_up("invalid payload")),
+            Behaviour::PanicOnce if previous_calls == 0 => panic!("executor bug"),
+            Behaviour::HangOnce if previous_calls == 0 => std::future::pending().await,
+            Behaviour::PanicOnce | Behaviour::HangOnce => Ok(()),
         };
         self.completed.fetch_add(1, Ordering::SeqCst);
         result
@@ -177,7 +184,7 @@ impl Harness {
             Arc::clone(&recorder),
             tokio::runtime::Handle::current(),
             settings.executor_concurrency,
-            Duration::from_secs(3600),
+            settings.execution_timeout,
         );
         let deps = PartitionDeps {
             node_id: Arc::from("test-node"),
@@ -804,5 +811,67 @@ fn a_tree_claims_its_partition_when_it_starts_so_a_rebuild_fences_the_old_one() 
         h.enqueue(vec![task("a", t0() + ms(5_000), "1")]).await;
         advance(Duration::from_secs(10)).await;
         assert_eq!(h.recorder.call_times("a").len(), 1, "the newest tree runs");
+    });
+}
+
+#[test]
+fn a_panicking_or_hanging_executor_is_a_failed_attempt_that_is_retried() {
+    run_paused(|| async {
+        let settings = SchedulingSettings {
+            execution_timeout: Duration::from_secs(5),
+            backoff_factor: Duration::from_secs(1),
+            ..SchedulingSettings::default()
+        };
+        let h = Harness::new(
+            settings,
+            Duration::ZERO,
+            &[
+                ("panics", Behaviour::PanicOnce),
+                ("hangs", Behaviour::HangOnce),
+            ],
+        );
+        h.assign().await;
+        let panics = task("panics", t0(), "1");
+        let hangs = task("hangs", t0(), "1");
+        h.enqueue(vec![panics.clone(), hangs.clone()]).await;
+        advance(Duration::from_secs(60)).await;
+        for (t, error) in [
+            (&panics, "the executor panicked"),
+            (&hangs, "timed out after 5s"),
+        ] {
+            let status = h.store.status_of(P, &t.key()).expect("finished");
+            assert_eq!((status.status, status.attempts), (TaskStatus::Completed, 2));
+            let first = &h.store.attempts(P, &t.key())[0];
+            assert_eq!(first.outcome, AttemptOutcome::Failed);
+            let recorded = first.error.as_deref().unwrap_or_default();
+            assert!(recorded.starts_with(error), "{recorded}");
+        }
+        let hang_calls = h.recorder.call_times("hangs");
+        assert!(
+            hang_calls[1] >= t0() + ms(5_500),
+            "retried after the timeout and a backoff: {hang_calls:?}"
+        );
+    });
+}
+
+#[test]
+fn a_rebuilt_tree_checks_the_epoch_it_inherits_instead_of_claiming_again() {
+    run_paused(|| async {
+        let h = Harness::new(SchedulingSettings::default(), Duration::ZERO, &[]);
+        // Five failed loads make the tree escalate and be rebuilt about 8.5 s after it starts.
+        h.store.fail_next(5);
+        h.assign().await;
+        advance(Duration::from_secs(1)).await;
+        assert_eq!(h.store.partition_epoch(P).await.expect("epoch"), 1);
+        // Meanwhile the node loses the partition without noticing.
+        h.store.claim_elsewhere(P);
+        advance(Duration::from_secs(30)).await;
+        assert_eq!(
+            h.store.partition_epoch(P).await.expect("epoch"),
+            2,
+            "the rebuild did not take the partition back"
+        );
+        let owned = h.topic.send(OwnedPartitions).await.expect("owned");
+        assert!(owned.is_empty(), "the rebuilt tree found itself fenced");
     });
 }

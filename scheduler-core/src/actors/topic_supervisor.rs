@@ -11,6 +11,7 @@ use actix::{
 };
 use tracing::{info, warn};
 
+use super::partition_ownership::EpochCell;
 use super::partition_supervisor::{PartitionSupervisor, StopPartition};
 use super::task_persistence::PersistTasks;
 use super::PartitionDeps;
@@ -66,6 +67,9 @@ pub struct PartitionFailed {
 pub struct TopicSupervisor {
     deps: PartitionDeps,
     partitions: HashMap<PartitionId, Addr<PartitionSupervisor>>,
+    /// The ownership epoch of each partition's tree, inherited by a rebuilt tree: only an
+    /// assignment claims a partition.
+    epochs: HashMap<PartitionId, EpochCell>,
     /// Failed partitions waiting to be rebuilt (still owned: a revoke clears them).
     rebuilding: HashSet<PartitionId>,
 }
@@ -76,14 +80,22 @@ impl TopicSupervisor {
         TopicSupervisor {
             deps,
             partitions: HashMap::new(),
+            epochs: HashMap::new(),
             rebuilding: HashSet::new(),
         }
     }
 
+    /// Starts a tree for `partition`: a fresh one claims the partition; a rebuilt one inherits
+    /// the epoch of the tree it replaces.
     fn start_partition(&mut self, partition: PartitionId, ctx: &mut Context<Self>) {
-        let supervisor =
-            PartitionSupervisor::new(partition, self.deps.clone(), ctx.address().recipient())
-                .start();
+        let epoch = self.epochs.entry(partition).or_default().clone();
+        let supervisor = PartitionSupervisor::new(
+            partition,
+            self.deps.clone(),
+            ctx.address().recipient(),
+            epoch,
+        )
+        .start();
         self.partitions.insert(partition, supervisor);
     }
 }
@@ -100,6 +112,8 @@ impl Handler<AssignPartitions> for TopicSupervisor {
         for partition in msg.0 {
             self.rebuilding.remove(&partition);
             if !self.partitions.contains_key(&partition) {
+                // An assignment: the new tree claims the partition.
+                self.epochs.remove(&partition);
                 self.start_partition(partition, ctx);
             }
         }
@@ -114,6 +128,7 @@ impl Handler<RevokePartitions> for TopicSupervisor {
         let partitions: Vec<PartitionId> = self.partitions.keys().copied().collect();
         info!(?partitions, "partitions revoked; draining");
         self.rebuilding.clear();
+        self.epochs.clear();
         for partition in &partitions {
             self.deps.in_flight.forget(*partition);
             self.deps.metrics.forget_partition(*partition);
@@ -183,6 +198,7 @@ impl Handler<PartitionFailed> for TopicSupervisor {
         self.partitions.remove(&msg.partition);
         let partition = msg.partition;
         if !msg.rebuild {
+            self.epochs.remove(&partition);
             self.deps.in_flight.forget(partition);
             self.deps.metrics.forget_partition(partition);
             return Box::pin(actix::fut::ready(()));
