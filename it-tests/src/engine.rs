@@ -132,6 +132,15 @@ impl TestEnv {
         node
     }
 
+    /// Drops this environment's keyspace (best effort), for runs that create many.
+    pub async fn drop_keyspace(&self) {
+        if let Ok(session) = self.stack.cassandra_session().await {
+            let _ = session
+                .query_unpaged(format!("DROP KEYSPACE IF EXISTS {}", self.keyspace), &[])
+                .await;
+        }
+    }
+
     /// A store handle on this environment's keyspace, to read task status.
     pub async fn store(&self) -> CassandraStore {
         CassandraStore::connect(&self.settings(SchedulingSettings::default()).cassandra)

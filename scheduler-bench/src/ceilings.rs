@@ -182,9 +182,7 @@ async fn insert_rate(env: &TestEnv, inserts: usize) -> Result<f64, BenchError> {
         .count()
         .await;
     let took = started.elapsed();
-    let _ = session
-        .query_unpaged(format!("DROP KEYSPACE {}", env.keyspace), &[])
-        .await;
+    env.drop_keyspace().await;
     if failures > 0 {
         return Err(BenchError::Insane(format!(
             "{failures} of {inserts} raw inserts failed"

@@ -214,6 +214,7 @@ pub async fn throughput_and_punctuality(
     )
     .await?;
     node.shutdown().await.map_err(node_error)?;
+    env.drop_keyspace().await;
     Ok((throughput, punctuality))
 }
 
@@ -375,6 +376,7 @@ pub async fn handoff(leave: Leave, window: Duration) -> Result<Handoff, BenchErr
         node.wait_exit(Duration::from_secs(30)).await?;
     }
     staying.shutdown().await.map_err(node_error)?;
+    env.drop_keyspace().await;
     Ok(Handoff {
         leave,
         partitions_moved: moved.len(),
@@ -427,6 +429,7 @@ pub async fn cold_load(tasks: usize) -> Result<ColdLoad, BenchError> {
     let peak_rss_bytes = node.peak_rss_bytes()?;
     let loaded_at = Utc::now();
     node.stop(Duration::from_secs(30)).await?;
+    env.drop_keyspace().await;
     let assigned = DateTime::from_timestamp_millis(loaded.assigned_ms).unwrap_or(loaded_at);
     let first = DateTime::from_timestamp_millis(loaded.first_ms).unwrap_or(loaded_at);
     Ok(ColdLoad {
@@ -460,6 +463,7 @@ pub async fn backlog(tasks: usize) -> Result<Backlog, BenchError> {
         .await?;
     let peak_rss_bytes = node.peak_rss_bytes()?;
     node.stop(Duration::from_secs(30)).await?;
+    env.drop_keyspace().await;
     let assigned = DateTime::from_timestamp_millis(done.assigned_ms).unwrap_or(started);
     let last = DateTime::from_timestamp_millis(done.last_ms).unwrap_or(started);
     let drain_s = seconds_between(assigned, last);
