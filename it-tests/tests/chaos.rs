@@ -278,9 +278,15 @@ fn no_accepted_task_is_lost_through_kills_restarts_and_pauses() {
     let accepted: Arc<Mutex<Vec<TaskKey>>> = Arc::default();
     let rejected = Arc::new(Mutex::new(0usize));
     let scheduler = Arc::new(env.scheduler(Duration::from_secs(10)));
+    // The 2-second tasks: (due, partition), so a pause can be timed to catch one running.
+    let slow: Arc<Mutex<Vec<(i64, i32)>>> = Arc::default();
     let producer = {
-        let (accepted, rejected, scheduler) =
-            (accepted.clone(), rejected.clone(), scheduler.clone());
+        let (accepted, rejected, scheduler, slow) = (
+            accepted.clone(),
+            rejected.clone(),
+            scheduler.clone(),
+            slow.clone(),
+        );
         runtime.spawn(async move {
             let started = Instant::now();
             let mut tick = tokio::time::interval(Duration::from_millis(50));
@@ -293,12 +299,18 @@ fn no_accepted_task_is_lost_through_kills_restarts_and_pauses() {
                         TimeDelta::milliseconds(((n * 7919) % 5000) as i64 * (n % 2) as i64);
                     // Every tenth task works for 2 s, so a pause catches some mid-run.
                     let mut data = serde_json::Map::new();
+                    let due = Utc::now() + ahead;
                     if n.is_multiple_of(10) {
                         data.insert("work_ms".into(), serde_json::json!(2000));
+                        let ordering_id = format!("o-{}", n % ORDERING_IDS);
+                        slow.lock().unwrap_or_else(PoisonError::into_inner).push((
+                            due.timestamp_millis(),
+                            partition_for(&ordering_id, PARTITIONS),
+                        ));
                     }
                     let task = Task::new(
                         format!("o-{}", n % ORDERING_IDS),
-                        Utc::now() + ahead,
+                        due,
                         format!("t-{n}"),
                         data,
                     );
@@ -341,7 +353,35 @@ fn no_accepted_task_is_lost_through_kills_restarts_and_pauses() {
         to_ms: now_ms(),
     });
 
+    // Pause node-2 while one of its 2-second tasks runs, so that it wakes with late work.
     at(20);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while Instant::now() < deadline {
+        let gains = gains(&nodes.lines());
+        let now = now_ms();
+        let running_on_node_2 = slow
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .iter()
+            .any(|(due, p)| {
+                (now - 1200..now - 300).contains(due) && owner_at(&gains, *p, now) == Some("node-2")
+            });
+        if running_on_node_2 {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let from_ms = now_ms();
+    signal(nodes.child("node-2"), "STOP");
+    std::thread::sleep(Duration::from_secs(9));
+    signal(nodes.child("node-2"), "CONT");
+    faults.push(Fault {
+        what: "SIGSTOP node-2 for 9 s",
+        from_ms,
+        to_ms: now_ms(),
+    });
+
+    at(36);
     let from_ms = now_ms();
     stack(&["stop", "kafka"]);
     std::thread::sleep(Duration::from_secs(2));
@@ -352,23 +392,12 @@ fn no_accepted_task_is_lost_through_kills_restarts_and_pauses() {
         to_ms: now_ms(),
     });
 
-    at(32);
+    at(48);
     let from_ms = now_ms();
     stack(&["stop", "cassandra"]);
     stack(&["up"]);
     faults.push(Fault {
         what: "Cassandra restart",
-        from_ms,
-        to_ms: now_ms(),
-    });
-
-    at(50);
-    let from_ms = now_ms();
-    signal(nodes.child("node-2"), "STOP");
-    std::thread::sleep(Duration::from_secs(9));
-    signal(nodes.child("node-2"), "CONT");
-    faults.push(Fault {
-        what: "SIGSTOP node-2 for 9 s",
         from_ms,
         to_ms: now_ms(),
     });

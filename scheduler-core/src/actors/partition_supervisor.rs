@@ -263,23 +263,33 @@ impl Handler<EscalateFailure> for PartitionSupervisor {
 }
 
 impl Handler<PartitionFenced> for PartitionSupervisor {
-    type Result = ();
+    type Result = ResponseActFuture<Self, ()>;
 
-    fn handle(&mut self, msg: PartitionFenced, ctx: &mut Context<Self>) {
+    /// Winds the tree down like a revoke (running calls finish; their outcomes meet the fence and
+    /// are not recorded), then reports the partition as not to be rebuilt.
+    fn handle(&mut self, msg: PartitionFenced, _: &mut Context<Self>) -> Self::Result {
         warn!(
             partition = self.partition,
             epoch = msg.epoch,
             current = msg.current,
             "partition fenced: another node owns it now; stopping this tree"
         );
-        if let Some(children) = self.children.take() {
-            children.stop_all();
-        }
-        self.parent.do_send(PartitionFailed {
-            partition: self.partition,
-            supervisor: ctx.address(),
-            rebuild: false,
+        let Some(children) = self.children.take() else {
+            return Box::pin(actix::fut::ready(()));
+        };
+        children.controller.do_send(StopActor);
+        children.scheduler.do_send(StopActor);
+        let drain = children.executor.send(DrainPartition {
+            timeout: self.deps.settings.drain_timeout,
         });
-        ctx.stop();
+        Box::pin(drain.into_actor(self).map(move |_, act, ctx| {
+            children.stop_all();
+            act.parent.do_send(PartitionFailed {
+                partition: act.partition,
+                supervisor: ctx.address(),
+                rebuild: false,
+            });
+            ctx.stop();
+        }))
     }
 }
