@@ -71,6 +71,8 @@ pub struct PartitionSupervisor {
     parent: Recipient<PartitionFailed>,
     children: Option<Children>,
     epoch: EpochCell,
+    /// Where the next stale-task sample starts.
+    stale_scan_from: Option<chrono::DateTime<chrono::Utc>>,
 }
 
 impl PartitionSupervisor {
@@ -88,28 +90,45 @@ impl PartitionSupervisor {
             parent,
             children: None,
             epoch,
+            stale_scan_from: None,
         }
     }
 }
 
 impl PartitionSupervisor {
     /// Counts the incomplete tasks due longer ago than `stale_after` (up to a cap) for the
-    /// `scheduler_stale_tasks` gauge.
+    /// `scheduler_stale_tasks` gauge. Each sample starts where the previous one found the first
+    /// incomplete task (or ended): the rows before it are finished tasks' tombstones, and
+    /// reading them again every 30 s made Cassandra run out of heap under a 1M-task backlog.
     fn sample_stale_tasks(&mut self, ctx: &mut Context<Self>) {
         let deps = &self.deps;
         let now = deps.clock.now();
         let look_back = TimeDelta::from_std(deps.settings.look_back_on_restart).unwrap_or_default();
         let stale_after = TimeDelta::from_std(deps.settings.stale_after).unwrap_or_default();
+        let until = now - stale_after;
+        let from = self
+            .stale_scan_from
+            .map_or(now - look_back, |from| from.max(now - look_back));
         let count = deps.store.load(
             self.partition,
-            ReadCursor::From(now - look_back),
-            now - stale_after,
+            ReadCursor::From(from),
+            until,
             STALE_SAMPLE_CAP,
         );
-        ctx.spawn(count.into_actor(self).map(|result, act, _| match result {
-            Ok(stale) => act.deps.metrics.stale_tasks(act.partition, stale.len()),
-            Err(e) => warn!(partition = act.partition, error = %e, "stale-task sample failed"),
-        }));
+        ctx.spawn(
+            count
+                .into_actor(self)
+                .map(move |result, act, _| match result {
+                    Ok(stale) => {
+                        act.stale_scan_from =
+                            Some(stale.first().map_or(until, |t| t.scheduled_time));
+                        act.deps.metrics.stale_tasks(act.partition, stale.len());
+                    }
+                    Err(e) => {
+                        warn!(partition = act.partition, error = %e, "stale-task sample failed")
+                    }
+                }),
+        );
     }
 }
 
