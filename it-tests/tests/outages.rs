@@ -9,11 +9,12 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use chrono::{TimeDelta, Utc};
-use it_tests::engine::{by_task, task, wait_until, Recorder, TestEnv};
+use it_tests::engine::{by_task, task, wait_until, Execution, Recorder, TestEnv};
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 use scheduler_client::{Scheduler, SchedulerConfig};
 use scheduler_core::store::{TaskStatus, TaskStore};
+use scheduler_core::SchedulerNode;
 
 /// One outage at a time: the services are shared.
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
@@ -60,10 +61,8 @@ fn committed(env: &TestEnv) -> Vec<i64> {
         .collect()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn cassandra_down_loses_nothing_holds_offsets_and_the_node_recovers_by_itself() {
-    let _serial = SERIAL.lock().await;
-    let env = TestEnv::new("outage_cassandra", 2).await;
+/// A node that owns every partition of `env`'s topic, recording its executions.
+async fn recorded_node(env: &TestEnv) -> (SchedulerNode, Arc<Mutex<Vec<Execution>>>) {
     let log = Arc::new(Mutex::new(Vec::new()));
     let node = env
         .start_sole_node(
@@ -71,6 +70,14 @@ async fn cassandra_down_loses_nothing_holds_offsets_and_the_node_recovers_by_its
             Recorder::new("node", &log, Duration::ZERO),
         )
         .await;
+    (node, log)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cassandra_down_loses_nothing_holds_offsets_and_the_node_recovers_by_itself() {
+    let _serial = SERIAL.lock().await;
+    let env = TestEnv::new("outage_cassandra", 2).await;
+    let (node, log) = recorded_node(&env).await;
     let scheduler = env.scheduler(Duration::from_secs(10));
     // One task before the outage, so the group has committed offsets to compare with.
     let first = task("before", Utc::now(), "0");
@@ -150,13 +157,7 @@ async fn cassandra_down_loses_nothing_holds_offsets_and_the_node_recovers_by_its
 async fn broker_down_fails_the_client_clearly_and_the_node_reconnects_by_itself() {
     let _serial = SERIAL.lock().await;
     let env = TestEnv::new("outage_broker", 2).await;
-    let log = Arc::new(Mutex::new(Vec::new()));
-    let node = env
-        .start_sole_node(
-            env.settings(TestEnv::quick_scheduling()),
-            Recorder::new("node", &log, Duration::ZERO),
-        )
-        .await;
+    let (node, log) = recorded_node(&env).await;
     let mut config = SchedulerConfig::new(env.stack.kafka_bootstrap.clone(), env.topic.clone());
     config.delivery_timeout = Duration::from_secs(3);
     let scheduler = Scheduler::new(config).expect("scheduler");
