@@ -483,6 +483,8 @@ async fn garbage_on_the_topic_is_parked_and_valid_tasks_behind_it_still_run() {
         ("missing fields", br#"{"version":1,"orderingId":"victim"}"#.to_vec()),
         ("wrong partition", misplaced.into_bytes()),
         ("not UTF-8", vec![0xff, 0xfe, 0x00]),
+        // Over the node's record limit (`max_task_data_bytes`, 512 KiB).
+        ("oversized", vec![b' '; 700 * 1024]),
     ];
     let producer: FutureProducer = ClientConfig::new()
         .set("bootstrap.servers", &env.stack.kafka_bootstrap)
@@ -531,6 +533,7 @@ async fn garbage_on_the_topic_is_parked_and_valid_tasks_behind_it_still_run() {
         ("version", 1.0),
         ("missing_field", 1.0),
         ("wrong_partition", 1.0),
+        ("too_large", 1.0),
     ] {
         let parked = metric_sum(
             &metrics,

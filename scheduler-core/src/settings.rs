@@ -110,7 +110,8 @@ pub struct SchedulingSettings {
     /// How long persisting one polled batch may take before it is retried.
     #[serde(with = "duration_text")]
     pub persist_timeout: Duration,
-    /// After partitions are revoked, how long to wait before giving them up (clock drift, stragglers).
+    /// After a revoke whose drain timed out (tasks still running), how long to wait before giving
+    /// the partitions up.
     #[serde(with = "duration_text")]
     pub isolation_wait: Duration,
     /// On revoke or shutdown, how long running tasks may take to finish.
