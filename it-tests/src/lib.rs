@@ -128,6 +128,27 @@ impl Stack {
     }
 }
 
+/// Runs the project's `dev/stack` with `args` (e.g. `["stop", "kafka"]`), panicking if it fails:
+/// for the tests that stop and restart the stack's services.
+pub fn dev_stack(args: &[&str]) {
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../dev/stack");
+    let status = std::process::Command::new(script)
+        .args(args)
+        .status()
+        .unwrap_or_else(|e| panic!("dev/stack {args:?}: {e}"));
+    assert!(status.success(), "dev/stack {args:?} failed: {status}");
+}
+
+/// Starts every stopped service of the stack when dropped, so that a test that fails while a
+/// service is down leaves the stack running for the next one.
+pub struct RestartStackOnDrop;
+
+impl Drop for RestartStackOnDrop {
+    fn drop(&mut self) {
+        dev_stack(&["up"]);
+    }
+}
+
 /// A name unique to this process and moment, for topics, groups and keyspaces of one test.
 pub fn unique_name(prefix: &str) -> String {
     let nanos = std::time::SystemTime::now()

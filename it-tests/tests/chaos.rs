@@ -8,13 +8,14 @@
 //! binaries one at a time) and is the only test in it.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Child, Command};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use chrono::{TimeDelta, Utc};
 use it_tests::engine::TestEnv;
+use it_tests::{dev_stack, RestartStackOnDrop};
 use scheduler_client::{partition_for, Task, TaskKey};
 use scheduler_core::settings::SchedulingSettings;
 
@@ -26,22 +27,6 @@ const PRODUCE_FOR: Duration = Duration::from_secs(70);
 /// How long after a fault ends its consequences may still play out: the rebalance it causes
 /// follows within the group session timeout (6 s).
 const FAULT_AFTERMATH_MS: i64 = 10_000;
-
-fn repo_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .map(Path::to_path_buf)
-        .unwrap_or_default()
-}
-
-/// Runs `dev/stack <args>`, failing the test if it fails.
-fn stack(args: &[&str]) {
-    let status = Command::new(repo_root().join("dev/stack"))
-        .args(args)
-        .status()
-        .unwrap_or_else(|e| panic!("dev/stack {args:?}: {e}"));
-    assert!(status.success(), "dev/stack {args:?} failed: {status}");
-}
 
 fn signal(child: &Child, name: &str) {
     let status = Command::new("kill")
@@ -342,6 +327,8 @@ fn no_accepted_task_is_lost_through_kills_restarts_and_pauses() {
     let now_ms = || Utc::now().timestamp_millis();
     let mut faults = Vec::new();
 
+    // Whatever happens below, the broker and Cassandra run again afterwards.
+    let _restart = RestartStackOnDrop;
     at(8);
     let from_ms = now_ms();
     nodes.kill("node-1");
@@ -383,9 +370,9 @@ fn no_accepted_task_is_lost_through_kills_restarts_and_pauses() {
 
     at(36);
     let from_ms = now_ms();
-    stack(&["stop", "kafka"]);
+    dev_stack(&["stop", "kafka"]);
     std::thread::sleep(Duration::from_secs(2));
-    stack(&["up"]);
+    dev_stack(&["up"]);
     faults.push(Fault {
         what: "broker restart",
         from_ms,
@@ -394,8 +381,8 @@ fn no_accepted_task_is_lost_through_kills_restarts_and_pauses() {
 
     at(48);
     let from_ms = now_ms();
-    stack(&["stop", "cassandra"]);
-    stack(&["up"]);
+    dev_stack(&["stop", "cassandra"]);
+    dev_stack(&["up"]);
     faults.push(Fault {
         what: "Cassandra restart",
         from_ms,

@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 
 use chrono::{TimeDelta, Utc};
 use it_tests::engine::{by_task, task, wait_until, Execution, Recorder, TestEnv};
+use it_tests::{dev_stack, RestartStackOnDrop};
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 use scheduler_client::{Scheduler, SchedulerConfig};
@@ -18,24 +19,6 @@ use scheduler_core::SchedulerNode;
 
 /// One outage at a time: the services are shared.
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
-
-fn stack(args: &[&str]) {
-    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../dev/stack");
-    let status = std::process::Command::new(script)
-        .args(args)
-        .status()
-        .unwrap_or_else(|e| panic!("dev/stack {args:?}: {e}"));
-    assert!(status.success(), "dev/stack {args:?} failed: {status}");
-}
-
-/// Restarts a stopped service even when the test fails half-way.
-struct Restart;
-
-impl Drop for Restart {
-    fn drop(&mut self) {
-        stack(&["up"]);
-    }
-}
 
 /// The group's committed offset of each partition (`-1`: none).
 fn committed(env: &TestEnv) -> Vec<i64> {
@@ -97,8 +80,8 @@ async fn cassandra_down_loses_nothing_holds_offsets_and_the_node_recovers_by_its
     .await;
     let before = committed(&env);
 
-    let restart = Restart;
-    stack(&["stop", "cassandra"]);
+    let restart = RestartStackOnDrop;
+    dev_stack(&["stop", "cassandra"]);
     let tasks: Vec<_> = (0..20)
         .map(|i| {
             task(
@@ -166,8 +149,8 @@ async fn broker_down_fails_the_client_clearly_and_the_node_reconnects_by_itself(
         .await
         .expect("accepted while the broker is up");
 
-    let restart = Restart;
-    stack(&["stop", "kafka"]);
+    let restart = RestartStackOnDrop;
+    dev_stack(&["stop", "kafka"]);
     let started = Instant::now();
     let refused = task("refused", Utc::now() + TimeDelta::seconds(5), "1");
     let error = scheduler
