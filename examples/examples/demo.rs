@@ -12,7 +12,7 @@ use scheduler_client::{partition_for, Scheduler, SchedulerConfig, Task, TaskKey}
 use scheduler_core::settings::{
     AdminSettings, CassandraSettings, KafkaSettings, SchedulingSettings, Settings,
 };
-use scheduler_core::{SchedulerNode, TaskError, TaskExecutor};
+use scheduler_core::{SchedulerNode, TaskContext, TaskError, TaskExecutor};
 
 const PARTITIONS: u32 = 6;
 const TASKS: i64 = 24;
@@ -25,7 +25,7 @@ struct DemoExecutor {
 }
 
 impl TaskExecutor for DemoExecutor {
-    async fn execute(&self, task: &Task) -> Result<(), TaskError> {
+    async fn execute(&self, task: &Task, _ctx: &TaskContext) -> Result<(), TaskError> {
         let late = (Utc::now() - task.scheduled_time).num_milliseconds();
         println!(
             "  [{}] ran {:<9} {:<6} (partition {}, due {}, late {late} ms)",

@@ -12,12 +12,12 @@ use std::path::PathBuf;
 
 use chrono::Utc;
 use it_tests::Stack;
-use scheduler_core::{SchedulerNode, Settings, Task, TaskError, TaskExecutor};
+use scheduler_core::{SchedulerNode, Settings, Task, TaskContext, TaskError, TaskExecutor};
 
 struct PrintingExecutor;
 
 impl TaskExecutor for PrintingExecutor {
-    async fn execute(&self, task: &Task) -> Result<(), TaskError> {
+    async fn execute(&self, task: &Task, _ctx: &TaskContext) -> Result<(), TaskError> {
         let late = Utc::now() - task.scheduled_time;
         println!(
             "ran {} (late by {} ms) data {}",

@@ -14,7 +14,7 @@ use scheduler_core::settings::{
     AdminSettings, CassandraSettings, KafkaSettings, SchedulingSettings, Settings,
 };
 use scheduler_core::store::CassandraStore;
-use scheduler_core::{SchedulerNode, TaskError, TaskExecutor};
+use scheduler_core::{SchedulerNode, TaskContext, TaskError, TaskExecutor};
 
 use crate::{unique_name, Stack};
 
@@ -193,7 +193,7 @@ impl Recorder {
 }
 
 impl TaskExecutor for Recorder {
-    async fn execute(&self, task: &Task) -> Result<(), TaskError> {
+    async fn execute(&self, task: &Task, _ctx: &TaskContext) -> Result<(), TaskError> {
         let started = Utc::now();
         tokio::time::sleep(self.work).await;
         let previous = {

@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use chrono::{DateTime, Utc};
 use scheduler_client::{partition_for, Task};
-use scheduler_core::{TaskError, TaskExecutor};
+use scheduler_core::{TaskContext, TaskError, TaskExecutor};
 
 /// One recorded execution.
 #[derive(Debug, Clone)]
@@ -89,7 +89,7 @@ fn from_ms(ms: i64) -> Option<DateTime<Utc>> {
 }
 
 impl TaskExecutor for Probe {
-    async fn execute(&self, task: &Task) -> Result<(), TaskError> {
+    async fn execute(&self, task: &Task, _ctx: &TaskContext) -> Result<(), TaskError> {
         let started = Utc::now();
         let state = &self.0;
         let ms = started.timestamp_millis();

@@ -1,5 +1,6 @@
 //! The user's side of execution: the [`TaskExecutor`] trait a service implements, the
-//! [`TaskError`] it returns, and the bounded pool that runs it.
+//! [`TaskContext`] each call gets, the [`TaskError`] it returns, and the bounded pool that
+//! runs it.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -8,16 +9,128 @@ use std::time::Duration;
 use futures::future::BoxFuture;
 use futures::FutureExt;
 use scheduler_client::Task;
-use tokio::sync::Semaphore;
+use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
 use tracing::Instrument;
 
-/// Runs tasks. Implement it with `async fn execute(&self, task: &Task) -> Result<(), TaskError>`.
+use crate::lease::LeaseState;
+
+/// Runs tasks. Implement it with
+/// `async fn execute(&self, task: &Task, ctx: &TaskContext) -> Result<(), TaskError>`.
 ///
 /// Execution is at-least-once: a task can run again after a crash or a rebalance, so `execute`
-/// must be idempotent. It is called for one task of an `orderingId` at a time.
+/// must be idempotent. It is called for one task of an `orderingId` at a time, in every
+/// interleaving of rebalances: while a call runs, its orderingId is leased (see [`TaskContext`]).
 pub trait TaskExecutor: Send + Sync + 'static {
-    /// Runs `task`. An error says whether to retry it (after backoff) or give up on it.
-    fn execute(&self, task: &Task) -> impl Future<Output = Result<(), TaskError>> + Send;
+    /// Runs `task`. An error says whether to retry it (after backoff) or give up on it. `ctx`
+    /// tells the call its attempt, its partition's fencing epoch and whether it should stop.
+    fn execute(
+        &self,
+        task: &Task,
+        ctx: &TaskContext,
+    ) -> impl Future<Output = Result<(), TaskError>> + Send;
+}
+
+/// Why a running call is asked to stop.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StopReason {
+    /// The partition is being handed over (a rebalance, or the node is shutting down): finish
+    /// soon or return an error; the task then runs again on the next owner.
+    Revoked,
+    /// The partition's tree is being rebuilt after a failure; the task runs again on the new tree.
+    Rebuilding,
+    /// Another tree claimed the partition (this node lost it, e.g. while paused): the outcome of
+    /// this call will not be recorded, and a fencing token older than the new epoch should be
+    /// refused by the systems the call writes to.
+    Fenced,
+    /// The lease of this call's orderingId expired before it could be renewed: another call of
+    /// the same orderingId may start elsewhere.
+    LeaseLost,
+}
+
+/// What a call knows about its own run. Cheap to clone.
+#[derive(Debug, Clone)]
+pub struct TaskContext {
+    partition: i32,
+    epoch: u64,
+    attempt: u32,
+    tree: watch::Receiver<Option<StopReason>>,
+    lease: watch::Receiver<LeaseState>,
+}
+
+impl TaskContext {
+    pub(crate) fn new(
+        partition: i32,
+        epoch: u64,
+        attempt: u32,
+        tree: watch::Receiver<Option<StopReason>>,
+        lease: watch::Receiver<LeaseState>,
+    ) -> Self {
+        TaskContext {
+            partition,
+            epoch,
+            attempt,
+            tree,
+            lease,
+        }
+    }
+
+    /// A context for calling an executor outside a node (tests, tools): never asked to stop.
+    pub fn detached(partition: i32, epoch: u64) -> Self {
+        let (_, tree) = watch::channel(None);
+        let (_, lease) = watch::channel(LeaseState::default());
+        TaskContext::new(partition, epoch, 1, tree, lease)
+    }
+
+    /// The Kafka partition of the task.
+    pub fn partition(&self) -> i32 {
+        self.partition
+    }
+
+    /// The partition's ownership epoch held by the tree running this call: a fencing token.
+    /// It only grows; a system that remembers the highest epoch it accepted for this partition
+    /// can refuse writes from a call of an older owner.
+    pub fn epoch(&self) -> u64 {
+        self.epoch
+    }
+
+    /// 1 for the first attempt of this task in this tree.
+    pub fn attempt(&self) -> u32 {
+        self.attempt
+    }
+
+    /// Until when this call's orderingId lease is known to be live (renewed in the background
+    /// while the call runs); `None` if it was never written.
+    pub fn lease_valid_until(&self) -> Option<std::time::Instant> {
+        self.lease
+            .borrow()
+            .valid_until
+            .map(tokio::time::Instant::into_std)
+    }
+
+    /// Why the call should stop, if it should: the partition is handed over or fenced, or the
+    /// lease was lost.
+    pub fn stop_reason(&self) -> Option<StopReason> {
+        if self.lease.borrow().lost {
+            return Some(StopReason::LeaseLost);
+        }
+        *self.tree.borrow()
+    }
+
+    /// Resolves when the call should stop (see [`TaskContext::stop_reason`]); never, if it
+    /// need not. Select on it to stop cooperatively.
+    pub async fn stopped(&self) -> StopReason {
+        let mut tree = self.tree.clone();
+        let mut lease = self.lease.clone();
+        loop {
+            if let Some(reason) = self.stop_reason() {
+                return reason;
+            }
+            tokio::select! {
+                changed = tree.changed() => if changed.is_err() { std::future::pending::<()>().await },
+                changed = lease.changed() => if changed.is_err() { std::future::pending::<()>().await },
+            }
+        }
+    }
 }
 
 /// Why an execution failed, and whether it is worth retrying.
@@ -45,12 +158,12 @@ impl TaskError {
 
 /// Object-safe form of [`TaskExecutor`], so the engine can hold any executor behind an `Arc`.
 trait DynTaskExecutor: Send + Sync + 'static {
-    fn execute_boxed(&self, task: Task) -> BoxFuture<'_, Result<(), TaskError>>;
+    fn execute_boxed(&self, task: Task, ctx: TaskContext) -> BoxFuture<'_, Result<(), TaskError>>;
 }
 
 impl<E: TaskExecutor> DynTaskExecutor for E {
-    fn execute_boxed(&self, task: Task) -> BoxFuture<'_, Result<(), TaskError>> {
-        async move { self.execute(&task).await }.boxed()
+    fn execute_boxed(&self, task: Task, ctx: TaskContext) -> BoxFuture<'_, Result<(), TaskError>> {
+        async move { self.execute(&task, &ctx).await }.boxed()
     }
 }
 
@@ -63,6 +176,9 @@ pub struct ExecutionPool {
     executor: Arc<dyn DynTaskExecutor>,
     timeout: Duration,
 }
+
+/// One of the pool's `concurrency` slots, given back when dropped.
+pub(crate) struct Slot(#[allow(dead_code)] OwnedSemaphorePermit);
 
 impl ExecutionPool {
     /// A pool running `executor` on `runtime`.
@@ -80,19 +196,33 @@ impl ExecutionPool {
         }
     }
 
-    /// Runs `task` when a slot is free, inside `span` (so the executor's own logs carry the
-    /// task's identity); resolves with the executor's result.
-    pub fn run(
+    /// Waits for a free slot. A task takes its slot before its last checks (status, ownership),
+    /// so nothing that waited for a slot runs on checks made before the wait.
+    pub(crate) async fn slot(&self) -> Slot {
+        match Arc::clone(&self.permits).acquire_owned().await {
+            Ok(permit) => Slot(permit),
+            // The semaphore is never closed.
+            Err(_) => std::future::pending().await,
+        }
+    }
+
+    /// Calls the executor for `task` in `slot`, inside `span` (so the executor's own logs carry
+    /// the task's identity); resolves with its result. The call runs on the pool's runtime and
+    /// keeps `slot` and `held` until it returns, even if the caller stops waiting for it.
+    pub(crate) fn call<H: Send + 'static>(
         &self,
+        slot: Slot,
+        held: H,
         task: Task,
+        ctx: TaskContext,
         span: tracing::Span,
     ) -> impl Future<Output = Result<(), TaskError>> + 'static {
-        let permits = Arc::clone(&self.permits);
         let executor = Arc::clone(&self.executor);
         let timeout = self.timeout;
         let handle = self.runtime.spawn(async move {
-            let _slot = permits.acquire_owned().await;
-            match tokio::time::timeout(timeout, executor.execute_boxed(task).instrument(span)).await
+            let _held = (slot, held);
+            match tokio::time::timeout(timeout, executor.execute_boxed(task, ctx).instrument(span))
+                .await
             {
                 Ok(result) => result,
                 Err(_) => Err(TaskError::retry(format!("timed out after {timeout:?}"))),
@@ -122,7 +252,7 @@ mod tests {
     }
 
     impl TaskExecutor for Arc<Probe> {
-        async fn execute(&self, task: &Task) -> Result<(), TaskError> {
+        async fn execute(&self, task: &Task, _: &TaskContext) -> Result<(), TaskError> {
             let now = self.running.fetch_add(1, Ordering::SeqCst) + 1;
             self.peak.fetch_max(now, Ordering::SeqCst);
             tokio::time::sleep(Duration::from_millis(10)).await;
@@ -134,6 +264,10 @@ mod tests {
                 _ => Ok(()),
             }
         }
+    }
+
+    fn context() -> TaskContext {
+        TaskContext::detached(0, 1)
     }
 
     fn task(ordering_id: &str) -> Task {
@@ -152,21 +286,27 @@ mod tests {
             3,
             Duration::from_secs(5),
         );
-        let results =
-            futures::future::join_all((0..10).map(|_| pool.run(task("ok"), tracing::Span::none())))
-                .await;
+        let run = |t: Task| {
+            let pool = pool.clone();
+            async move {
+                let slot = pool.slot().await;
+                pool.call(slot, (), t, context(), tracing::Span::none())
+                    .await
+            }
+        };
+        let results = futures::future::join_all((0..10).map(|_| run(task("ok")))).await;
         assert!(results.iter().all(Result::is_ok));
         assert_eq!(probe.peak.load(Ordering::SeqCst), 3);
 
         assert_eq!(
-            pool.run(task("panic"), tracing::Span::none()).await,
+            run(task("panic")).await,
             Err(TaskError::retry("the executor panicked"))
         );
         assert!(
-            matches!(pool.run(task("hang"), tracing::Span::none()).await, Err(TaskError::Retry(r)) if r.starts_with("timed out"))
+            matches!(run(task("hang")).await, Err(TaskError::Retry(r)) if r.starts_with("timed out"))
         );
         assert_eq!(
-            pool.run(task("invalid"), tracing::Span::none()).await,
+            run(task("invalid")).await,
             Err(TaskError::give_up("invalid"))
         );
     }

@@ -19,13 +19,14 @@ pub mod admin;
 pub mod clock;
 pub mod events;
 pub mod executor;
+pub mod lease;
 pub mod metrics;
 pub mod node;
 pub mod retry;
 pub mod settings;
 pub mod store;
 
-pub use executor::{ExecutionPool, TaskError, TaskExecutor};
+pub use executor::{ExecutionPool, StopReason, TaskContext, TaskError, TaskExecutor};
 pub use node::{NodeError, SchedulerNode};
 pub use scheduler_client::{Task, TaskData, TaskKey};
 pub use settings::Settings;

@@ -25,7 +25,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
 
-use crate::actors::task_executor::ExecutionOutcome;
+use crate::actors::task_lifecycle::ExecutionOutcome;
 use crate::actors::InFlightGauges;
 use crate::store::PartitionId;
 

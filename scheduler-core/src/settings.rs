@@ -117,6 +117,11 @@ pub struct SchedulingSettings {
     /// On revoke or shutdown, how long running tasks may take to finish.
     #[serde(with = "duration_text")]
     pub drain_timeout: Duration,
+    /// How long a running-task lease lives without renewal (it is renewed every third of it
+    /// while calls run). A newer tree waits at most this long for an orderingId whose call was
+    /// running on a node that died or froze. Whole seconds, at least 3.
+    #[serde(with = "duration_text")]
+    pub lease_ttl: Duration,
     /// User executor calls running at once on this node.
     pub executor_concurrency: usize,
     /// An executor call running longer is cut off and counts as a retryable failure.
@@ -142,6 +147,7 @@ impl Default for SchedulingSettings {
             persist_timeout: Duration::from_secs(6),
             isolation_wait: Duration::from_secs(3),
             drain_timeout: Duration::from_secs(10),
+            lease_ttl: Duration::from_secs(10),
             executor_concurrency: 64,
             execution_timeout: Duration::from_secs(300),
             max_task_data_bytes: 512 * 1024,
@@ -165,6 +171,23 @@ pub struct KafkaSettings {
     pub events_topic: Option<String>,
     /// Extra librdkafka properties for the consumer and producer (e.g. security settings).
     pub properties: BTreeMap<String, String>,
+}
+
+impl KafkaSettings {
+    /// The configuration every Kafka client of the node starts from: the bootstrap servers,
+    /// then the engine's `defaults` for that client, then the user's `properties` (security
+    /// settings, overrides), so a SASL or TLS setting reaches every client alike.
+    pub fn client_config(&self, defaults: &[(&str, &str)]) -> rdkafka::config::ClientConfig {
+        let mut config = rdkafka::config::ClientConfig::new();
+        config.set("bootstrap.servers", &self.bootstrap_servers);
+        for (key, value) in defaults {
+            config.set(*key, *value);
+        }
+        for (key, value) in &self.properties {
+            config.set(key, value);
+        }
+        config
+    }
 }
 
 impl Default for KafkaSettings {
@@ -289,6 +312,9 @@ impl Settings {
         if s.executor_concurrency == 0 {
             return invalid("scheduling.executor_concurrency", "must be at least 1");
         }
+        if s.lease_ttl < Duration::from_secs(3) || s.lease_ttl.subsec_nanos() != 0 {
+            return invalid("scheduling.lease_ttl", "must be whole seconds, at least 3s");
+        }
         if s.execution_timeout.is_zero() {
             return invalid("scheduling.execution_timeout", "must be greater than zero");
         }
@@ -319,6 +345,22 @@ impl Settings {
         }
         if k.create_topic_partitions == Some(0) {
             return invalid("kafka.create_topic_partitions", "must be at least 1");
+        }
+        // Nodes tear every partition tree down on a rebalance and build the assigned ones
+        // again; an incremental (cooperative) rebalance would leave retained partitions without
+        // a tree, so it is refused rather than half supported.
+        let incremental = k
+            .properties
+            .get("partition.assignment.strategy")
+            .is_some_and(|s| s.contains("cooperative"))
+            || k.properties
+                .get("group.protocol")
+                .is_some_and(|p| p.eq_ignore_ascii_case("consumer"));
+        if incremental {
+            return invalid(
+                "kafka.properties",
+                "incremental rebalancing (a cooperative assignor, group.protocol=consumer) is not supported: nodes rebuild every partition on a rebalance",
+            );
         }
         let c = &self.cassandra;
         if c.contact_points.iter().all(|p| p.trim().is_empty()) {
@@ -571,6 +613,14 @@ mod tests {
             ("[cassandra]\nusername = \"u\"", "cassandra.password"),
             ("[kafka]\ntopic = \"\"", "kafka.topic"),
             ("[kafka]\ntopik = \"x\"", "unknown field `topik`"),
+            (
+                "[kafka.properties]\n\"partition.assignment.strategy\" = \"cooperative-sticky\"",
+                "kafka.properties",
+            ),
+            (
+                "[kafka.properties]\n\"group.protocol\" = \"consumer\"",
+                "incremental rebalancing",
+            ),
             ("[admin]\nlisten = \"localhost\"", "admin.listen"),
             ("not toml at all", "invalid settings"),
         ];
@@ -580,6 +630,30 @@ mod tests {
                 .to_string();
             assert!(err.contains(expected), "{text}: {err}");
         }
+    }
+
+    #[test]
+    fn every_kafka_client_gets_the_user_properties_last() {
+        let kafka = KafkaSettings {
+            properties: BTreeMap::from([
+                ("security.protocol".to_string(), "SASL_SSL".to_string()),
+                ("fetch.wait.max.ms".to_string(), "20".to_string()),
+            ]),
+            ..KafkaSettings::default()
+        };
+        let plain = kafka.client_config(&[]);
+        assert_eq!(plain.get("security.protocol"), Some("SASL_SSL"));
+        assert_eq!(
+            plain.get("bootstrap.servers"),
+            Some(kafka.bootstrap_servers.as_str())
+        );
+        let consumer = kafka.client_config(&[("fetch.wait.max.ms", "100"), ("group.id", "g")]);
+        assert_eq!(
+            consumer.get("fetch.wait.max.ms"),
+            Some("20"),
+            "the user's value wins"
+        );
+        assert_eq!(consumer.get("group.id"), Some("g"));
     }
 
     #[test]

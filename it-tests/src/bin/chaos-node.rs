@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use chrono::Utc;
 use scheduler_core::settings::Settings;
-use scheduler_core::{SchedulerNode, Task, TaskError, TaskExecutor};
+use scheduler_core::{SchedulerNode, Task, TaskContext, TaskError, TaskExecutor};
 use serde_json::json;
 
 /// Appends JSON lines to the node's log, one `write` each.
@@ -41,7 +41,7 @@ struct Recorder {
 }
 
 impl TaskExecutor for Recorder {
-    async fn execute(&self, task: &Task) -> Result<(), TaskError> {
+    async fn execute(&self, task: &Task, _ctx: &TaskContext) -> Result<(), TaskError> {
         let start = Utc::now();
         // A task may ask for more work (`"work_ms"` in its data), to be caught running by a fault.
         let work = task

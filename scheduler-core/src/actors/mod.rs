@@ -7,11 +7,14 @@
 //!     ├── PartitionScheduler    holds loaded tasks, dispatches each when due (one timer, next task)
 //!     ├── ThroughputController  keeps in-flight tasks under the maximum by asking for loads
 //!     ├── PartitionExecutor     routes due tasks to one OrderingExecutor per orderingId
-//!     │   └── OrderingExecutor  runs its orderingId's tasks one at a time, in order
-//!     │       └── TaskExecutorActor  one task: completion check, attempts, retries, outcome
-//!     ├── TaskStatusTracker     reads and writes task status and attempt history
+//!     │   └── OrderingExecutor  runs its orderingId's tasks one at a time, in order, each
+//!     │                         through its lifecycle (task_lifecycle: slot, status, lease,
+//!     │                         ownership, call, record, retry)
 //!     └── PartitionOwnership    claims the partition (ownership epoch) and fences a stale tree
 //! ```
+//!
+//! Beside the actors, each tree keeps a running-task lease ([`crate::lease::TreeLease`]) that
+//! outlives the tree while calls it started still run.
 //!
 //! Messages are defined beside the actor that handles them. A failure that would lose a task
 //! escalates to the PartitionSupervisor, which tears its tree down and has the TopicSupervisor
@@ -22,9 +25,8 @@ pub mod partition_executor;
 pub mod partition_ownership;
 pub mod partition_scheduler;
 pub mod partition_supervisor;
-pub mod task_executor;
+pub mod task_lifecycle;
 pub mod task_persistence;
-pub mod task_status_tracker;
 pub mod throughput_controller;
 pub mod topic_supervisor;
 
@@ -40,11 +42,12 @@ use actix::{Addr, Message};
 use crate::clock::Clock;
 use crate::events::EventPublisher;
 use crate::executor::ExecutionPool;
+use crate::executor::StopReason;
+use crate::lease::TreeLease;
 use crate::metrics::Metrics;
 use crate::settings::SchedulingSettings;
-use crate::store::{PartitionId, TaskStore};
+use crate::store::{LeaseStore, PartitionId, TaskStore};
 use partition_ownership::PartitionOwnership;
-use task_status_tracker::TaskStatusTracker;
 
 /// What every partition tree needs from the node.
 #[derive(Clone)]
@@ -53,6 +56,8 @@ pub struct PartitionDeps {
     pub node_id: Arc<str>,
     /// Where the schedule and task status live.
     pub store: Arc<dyn TaskStore>,
+    /// Where running-task leases live.
+    pub leases: Arc<dyn LeaseStore>,
     /// The time source.
     pub clock: Arc<dyn Clock>,
     /// Runs the user's executor.
@@ -67,13 +72,17 @@ pub struct PartitionDeps {
     pub events: Option<EventPublisher>,
 }
 
-/// The actors a task's execution consults: its partition's status tracker and ownership fence.
+/// What a task's lifecycle consults in its tree: the ownership fence, the running-task lease,
+/// and the tree's stop signal.
 #[derive(Clone)]
 pub struct ExecutionLinks {
-    /// Reads and records task status and attempts.
-    pub tracker: Addr<TaskStatusTracker>,
     /// Answers whether the tree still owns the partition.
     pub ownership: Addr<PartitionOwnership>,
+    /// The tree's running-task lease.
+    pub lease: TreeLease,
+    /// Set once the tree stops (revoke, rebuild, fence): tasks that have not called the
+    /// executor yet give up, and running calls see it in their context.
+    pub stop: tokio::sync::watch::Receiver<Option<StopReason>>,
 }
 
 /// The tasks of one partition held in memory: waiting in the PartitionScheduler, or queued or

@@ -1,16 +1,18 @@
 //! OrderingExecutor: the queue of one orderingId. It runs its tasks one at a time, in the order
-//! they arrive (the scheduler dispatches in schedule order), each through a TaskExecutorActor.
+//! they arrive (the scheduler dispatches in schedule order), each through its lifecycle
+//! ([`super::task_lifecycle`]).
 
 use std::collections::VecDeque;
 
 use actix::{
-    Actor, ActorContext, Addr, AsyncContext, Context, Handler, Message, Recipient, ResponseFuture,
+    Actor, ActorContext, ActorFutureExt, AsyncContext, Context, Handler, Message, Recipient,
+    ResponseFuture, SpawnHandle, WrapFuture,
 };
 use scheduler_client::Task;
 use tokio::sync::oneshot;
 
 use super::partition_executor::OrderingTaskDone;
-use super::task_executor::{AbandonRetries, TaskExecuted, TaskExecutorActor};
+use super::task_lifecycle::{run_task, ExecutionOutcome};
 use super::{ExecutionLinks, PartitionDeps, StopActor};
 use crate::store::PartitionId;
 
@@ -19,7 +21,8 @@ use crate::store::PartitionId;
 #[rtype(result = "()")]
 pub struct ExecuteOrderingTask(pub Task);
 
-/// Stop starting tasks; the reply comes once no task of this orderingId is running.
+/// Stop starting tasks; the reply comes once no task of this orderingId is running. (The tree's
+/// stop signal, raised before, makes a task that has not called the executor yet give up.)
 #[derive(Debug, Message)]
 #[rtype(result = "()")]
 pub struct DrainOrdering;
@@ -32,7 +35,7 @@ pub struct OrderingExecutor {
     links: ExecutionLinks,
     report_to: Recipient<OrderingTaskDone>,
     queue: VecDeque<Task>,
-    running: Option<Addr<TaskExecutorActor>>,
+    running: Option<SpawnHandle>,
     draining: bool,
     drained: Vec<oneshot::Sender<()>>,
 }
@@ -64,14 +67,27 @@ impl OrderingExecutor {
             return;
         }
         if let Some(task) = self.queue.pop_front() {
-            let actor = TaskExecutorActor::new(
-                self.partition,
-                task,
-                self.deps.clone(),
-                self.links.clone(),
-                ctx.address().recipient(),
+            let life = run_task(self.partition, task, self.deps.clone(), self.links.clone());
+            let handle = ctx.spawn(
+                life.into_actor(self)
+                    .map(|outcome, act, ctx| act.task_done(outcome, ctx)),
             );
-            self.running = Some(actor.start());
+            self.running = Some(handle);
+        }
+    }
+
+    fn task_done(&mut self, outcome: ExecutionOutcome, ctx: &mut Context<Self>) {
+        self.running = None;
+        self.report_to.do_send(OrderingTaskDone {
+            ordering_id: self.ordering_id.clone(),
+            outcome,
+        });
+        if self.draining {
+            for waiter in self.drained.drain(..) {
+                let _ = waiter.send(());
+            }
+        } else {
+            self.start_next(ctx);
         }
     }
 }
@@ -89,51 +105,28 @@ impl Handler<ExecuteOrderingTask> for OrderingExecutor {
     }
 }
 
-impl Handler<TaskExecuted> for OrderingExecutor {
-    type Result = ();
-
-    fn handle(&mut self, msg: TaskExecuted, ctx: &mut Context<Self>) {
-        self.running = None;
-        self.report_to.do_send(OrderingTaskDone {
-            ordering_id: self.ordering_id.clone(),
-            outcome: msg.outcome,
-        });
-        if self.draining {
-            for waiter in self.drained.drain(..) {
-                let _ = waiter.send(());
-            }
-        } else {
-            self.start_next(ctx);
-        }
-    }
-}
-
 impl Handler<DrainOrdering> for OrderingExecutor {
     type Result = ResponseFuture<()>;
 
     fn handle(&mut self, _: DrainOrdering, _: &mut Context<Self>) -> Self::Result {
         self.draining = true;
-        match &self.running {
-            None => Box::pin(async {}),
-            Some(running) => {
-                running.do_send(AbandonRetries);
-                let (tx, rx) = oneshot::channel();
-                self.drained.push(tx);
-                Box::pin(async move {
-                    let _ = rx.await;
-                })
-            }
+        if self.running.is_none() {
+            return Box::pin(async {});
         }
+        let (tx, rx) = oneshot::channel();
+        self.drained.push(tx);
+        Box::pin(async move {
+            let _ = rx.await;
+        })
     }
 }
 
 impl Handler<StopActor> for OrderingExecutor {
     type Result = ();
 
+    /// Drops the running lifecycle: a call already made goes on in the pool with its lease
+    /// entry until it returns; its outcome is not recorded by this tree.
     fn handle(&mut self, _: StopActor, ctx: &mut Context<Self>) {
-        if let Some(running) = self.running.take() {
-            running.do_send(AbandonRetries);
-        }
         ctx.stop();
     }
 }

@@ -12,7 +12,7 @@ use scheduler_client::Task;
 use tracing::{debug, warn};
 
 use super::ordering_executor::{DrainOrdering, ExecuteOrderingTask, OrderingExecutor};
-use super::task_executor::ExecutionOutcome;
+use super::task_lifecycle::ExecutionOutcome;
 use super::throughput_controller::CapacityFreed;
 use super::{ExecutionLinks, InFlight, PartitionDeps, StopActor};
 use crate::store::PartitionId;

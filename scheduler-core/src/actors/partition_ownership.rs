@@ -8,10 +8,13 @@
 //! epoch of the tree it replaces and only checks it: a node that lost the partition while a
 //! rebuild was pending (paused, say) must not take the partition back from its owner.
 //!
-//! A positive answer is reused for `OWNERSHIP_RECHECK`, far below the group session timeout, so
-//! a node that was paused long enough to lose its partitions always reads the epoch again before
-//! it starts or records a task. The epoch is re-read in the background twice as often, so a live
-//! node's checks are answered at once.
+//! A positive answer is reused for `OWNERSHIP_RECHECK` from the moment its read *began*, on the
+//! monotonic clock, far below the group session timeout: a node that was paused long enough to
+//! lose its partitions always reads the epoch again before it starts or records a task, and a
+//! read that began before a pause answers no check made after it. A check may also ask for a
+//! read that began after a given instant (a task does, after writing its lease: see
+//! [`crate::lease`]). The epoch is re-read in the background twice as often, so a live node's
+//! checks are usually answered at once.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -21,8 +24,8 @@ use actix::{
     Actor, ActorContext, ActorFutureExt, AsyncContext, Context, Handler, Message, Recipient,
     ResponseFuture, WrapFuture,
 };
-use chrono::{DateTime, TimeDelta, Utc};
 use futures::channel::oneshot;
+use tokio::time::Instant;
 use tracing::{info, warn};
 
 use super::StopActor;
@@ -33,17 +36,21 @@ use crate::store::{PartitionId, StoreError, StoreResult, TaskStore};
 /// How long a verified epoch is trusted before it is read again.
 pub const OWNERSHIP_RECHECK: Duration = Duration::from_secs(2);
 
-/// Is this tree still the partition's owner? Answered from a recent check, else after reading
-/// the epoch (or claiming the partition, the first time).
-#[derive(Debug, Message)]
+/// Is this tree still the partition's owner? Answered from a read that began less than
+/// `OWNERSHIP_RECHECK` before the check (and, if `read_after` is set, after that instant), else
+/// after reading the epoch (or claiming the partition, the first time).
+#[derive(Debug, Message, Default)]
 #[rtype(result = "StoreResult<Ownership>")]
-pub struct CheckOwnership;
+pub struct CheckOwnership {
+    /// Only a read that began at or after this instant may answer.
+    pub read_after: Option<Instant>,
+}
 
 /// The answer to [`CheckOwnership`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Ownership {
-    /// The tree holds the newest epoch.
-    Owner,
+    /// The tree holds the newest epoch, this one.
+    Owner(u64),
     /// Another tree claimed the partition since: run nothing, record nothing.
     Fenced,
 }
@@ -87,12 +94,27 @@ pub struct PartitionOwnership {
     epoch: Option<u64>,
     /// Where the epoch is published for a rebuild to inherit.
     cell: EpochCell,
-    verified_at: Option<DateTime<Utc>>,
+    /// When the last read that found this tree the owner began (monotonic).
+    verified_at: Option<Instant>,
     fenced: bool,
-    /// A claim or read is under way.
-    verifying: bool,
-    /// Checks waiting for it.
-    waiters: Vec<oneshot::Sender<StoreResult<Ownership>>>,
+    /// When the claim or read under way began.
+    verifying: Option<Instant>,
+    /// Checks waiting for a read that may answer them.
+    waiters: Vec<Waiter>,
+}
+
+struct Waiter {
+    asked_at: Instant,
+    read_after: Option<Instant>,
+    reply: oneshot::Sender<StoreResult<Ownership>>,
+}
+
+impl Waiter {
+    /// Whether a read that began at `began` may answer this check.
+    fn answered_by(&self, began: Instant) -> bool {
+        self.read_after.is_none_or(|after| began >= after)
+            && self.asked_at.saturating_duration_since(began) < OWNERSHIP_RECHECK
+    }
 }
 
 impl PartitionOwnership {
@@ -119,30 +141,38 @@ impl PartitionOwnership {
             cell,
             verified_at: None,
             fenced: false,
-            verifying: false,
+            verifying: None,
             waiters: Vec::new(),
         }
     }
 
-    fn recently_verified(&self) -> bool {
-        let recheck = TimeDelta::from_std(OWNERSHIP_RECHECK).unwrap_or_default();
+    /// The epoch, if a read that may answer a check made now (with `read_after`) found it ours.
+    fn verified(&self, read_after: Option<Instant>) -> Option<u64> {
+        let probe = Waiter {
+            asked_at: Instant::now(),
+            read_after,
+            reply: oneshot::channel().0,
+        };
         self.verified_at
-            .is_some_and(|at| self.clock.now() - at < recheck)
+            .filter(|at| probe.answered_by(*at))
+            .and(self.epoch)
     }
 
-    /// Claims the partition (first time) or reads its epoch, then answers every waiter.
+    /// Claims the partition (first time) or reads its epoch, then answers the waiters that read
+    /// may answer; the others wait for the next read, started at once.
     fn verify(&mut self, ctx: &mut Context<Self>) {
-        if self.verifying {
+        if self.verifying.is_some() {
             return;
         }
-        self.verifying = true;
+        let started = Instant::now();
+        self.verifying = Some(started);
         let partition = self.partition;
-        let started = self.clock.now();
+        let claimed_at = self.clock.now();
         let check = match self.epoch {
             None => {
                 let claim =
                     self.store
-                        .claim_partition(partition, self.node_id.to_string(), started);
+                        .claim_partition(partition, self.node_id.to_string(), claimed_at);
                 Box::pin(async move { claim.await.map(|epoch| (epoch, epoch)) })
                     as futures::future::BoxFuture<'static, StoreResult<(u64, u64)>>
             }
@@ -151,8 +181,8 @@ impl PartitionOwnership {
                 Box::pin(async move { read.await.map(|current| (mine, current)) })
             }
         };
-        ctx.spawn(check.into_actor(self).map(move |result, act, _| {
-            act.verifying = false;
+        ctx.spawn(check.into_actor(self).map(move |result, act, ctx| {
+            act.verifying = None;
             let answer = match result {
                 Ok((mine, current)) if mine == current => {
                     if act.epoch.is_none() {
@@ -161,7 +191,7 @@ impl PartitionOwnership {
                     }
                     act.epoch = Some(mine);
                     act.verified_at = Some(started);
-                    Ok(Ownership::Owner)
+                    Ok(Ownership::Owner(mine))
                 }
                 Ok((mine, current)) if current < mine => {
                     // The store lost our claim (e.g. a restart dropped unsynced writes): claim
@@ -194,8 +224,18 @@ impl PartitionOwnership {
                 }
                 Err(e) => Err(e),
             };
-            for waiter in act.waiters.drain(..) {
-                let _ = waiter.send(answer.clone());
+            // A fenced answer or a failure holds for every waiter; "owner" only for those
+            // this read may answer.
+            let (answered, waiting): (Vec<Waiter>, Vec<Waiter>) = act
+                .waiters
+                .drain(..)
+                .partition(|w| !matches!(answer, Ok(Ownership::Owner(_))) || w.answered_by(started));
+            for waiter in answered {
+                let _ = waiter.reply.send(answer.clone());
+            }
+            act.waiters = waiting;
+            if !act.waiters.is_empty() {
+                act.verify(ctx);
             }
         }));
     }
@@ -227,15 +267,19 @@ impl Actor for PartitionOwnership {
 impl Handler<CheckOwnership> for PartitionOwnership {
     type Result = ResponseFuture<StoreResult<Ownership>>;
 
-    fn handle(&mut self, _: CheckOwnership, ctx: &mut Context<Self>) -> Self::Result {
+    fn handle(&mut self, msg: CheckOwnership, ctx: &mut Context<Self>) -> Self::Result {
         if self.fenced {
             return self.answer(Ownership::Fenced);
         }
-        if self.recently_verified() {
-            return self.answer(Ownership::Owner);
+        if let Some(epoch) = self.verified(msg.read_after) {
+            return self.answer(Ownership::Owner(epoch));
         }
-        let (sender, receiver) = oneshot::channel();
-        self.waiters.push(sender);
+        let (reply, receiver) = oneshot::channel();
+        self.waiters.push(Waiter {
+            asked_at: Instant::now(),
+            read_after: msg.read_after,
+            reply,
+        });
         self.verify(ctx);
         let metrics = Arc::clone(&self.metrics);
         let partition = self.partition;

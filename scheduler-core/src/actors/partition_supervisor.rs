@@ -1,7 +1,9 @@
 //! PartitionSupervisor: owns the actor tree of one partition. It builds the tree, forwards
-//! polled tasks to TaskPersistence, drains the tree when the partition is revoked, and escalates
-//! a child's unrecoverable failure to the TopicSupervisor, which rebuilds the partition from
-//! Cassandra.
+//! polled tasks to TaskPersistence, and winds the tree down the same way whatever the reason
+//! (revoke, a child's unrecoverable failure, fencing): it raises the tree's stop signal, stops
+//! loading and dispatching, lets running calls finish (at most `drain_timeout`), stops the
+//! actors and closes the running-task lease, which stays live for calls still running. After a
+//! failure the TopicSupervisor rebuilds the partition from Cassandra.
 
 use actix::{
     Actor, ActorContext, ActorFutureExt, Addr, AsyncContext, Context, Handler, Message, Recipient,
@@ -15,10 +17,11 @@ use super::partition_executor::{DrainPartition, PartitionExecutor};
 use super::partition_ownership::{EpochCell, PartitionFenced, PartitionOwnership};
 use super::partition_scheduler::PartitionScheduler;
 use super::task_persistence::{PersistTasks, PersistenceLinks, TaskPersistence};
-use super::task_status_tracker::TaskStatusTracker;
 use super::throughput_controller::ThroughputController;
 use super::topic_supervisor::PartitionFailed;
 use super::{ExecutionLinks, PartitionDeps, StopActor};
+use crate::executor::StopReason;
+use crate::lease::TreeLease;
 use crate::store::{PartitionId, ReadCursor, StoreError, StoreResult};
 
 /// How often each partition counts its stale tasks.
@@ -45,7 +48,6 @@ pub struct StopPartition {
 }
 
 struct Children {
-    tracker: Addr<TaskStatusTracker>,
     ownership: Addr<PartitionOwnership>,
     executor: Addr<PartitionExecutor>,
     scheduler: Addr<PartitionScheduler>,
@@ -59,7 +61,6 @@ impl Children {
         self.persistence.do_send(StopActor);
         self.scheduler.do_send(StopActor);
         self.executor.do_send(StopActor);
-        self.tracker.do_send(StopActor);
         self.ownership.do_send(StopActor);
     }
 }
@@ -71,6 +72,9 @@ pub struct PartitionSupervisor {
     parent: Recipient<PartitionFailed>,
     children: Option<Children>,
     epoch: EpochCell,
+    /// Raised when the tree winds down; running calls see it in their context.
+    stop: tokio::sync::watch::Sender<Option<StopReason>>,
+    lease: Option<TreeLease>,
     /// Where the next stale-task sample starts.
     stale_scan_from: Option<chrono::DateTime<chrono::Utc>>,
 }
@@ -90,6 +94,8 @@ impl PartitionSupervisor {
             parent,
             children: None,
             epoch,
+            stop: tokio::sync::watch::channel(None).0,
+            lease: None,
             stale_scan_from: None,
         }
     }
@@ -152,7 +158,6 @@ impl Actor for PartitionSupervisor {
             controller_ctx.address(),
             executor_ctx.address(),
         );
-        let tracker = TaskStatusTracker::new(p, deps.store.clone(), deps.events.clone()).start();
         let ownership = PartitionOwnership::new(
             p,
             deps.node_id.clone(),
@@ -164,12 +169,21 @@ impl Actor for PartitionSupervisor {
         )
         .start();
         let in_flight = deps.in_flight.start(p);
+        let lease = TreeLease::start(
+            p,
+            &deps.node_id,
+            self.epoch.clone(),
+            deps.leases.clone(),
+            deps.settings.lease_ttl,
+        );
+        self.lease = Some(lease.clone());
         executor_ctx.run(PartitionExecutor::new(
             p,
             deps.clone(),
             ExecutionLinks {
-                tracker: tracker.clone(),
                 ownership: ownership.clone(),
+                lease,
+                stop: self.stop.subscribe(),
             },
             controller.clone().recipient(),
             in_flight.clone(),
@@ -203,7 +217,6 @@ impl Actor for PartitionSupervisor {
             ctx.address().recipient(),
         ));
         self.children = Some(Children {
-            tracker,
             ownership,
             executor,
             scheduler,
@@ -241,43 +254,74 @@ impl Handler<PersistTasks> for PartitionSupervisor {
     }
 }
 
-impl Handler<StopPartition> for PartitionSupervisor {
-    type Result = ResponseActFuture<Self, bool>;
-
-    fn handle(&mut self, msg: StopPartition, _: &mut Context<Self>) -> Self::Result {
+impl PartitionSupervisor {
+    /// Winds the tree down: raises the stop signal (tasks that have not called the executor
+    /// give up; running calls see `reason` in their context), stops loading and dispatching,
+    /// lets running calls finish for at most `drain_timeout`, then stops every actor and closes
+    /// the lease (kept live for calls still running). Resolves with whether every call finished.
+    fn wind_down(
+        &mut self,
+        reason: StopReason,
+        drain_timeout: Duration,
+    ) -> ResponseActFuture<Self, bool> {
+        self.stop.send_replace(Some(reason));
         let Some(children) = self.children.take() else {
             return Box::pin(actix::fut::ready(true));
         };
-        // Stop loading and dispatching first, then let running tasks finish.
         children.controller.do_send(StopActor);
         children.scheduler.do_send(StopActor);
         let drain = children.executor.send(DrainPartition {
-            timeout: msg.drain_timeout,
+            timeout: drain_timeout,
         });
         let partition = self.partition;
-        Box::pin(drain.into_actor(self).map(move |drained, _, ctx| {
+        Box::pin(drain.into_actor(self).map(move |drained, act, _| {
             children.stop_all();
-            info!(partition, "partition stopped");
-            ctx.stop();
+            if let Some(lease) = act.lease.take() {
+                lease.close();
+            }
+            info!(partition, ?reason, "partition stopped");
             drained.unwrap_or(false)
         }))
     }
 }
 
-impl Handler<EscalateFailure> for PartitionSupervisor {
-    type Result = ();
+impl Handler<StopPartition> for PartitionSupervisor {
+    type Result = ResponseActFuture<Self, bool>;
 
-    fn handle(&mut self, msg: EscalateFailure, ctx: &mut Context<Self>) {
-        warn!(partition = self.partition, reason = %msg.reason, "partition failed; rebuilding it from Cassandra");
-        if let Some(children) = self.children.take() {
-            children.stop_all();
+    fn handle(&mut self, msg: StopPartition, _: &mut Context<Self>) -> Self::Result {
+        Box::pin(
+            self.wind_down(StopReason::Revoked, msg.drain_timeout)
+                .map(|drained, _, ctx| {
+                    ctx.stop();
+                    drained
+                }),
+        )
+    }
+}
+
+impl Handler<EscalateFailure> for PartitionSupervisor {
+    type Result = ResponseActFuture<Self, ()>;
+
+    /// Winds the tree down like a revoke, so its rebuild does not start beside calls it still
+    /// runs (their lease entries hold the rebuilt tree back if they outlive the drain), then
+    /// asks for the rebuild.
+    fn handle(&mut self, msg: EscalateFailure, _: &mut Context<Self>) -> Self::Result {
+        if self.children.is_none() {
+            return Box::pin(actix::fut::ready(()));
         }
-        self.parent.do_send(PartitionFailed {
-            partition: self.partition,
-            supervisor: ctx.address(),
-            rebuild: true,
-        });
-        ctx.stop();
+        warn!(partition = self.partition, reason = %msg.reason, "partition failed; rebuilding it from Cassandra");
+        let drain_timeout = self.deps.settings.drain_timeout;
+        Box::pin(
+            self.wind_down(StopReason::Rebuilding, drain_timeout)
+                .map(|_, act, ctx| {
+                    act.parent.do_send(PartitionFailed {
+                        partition: act.partition,
+                        supervisor: ctx.address(),
+                        rebuild: true,
+                    });
+                    ctx.stop();
+                }),
+        )
     }
 }
 
@@ -287,28 +331,26 @@ impl Handler<PartitionFenced> for PartitionSupervisor {
     /// Winds the tree down like a revoke (running calls finish; their outcomes meet the fence and
     /// are not recorded), then reports the partition as not to be rebuilt.
     fn handle(&mut self, msg: PartitionFenced, _: &mut Context<Self>) -> Self::Result {
+        if self.children.is_none() {
+            return Box::pin(actix::fut::ready(()));
+        }
         warn!(
             partition = self.partition,
             epoch = msg.epoch,
             current = msg.current,
             "partition fenced: another node owns it now; stopping this tree"
         );
-        let Some(children) = self.children.take() else {
-            return Box::pin(actix::fut::ready(()));
-        };
-        children.controller.do_send(StopActor);
-        children.scheduler.do_send(StopActor);
-        let drain = children.executor.send(DrainPartition {
-            timeout: self.deps.settings.drain_timeout,
-        });
-        Box::pin(drain.into_actor(self).map(move |_, act, ctx| {
-            children.stop_all();
-            act.parent.do_send(PartitionFailed {
-                partition: act.partition,
-                supervisor: ctx.address(),
-                rebuild: false,
-            });
-            ctx.stop();
-        }))
+        let drain_timeout = self.deps.settings.drain_timeout;
+        Box::pin(
+            self.wind_down(StopReason::Fenced, drain_timeout)
+                .map(|_, act, ctx| {
+                    act.parent.do_send(PartitionFailed {
+                        partition: act.partition,
+                        supervisor: ctx.address(),
+                        rebuild: false,
+                    });
+                    ctx.stop();
+                }),
+        )
     }
 }

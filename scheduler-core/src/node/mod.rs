@@ -28,7 +28,7 @@ use crate::events::EventPublisher;
 use crate::executor::{ExecutionPool, TaskExecutor};
 use crate::metrics::Metrics;
 use crate::settings::{KafkaSettings, Settings, SettingsError};
-use crate::store::{CassandraStore, PartitionId, StoreError, TaskStore};
+use crate::store::{CassandraStore, LeaseStore, PartitionId, StoreError, TaskStore};
 
 /// Threads of the node's own tokio runtime (Cassandra I/O and the user's executor).
 const RUNTIME_THREADS: usize = 2;
@@ -118,11 +118,13 @@ impl SchedulerNode {
             scheduling.executor_concurrency,
             scheduling.execution_timeout,
         );
+        let leases: Arc<dyn LeaseStore> = Arc::new(store.clone());
         let store: Arc<dyn TaskStore> = Arc::new(store);
         let node_id = node_id();
         let deps = PartitionDeps {
             node_id: Arc::from(node_id.as_str()),
             store: Arc::clone(&store),
+            leases,
             clock: Arc::new(SystemClock),
             pool,
             settings: Arc::clone(&scheduling),
@@ -205,6 +207,7 @@ impl SchedulerNode {
             supervisor,
             stop: Arc::clone(&stop),
             metrics: Arc::clone(&observed.metrics),
+            owned: Arc::clone(&owned),
         };
         let consumer_thread = std::thread::Builder::new()
             .name("scheduler-consumer".into())
@@ -378,34 +381,24 @@ impl Drop for SchedulerNode {
     }
 }
 
-fn client_config(kafka: &KafkaSettings) -> ClientConfig {
-    let mut config = ClientConfig::new();
-    config.set("bootstrap.servers", &kafka.bootstrap_servers);
-    config
-}
-
 /// The Kafka consumer configuration of a node named `node_id` (also used by the benchmarks to
 /// measure the raw consume rate with the engine's own settings).
 pub fn consumer_config(kafka: &KafkaSettings, node_id: &str) -> ClientConfig {
-    let mut config = client_config(kafka);
-    config
-        .set("group.id", &kafka.group_id)
-        .set("client.id", node_id)
+    kafka.client_config(&[
+        ("group.id", &kafka.group_id),
+        ("client.id", node_id),
         // Statistics carry the consumer lag per partition, shown by the admin API.
-        .set("statistics.interval.ms", "5000")
-        .set("enable.auto.commit", "false")
-        .set("auto.offset.reset", "earliest")
+        ("statistics.interval.ms", "5000"),
+        ("enable.auto.commit", "false"),
+        ("auto.offset.reset", "earliest"),
         // The classic protocol with eager rebalancing: the blueprint tears every tree down on a
-        // rebalance anyway, and the development broker supports only this.
-        .set("partition.assignment.strategy", "range")
-        .set("session.timeout.ms", "6000")
-        .set("heartbeat.interval.ms", "1000")
+        // rebalance anyway (a cooperative assignor is refused by the settings' validation).
+        ("partition.assignment.strategy", "range"),
+        ("session.timeout.ms", "6000"),
+        ("heartbeat.interval.ms", "1000"),
         // A scheduler is latency-sensitive: do not let the broker hold an empty fetch for 500 ms.
-        .set("fetch.wait.max.ms", "100");
-    for (key, value) in &kafka.properties {
-        config.set(key, value);
-    }
-    config
+        ("fetch.wait.max.ms", "100"),
+    ])
 }
 
 /// The topic's partition count, creating the topic first when configured to.
@@ -420,11 +413,8 @@ async fn ensure_topic(kafka: &KafkaSettings) -> Result<u32, NodeError> {
             kafka.topic, kafka.bootstrap_servers
         )));
     };
-    let mut config = client_config(kafka);
-    for (key, value) in &kafka.properties {
-        config.set(key, value);
-    }
-    let admin: AdminClient<DefaultClientContext> = config
+    let admin: AdminClient<DefaultClientContext> = kafka
+        .client_config(&[])
         .create()
         .map_err(|e| NodeError::Kafka(format!("invalid admin configuration: {e}")))?;
     let topic = NewTopic::new(&kafka.topic, partitions as i32, TopicReplication::Fixed(1));
@@ -455,7 +445,8 @@ async fn ensure_topic(kafka: &KafkaSettings) -> Result<u32, NodeError> {
 }
 
 async fn topic_partition_count(kafka: &KafkaSettings) -> Result<u32, NodeError> {
-    let consumer: BaseConsumer = client_config(kafka)
+    let consumer: BaseConsumer = kafka
+        .client_config(&[])
         .create()
         .map_err(|e| NodeError::Kafka(format!("invalid client configuration: {e}")))?;
     let topic = kafka.topic.clone();

@@ -19,8 +19,8 @@ use scylla::statement::prepared::PreparedStatement;
 use tracing::warn;
 
 use super::{
-    hour_bucket, AttemptOutcome, AttemptRecord, PartitionId, ReadCursor, StatusRecord, StoreError,
-    StoreResult, TaskStatus, TaskStore,
+    hour_bucket, AttemptOutcome, AttemptRecord, LeaseRecord, LeaseStore, PartitionId, ReadCursor,
+    StatusRecord, StoreError, StoreResult, TaskStatus, TaskStore,
 };
 use crate::settings::CassandraSettings;
 
@@ -48,6 +48,9 @@ struct Inner {
     select_epoch: PreparedStatement,
     claim_first: PreparedStatement,
     claim_next: PreparedStatement,
+    insert_lease: PreparedStatement,
+    delete_lease: PreparedStatement,
+    select_leases: PreparedStatement,
 }
 
 /// Claims lost to a concurrent claimer in a row before giving up (each retry re-reads the epoch).
@@ -193,6 +196,26 @@ impl CassandraStore {
                 "prepare partition claim",
             )
             .await?,
+            insert_lease: prepare(
+                format!(
+                    "INSERT INTO {ks}.task_leases (partition_id, holder, node, epoch, running) \
+                     VALUES (?, ?, ?, ?, ?) USING TTL ?"
+                ),
+                "prepare lease write",
+            )
+            .await?,
+            delete_lease: prepare(
+                format!("DELETE FROM {ks}.task_leases WHERE partition_id = ? AND holder = ?"),
+                "prepare lease delete",
+            )
+            .await?,
+            select_leases: prepare(
+                format!(
+                    "SELECT holder, node, epoch, running FROM {ks}.task_leases WHERE partition_id = ?"
+                ),
+                "prepare lease read",
+            )
+            .await?,
             session,
         };
         Ok(CassandraStore {
@@ -249,6 +272,13 @@ fn schema(ks: &str, replication: &str) -> Vec<String> {
             "CREATE TABLE IF NOT EXISTS {ks}.task_attempts ({key}, attempt int, partition_id int, \
              started_at timestamp, finished_at timestamp, outcome text, error text, \
              PRIMARY KEY (({clustering}), attempt)) WITH CLUSTERING ORDER BY (attempt DESC)"
+        ),
+        // Running-task leases: one row per partition tree with calls running, written with a
+        // TTL and renewed while they run. `running` is a JSON list of [orderingId, task key]
+        // (a plain text cell: overwriting it leaves no tombstone, unlike a collection).
+        format!(
+            "CREATE TABLE IF NOT EXISTS {ks}.task_leases (partition_id int, holder text, node text, \
+             epoch bigint, running text, PRIMARY KEY ((partition_id), holder))"
         ),
     ]
 }
@@ -674,6 +704,98 @@ impl TaskStore for CassandraStore {
                 what: "partition owner",
                 reason: format!("negative epoch {epoch}"),
             })
+        }
+        .boxed()
+    }
+}
+
+impl LeaseStore for CassandraStore {
+    fn write_lease(
+        &self,
+        partition: PartitionId,
+        holder: String,
+        lease: LeaseRecord,
+        ttl: std::time::Duration,
+    ) -> BoxFuture<'static, StoreResult<()>> {
+        let inner = Arc::clone(&self.inner);
+        async move {
+            let running = serde_json::to_string(&lease.running).map_err(|e| StoreError::Query {
+                operation: "lease write",
+                reason: e.to_string(),
+            })?;
+            // Cassandra's TTL counts whole seconds: round up, never down to "no TTL".
+            let ttl = i32::try_from(ttl.as_secs() + u64::from(ttl.subsec_nanos() > 0))
+                .unwrap_or(i32::MAX)
+                .max(1);
+            inner
+                .session
+                .execute_unpaged(
+                    &inner.insert_lease,
+                    (
+                        partition,
+                        holder,
+                        lease.node,
+                        epoch_value(lease.epoch),
+                        running,
+                        ttl,
+                    ),
+                )
+                .await
+                .map(|_| ())
+                .map_err(query_error("lease write"))
+        }
+        .boxed()
+    }
+
+    fn delete_lease(
+        &self,
+        partition: PartitionId,
+        holder: String,
+    ) -> BoxFuture<'static, StoreResult<()>> {
+        let inner = Arc::clone(&self.inner);
+        async move {
+            inner
+                .session
+                .execute_unpaged(&inner.delete_lease, (partition, holder))
+                .await
+                .map(|_| ())
+                .map_err(query_error("lease delete"))
+        }
+        .boxed()
+    }
+
+    fn leases(
+        &self,
+        partition: PartitionId,
+    ) -> BoxFuture<'static, StoreResult<Vec<(String, LeaseRecord)>>> {
+        let inner = Arc::clone(&self.inner);
+        async move {
+            let result = inner
+                .session
+                .execute_unpaged(&inner.select_leases, (partition,))
+                .await
+                .map_err(query_error("lease read"))?;
+            let rows =
+                rows_of::<(String, Option<String>, Option<i64>, Option<String>)>(result, "lease")?;
+            rows.into_iter()
+                .map(|(holder, node, epoch, running)| {
+                    let running = match running.as_deref() {
+                        None | Some("") => Vec::new(),
+                        Some(text) => {
+                            serde_json::from_str(text).map_err(|e| StoreError::Corrupt {
+                                what: "lease",
+                                reason: e.to_string(),
+                            })?
+                        }
+                    };
+                    let lease = LeaseRecord {
+                        node: node.unwrap_or_default(),
+                        epoch: u64::try_from(epoch.unwrap_or(0)).unwrap_or(0),
+                        running,
+                    };
+                    Ok((holder, lease))
+                })
+                .collect()
         }
         .boxed()
     }

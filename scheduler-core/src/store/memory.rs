@@ -12,7 +12,8 @@ use futures::FutureExt;
 use scheduler_client::{Task, TaskKey};
 
 use super::{
-    AttemptRecord, PartitionId, ReadCursor, StatusRecord, StoreError, StoreResult, TaskStore,
+    AttemptRecord, LeaseRecord, LeaseStore, PartitionId, ReadCursor, StatusRecord, StoreError,
+    StoreResult, TaskStore,
 };
 
 #[derive(Default)]
@@ -21,6 +22,8 @@ struct State {
     status: HashMap<(PartitionId, TaskKey), StatusRecord>,
     attempts: HashMap<(PartitionId, TaskKey), Vec<AttemptRecord>>,
     epochs: HashMap<PartitionId, u64>,
+    /// Leases by partition and holder, with when they expire (tokio time, like Cassandra's TTL).
+    leases: BTreeMap<(PartitionId, String), (LeaseRecord, tokio::time::Instant)>,
 }
 
 /// An in-memory store. Clones share state.
@@ -29,6 +32,9 @@ pub struct MemoryStore {
     state: Arc<Mutex<State>>,
     failures_to_inject: Arc<AtomicUsize>,
     loaded_rows: Arc<AtomicUsize>,
+    /// Added latency per operation name (the value is read when the call is made, so a slow
+    /// read answers with what was true when it began).
+    latency: Arc<Mutex<HashMap<&'static str, std::time::Duration>>>,
 }
 
 impl MemoryStore {
@@ -40,6 +46,40 @@ impl MemoryStore {
     /// Makes the next `n` operations fail.
     pub fn fail_next(&self, n: usize) {
         self.failures_to_inject.store(n, Ordering::SeqCst);
+    }
+
+    /// Injected failures not yet consumed.
+    pub fn fail_next_remaining(&self) -> usize {
+        self.failures_to_inject.load(Ordering::SeqCst)
+    }
+
+    /// Delays every later `operation` (e.g. "epoch read") by `latency`.
+    pub fn set_latency(&self, operation: &'static str, latency: std::time::Duration) {
+        self.latency
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(operation, latency);
+    }
+
+    fn delayed<T: Send + 'static>(
+        &self,
+        operation: &'static str,
+        result: StoreResult<T>,
+    ) -> BoxFuture<'static, StoreResult<T>> {
+        let latency = self
+            .latency
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(operation)
+            .copied();
+        match latency {
+            None => futures::future::ready(result).boxed(),
+            Some(latency) => async move {
+                tokio::time::sleep(latency).await;
+                result
+            }
+            .boxed(),
+        }
     }
 
     /// Rows returned by every load so far.
@@ -97,7 +137,7 @@ impl MemoryStore {
         } else {
             Ok(f(&mut self.lock()))
         };
-        futures::future::ready(result).boxed()
+        self.delayed(operation, result)
     }
 }
 
@@ -258,11 +298,54 @@ impl TaskStore for MemoryStore {
         let mut state = self.lock();
         let epoch = state.epochs.entry(partition).or_default();
         *epoch += 1;
-        futures::future::ready(Ok(*epoch)).boxed()
+        let epoch = *epoch;
+        drop(state);
+        self.delayed("partition claim", Ok(epoch))
     }
 
     fn partition_epoch(&self, partition: PartitionId) -> BoxFuture<'static, StoreResult<u64>> {
         let epoch = self.lock().epochs.get(&partition).copied().unwrap_or(0);
-        futures::future::ready(Ok(epoch)).boxed()
+        self.delayed("epoch read", Ok(epoch))
+    }
+}
+
+impl LeaseStore for MemoryStore {
+    fn write_lease(
+        &self,
+        partition: PartitionId,
+        holder: String,
+        lease: LeaseRecord,
+        ttl: std::time::Duration,
+    ) -> BoxFuture<'static, StoreResult<()>> {
+        // Leases never take an injected failure: those are meant for the schedule and status.
+        let expires = tokio::time::Instant::now() + ttl;
+        self.lock()
+            .leases
+            .insert((partition, holder), (lease, expires));
+        self.delayed("lease write", Ok(()))
+    }
+
+    fn delete_lease(
+        &self,
+        partition: PartitionId,
+        holder: String,
+    ) -> BoxFuture<'static, StoreResult<()>> {
+        self.lock().leases.remove(&(partition, holder));
+        self.delayed("lease delete", Ok(()))
+    }
+
+    fn leases(
+        &self,
+        partition: PartitionId,
+    ) -> BoxFuture<'static, StoreResult<Vec<(String, LeaseRecord)>>> {
+        let now = tokio::time::Instant::now();
+        let live = self
+            .lock()
+            .leases
+            .iter()
+            .filter(|((p, _), (_, expires))| *p == partition && *expires > now)
+            .map(|((_, holder), (lease, _))| (holder.clone(), lease.clone()))
+            .collect();
+        self.delayed("lease read", Ok(live))
     }
 }

@@ -172,6 +172,44 @@ impl ReadCursor {
     }
 }
 
+/// The running-task lease of one partition tree (its holder): the orderingIds whose calls it is
+/// running now. A newer tree of the partition starts none of them while the lease is live.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct LeaseRecord {
+    /// The node the tree runs on.
+    pub node: String,
+    /// The tree's ownership epoch (0: not claimed yet).
+    pub epoch: u64,
+    /// `(orderingId, task key)` of each call running, by orderingId.
+    pub running: Vec<(String, String)>,
+}
+
+/// The running-task leases of partition trees (the `task_leases` table). A lease expires on
+/// its own `ttl` after its last write: a dead or paused holder stops renewing it.
+pub trait LeaseStore: Send + Sync + 'static {
+    /// Writes (or renews) `holder`'s lease on `partition` for `ttl`.
+    fn write_lease(
+        &self,
+        partition: PartitionId,
+        holder: String,
+        lease: LeaseRecord,
+        ttl: std::time::Duration,
+    ) -> BoxFuture<'static, StoreResult<()>>;
+
+    /// Releases `holder`'s lease on `partition`.
+    fn delete_lease(
+        &self,
+        partition: PartitionId,
+        holder: String,
+    ) -> BoxFuture<'static, StoreResult<()>>;
+
+    /// The live leases on `partition`, by holder.
+    fn leases(
+        &self,
+        partition: PartitionId,
+    ) -> BoxFuture<'static, StoreResult<Vec<(String, LeaseRecord)>>>;
+}
+
 /// The hour bucket of the wide row that holds a task due at `time`.
 pub fn hour_bucket(time: DateTime<Utc>) -> DateTime<Utc> {
     time.duration_trunc(TimeDelta::hours(1)).unwrap_or(time)

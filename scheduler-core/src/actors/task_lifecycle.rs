@@ -1,0 +1,378 @@
+//! The life of one task, from dispatch to outcome, as one async function (the blueprint's
+//! short-lived TaskExecutor actor). Every step and its invariant, in order:
+//!
+//! 1. **Owner and predecessors.** The tree's claim has completed (an ownership check), and no
+//!    earlier tree of the partition still runs a call of this orderingId (its lease entry is
+//!    gone: see [`crate::lease`]).
+//! 2. **Slot.** A slot of the execution pool. Everything below is checked after the wait, so a
+//!    task that waited for a slot never runs on checks made before it.
+//! 3. **Status.** A task with a final status (completed, failed, dropped, cancelled) is not run.
+//! 4. **Lease.** The orderingId's entry in the tree's running-task lease is durable.
+//! 5. **Ownership, read after the lease.** A stale tree is fenced here; a newer one waits at 1.
+//! 6. **Call.** The user's executor, with a [`TaskContext`]; the call keeps its slot and lease
+//!    entry until it returns, even if this function is dropped with its tree.
+//! 7. **Record, as owner.** The attempt, then the final status (completed, dropped, failed once
+//!    retries are exhausted), each only after ownership is confirmed, and again before every
+//!    retried write. A retryable failure waits out its backoff and goes back to 2.
+//!
+//! Before the call, the tree's stop signal (revoke, rebuild, fence) abandons the task at once:
+//! it stays in Cassandra for the next tree. After the call, the outcome is recorded if the tree
+//! still owns the partition.
+
+use std::time::Duration;
+
+use actix::{Addr, MailboxError};
+use scheduler_client::{Task, TaskKey};
+use tokio::sync::watch;
+use tracing::{debug, info, warn, Instrument};
+
+use super::partition_ownership::{CheckOwnership, Ownership, PartitionOwnership};
+use super::{ExecutionLinks, PartitionDeps};
+use crate::executor::{StopReason, TaskContext, TaskError};
+use crate::retry::{backoff_delay, exponential_period};
+use crate::store::{
+    AttemptOutcome, AttemptRecord, PartitionId, StatusRecord, StoreError, TaskStatus,
+};
+
+/// First wait before retrying a store step (status read, lease write, record) that failed.
+const STORE_RETRY_BASE: Duration = Duration::from_millis(500);
+
+/// How a task's life in this tree ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ExecutionOutcome {
+    /// The executor succeeded and completion was recorded.
+    Completed,
+    /// Every retry failed; recorded as failed.
+    Failed,
+    /// The executor gave up; recorded as dropped.
+    Dropped,
+    /// The task had already finished or was cancelled (status found); it was not run.
+    AlreadyFinished,
+    /// The tree is stopping: the task was left for the next tree to run.
+    Abandoned,
+    /// Another tree claimed the partition: the task was not run (or its outcome not recorded)
+    /// here, and is left for the owner.
+    Fenced,
+}
+
+/// A step could not go on: the tree stops, or it lost the partition.
+enum Halt {
+    Abandoned,
+    Fenced,
+}
+
+impl From<Halt> for ExecutionOutcome {
+    fn from(halt: Halt) -> Self {
+        match halt {
+            Halt::Abandoned => ExecutionOutcome::Abandoned,
+            Halt::Fenced => ExecutionOutcome::Fenced,
+        }
+    }
+}
+
+/// Runs `task` to its outcome in the tree of `links`.
+pub(crate) async fn run_task(
+    partition: PartitionId,
+    task: Task,
+    deps: PartitionDeps,
+    links: ExecutionLinks,
+) -> ExecutionOutcome {
+    let key = task.key();
+    let span = tracing::info_span!(
+        "task",
+        partition,
+        ordering_id = %key.ordering_id,
+        uniqueness_key = %key.uniqueness_key,
+        scheduled_time = %scheduler_client::wire::format_time(key.scheduled_time),
+    );
+    let mut run = TaskRun {
+        partition,
+        key,
+        stop: links.stop.clone(),
+        deps,
+        links,
+        attempts: 0,
+        called: false,
+        store_failures: 0,
+        rng: fastrand::Rng::new(),
+        span: span.clone(),
+    };
+    let outcome = match run.lifecycle(task).instrument(span).await {
+        Ok(outcome) => outcome,
+        Err(halt) => halt.into(),
+    };
+    run.deps.metrics.executed(partition, outcome);
+    debug!(partition, task = %run.key, ?outcome, attempts = run.attempts, "task done");
+    outcome
+}
+
+struct TaskRun {
+    partition: PartitionId,
+    key: TaskKey,
+    deps: PartitionDeps,
+    links: ExecutionLinks,
+    stop: watch::Receiver<Option<StopReason>>,
+    attempts: u32,
+    /// The executor has been called in this tree (the stop signal no longer interrupts).
+    called: bool,
+    store_failures: u32,
+    rng: fastrand::Rng,
+    span: tracing::Span,
+}
+
+impl TaskRun {
+    async fn lifecycle(&mut self, task: Task) -> Result<ExecutionOutcome, Halt> {
+        // 1. The claim is complete, so earlier trees' leases are all visible now.
+        self.owner(None).await?;
+        let lease = self.links.lease.clone();
+        let ordering_id = self.key.ordering_id.clone();
+        self.store_step("lease read", || lease.wait_for_predecessors(&ordering_id))
+            .await?;
+        loop {
+            // 2. A slot.
+            let pool = self.deps.pool.clone();
+            let slot = self.unless_stopped(pool.slot()).await?;
+            // 3. Not finished or cancelled.
+            let store = self.deps.store.clone();
+            let (partition, key) = (self.partition, self.key.clone());
+            let status = self
+                .store_step("status read", || store.status(partition, key.clone()))
+                .await?;
+            if let Some(status) = status {
+                debug!(partition, task = %self.key, status = status.status.as_str(), "task already finished; not running it again");
+                self.remove_from_schedule();
+                return Ok(ExecutionOutcome::AlreadyFinished);
+            }
+            // 4. The lease entry, then 5. ownership read after it.
+            let task_text = self.key.to_string();
+            let hold = self
+                .store_step("lease write", || async {
+                    lease
+                        .hold(&ordering_id, &task_text)
+                        .await
+                        .map_err(|e| StoreError::Query {
+                            operation: "lease write",
+                            reason: e.to_string(),
+                        })
+                })
+                .await?;
+            let written_at = tokio::time::Instant::now();
+            let epoch = self.owner(Some(written_at)).await?;
+            // 6. The call.
+            self.attempts += 1;
+            self.called = true;
+            let context = TaskContext::new(
+                self.partition,
+                epoch,
+                self.attempts,
+                self.stop.clone(),
+                hold.watch(),
+            );
+            let started_at = self.deps.clock.now();
+            let started = std::time::Instant::now();
+            debug!(partition, task = %self.key, attempt = self.attempts, epoch,
+                delay_ms = (started_at - self.key.scheduled_time).num_milliseconds(), "executing task");
+            let result = self
+                .deps
+                .pool
+                .call(slot, hold, task.clone(), context, self.span.clone())
+                .await;
+            let first_delay = (self.attempts == 1).then(|| {
+                (started_at - self.key.scheduled_time)
+                    .to_std()
+                    .unwrap_or_default()
+            });
+            self.deps
+                .metrics
+                .attempt(self.partition, started.elapsed(), first_delay);
+            // 7. Record, as owner.
+            let (outcome, error) = match &result {
+                Ok(()) => (AttemptOutcome::Succeeded, None),
+                Err(TaskError::Retry(reason)) => (AttemptOutcome::Failed, Some(reason.clone())),
+                Err(TaskError::GiveUp(reason)) => (AttemptOutcome::GaveUp, Some(reason.clone())),
+            };
+            self.record_attempt(AttemptRecord {
+                attempt: self.attempts,
+                started_at,
+                finished_at: self.deps.clock.now(),
+                outcome,
+                error,
+            })
+            .await?;
+            let reason = match result {
+                Ok(()) => return self.record_final(TaskStatus::Completed, None).await,
+                Err(TaskError::GiveUp(reason)) => {
+                    warn!(partition, task = %self.key, attempt = self.attempts, %reason, "executor gave up; task dropped");
+                    return self.record_final(TaskStatus::Dropped, Some(reason)).await;
+                }
+                Err(TaskError::Retry(reason)) => reason,
+            };
+            if self.attempts > self.deps.settings.max_task_retries {
+                warn!(partition, task = %self.key, attempts = self.attempts, %reason, "retries exhausted; task failed");
+                self.deps.metrics.retries_exhausted(self.partition);
+                return self.record_final(TaskStatus::Failed, Some(reason)).await;
+            }
+            let settings = &self.deps.settings;
+            let delay = backoff_delay(
+                self.attempts,
+                settings.backoff_factor,
+                settings.max_backoff,
+                &mut self.rng,
+            );
+            info!(partition, task = %self.key, attempt = self.attempts, %reason,
+                retry_in_ms = delay.as_millis() as u64, "task failed; retry scheduled");
+            self.deps.metrics.retry_scheduled(self.partition);
+            self.called = false;
+            self.unless_stopped(tokio::time::sleep(delay)).await?;
+        }
+    }
+
+    /// The tree's epoch, if it still owns the partition (by a read begun after `read_after`).
+    async fn owner(&mut self, read_after: Option<tokio::time::Instant>) -> Result<u64, Halt> {
+        let ownership: Addr<PartitionOwnership> = self.links.ownership.clone();
+        let answer = self
+            .store_step("ownership check", || {
+                let request = ownership.send(CheckOwnership { read_after });
+                async move { request.await.unwrap_or_else(|e| Err(stopping(e))) }
+            })
+            .await?;
+        match answer {
+            Ownership::Owner(epoch) => Ok(epoch),
+            Ownership::Fenced => {
+                warn!(partition = self.partition, task = %self.key, "partition owned by a newer tree: task left to it");
+                Err(Halt::Fenced)
+            }
+        }
+    }
+
+    /// Appends the attempt to the task's history, as owner (best effort: a failed write is
+    /// logged, the history is not what keeps a task from being lost).
+    async fn record_attempt(&mut self, attempt: AttemptRecord) -> Result<(), Halt> {
+        self.owner(None).await?;
+        if let Err(e) = self
+            .deps
+            .store
+            .record_attempt(self.partition, self.key.clone(), attempt)
+            .await
+        {
+            warn!(partition = self.partition, task = %self.key, error = %e, "attempt history not recorded");
+        }
+        Ok(())
+    }
+
+    /// Records the final status, as owner, confirming ownership again before every retry of the
+    /// write; then takes the task out of the schedule and announces the outcome.
+    async fn record_final(
+        &mut self,
+        status: TaskStatus,
+        last_error: Option<String>,
+    ) -> Result<ExecutionOutcome, Halt> {
+        let record = StatusRecord {
+            status,
+            attempts: self.attempts,
+            updated_at: self.deps.clock.now(),
+            last_error,
+        };
+        loop {
+            self.owner(None).await?;
+            match self
+                .deps
+                .store
+                .record_status(self.partition, self.key.clone(), record.clone())
+                .await
+            {
+                Ok(()) => break,
+                // The attempt is not repeated: only the record is retried.
+                Err(e) => self.store_failed("status write", &e).await?,
+            }
+        }
+        self.store_failures = 0;
+        // Only once the status is stored, so an event never announces an unrecorded outcome.
+        if let Some(events) = &self.deps.events {
+            events.task_finished(&self.key, &record);
+        }
+        self.remove_from_schedule();
+        Ok(match status {
+            TaskStatus::Completed => ExecutionOutcome::Completed,
+            TaskStatus::Failed => ExecutionOutcome::Failed,
+            TaskStatus::Dropped => ExecutionOutcome::Dropped,
+            // Only a cancellation records this, never an execution.
+            TaskStatus::Cancelled => ExecutionOutcome::AlreadyFinished,
+        })
+    }
+
+    /// Deletes the finished task from the schedule (an optimisation: a row left behind is
+    /// skipped by the status check when loaded again).
+    fn remove_from_schedule(&self) {
+        let delete = self
+            .deps
+            .store
+            .remove_scheduled(self.partition, self.key.clone());
+        let (partition, key) = (self.partition, self.key.to_string());
+        tokio::spawn(async move {
+            if let Err(e) = delete.await {
+                warn!(partition, task = %key, error = %e, "finished task left in the schedule (it will be skipped when loaded)");
+            }
+        });
+    }
+
+    /// Runs a store step until it succeeds, waiting a capped exponential backoff between
+    /// failures; gives up if the tree stops meanwhile. Before the call (`before_call`) the stop
+    /// signal also interrupts the step itself; after it, a step in progress is let finish, so a
+    /// draining tree still records what its calls did.
+    async fn store_step<T, F, Fut>(&mut self, operation: &str, mut step: F) -> Result<T, Halt>
+    where
+        F: FnMut() -> Fut,
+        Fut: std::future::Future<Output = Result<T, StoreError>>,
+    {
+        loop {
+            let result = if self.called {
+                step().await
+            } else {
+                self.unless_stopped(step()).await?
+            };
+            match result {
+                Ok(value) => {
+                    self.store_failures = 0;
+                    return Ok(value);
+                }
+                Err(e) => self.store_failed(operation, &e).await?,
+            }
+        }
+    }
+
+    async fn store_failed(&mut self, operation: &str, error: &StoreError) -> Result<(), Halt> {
+        if self.stop.borrow().is_some() {
+            return Err(Halt::Abandoned);
+        }
+        self.store_failures += 1;
+        let delay = exponential_period(
+            self.store_failures,
+            STORE_RETRY_BASE,
+            self.deps.settings.max_backoff,
+        );
+        warn!(partition = self.partition, task = %self.key, operation, %error,
+            retry_in_ms = delay.as_millis() as u64, "store step failed; retrying");
+        self.unless_stopped(tokio::time::sleep(delay)).await
+    }
+
+    /// `work`, unless the tree is told to stop first.
+    async fn unless_stopped<T>(
+        &mut self,
+        work: impl std::future::Future<Output = T>,
+    ) -> Result<T, Halt> {
+        let mut stop = self.stop.clone();
+        tokio::select! {
+            biased;
+            _ = stop.wait_for(Option::is_some) => Err(Halt::Abandoned),
+            value = work => Ok(value),
+        }
+    }
+}
+
+fn stopping(e: MailboxError) -> StoreError {
+    StoreError::Query {
+        operation: "ownership check",
+        reason: format!("the partition's ownership actor is gone: {e}"),
+    }
+}

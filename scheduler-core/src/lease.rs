@@ -1,0 +1,322 @@
+//! Running-task leases: one run at a time per orderingId across partition trees.
+//!
+//! A partition tree records in Cassandra which orderingIds it is running a call for (one lease
+//! row per tree, [`crate::store::LeaseStore`]), renews the row while any call runs, and releases
+//! it when they are done. A newer tree of the same partition, on this node or another, reads
+//! the leases of earlier trees once it has claimed the partition and does not start a task of
+//! an orderingId listed there until that entry is gone (released, or expired because its holder
+//! died or was paused and stopped renewing).
+//!
+//! Why this is enough (the order of the steps is the invariant):
+//! - a holder writes its entry **before** it confirms ownership with an epoch read that began
+//!   after the write, and only then calls the handler;
+//! - a new tree reads the leases only **after** its claim (which raises the epoch) completed.
+//!
+//! So either the old tree's entry was written before the new tree's read (the new tree sees it
+//! and waits), or its ownership read began after the claim (it sees the new epoch, is fenced and
+//! does not call). A call that outlives its tree (a drain that timed out, a rebuild) keeps its
+//! entry, and the row stays renewed, until the call returns.
+//!
+//! One row per tree rather than per task: an entry is added with one write that many starts
+//! share, and removed lazily (at the next renewal, or at once when the tree stops), so a lease
+//! costs about one write per batch of starts instead of two per task.
+
+use std::collections::{BTreeMap, HashSet};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use tokio::sync::{watch, Notify};
+use tokio::time::Instant;
+use tracing::{debug, warn};
+
+use crate::actors::partition_ownership::EpochCell;
+use crate::store::{LeaseRecord, LeaseStore, PartitionId, StoreResult};
+
+/// How often a tree waiting for an earlier tree's lease reads the leases again.
+const PREDECESSOR_POLL: Duration = Duration::from_millis(500);
+/// Waits between failed lease writes.
+const WRITE_RETRY: Duration = Duration::from_millis(250);
+
+/// What a call's context sees of its tree's lease.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct LeaseState {
+    /// The newest change of the running set that is durable.
+    written: u64,
+    /// The lease is live at least until then (start of the last successful write plus the TTL;
+    /// the holder's own monotonic clock, so a pause only makes it more conservative).
+    pub valid_until: Option<Instant>,
+    /// A renewal did not succeed in time: an earlier tree's call may have been taken over.
+    pub lost: bool,
+}
+
+/// The running-task lease of one partition tree. Cheap to clone; clones share the lease.
+#[derive(Clone)]
+pub struct TreeLease {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    partition: PartitionId,
+    holder: String,
+    node: String,
+    epoch: EpochCell,
+    store: Arc<dyn LeaseStore>,
+    ttl: Duration,
+    state: Mutex<Running>,
+    /// Wakes the writer: the running set grew, or the tree closed.
+    wake: Notify,
+    written: watch::Sender<LeaseState>,
+    /// Earlier trees' entries, read once after the claim.
+    predecessors: tokio::sync::Mutex<Predecessors>,
+}
+
+#[derive(Default)]
+struct Running {
+    /// orderingId → the key of the task whose call runs.
+    calls: BTreeMap<String, String>,
+    /// Bumped by every change of `calls`.
+    version: u64,
+    /// The tree stopped: release the lease once the last call returns.
+    closed: bool,
+}
+
+#[derive(Default)]
+struct Predecessors {
+    read_at: Option<Instant>,
+    blocked: HashSet<String>,
+}
+
+/// One orderingId's entry in the lease, held by a running call. Dropping it takes the entry out
+/// (written at the next renewal, or at once if the tree has stopped).
+pub struct LeaseHold {
+    inner: Arc<Inner>,
+    ordering_id: String,
+    state: watch::Receiver<LeaseState>,
+}
+
+impl LeaseHold {
+    /// What the call sees of the lease.
+    pub fn watch(&self) -> watch::Receiver<LeaseState> {
+        self.state.clone()
+    }
+}
+
+impl Drop for LeaseHold {
+    fn drop(&mut self) {
+        let mut running = self.inner.lock();
+        if running.calls.remove(&self.ordering_id).is_some() {
+            running.version += 1;
+            if running.closed {
+                self.inner.wake.notify_one();
+            }
+        }
+    }
+}
+
+/// Why a lease could not be taken.
+#[derive(Debug, thiserror::Error)]
+pub enum LeaseError {
+    /// The lease writer stopped (the node is shutting down).
+    #[error("the running-task lease of partition {0} is no longer kept")]
+    Stopped(PartitionId),
+}
+
+impl TreeLease {
+    /// Starts keeping the lease of a new tree of `partition` on node `node`; `epoch` is the
+    /// tree's ownership epoch (recorded with the lease for operators). The writer runs on the
+    /// current tokio runtime until the tree is closed and its last call returned.
+    pub fn start(
+        partition: PartitionId,
+        node: &str,
+        epoch: EpochCell,
+        store: Arc<dyn LeaseStore>,
+        ttl: Duration,
+    ) -> TreeLease {
+        static TREES: AtomicU64 = AtomicU64::new(1);
+        let holder = format!("{node}#{}", TREES.fetch_add(1, Ordering::SeqCst));
+        let (written, _) = watch::channel(LeaseState {
+            written: 0,
+            valid_until: None,
+            lost: false,
+        });
+        let inner = Arc::new(Inner {
+            partition,
+            holder,
+            node: node.to_string(),
+            epoch,
+            store,
+            ttl,
+            state: Mutex::new(Running::default()),
+            wake: Notify::new(),
+            written,
+            predecessors: tokio::sync::Mutex::new(Predecessors::default()),
+        });
+        tokio::spawn(write_lease(Arc::clone(&inner)));
+        TreeLease { inner }
+    }
+
+    /// This tree's holder id (unique per tree).
+    pub fn holder(&self) -> &str {
+        &self.inner.holder
+    }
+
+    /// Records that a call of `ordering_id` (task `task`) is about to run; resolves once that
+    /// is durable. Hold the returned entry for as long as the call runs.
+    pub async fn hold(&self, ordering_id: &str, task: &str) -> Result<LeaseHold, LeaseError> {
+        let mut state = self.inner.written.subscribe();
+        let version = {
+            let mut running = self.inner.lock();
+            running
+                .calls
+                .insert(ordering_id.to_string(), task.to_string());
+            running.version += 1;
+            running.version
+        };
+        // From here on a drop of the hold takes the entry out again.
+        let hold = LeaseHold {
+            inner: Arc::clone(&self.inner),
+            ordering_id: ordering_id.to_string(),
+            state: state.clone(),
+        };
+        self.inner.wake.notify_one();
+        state
+            .wait_for(|s| s.written >= version)
+            .await
+            .map_err(|_| LeaseError::Stopped(self.inner.partition))?;
+        Ok(hold)
+    }
+
+    /// Resolves once no earlier tree of the partition holds a live lease entry for
+    /// `ordering_id`. Call it only once this tree's claim completed (see the module docs).
+    pub async fn wait_for_predecessors(&self, ordering_id: &str) -> StoreResult<()> {
+        loop {
+            {
+                let mut predecessors = self.inner.predecessors.lock().await;
+                let stale = match predecessors.read_at {
+                    None => true,
+                    Some(at) => {
+                        predecessors.blocked.contains(ordering_id)
+                            && at.elapsed() >= PREDECESSOR_POLL
+                    }
+                };
+                if stale {
+                    let leases = self.inner.store.leases(self.inner.partition).await?;
+                    predecessors.blocked = leases
+                        .into_iter()
+                        .filter(|(holder, _)| *holder != self.inner.holder)
+                        .flat_map(|(_, lease)| lease.running.into_iter().map(|(o, _)| o))
+                        .collect();
+                    predecessors.read_at = Some(Instant::now());
+                    if !predecessors.blocked.is_empty() {
+                        debug!(
+                            partition = self.inner.partition,
+                            blocked = predecessors.blocked.len(),
+                            "orderingIds still running in an earlier tree of this partition"
+                        );
+                    }
+                }
+                if !predecessors.blocked.contains(ordering_id) {
+                    return Ok(());
+                }
+            }
+            tokio::time::sleep(PREDECESSOR_POLL).await;
+        }
+    }
+
+    /// The tree stopped: release the lease once the calls still running return.
+    pub fn close(&self) {
+        self.inner.lock().closed = true;
+        self.inner.wake.notify_one();
+    }
+}
+
+impl Inner {
+    fn lock(&self) -> MutexGuard<'_, Running> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// The writer of one tree's lease: writes the running set when it grows, renews it every third
+/// of the TTL while calls run, and releases it when the tree has closed and no call runs.
+async fn write_lease(inner: Arc<Inner>) {
+    let renew_every = inner.ttl / 3;
+    let mut written_version = 0;
+    let mut written_empty = true;
+    let mut valid_until: Option<Instant> = None;
+    let mut lost = false;
+    loop {
+        let (calls, version, closed) = {
+            let running = inner.lock();
+            (running.calls.clone(), running.version, running.closed)
+        };
+        if closed && calls.is_empty() {
+            if !written_empty {
+                if let Err(e) = inner
+                    .store
+                    .delete_lease(inner.partition, inner.holder.clone())
+                    .await
+                {
+                    // It expires on its own within the TTL.
+                    debug!(partition = inner.partition, error = %e, "lease not released; it will expire");
+                }
+            }
+            return;
+        }
+        let now = Instant::now();
+        let renewal_due =
+            !calls.is_empty() && valid_until.is_none_or(|v| v - inner.ttl + renew_every <= now);
+        let changed = version > written_version && !(calls.is_empty() && written_empty);
+        let mut retry_soon = false;
+        if changed || renewal_due {
+            let lease = LeaseRecord {
+                node: inner.node.clone(),
+                epoch: inner.epoch.get(),
+                running: calls.into_iter().collect(),
+            };
+            let empty = lease.running.is_empty();
+            let started = Instant::now();
+            match inner
+                .store
+                .write_lease(inner.partition, inner.holder.clone(), lease, inner.ttl)
+                .await
+            {
+                Ok(()) => {
+                    written_version = version;
+                    written_empty = empty;
+                    valid_until = Some(started + inner.ttl);
+                    if empty {
+                        lost = false;
+                    }
+                }
+                Err(e) => {
+                    warn!(partition = inner.partition, error = %e, "running-task lease not written; retrying");
+                    retry_soon = true;
+                }
+            }
+        }
+        if !lost && valid_until.is_some_and(|v| Instant::now() >= v) && !written_empty {
+            warn!(
+                partition = inner.partition,
+                "running-task lease expired before it could be renewed: its calls may run elsewhere too"
+            );
+            lost = true;
+        }
+        inner.written.send_replace(LeaseState {
+            written: written_version,
+            valid_until,
+            lost,
+        });
+        let next = if retry_soon {
+            Instant::now() + WRITE_RETRY
+        } else if written_empty {
+            Instant::now() + inner.ttl
+        } else {
+            valid_until.map_or(Instant::now(), |v| v - inner.ttl + renew_every)
+        };
+        tokio::select! {
+            _ = inner.wake.notified() => {}
+            _ = tokio::time::sleep_until(next) => {}
+        }
+    }
+}
