@@ -14,7 +14,7 @@ use chrono::{DateTime, TimeDelta, Utc};
 use clap::{Args, Parser, Subcommand};
 use scheduler_client::{wire, ScheduleError, Scheduler, SchedulerConfig, Task, TaskData};
 use scheduler_core::settings::duration_text;
-use scheduler_core::{SchedulerNode, Settings, TaskError, TaskExecutor};
+use scheduler_core::{SchedulerNode, Settings, TaskContext, TaskError, TaskExecutor};
 use serde_json::Value;
 
 /// Sets up logging to stderr: `RUST_LOG` filters (default: warnings, and the node's info), and
@@ -609,7 +609,7 @@ struct CommandExecutor {
 const EXIT_GIVE_UP: i32 = 65;
 
 impl TaskExecutor for CommandExecutor {
-    async fn execute(&self, task: &Task) -> Result<(), TaskError> {
+    async fn execute(&self, task: &Task, _ctx: &TaskContext) -> Result<(), TaskError> {
         let Some(command) = &self.command else {
             println!(
                 "ran {} data {}",
@@ -633,9 +633,17 @@ impl TaskExecutor for CommandExecutor {
             .map_err(|e| TaskError::retry(format!("cannot start {command:?}: {e}")))?;
         if let Some(mut stdin) = child.stdin.take() {
             use tokio::io::AsyncWriteExt;
-            stdin.write_all(&wire::encode(task)).await.map_err(|e| {
-                TaskError::retry(format!("cannot write the task to {command:?}: {e}"))
-            })?;
+            match stdin.write_all(&wire::encode(task)).await {
+                // A command that does not read its input closes the pipe: its exit status
+                // decides, not the write.
+                Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => {}
+                Err(e) => {
+                    return Err(TaskError::retry(format!(
+                        "cannot write the task to {command:?}: {e}"
+                    )))
+                }
+                Ok(()) => {}
+            }
         }
         let status = child
             .wait()
@@ -672,4 +680,39 @@ fn node(args: NodeArgs) -> Outcome {
             .await
             .map_err(|e| Failure::service(e.to_string()))
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use chrono::Utc;
+
+    fn context() -> TaskContext {
+        TaskContext::detached(0, 1)
+    }
+
+    fn big_task() -> Task {
+        // Far more than a pipe buffer holds, so a command that does not read its input
+        // closes the pipe before the write ends.
+        let mut data = scheduler_core::TaskData::new();
+        data.insert("blob".into(), Value::String("x".repeat(1 << 20)));
+        Task::new("o", Utc::now(), "u", data)
+    }
+
+    #[tokio::test]
+    async fn a_command_that_ignores_its_input_and_exits_0_succeeds() {
+        let executor = CommandExecutor {
+            command: Some("exit 0".into()),
+        };
+        assert_eq!(executor.execute(&big_task(), &context()).await, Ok(()));
+    }
+
+    #[tokio::test]
+    async fn a_command_that_ignores_its_input_and_fails_is_retried() {
+        let executor = CommandExecutor {
+            command: Some("exit 3".into()),
+        };
+        let result = executor.execute(&big_task(), &context()).await;
+        assert!(matches!(result, Err(TaskError::Retry(r)) if r.contains("exited with Some(3)")));
+    }
 }

@@ -13,7 +13,6 @@
 
 use std::time::Duration;
 
-use rdkafka::config::ClientConfig;
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use rdkafka::util::Timeout;
 use scheduler_client::{wire, TaskKey};
@@ -37,17 +36,13 @@ impl EventPublisher {
         topic: &str,
         runtime: tokio::runtime::Handle,
     ) -> Result<Self, String> {
-        let mut config = ClientConfig::new();
-        config
-            .set("bootstrap.servers", &kafka.bootstrap_servers)
-            .set("acks", "all")
-            .set("enable.idempotence", "true")
-            // Keyed like the scheduler's own topic (Kafka's murmur2 partitioner).
-            .set("partitioner", "murmur2_random");
-        for (key, value) in &kafka.properties {
-            config.set(key, value);
-        }
-        let producer = config
+        let producer = kafka
+            .client_config(&[
+                ("acks", "all"),
+                ("enable.idempotence", "true"),
+                // Keyed like the scheduler's own topic (Kafka's murmur2 partitioner).
+                ("partitioner", "murmur2_random"),
+            ])
             .create()
             .map_err(|e| format!("cannot create the events producer: {e}"))?;
         Ok(EventPublisher {

@@ -147,6 +147,22 @@ pub struct PollLoop {
     pub(crate) supervisor: Addr<TopicSupervisor>,
     pub(crate) stop: Arc<AtomicBool>,
     pub(crate) metrics: Arc<Metrics>,
+    /// The partitions assigned now (kept by the rebalance handler).
+    pub(crate) owned: Arc<Mutex<Vec<PartitionId>>>,
+}
+
+/// The offsets to commit when the consumer stops: those recorded for partitions still assigned.
+/// A partition revoked earlier is owned elsewhere now; committing the offset recorded here
+/// would rewind its new owner.
+fn final_offsets(
+    committed: &BTreeMap<PartitionId, i64>,
+    assigned: &[PartitionId],
+) -> Vec<(PartitionId, i64)> {
+    committed
+        .iter()
+        .filter(|(partition, _)| assigned.contains(partition))
+        .map(|(partition, next)| (*partition, *next))
+        .collect()
 }
 
 /// A polled batch: tasks by partition, and per partition the offsets it spans.
@@ -170,11 +186,17 @@ impl PollLoop {
             }
         }
         info!("consumer stopping: committing, draining partitions and leaving the group");
-        if !committed.is_empty() {
+        let assigned = self
+            .owned
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
+        let offsets = final_offsets(&committed, &assigned);
+        if !offsets.is_empty() {
             let mut last = TopicPartitionList::new();
-            for (partition, next) in &committed {
+            for (partition, next) in offsets {
                 if let Err(e) =
-                    last.add_partition_offset(&self.topic, *partition, Offset::Offset(*next))
+                    last.add_partition_offset(&self.topic, partition, Offset::Offset(next))
                 {
                     warn!(partition, error = %e, "cannot build the final offset commit");
                 }
@@ -301,5 +323,20 @@ impl PollLoop {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_final_commit_leaves_out_partitions_revoked_earlier() {
+        let committed = BTreeMap::from([(0, 10), (1, 20), (2, 30)]);
+        assert_eq!(
+            final_offsets(&committed, &[0, 2, 3]),
+            vec![(0, 10), (2, 30)]
+        );
+        assert!(final_offsets(&committed, &[]).is_empty());
     }
 }
