@@ -271,6 +271,37 @@ mod tests {
     }
 
     #[test]
+    fn numbers_survive_a_round_trip_exactly() {
+        // 17-digit floats, subnormals, the ends of the f64 and 64-bit integer ranges. Integers
+        // beyond 64 bits cannot be in a `Value` (serde_json reads them as floats), so every
+        // number a task can hold round-trips.
+        let numbers = [
+            json!(0.9062520378876269),
+            json!(0.30000000000000004),
+            json!(-0.0),
+            json!(5e-324),
+            json!(2.2250738585072014e-308),
+            json!(f64::MAX),
+            json!(f64::MIN),
+            json!(1e20),
+            json!(u64::MAX as f64),
+            json!(9_007_199_254_740_993u64),
+            json!(u64::MAX),
+            json!(i64::MIN),
+            json!(i64::MAX),
+        ];
+        for n in numbers {
+            let data = json!({ "n": n.clone(), "list": [n.clone()] });
+            let mut task = sample();
+            task.task_data = data.as_object().cloned().unwrap();
+            let back = decode(Some(&encode(&task)), usize::MAX).unwrap();
+            assert_eq!(back, task, "{n}");
+            // Same kind (integer or float) and the same digits, not only an equal value.
+            assert_eq!(back.task_data["n"].to_string(), n.to_string());
+        }
+    }
+
+    #[test]
     fn round_trips() {
         let task = sample();
         assert_eq!(decode(Some(&encode(&task)), 1 << 20).unwrap(), task);

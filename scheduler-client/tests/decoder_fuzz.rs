@@ -110,13 +110,40 @@ proptest! {
         uniqueness_key in ".{1,40}",
         // Years 0000 to 9999: what RFC 3339 carries (the client refuses later times).
         millis in -62_167_219_200_000i64..=253_402_300_799_999,
-        data in prop::collection::btree_map("[a-z]{1,8}", any::<i64>().prop_map(|n| json!(n)), 0..4),
+        data in prop::collection::btree_map("[a-z]{1,8}", json_value(), 0..4),
     ) {
         let Some(time) = DateTime::from_timestamp_millis(millis) else {
             return Ok(());
         };
         let task = Task::new(ordering_id, time, uniqueness_key, data.into_iter().collect());
         prop_assert_eq!(decode_record(Some(&encode(&task)), usize::MAX).ok(), Some(Record::Task(task)));
+    }
+}
+
+/// Any number a `Value` holds: floats of every class and of random bits (mostly 17 digits).
+fn number() -> impl Strategy<Value = Value> {
+    prop_oneof![
+        any::<f64>().prop_map(|f| json!(f)),
+        any::<u64>().prop_map(|bits| json!(f64::from_bits(bits))),
+        any::<i64>().prop_map(|n| json!(n)),
+        any::<u64>().prop_map(|n| json!(n)),
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(5000))]
+
+    #[test]
+    fn numbers_arrive_exactly(n in number()) {
+        let time = DateTime::from_timestamp_millis(1_795_327_200_000).unwrap_or_default();
+        let data = json!({ "n": n.clone(), "deeper": [{ "n": n.clone() }] });
+        let task = Task::new("o", time, "u", data.as_object().cloned().unwrap_or_default());
+        let Ok(Record::Task(back)) = decode_record(Some(&encode(&task)), usize::MAX) else {
+            return Err(TestCaseError::fail(format!("{n} was not decoded")));
+        };
+        // Equal, and with the same digits and kind (integer or float).
+        prop_assert_eq!(back.task_data["n"].to_string(), n.to_string());
+        prop_assert_eq!(back, task);
     }
 }
 
