@@ -17,7 +17,7 @@ use tracing::debug;
 
 use crate::partitioner::partition_for;
 use crate::task::{Task, TaskKey};
-use crate::wire;
+use crate::wire::{self, ContentError};
 
 /// Where and how to enqueue.
 #[derive(Debug, Clone)]
@@ -51,7 +51,8 @@ impl SchedulerConfig {
 }
 
 /// Why a task was not scheduled. Only [`ScheduleError::Kafka`] and
-/// [`ScheduleError::Topic`] can succeed on retry; the others describe the task.
+/// [`ScheduleError::Topic`] can succeed on retry ([`ScheduleError::is_retryable`]); the others
+/// describe the task or the configuration.
 #[derive(Debug, thiserror::Error)]
 pub enum ScheduleError {
     /// `orderingId` is empty.
@@ -98,16 +99,53 @@ pub enum ScheduleError {
     /// The broker did not acknowledge the write (timeout, broker down, ...).
     #[error("Kafka did not acknowledge the task: {0}")]
     Kafka(String),
+    /// `taskData` nests deeper than [`wire::MAX_TASK_DATA_DEPTH`], more than the node's decoder
+    /// takes.
+    #[error("taskData is nested deeper than {max} levels")]
+    TaskDataTooDeep {
+        /// The limit, [`wire::MAX_TASK_DATA_DEPTH`].
+        max: usize,
+    },
+}
+
+impl From<ContentError> for ScheduleError {
+    fn from(error: ContentError) -> Self {
+        match error {
+            ContentError::EmptyOrderingId => ScheduleError::EmptyOrderingId,
+            ContentError::EmptyUniquenessKey => ScheduleError::EmptyUniquenessKey,
+            ContentError::TaskDataTooDeep { max } => ScheduleError::TaskDataTooDeep { max },
+        }
+    }
+}
+
+impl ScheduleError {
+    /// Whether the same request can succeed later ([`ScheduleError::Kafka`],
+    /// [`ScheduleError::Topic`]); the others need a different task or configuration.
+    pub fn is_retryable(&self) -> bool {
+        matches!(self, ScheduleError::Kafka(_) | ScheduleError::Topic { .. })
+    }
+
+    /// Whether the request itself is at fault, found before anything was sent. Exhaustive, so
+    /// that a new variant has to be classified.
+    fn is_rejection(&self) -> bool {
+        match self {
+            ScheduleError::EmptyOrderingId
+            | ScheduleError::EmptyUniquenessKey
+            | ScheduleError::TooFarInThePast { .. }
+            | ScheduleError::TooLarge { .. }
+            | ScheduleError::BeyondWireFormat(_)
+            | ScheduleError::TaskDataTooDeep { .. } => true,
+            ScheduleError::Config(_) | ScheduleError::Topic { .. } | ScheduleError::Kafka(_) => {
+                false
+            }
+        }
+    }
 }
 
 /// Checks a task against the rules `schedule_task` enforces, as of `now`.
 pub fn validate(task: &Task, now: DateTime<Utc>, grace: Duration) -> Result<(), ScheduleError> {
-    if task.ordering_id.is_empty() {
-        return Err(ScheduleError::EmptyOrderingId);
-    }
-    if task.uniqueness_key.is_empty() {
-        return Err(ScheduleError::EmptyUniquenessKey);
-    }
+    // The content rules are the decoder's own, so the node runs what is accepted here.
+    wire::check_task(task)?;
     if task.scheduled_time > wire::latest_time() {
         return Err(ScheduleError::BeyondWireFormat(wire::format_time(
             task.scheduled_time,
@@ -188,10 +226,8 @@ impl ClientMetrics {
     ) {
         let result = match result {
             Ok(_) => "success",
-            Err(
-                ScheduleError::Kafka(_) | ScheduleError::Topic { .. } | ScheduleError::Config(_),
-            ) => "failed",
-            Err(_) => "rejected",
+            Err(e) if e.is_rejection() => "rejected",
+            Err(_) => "failed",
         };
         self.requests
             .get_or_create(&OperationLabels { operation, result })
@@ -249,14 +285,7 @@ impl Scheduler {
     pub async fn schedule_task(&self, task: Task) -> Result<(), ScheduleError> {
         let started = std::time::Instant::now();
         let result = self.schedule_unmeasured(task).await;
-        let sent = !matches!(
-            result,
-            Err(ScheduleError::EmptyOrderingId
-                | ScheduleError::EmptyUniquenessKey
-                | ScheduleError::TooFarInThePast { .. }
-                | ScheduleError::BeyondWireFormat(_)
-                | ScheduleError::TooLarge { .. })
-        );
+        let sent = !matches!(&result, Err(e) if e.is_rejection());
         self.metrics
             .record("schedule", &result, sent.then(|| started.elapsed()));
         result
@@ -284,22 +313,14 @@ impl Scheduler {
     pub async fn cancel_task(&self, key: &TaskKey) -> Result<(), ScheduleError> {
         let started = std::time::Instant::now();
         let result = self.cancel_unmeasured(key).await;
-        let sent = !matches!(
-            result,
-            Err(ScheduleError::EmptyOrderingId | ScheduleError::EmptyUniquenessKey)
-        );
+        let sent = !matches!(&result, Err(e) if e.is_rejection());
         self.metrics
             .record("cancel", &result, sent.then(|| started.elapsed()));
         result
     }
 
     async fn cancel_unmeasured(&self, key: &TaskKey) -> Result<(), ScheduleError> {
-        if key.ordering_id.is_empty() {
-            return Err(ScheduleError::EmptyOrderingId);
-        }
-        if key.uniqueness_key.is_empty() {
-            return Err(ScheduleError::EmptyUniquenessKey);
-        }
+        wire::check_key(&key.ordering_id, &key.uniqueness_key)?;
         self.send(&key.ordering_id, &wire::encode_cancel(key))
             .await?;
         debug!(task = %key, "cancellation enqueued");
@@ -423,6 +444,60 @@ mod tests {
             !text.contains("scheduler_client_request_duration_seconds_count"),
             "nothing was sent: {text}"
         );
+    }
+
+    #[test]
+    fn task_data_the_node_cannot_parse_is_refused() {
+        let nested = |depth: usize| {
+            (1..depth).fold(
+                serde_json::json!({}),
+                |inner, _| serde_json::json!({ "k": inner }),
+            )
+        };
+        let now = Utc::now();
+        let grace = Duration::from_secs(10);
+        let mut task = Task::new("o", now, "u", Default::default());
+        // taskData itself is level 1.
+        task.task_data
+            .insert("k".into(), nested(wire::MAX_TASK_DATA_DEPTH - 1));
+        assert!(validate(&task, now, grace).is_ok());
+        task.task_data
+            .insert("k".into(), nested(wire::MAX_TASK_DATA_DEPTH));
+        assert!(matches!(
+            validate(&task, now, grace),
+            Err(ScheduleError::TaskDataTooDeep { max: 64 })
+        ));
+        task.task_data.insert("k".into(), nested(199));
+        let error = validate(&task, now, grace)
+            .expect_err("the node's decoder cannot parse taskData 200 deep");
+        assert_eq!(
+            error.to_string(),
+            "taskData is nested deeper than 64 levels"
+        );
+        assert!(!error.is_retryable());
+        assert!(error.is_rejection());
+    }
+
+    #[test]
+    fn only_kafka_and_topic_errors_are_retryable() {
+        let invalid = [
+            ScheduleError::EmptyOrderingId,
+            ScheduleError::EmptyUniquenessKey,
+            ScheduleError::BeyondWireFormat("x".into()),
+            ScheduleError::TooLarge { size: 2, max: 1 },
+            ScheduleError::TaskDataTooDeep { max: 64 },
+        ];
+        for error in invalid {
+            assert!(!error.is_retryable() && error.is_rejection(), "{error}");
+        }
+        assert!(ScheduleError::Kafka("down".into()).is_retryable());
+        let topic = ScheduleError::Topic {
+            topic: "t".into(),
+            reason: "r".into(),
+        };
+        assert!(topic.is_retryable() && !topic.is_rejection());
+        let config = ScheduleError::Config("bad".into());
+        assert!(!config.is_retryable() && !config.is_rejection());
     }
 
     #[test]

@@ -14,15 +14,96 @@
 //! ```json
 //! {"version":1,"type":"cancel","orderingId":"...","scheduledTime":"2026-11-22T06:00:00.000Z","uniquenessKey":"..."}
 //! ```
+//!
+//! ## Limits
+//!
+//! The client ([`crate::Scheduler`]) refuses what breaks them before sending, and the node's
+//! decoder refuses (parks, with a reason) records that break them, by the same check
+//! ([`check_task`], [`check_key`]), so a task the client accepted is one the node runs:
+//!
+//! - `orderingId` and `uniquenessKey` are not empty.
+//! - `taskData` is a JSON object nested at most [`MAX_TASK_DATA_DEPTH`] (64) levels deep, the
+//!   object itself being level 1 (the node's JSON parser stops at 128 levels).
+//! - Numbers arrive exactly: floats are read to the nearest double (so a double written with the
+//!   shortest digits that identify it, as the client writes it, arrives unchanged).
+//! - The whole record is at most the node's `scheduling.max_task_data_bytes`; the client's
+//!   `max_task_bytes` (both 512 KiB by default) must not exceed it.
 
 use chrono::{DateTime, SecondsFormat, Utc};
 use serde::{Deserialize, Serialize};
+use serde_json::value::RawValue;
 use serde_json::Value;
 
 use crate::task::{Task, TaskData, TaskKey};
 
 /// The wire format version this crate writes.
 pub const WIRE_VERSION: u64 = 1;
+
+/// How deep `taskData` may nest, the `taskData` object itself being level 1. The node's parser
+/// (serde_json) gives up at 128 levels, the record object around `taskData` included; 64 stays
+/// far from that, also when the node parses `taskData` again from Cassandra.
+pub const MAX_TASK_DATA_DEPTH: usize = 64;
+
+/// Why a task's content cannot be run: the one check that the client makes before sending and
+/// the node's decoder makes before scheduling, so that what the client accepts, the node runs.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ContentError {
+    /// `orderingId` is empty.
+    #[error("the task's orderingId is empty")]
+    EmptyOrderingId,
+    /// `uniquenessKey` is empty.
+    #[error("the task's uniquenessKey is empty")]
+    EmptyUniquenessKey,
+    /// `taskData` nests deeper than [`MAX_TASK_DATA_DEPTH`].
+    #[error("taskData is nested deeper than {max} levels")]
+    TaskDataTooDeep {
+        /// The limit, [`MAX_TASK_DATA_DEPTH`].
+        max: usize,
+    },
+}
+
+/// Checks a task's key (also of a cancellation): the rules a record's key must meet.
+pub fn check_key(ordering_id: &str, uniqueness_key: &str) -> Result<(), ContentError> {
+    if ordering_id.is_empty() {
+        return Err(ContentError::EmptyOrderingId);
+    }
+    if uniqueness_key.is_empty() {
+        return Err(ContentError::EmptyUniquenessKey);
+    }
+    Ok(())
+}
+
+/// Checks a task's `taskData`: at most [`MAX_TASK_DATA_DEPTH`] levels deep. Numbers need no
+/// check: every number a [`Value`] holds (an i64, a u64 or a finite f64) round-trips exactly.
+pub fn check_task_data(data: &TaskData) -> Result<(), ContentError> {
+    if object_nests_deeper(data, MAX_TASK_DATA_DEPTH) {
+        return Err(ContentError::TaskDataTooDeep {
+            max: MAX_TASK_DATA_DEPTH,
+        });
+    }
+    Ok(())
+}
+
+/// Checks everything about a task that decides whether the node can run it, except its time
+/// (the client checks that against its clock; the node takes any time it can parse).
+pub fn check_task(task: &Task) -> Result<(), ContentError> {
+    check_key(&task.ordering_id, &task.uniqueness_key)?;
+    check_task_data(&task.task_data)
+}
+
+/// Whether `map`, one level with `levels` allowed, nests deeper; recursion stops when `levels`
+/// runs out, so a value nested a million deep cannot overflow the stack here.
+fn object_nests_deeper(map: &TaskData, levels: usize) -> bool {
+    levels == 0 || map.values().any(|v| nests_deeper(v, levels - 1))
+}
+
+fn nests_deeper(value: &Value, levels: usize) -> bool {
+    match value {
+        Value::Object(map) => object_nests_deeper(map, levels),
+        Value::Array(items) => levels == 0 || items.iter().any(|v| nests_deeper(v, levels - 1)),
+        _ => false,
+    }
+}
 
 /// Why a record could not be decoded as a task.
 #[derive(Debug, thiserror::Error)]
@@ -64,6 +145,22 @@ pub enum DecodeError {
     /// `type` names no record type this node knows.
     #[error("unknown record type {0:?} (this node knows \"task\" and \"cancel\")")]
     UnknownType(String),
+    /// `taskData` nests deeper than [`MAX_TASK_DATA_DEPTH`].
+    #[error("taskData is nested deeper than {max} levels")]
+    TaskDataTooDeep {
+        /// The limit, [`MAX_TASK_DATA_DEPTH`].
+        max: usize,
+    },
+}
+
+impl From<ContentError> for DecodeError {
+    fn from(error: ContentError) -> Self {
+        match error {
+            ContentError::EmptyOrderingId => DecodeError::EmptyField("orderingId"),
+            ContentError::EmptyUniquenessKey => DecodeError::EmptyField("uniquenessKey"),
+            ContentError::TaskDataTooDeep { max } => DecodeError::TaskDataTooDeep { max },
+        }
+    }
 }
 
 /// A decoded record: a task to schedule, or the cancellation of one.
@@ -88,6 +185,7 @@ impl DecodeError {
             DecodeError::BadScheduledTime { .. } => "bad_time",
             DecodeError::TaskDataNotObject => "task_data",
             DecodeError::UnknownType(_) => "type",
+            DecodeError::TaskDataTooDeep { .. } => "too_deep",
         }
     }
 }
@@ -104,14 +202,17 @@ struct WireOut<'a> {
 
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
-struct WireIn {
+struct WireIn<'a> {
     version: Option<u64>,
     #[serde(rename = "type")]
     record_type: Option<String>,
     ordering_id: Option<String>,
     scheduled_time: Option<String>,
     uniqueness_key: Option<String>,
-    task_data: Option<Value>,
+    /// Kept as text (which serde_json checks without a depth limit) and scanned before it is
+    /// parsed, so that too deep a `taskData` is refused as such, not as a parser failure.
+    #[serde(borrow)]
+    task_data: Option<&'a RawValue>,
 }
 
 /// The latest time the wire format carries: RFC 3339 has four-digit years.
@@ -184,6 +285,7 @@ pub fn decode_record(value: Option<&[u8]>, max_size: usize) -> Result<Record, De
     }
     let ordering_id = required(wire.ordering_id, "orderingId")?;
     let uniqueness_key = required(wire.uniqueness_key, "uniquenessKey")?;
+    check_key(&ordering_id, &uniqueness_key)?;
     let time = required(wire.scheduled_time, "scheduledTime")?;
     let scheduled_time = DateTime::parse_from_rfc3339(&time)
         .map_err(|source| DecodeError::BadScheduledTime {
@@ -194,10 +296,10 @@ pub fn decode_record(value: Option<&[u8]>, max_size: usize) -> Result<Record, De
     let task = match wire.record_type.as_deref() {
         None | Some("task") => {
             let task_data = match wire.task_data {
-                None | Some(Value::Null) => TaskData::new(),
-                Some(Value::Object(map)) => map,
-                Some(_) => return Err(DecodeError::TaskDataNotObject),
+                None => TaskData::new(),
+                Some(raw) => parse_task_data(raw.get())?,
             };
+            check_task_data(&task_data)?;
             Task::new(ordering_id, scheduled_time, uniqueness_key, task_data)
         }
         Some("cancel") => {
@@ -207,6 +309,50 @@ pub fn decode_record(value: Option<&[u8]>, max_size: usize) -> Result<Record, De
         Some(other) => return Err(DecodeError::UnknownType(other.to_string())),
     };
     Ok(Record::Task(task))
+}
+
+/// Parses `taskData` (valid JSON text) once a scan showed the parser can take it.
+fn parse_task_data(text: &str) -> Result<TaskData, DecodeError> {
+    scan(text)?;
+    match serde_json::from_str(text)? {
+        Value::Null => Ok(TaskData::new()),
+        Value::Object(map) => Ok(map),
+        _ => Err(DecodeError::TaskDataNotObject),
+    }
+}
+
+/// Scans valid JSON text without parsing it: refuses nesting beyond [`MAX_TASK_DATA_DEPTH`]
+/// (deeper than serde_json's recursion limit it would not parse at all).
+fn scan(text: &str) -> Result<(), DecodeError> {
+    let mut depth = 0usize;
+    let mut in_string = false;
+    let mut escaped = false;
+    for &byte in text.as_bytes() {
+        if in_string {
+            if escaped {
+                escaped = false;
+            } else if byte == b'\\' {
+                escaped = true;
+            } else if byte == b'"' {
+                in_string = false;
+            }
+            continue;
+        }
+        match byte {
+            b'"' => in_string = true,
+            b'{' | b'[' => {
+                depth += 1;
+                if depth > MAX_TASK_DATA_DEPTH {
+                    return Err(DecodeError::TaskDataTooDeep {
+                        max: MAX_TASK_DATA_DEPTH,
+                    });
+                }
+            }
+            b'}' | b']' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    Ok(())
 }
 
 fn required(value: Option<String>, field: &'static str) -> Result<String, DecodeError> {
@@ -268,6 +414,52 @@ mod tests {
             decode_record(Some(typed), 1 << 20),
             Ok(Record::Task(_))
         ));
+    }
+
+    /// `{"k":{"k":...{}}}` with `depth` objects, the outermost included, as text (a `Value` that
+    /// deep could not be dropped without overflowing the stack).
+    fn nested(depth: usize) -> String {
+        let opening = r#"{"k":"#.repeat(depth - 1);
+        format!("{opening}{{}}{}", "}".repeat(depth - 1))
+    }
+
+    fn record_with_data(data: &str) -> Vec<u8> {
+        format!(r#"{{"version":1,"orderingId":"o","scheduledTime":"2026-11-22T06:00:00Z","uniquenessKey":"u","taskData":{data}}}"#).into_bytes()
+    }
+
+    #[test]
+    fn task_data_nested_beyond_the_limit_is_refused_as_too_deep() {
+        // 100 parses within serde_json's limit of 128, 200 does not; all are refused as too deep.
+        for depth in [MAX_TASK_DATA_DEPTH + 1, 100, 200, 100_000] {
+            let raw = record_with_data(&nested(depth));
+            let error = decode_record(Some(&raw), usize::MAX).unwrap_err();
+            assert_eq!(error.reason(), "too_deep", "depth {depth}: {error}");
+            assert_eq!(
+                error.to_string(),
+                "taskData is nested deeper than 64 levels"
+            );
+        }
+        let arrays = record_with_data(&format!(
+            r#"{{"a":{}{}}}"#,
+            "[".repeat(MAX_TASK_DATA_DEPTH),
+            "]".repeat(MAX_TASK_DATA_DEPTH)
+        ));
+        let error = decode_record(Some(&arrays), usize::MAX).unwrap_err();
+        assert_eq!(error.reason(), "too_deep", "arrays count too");
+        let deepest = record_with_data(&nested(MAX_TASK_DATA_DEPTH));
+        let task = decode(Some(&deepest), usize::MAX).unwrap();
+        assert_eq!(
+            check_task(&task),
+            Ok(()),
+            "what the decoder takes, the client takes"
+        );
+        // Brackets and braces inside strings do not count.
+        let quoted = record_with_data(&format!(
+            r#"{{"s":"{}\"{}"}}"#,
+            "[".repeat(200),
+            "{".repeat(200)
+        ));
+        assert!(decode(Some(&quoted), usize::MAX).is_ok());
     }
 
     #[test]

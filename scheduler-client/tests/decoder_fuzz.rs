@@ -3,9 +3,10 @@
 
 use chrono::DateTime;
 use proptest::prelude::*;
-use scheduler_client::wire::{decode_record, encode, Record};
-use scheduler_client::Task;
+use scheduler_client::wire::{decode_record, encode, Record, MAX_TASK_DATA_DEPTH};
+use scheduler_client::{validate, Task};
 use serde_json::{json, Map, Value};
+use std::time::Duration;
 
 const MAX: usize = 64 * 1024;
 
@@ -144,6 +145,43 @@ proptest! {
         // Equal, and with the same digits and kind (integer or float).
         prop_assert_eq!(back.task_data["n"].to_string(), n.to_string());
         prop_assert_eq!(back, task);
+    }
+}
+
+/// taskData nested `levels.len() + 1` deep: under the taskData object, one object (false) or
+/// array (true) per level.
+fn nested_data(levels: &[bool]) -> Map<String, Value> {
+    let inner = levels.iter().rev().fold(json!(1), |inner, &array| {
+        if array {
+            json!([0, inner])
+        } else {
+            json!({ "k": inner })
+        }
+    });
+    [("k".to_string(), inner)].into_iter().collect()
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(500))]
+
+    /// What the client accepts, the node runs; what the client refuses, the node refuses too.
+    #[test]
+    fn client_and_node_agree_on_nesting(levels in prop::collection::vec(any::<bool>(), 0..140)) {
+        let time = DateTime::from_timestamp_millis(1_795_327_200_000).unwrap_or_default();
+        let task = Task::new("o", time, "u", nested_data(&levels));
+        let accepted = validate(&task, time, Duration::ZERO).is_ok();
+        prop_assert_eq!(accepted, levels.len() < MAX_TASK_DATA_DEPTH);
+        let decoded = decode_record(Some(&encode(&task)), usize::MAX);
+        match decoded {
+            Ok(record) => {
+                prop_assert!(accepted);
+                prop_assert_eq!(record, Record::Task(task));
+            }
+            Err(error) => {
+                prop_assert!(!accepted);
+                prop_assert_eq!(error.reason(), "too_deep");
+            }
+        }
     }
 }
 
