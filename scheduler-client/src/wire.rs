@@ -24,8 +24,9 @@
 //! - `orderingId` and `uniquenessKey` are not empty.
 //! - `taskData` is a JSON object nested at most [`MAX_TASK_DATA_DEPTH`] (64) levels deep, the
 //!   object itself being level 1 (the node's JSON parser stops at 128 levels).
-//! - Numbers arrive exactly: floats are read to the nearest double (so a double written with the
-//!   shortest digits that identify it, as the client writes it, arrives unchanged).
+//! - Numbers arrive exactly: integers must fit i64 or u64 (the decoder refuses larger ones, which
+//!   it could only read as rounded floats; a [`Value`] cannot hold them), and floats are read to
+//!   the nearest double, so a double arrives unchanged.
 //! - The whole record is at most the node's `scheduling.max_task_data_bytes`; the client's
 //!   `max_task_bytes` (both 512 KiB by default) must not exceed it.
 
@@ -151,6 +152,10 @@ pub enum DecodeError {
         /// The limit, [`MAX_TASK_DATA_DEPTH`].
         max: usize,
     },
+    /// `taskData` holds an integer beyond the 64-bit range (i64 and u64), which the node could
+    /// only read as a rounded float.
+    #[error("taskData holds the integer {0}, beyond the 64-bit range the node reads exactly")]
+    IntegerOutOfRange(String),
 }
 
 impl From<ContentError> for DecodeError {
@@ -186,6 +191,7 @@ impl DecodeError {
             DecodeError::TaskDataNotObject => "task_data",
             DecodeError::UnknownType(_) => "type",
             DecodeError::TaskDataTooDeep { .. } => "too_deep",
+            DecodeError::IntegerOutOfRange(_) => "number",
         }
     }
 }
@@ -210,7 +216,8 @@ struct WireIn<'a> {
     scheduled_time: Option<String>,
     uniqueness_key: Option<String>,
     /// Kept as text (which serde_json checks without a depth limit) and scanned before it is
-    /// parsed, so that too deep a `taskData` is refused as such, not as a parser failure.
+    /// parsed, so that too deep a `taskData` is refused as such, not as a parser failure, and an
+    /// integer too large for 64 bits is refused, not rounded.
     #[serde(borrow)]
     task_data: Option<&'a RawValue>,
 }
@@ -311,7 +318,7 @@ pub fn decode_record(value: Option<&[u8]>, max_size: usize) -> Result<Record, De
     Ok(Record::Task(task))
 }
 
-/// Parses `taskData` (valid JSON text) once a scan showed the parser can take it.
+/// Parses `taskData` (valid JSON text) once a scan showed it parses, and exactly.
 fn parse_task_data(text: &str) -> Result<TaskData, DecodeError> {
     scan(text)?;
     match serde_json::from_str(text)? {
@@ -322,12 +329,15 @@ fn parse_task_data(text: &str) -> Result<TaskData, DecodeError> {
 }
 
 /// Scans valid JSON text without parsing it: refuses nesting beyond [`MAX_TASK_DATA_DEPTH`]
-/// (deeper than serde_json's recursion limit it would not parse at all).
+/// (deeper than serde_json's recursion limit it would not parse at all), and integers beyond 64
+/// bits (serde_json would turn them into floats, rounded).
 fn scan(text: &str) -> Result<(), DecodeError> {
     let mut depth = 0usize;
     let mut in_string = false;
     let mut escaped = false;
-    for &byte in text.as_bytes() {
+    // Where the number being read starts.
+    let mut number = None;
+    for (at, &byte) in text.as_bytes().iter().enumerate() {
         if in_string {
             if escaped {
                 escaped = false;
@@ -337,6 +347,13 @@ fn scan(text: &str) -> Result<(), DecodeError> {
                 in_string = false;
             }
             continue;
+        }
+        if let Some(start) = number {
+            if matches!(byte, b'0'..=b'9' | b'-' | b'+' | b'.' | b'e' | b'E') {
+                continue;
+            }
+            check_integer(text.get(start..at).unwrap_or_default())?;
+            number = None;
         }
         match byte {
             b'"' => in_string = true,
@@ -349,8 +366,26 @@ fn scan(text: &str) -> Result<(), DecodeError> {
                 }
             }
             b'}' | b']' => depth = depth.saturating_sub(1),
+            b'-' | b'0'..=b'9' => number = Some(at),
             _ => {}
         }
+    }
+    match number {
+        Some(start) => check_integer(text.get(start..).unwrap_or_default()),
+        None => Ok(()),
+    }
+}
+
+/// Refuses an integer literal (no fraction, no exponent) that fits neither i64 nor u64.
+fn check_integer(literal: &str) -> Result<(), DecodeError> {
+    let integer = !literal.contains(['.', 'e', 'E']);
+    if integer && literal.parse::<i64>().is_err() && literal.parse::<u64>().is_err() {
+        // Keep a 500 KB number out of the logs.
+        let shown = match literal.get(..40) {
+            Some(head) if literal.len() > 40 => format!("{head}... ({} digits)", literal.len()),
+            _ => literal.to_string(),
+        };
+        return Err(DecodeError::IntegerOutOfRange(shown));
     }
     Ok(())
 }
@@ -491,6 +526,35 @@ mod tests {
             // Same kind (integer or float) and the same digits, not only an equal value.
             assert_eq!(back.task_data["n"].to_string(), n.to_string());
         }
+    }
+
+    #[test]
+    fn integers_beyond_64_bits_are_refused_rather_than_rounded() {
+        for literal in [
+            "18446744073709551616",
+            "-9223372036854775809",
+            "123456789012345678901234567890",
+        ] {
+            let raw = record_with_data(&format!(r#"{{"a":[1,{{"n":{literal}}}]}}"#));
+            let error = decode_record(Some(&raw), usize::MAX).unwrap_err();
+            assert_eq!(error.reason(), "number", "{literal}: {error}");
+            assert!(error.to_string().contains(literal), "{error}");
+        }
+        let huge = record_with_data(&format!(r#"{{"n":{}}}"#, "9".repeat(500_000)));
+        let error = decode_record(Some(&huge), usize::MAX).unwrap_err();
+        assert!(
+            error
+                .to_string()
+                .ends_with("... (500000 digits), beyond the 64-bit range the node reads exactly"),
+            "{error}"
+        );
+        // The edges of the 64-bit range, floats, and digits inside strings are fine.
+        let raw = record_with_data(
+            r#"{"a":18446744073709551615,"b":-9223372036854775808,"c":1.8446744073709552e19,"d":"18446744073709551616","e":[-0,0]}"#,
+        );
+        let task = decode(Some(&raw), usize::MAX).unwrap();
+        assert_eq!(task.task_data["a"], json!(u64::MAX));
+        assert_eq!(task.task_data["b"], json!(i64::MIN));
     }
 
     #[test]

@@ -146,6 +146,26 @@ proptest! {
         prop_assert_eq!(back.task_data["n"].to_string(), n.to_string());
         prop_assert_eq!(back, task);
     }
+
+    /// An integer a producer writes arrives as that integer, or the record is refused.
+    #[test]
+    fn integers_arrive_exactly_or_not_at_all(literal in "-?[1-9][0-9]{0,24}") {
+        let raw = format!(
+            r#"{{"version":1,"orderingId":"o","scheduledTime":"2026-11-22T06:00:00Z","uniquenessKey":"u","taskData":{{"n":[{literal}]}}}}"#
+        );
+        let exact = literal
+            .parse::<i64>()
+            .map(Value::from)
+            .or_else(|_| literal.parse::<u64>().map(Value::from))
+            .ok();
+        match (decode_record(Some(raw.as_bytes()), MAX), exact) {
+            (Ok(Record::Task(task)), Some(n)) => prop_assert_eq!(&task.task_data["n"][0], &n),
+            (Err(error), None) => prop_assert_eq!(error.reason(), "number"),
+            (other, exact) => {
+                return Err(TestCaseError::fail(format!("{literal}: {other:?}, exact {exact:?}")))
+            }
+        }
+    }
 }
 
 /// taskData nested `levels.len() + 1` deep: under the taskData object, one object (false) or
