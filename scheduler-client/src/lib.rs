@@ -2,7 +2,8 @@
 //! Kafka topic. It stays light: no actor system and no Cassandra driver.
 //!
 //! - [`Task`] and [`TaskKey`]: the task model.
-//! - [`wire`]: the JSON wire format v1 on the topic.
+//! - [`wire`]: the JSON wire format v1 on the topic, and its limits (checked by the client and
+//!   the node alike).
 //! - [`partition_for`]: the partition of an `orderingId`, Kafka's default keyed partitioner.
 //! - [`Scheduler`]: validates, encodes and enqueues tasks, resolving once Kafka acknowledged them.
 

@@ -99,6 +99,17 @@ pub enum ScheduleError {
     /// The broker did not acknowledge the write (timeout, broker down, ...).
     #[error("Kafka did not acknowledge the task: {0}")]
     Kafka(String),
+    /// `orderingId` or `uniquenessKey` is longer than [`wire::MAX_ORDERING_ID_BYTES`] or
+    /// [`wire::MAX_UNIQUENESS_KEY_BYTES`]: Cassandra would refuse the row on every retry.
+    #[error("{field} is {bytes} bytes, over the {max}-byte limit")]
+    FieldTooLong {
+        /// `orderingId` or `uniquenessKey`.
+        field: &'static str,
+        /// Its length in bytes.
+        bytes: usize,
+        /// The limit.
+        max: usize,
+    },
     /// `taskData` nests deeper than [`wire::MAX_TASK_DATA_DEPTH`], more than the node's decoder
     /// takes.
     #[error("taskData is nested deeper than {max} levels")]
@@ -113,6 +124,9 @@ impl From<ContentError> for ScheduleError {
         match error {
             ContentError::EmptyOrderingId => ScheduleError::EmptyOrderingId,
             ContentError::EmptyUniquenessKey => ScheduleError::EmptyUniquenessKey,
+            ContentError::FieldTooLong { field, bytes, max } => {
+                ScheduleError::FieldTooLong { field, bytes, max }
+            }
             ContentError::TaskDataTooDeep { max } => ScheduleError::TaskDataTooDeep { max },
         }
     }
@@ -134,6 +148,7 @@ impl ScheduleError {
             | ScheduleError::TooFarInThePast { .. }
             | ScheduleError::TooLarge { .. }
             | ScheduleError::BeyondWireFormat(_)
+            | ScheduleError::FieldTooLong { .. }
             | ScheduleError::TaskDataTooDeep { .. } => true,
             ScheduleError::Config(_) | ScheduleError::Topic { .. } | ScheduleError::Kafka(_) => {
                 false
@@ -479,6 +494,54 @@ mod tests {
     }
 
     #[test]
+    fn keys_longer_than_cassandra_takes_are_refused() {
+        let now = Utc::now();
+        let grace = Duration::from_secs(10);
+        let task = |ordering_id: &str, uniqueness_key: &str| {
+            Task::new(ordering_id, now, uniqueness_key, Default::default())
+        };
+        let error = validate(&task(&"o".repeat(70_000), "u"), now, grace).unwrap_err();
+        assert_eq!(
+            error.to_string(),
+            "orderingId is 70000 bytes, over the 1024-byte limit"
+        );
+        let error = validate(&task("o", &"u".repeat(1025)), now, grace).unwrap_err();
+        assert_eq!(
+            error.to_string(),
+            "uniquenessKey is 1025 bytes, over the 1024-byte limit"
+        );
+        let longest = task(&"o".repeat(1024), &"u".repeat(1024));
+        assert!(validate(&longest, now, grace).is_ok());
+    }
+
+    #[tokio::test]
+    async fn cancelling_with_too_long_a_key_is_refused_before_kafka() {
+        let mut config = SchedulerConfig::new("127.0.0.1:1", "t");
+        // Without validation, the metadata request fails after this long, with another error.
+        config.delivery_timeout = Duration::from_secs(1);
+        let scheduler = Scheduler::new(config).unwrap();
+        let mut key = Task::new("o", Utc::now(), "u", Default::default()).key();
+        key.uniqueness_key = "u".repeat(70_000);
+        let error = scheduler.cancel_task(&key).await.unwrap_err();
+        assert_eq!(
+            error.to_string(),
+            "uniquenessKey is 70000 bytes, over the 1024-byte limit"
+        );
+        assert!(!error.is_retryable());
+        let text = scheduler.metrics();
+        assert!(
+            text.contains(
+                "scheduler_client_requests_total{operation=\"cancel\",result=\"rejected\"} 1"
+            ),
+            "{text}"
+        );
+        assert!(
+            !text.contains("scheduler_client_request_duration_seconds_count"),
+            "nothing was sent: {text}"
+        );
+    }
+
+    #[test]
     fn only_kafka_and_topic_errors_are_retryable() {
         let invalid = [
             ScheduleError::EmptyOrderingId,
@@ -486,6 +549,11 @@ mod tests {
             ScheduleError::BeyondWireFormat("x".into()),
             ScheduleError::TooLarge { size: 2, max: 1 },
             ScheduleError::TaskDataTooDeep { max: 64 },
+            ScheduleError::FieldTooLong {
+                field: "orderingId",
+                bytes: 2000,
+                max: 1024,
+            },
         ];
         for error in invalid {
             assert!(!error.is_retryable() && error.is_rejection(), "{error}");

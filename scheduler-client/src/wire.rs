@@ -21,7 +21,9 @@
 //! decoder refuses (parks, with a reason) records that break them, by the same check
 //! ([`check_task`], [`check_key`]), so a task the client accepted is one the node runs:
 //!
-//! - `orderingId` and `uniquenessKey` are not empty.
+//! - `orderingId` and `uniquenessKey` are not empty, and at most [`MAX_ORDERING_ID_BYTES`] and
+//!   [`MAX_UNIQUENESS_KEY_BYTES`] (1,024 each) bytes of UTF-8: with `scheduledTime` they are
+//!   Cassandra's clustering key, which must stay below 64 KiB. This holds for cancellations too.
 //! - `taskData` is a JSON object nested at most [`MAX_TASK_DATA_DEPTH`] (64) levels deep, the
 //!   object itself being level 1 (the node's JSON parser stops at 128 levels).
 //! - Numbers arrive exactly: integers must fit i64 or u64 (the decoder refuses larger ones, which
@@ -45,6 +47,14 @@ pub const WIRE_VERSION: u64 = 1;
 /// far from that, also when the node parses `taskData` again from Cassandra.
 pub const MAX_TASK_DATA_DEPTH: usize = 64;
 
+/// The longest `orderingId`, in UTF-8 bytes. Cassandra keys the schedule by `scheduledTime`,
+/// `orderingId` and `uniquenessKey` and refuses a key over 64 KiB on every retry, which would stall
+/// the partition; 1 KiB for each of the two leaves the key near 2 KiB, far below.
+pub const MAX_ORDERING_ID_BYTES: usize = 1024;
+
+/// The longest `uniquenessKey`, in UTF-8 bytes (see [`MAX_ORDERING_ID_BYTES`]).
+pub const MAX_UNIQUENESS_KEY_BYTES: usize = 1024;
+
 /// Why a task's content cannot be run: the one check that the client makes before sending and
 /// the node's decoder makes before scheduling, so that what the client accepts, the node runs.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -55,6 +65,17 @@ pub enum ContentError {
     /// `uniquenessKey` is empty.
     #[error("the task's uniquenessKey is empty")]
     EmptyUniquenessKey,
+    /// `orderingId` or `uniquenessKey` is longer than [`MAX_ORDERING_ID_BYTES`] or
+    /// [`MAX_UNIQUENESS_KEY_BYTES`].
+    #[error("{field} is {bytes} bytes, over the {max}-byte limit")]
+    FieldTooLong {
+        /// `orderingId` or `uniquenessKey`.
+        field: &'static str,
+        /// Its length in bytes.
+        bytes: usize,
+        /// The limit.
+        max: usize,
+    },
     /// `taskData` nests deeper than [`MAX_TASK_DATA_DEPTH`].
     #[error("taskData is nested deeper than {max} levels")]
     TaskDataTooDeep {
@@ -63,13 +84,25 @@ pub enum ContentError {
     },
 }
 
-/// Checks a task's key (also of a cancellation): the rules a record's key must meet.
+/// Checks a task's key (also a cancellation's): not empty, and short enough for Cassandra.
 pub fn check_key(ordering_id: &str, uniqueness_key: &str) -> Result<(), ContentError> {
     if ordering_id.is_empty() {
         return Err(ContentError::EmptyOrderingId);
     }
     if uniqueness_key.is_empty() {
         return Err(ContentError::EmptyUniquenessKey);
+    }
+    for (field, value, max) in [
+        ("orderingId", ordering_id, MAX_ORDERING_ID_BYTES),
+        ("uniquenessKey", uniqueness_key, MAX_UNIQUENESS_KEY_BYTES),
+    ] {
+        if value.len() > max {
+            return Err(ContentError::FieldTooLong {
+                field,
+                bytes: value.len(),
+                max,
+            });
+        }
     }
     Ok(())
 }
@@ -156,6 +189,17 @@ pub enum DecodeError {
     /// only read as a rounded float.
     #[error("taskData holds the integer {0}, beyond the 64-bit range the node reads exactly")]
     IntegerOutOfRange(String),
+    /// `orderingId` or `uniquenessKey` is longer than [`MAX_ORDERING_ID_BYTES`] or
+    /// [`MAX_UNIQUENESS_KEY_BYTES`] (Cassandra would refuse the row on every retry).
+    #[error("{field} is {bytes} bytes, over the {max}-byte limit")]
+    FieldTooLong {
+        /// `orderingId` or `uniquenessKey`.
+        field: &'static str,
+        /// Its length in bytes.
+        bytes: usize,
+        /// The limit.
+        max: usize,
+    },
 }
 
 impl From<ContentError> for DecodeError {
@@ -163,6 +207,9 @@ impl From<ContentError> for DecodeError {
         match error {
             ContentError::EmptyOrderingId => DecodeError::EmptyField("orderingId"),
             ContentError::EmptyUniquenessKey => DecodeError::EmptyField("uniquenessKey"),
+            ContentError::FieldTooLong { field, bytes, max } => {
+                DecodeError::FieldTooLong { field, bytes, max }
+            }
             ContentError::TaskDataTooDeep { max } => DecodeError::TaskDataTooDeep { max },
         }
     }
@@ -192,6 +239,7 @@ impl DecodeError {
             DecodeError::UnknownType(_) => "type",
             DecodeError::TaskDataTooDeep { .. } => "too_deep",
             DecodeError::IntegerOutOfRange(_) => "number",
+            DecodeError::FieldTooLong { .. } => "field_too_long",
         }
     }
 }
@@ -555,6 +603,31 @@ mod tests {
         let task = decode(Some(&raw), usize::MAX).unwrap();
         assert_eq!(task.task_data["a"], json!(u64::MAX));
         assert_eq!(task.task_data["b"], json!(i64::MIN));
+    }
+
+    #[test]
+    fn keys_longer_than_cassandra_takes_are_refused_in_tasks_and_cancels() {
+        let record = |kind: &str, ordering_id: &str, uniqueness_key: &str| {
+            format!(r#"{{"version":1,"type":"{kind}","orderingId":"{ordering_id}","scheduledTime":"2026-11-22T06:00:00Z","uniquenessKey":"{uniqueness_key}"}}"#).into_bytes()
+        };
+        let long = "o".repeat(70_000);
+        // Bytes, not characters: 513 two-byte characters are 1,026 bytes.
+        let wide = "é".repeat(513);
+        for kind in ["task", "cancel"] {
+            for (raw, field, bytes) in [
+                (record(kind, &long, "u"), "orderingId", 70_000),
+                (record(kind, "o", &wide), "uniquenessKey", 1026),
+            ] {
+                let error = decode_record(Some(&raw), usize::MAX).unwrap_err();
+                assert_eq!(error.reason(), "field_too_long", "{kind}: {error}");
+                assert_eq!(
+                    error.to_string(),
+                    format!("{field} is {bytes} bytes, over the 1024-byte limit")
+                );
+            }
+            let longest = record(kind, &"o".repeat(1024), &"u".repeat(1024));
+            assert!(decode_record(Some(&longest), usize::MAX).is_ok(), "{kind}");
+        }
     }
 
     #[test]

@@ -1,9 +1,13 @@
 //! Property tests of the wire decoder: whatever a record holds, decoding returns a task, a
-//! cancellation or an error with a reason; it never panics. Valid tasks survive a round trip.
+//! cancellation or an error with a reason; it never panics. Valid tasks survive a round trip, and
+//! the client's validation and the decoder accept and refuse the same tasks.
 
 use chrono::DateTime;
 use proptest::prelude::*;
-use scheduler_client::wire::{decode_record, encode, Record, MAX_TASK_DATA_DEPTH};
+use scheduler_client::wire::{
+    check_key, check_task, decode_record, encode, encode_cancel, Record, MAX_ORDERING_ID_BYTES,
+    MAX_TASK_DATA_DEPTH, MAX_UNIQUENESS_KEY_BYTES,
+};
 use scheduler_client::{validate, Task};
 use serde_json::{json, Map, Value};
 use std::time::Duration;
@@ -84,10 +88,13 @@ fn task_like() -> impl Strategy<Value = Vec<u8>> {
 fn check(bytes: &[u8]) {
     match decode_record(Some(bytes), MAX) {
         Ok(Record::Task(task)) => {
-            assert!(!task.ordering_id.is_empty() && !task.uniqueness_key.is_empty());
+            // Whatever the node takes, the client's own check takes too.
+            assert_eq!(check_task(&task), Ok(()));
             assert_eq!(task.scheduled_time.timestamp_subsec_nanos() % 1_000_000, 0);
         }
-        Ok(Record::Cancel(key)) => assert!(!key.ordering_id.is_empty()),
+        Ok(Record::Cancel(key)) => {
+            assert_eq!(check_key(&key.ordering_id, &key.uniqueness_key), Ok(()))
+        }
         Err(e) => assert!(!e.reason().is_empty()),
     }
 }
@@ -200,6 +207,44 @@ proptest! {
             Err(error) => {
                 prop_assert!(!accepted);
                 prop_assert_eq!(error.reason(), "too_deep");
+            }
+        }
+    }
+}
+
+/// Keys of any characters, and ASCII keys around the limit.
+fn key() -> impl Strategy<Value = String> {
+    prop_oneof![
+        prop::collection::vec(any::<char>(), 1..500).prop_map(String::from_iter),
+        (1000usize..1050).prop_map(|n| "k".repeat(n)),
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(500))]
+
+    /// The client and the node refuse the same keys, in tasks and in cancellations.
+    #[test]
+    fn client_and_node_agree_on_key_lengths(ordering_id in key(), uniqueness_key in key()) {
+        let time = DateTime::from_timestamp_millis(1_795_327_200_000).unwrap_or_default();
+        let fits = ordering_id.len() <= MAX_ORDERING_ID_BYTES
+            && uniqueness_key.len() <= MAX_UNIQUENESS_KEY_BYTES;
+        let task = Task::new(ordering_id, time, uniqueness_key, Map::new());
+        prop_assert_eq!(validate(&task, time, Duration::ZERO).is_ok(), fits);
+        let key = task.key();
+        for (decoded, expected) in [
+            (decode_record(Some(&encode(&task)), MAX), Record::Task(task)),
+            (decode_record(Some(&encode_cancel(&key)), MAX), Record::Cancel(key)),
+        ] {
+            match decoded {
+                Ok(record) => {
+                    prop_assert!(fits);
+                    prop_assert_eq!(record, expected);
+                }
+                Err(error) => {
+                    prop_assert!(!fits);
+                    prop_assert_eq!(error.reason(), "field_too_long");
+                }
             }
         }
     }
