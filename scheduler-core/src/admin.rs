@@ -337,7 +337,12 @@ async fn cancel(
         .cancel_task(&key)
         .await
         .map_err(|e| ApiError {
-            status: StatusCode::BAD_GATEWAY,
+            // A key the client refuses (too long, say) is the caller's to fix; Kafka failing is not.
+            status: if e.is_retryable() {
+                StatusCode::BAD_GATEWAY
+            } else {
+                StatusCode::BAD_REQUEST
+            },
             message: e.to_string(),
         })?;
     Ok((

@@ -1107,3 +1107,29 @@ fn an_ownership_read_begun_before_a_pause_does_not_answer_a_check_made_after_it(
         );
     });
 }
+
+#[test]
+fn counters_are_kept_across_revokes_for_the_life_of_the_node() {
+    run_paused(|| async {
+        let h = Harness::new(SchedulingSettings::default(), Duration::ZERO, &[]);
+        let completed = |h: &Harness| -> f64 {
+            h.metrics
+                .encode(&h.in_flight)
+                .lines()
+                .filter_map(|l| {
+                    l.strip_prefix(
+                        "scheduler_executions_total{partition=\"0\",outcome=\"completed\"} ",
+                    )
+                })
+                .filter_map(|v| v.parse::<f64>().ok())
+                .sum()
+        };
+        for round in 1..=2 {
+            h.assign().await;
+            h.enqueue(vec![task("a", t0(), &round.to_string())]).await;
+            advance(Duration::from_secs(1)).await;
+            h.topic.send(RevokePartitions).await.expect("revoke");
+            assert_eq!(completed(&h), f64::from(round));
+        }
+    });
+}
