@@ -289,8 +289,10 @@ async fn failures_are_retried_with_backoff_and_recorded_failed_after_the_last_re
         .await
         .expect("scheduled");
 
-    let store = env.store().await;
-    let p = |t: &scheduler_client::Task| partition_for(&t.ordering_id, env.partitions);
+    wait_until(Duration::from_secs(10), "the node to be ready", || {
+        node.is_ready()
+    })
+    .await;
     for t in [&flaky, &doomed] {
         wait_until(Duration::from_secs(30), "a final status", || {
             by_task(&log).get(&t.key()).map(Vec::len) == Some(3)
@@ -300,14 +302,9 @@ async fn failures_are_retried_with_backoff_and_recorded_failed_after_the_last_re
     let mut flaky_status = None;
     let mut doomed_status = None;
     for _ in 0..100 {
-        flaky_status = store
-            .status(p(&flaky), flaky.key())
-            .await
-            .expect("status read");
-        doomed_status = store
-            .status(p(&doomed), doomed.key())
-            .await
-            .expect("status read");
+        // The node's own status reader: no store handle needed.
+        flaky_status = node.task_status(&flaky.key()).await.expect("status read");
+        doomed_status = node.task_status(&doomed.key()).await.expect("status read");
         if flaky_status.is_some() && doomed_status.is_some() {
             break;
         }

@@ -216,3 +216,51 @@ async fn schedule_loads_in_key_order_across_hour_buckets_and_records_outcomes() 
         .await
         .expect("drop keyspace");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn of_many_records_of_one_key_in_a_batch_the_last_is_kept_and_a_refused_one_is_reported() {
+    Stack::from_env().require_cassandra().await;
+    let keyspace = unique_name("it_store_last");
+    let store = CassandraStore::connect(&settings(&keyspace))
+        .await
+        .expect("connect and create schema");
+    let at = Utc
+        .with_ymd_and_hms(2030, 1, 1, 10, 0, 0)
+        .single()
+        .expect("valid time");
+    // 300 versions of one key (the same uniqueness key, data n = 0..299), then one other task;
+    // written concurrently, Cassandra would keep whichever write came last to it.
+    let versions: Vec<Task> = (0..300)
+        .map(|n| {
+            let data = serde_json::json!({ "n": n });
+            Task::new(
+                "o",
+                at,
+                "same",
+                data.as_object().cloned().unwrap_or_default(),
+            )
+        })
+        .collect();
+    let key = versions[0].key();
+    let mut batch = versions;
+    // A clustering key over Cassandra's 64 KiB limit: refused, reported, not retried.
+    let poison = task(at, &"x".repeat(70_000), 1);
+    batch.push(poison.clone());
+    let refused = store.persist(3, batch).await.expect("persist");
+    assert_eq!(
+        refused.iter().map(|r| r.key.clone()).collect::<Vec<_>>(),
+        vec![poison.key()],
+        "{refused:?}"
+    );
+    let kept = store
+        .scheduled_task(3, key)
+        .await
+        .expect("read")
+        .expect("kept");
+    assert_eq!(kept.task_data["n"], 299, "the last version wins");
+    let session = Stack::from_env().require_cassandra().await;
+    session
+        .query_unpaged(format!("DROP KEYSPACE {keyspace}"), &[])
+        .await
+        .expect("drop keyspace");
+}

@@ -19,7 +19,7 @@ use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use chrono::{DateTime, Utc};
+use chrono::{DateTime, TimeDelta, Utc};
 use futures::{StreamExt, TryStreamExt};
 use scheduler_client::{partition_for, truncate_to_millis, wire, Scheduler, Task, TaskKey};
 use serde::{Deserialize, Serialize};
@@ -86,6 +86,7 @@ impl IntoResponse for ApiError {
 pub fn router(state: Arc<AdminState>) -> Router {
     Router::new()
         .route("/api/v1/status", get(status))
+        .route("/api/v1/ready", get(ready))
         .route("/api/v1/task", get(task))
         .route("/api/v1/task/cancel", post(cancel))
         .route("/api/v1/tasks", get(tasks))
@@ -147,6 +148,26 @@ struct PartitionStatus {
     tasks_scheduled: usize,
     tasks_executing: usize,
     kafka_lag: Option<i64>,
+}
+
+/// 200 once the node owns partitions and has loaded each one's schedule, else 503: for load
+/// balancers and deploy tooling.
+async fn ready(State(state): State<Arc<AdminState>>) -> (StatusCode, Json<Value>) {
+    let owned = state
+        .owned
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .clone();
+    let ready = state.in_flight.ready(&owned);
+    let code = if ready {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    };
+    (
+        code,
+        Json(serde_json::json!({ "ready": ready, "ownedPartitions": owned })),
+    )
 }
 
 async fn status(State(state): State<Arc<AdminState>>) -> Json<StatusResponse> {
@@ -361,6 +382,48 @@ async fn cancel(
 const MAX_PAGE: usize = 1000;
 /// Partitions read at once when listing.
 const LIST_CONCURRENCY: usize = 16;
+/// The widest window `GET /api/v1/tasks` reads: a load walks one hour bucket per query.
+const MAX_LIST_WINDOW_DAYS: i64 = 31;
+
+/// `from` must be before `to`, at most `MAX_LIST_WINDOW_DAYS` before.
+fn check_window(from: DateTime<Utc>, to: DateTime<Utc>) -> Result<(), ApiError> {
+    if from >= to {
+        return Err(ApiError::bad_request("from must be earlier than to"));
+    }
+    if to - from > TimeDelta::days(MAX_LIST_WINDOW_DAYS) {
+        return Err(ApiError::bad_request(format!(
+            "the window may span at most {MAX_LIST_WINDOW_DAYS} days ({} hour buckets); page through a longer one",
+            MAX_LIST_WINDOW_DAYS * 24
+        )));
+    }
+    Ok(())
+}
+
+/// The `limit` tasks with the smallest keys among those offered.
+struct SmallestKeys {
+    limit: usize,
+    kept: std::collections::BTreeMap<TaskKey, (PartitionId, Task)>,
+}
+
+impl SmallestKeys {
+    fn new(limit: usize) -> Self {
+        SmallestKeys {
+            limit,
+            kept: std::collections::BTreeMap::new(),
+        }
+    }
+
+    fn offer(&mut self, partition: PartitionId, task: Task) {
+        self.kept.insert(task.key(), (partition, task));
+        if self.kept.len() > self.limit {
+            self.kept.pop_last();
+        }
+    }
+
+    fn into_sorted(self) -> Vec<(PartitionId, Task)> {
+        self.kept.into_values().collect()
+    }
+}
 
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -420,9 +483,7 @@ async fn tasks(
     let Query(query) = query.map_err(|e| ApiError::bad_request(e.body_text()))?;
     let from = parse_time(query.from, "from")?;
     let to = parse_time(query.to, "to")?;
-    if from >= to {
-        return Err(ApiError::bad_request("from must be earlier than to"));
-    }
+    check_window(from, to)?;
     let limit = query.limit.unwrap_or(100);
     if limit == 0 || limit > MAX_PAGE {
         return Err(ApiError::bad_request(format!(
@@ -440,22 +501,24 @@ async fn tasks(
             "fromOrderingId and fromUniquenessKey go together (the key the previous page ended at)",
         )),
     };
-    // Each partition's first `limit` tasks after the cursor; the page is the first `limit` of all.
+    // Each partition's first `limit` tasks after the cursor; the page is the first `limit` of
+    // all, kept as the reads come in, so memory holds `limit` rows plus the reads under way,
+    // not partitions x limit.
     let reads = (0..state.partition_count as PartitionId).map(|partition| {
         let read = state.store.load(partition, cursor.clone(), to, limit);
         async move { read.await.map(|tasks| (partition, tasks)) }
     });
-    let per_partition: Vec<(PartitionId, Vec<Task>)> = futures::stream::iter(reads)
+    let page = futures::stream::iter(reads)
         .buffer_unordered(LIST_CONCURRENCY)
-        .try_collect()
+        .try_fold(SmallestKeys::new(limit), |mut page, (partition, tasks)| {
+            for task in tasks {
+                page.offer(partition, task);
+            }
+            futures::future::ready(Ok(page))
+        })
         .await
         .map_err(store_error)?;
-    let mut candidates: Vec<(PartitionId, Task)> = per_partition
-        .into_iter()
-        .flat_map(|(p, tasks)| tasks.into_iter().map(move |t| (p, t)))
-        .collect();
-    candidates.sort_by_key(|(_, task)| task.key());
-    candidates.truncate(limit);
+    let candidates = page.into_sorted();
     let next = (candidates.len() == limit)
         .then(|| candidates.last())
         .flatten()
@@ -500,6 +563,26 @@ async fn metrics(State(state): State<Arc<AdminState>>) -> Response {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_listing_window_is_bounded_and_a_page_keeps_only_its_limit() {
+        let t = |s: &str| DateTime::parse_from_rfc3339(s).map(|t| t.with_timezone(&Utc));
+        let (from, to) = (t("2020-01-01T00:00:00Z"), t("2030-01-01T00:00:00Z"));
+        let err = check_window(from.expect("time"), to.expect("time")).unwrap_err();
+        assert_eq!(err.status, StatusCode::BAD_REQUEST);
+        assert!(err.message.contains("at most 31 days"), "{}", err.message);
+        let mut page = SmallestKeys::new(3);
+        for (p, n) in [(0, 5), (1, 1), (2, 4), (0, 2), (1, 9), (2, 3)] {
+            let at = Utc::now() + TimeDelta::seconds(n);
+            page.offer(p, Task::new("o", at, n.to_string(), Default::default()));
+        }
+        let kept: Vec<String> = page
+            .into_sorted()
+            .into_iter()
+            .map(|(_, t)| t.uniqueness_key)
+            .collect();
+        assert_eq!(kept, ["1", "2", "3"]);
+    }
 
     #[test]
     fn token_comparison_needs_the_whole_token() {

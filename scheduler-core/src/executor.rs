@@ -126,6 +126,7 @@ impl TaskContext {
                 return reason;
             }
             tokio::select! {
+                biased;
                 changed = tree.changed() => if changed.is_err() { std::future::pending::<()>().await },
                 changed = lease.changed() => if changed.is_err() { std::future::pending::<()>().await },
             }

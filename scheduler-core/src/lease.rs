@@ -315,6 +315,7 @@ async fn write_lease(inner: Arc<Inner>) {
             valid_until.map_or(Instant::now(), |v| v - inner.ttl + renew_every)
         };
         tokio::select! {
+            biased;
             _ = inner.wake.notified() => {}
             _ = tokio::time::sleep_until(next) => {}
         }

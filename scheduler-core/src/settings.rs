@@ -122,6 +122,10 @@ pub struct SchedulingSettings {
     /// running on a node that died or froze. Whole seconds, at least 3.
     #[serde(with = "duration_text")]
     pub lease_ttl: Duration,
+    /// The most due tasks one orderingId holds in memory (at most a quarter of
+    /// `max_in_flight_tasks`); later ones wait in Cassandra, so one stuck orderingId cannot
+    /// take the partition's in-flight budget from the others.
+    pub max_queued_per_ordering: usize,
     /// User executor calls running at once on this node.
     pub executor_concurrency: usize,
     /// An executor call running longer is cut off and counts as a retryable failure.
@@ -148,6 +152,7 @@ impl Default for SchedulingSettings {
             isolation_wait: Duration::from_secs(3),
             drain_timeout: Duration::from_secs(10),
             lease_ttl: Duration::from_secs(10),
+            max_queued_per_ordering: 32,
             executor_concurrency: 64,
             execution_timeout: Duration::from_secs(300),
             max_task_data_bytes: 512 * 1024,
@@ -308,6 +313,9 @@ impl Settings {
         }
         if s.persist_timeout.is_zero() {
             return invalid("scheduling.persist_timeout", "must be greater than zero");
+        }
+        if s.max_queued_per_ordering == 0 {
+            return invalid("scheduling.max_queued_per_ordering", "must be at least 1");
         }
         if s.executor_concurrency == 0 {
             return invalid("scheduling.executor_concurrency", "must be at least 1");

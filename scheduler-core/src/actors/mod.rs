@@ -93,6 +93,7 @@ pub struct InFlight {
     current: AtomicUsize,
     peak: AtomicUsize,
     held: AtomicUsize,
+    loaded: std::sync::atomic::AtomicBool,
 }
 
 impl InFlight {
@@ -130,6 +131,16 @@ impl InFlight {
     pub fn held(&self) -> usize {
         self.held.load(Ordering::SeqCst)
     }
+
+    /// Records that the tree's first load of its schedule completed.
+    pub fn mark_loaded(&self) {
+        self.loaded.store(true, Ordering::SeqCst);
+    }
+
+    /// Whether the tree's first load of its schedule completed.
+    pub fn is_loaded(&self) -> bool {
+        self.loaded.load(Ordering::SeqCst)
+    }
 }
 
 /// The in-flight gauges of the partitions this node runs (a partition's tree gets a fresh one
@@ -163,6 +174,15 @@ impl InFlightGauges {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .remove(&partition);
+    }
+
+    /// Whether the node is ready: it owns partitions and each one's tree has loaded its
+    /// schedule once.
+    pub fn ready(&self, owned: &[PartitionId]) -> bool {
+        !owned.is_empty()
+            && owned
+                .iter()
+                .all(|p| self.get(*p).is_some_and(|g| g.is_loaded()))
     }
 
     /// Every partition's gauge, by partition.

@@ -1,21 +1,31 @@
 //! PartitionExecutor: routes each due task of a partition to the OrderingExecutor of its
 //! orderingId (creating it on first use, stopping it when its queue empties), and takes each
 //! finished task off the partition's in-flight gauge.
+//!
+//! One orderingId holds at most a few tasks in memory (`max_queued_per_ordering`, at most a
+//! quarter of `max_in_flight_tasks`): a due task beyond that is **deferred**, dropped from
+//! memory and left in Cassandra, so an orderingId stuck on a failing head cannot fill the
+//! partition's in-flight budget and stall every other orderingId. Once its queue is half empty
+//! its deferred tasks are read back from the schedule, in order. While an orderingId has
+//! deferred tasks, every later task of it is deferred too, so its order holds.
 
-use std::collections::HashMap;
+use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 use actix::{
-    Actor, ActorContext, Addr, AsyncContext, Context, Handler, Message, Recipient, ResponseFuture,
+    Actor, ActorContext, ActorFutureExt, Addr, AsyncContext, Context, Handler, Message, Recipient,
+    ResponseFuture, WrapFuture,
 };
-use scheduler_client::Task;
+use chrono::{DateTime, TimeDelta, Utc};
+use scheduler_client::{Task, TaskKey};
 use tracing::{debug, warn};
 
 use super::ordering_executor::{DrainOrdering, ExecuteOrderingTask, OrderingExecutor};
 use super::task_lifecycle::ExecutionOutcome;
 use super::throughput_controller::CapacityFreed;
 use super::{ExecutionLinks, InFlight, PartitionDeps, StopActor};
-use crate::store::PartitionId;
+use crate::store::{PartitionId, ReadCursor, StoreResult, TaskStore};
 
 /// A task that is due, from the PartitionScheduler.
 #[derive(Debug, Message)]
@@ -41,9 +51,23 @@ pub struct DrainPartition {
     pub timeout: Duration,
 }
 
+/// Wait before reading deferred tasks back again after a failed read, or while the partition
+/// has no room.
+const READ_BACK_RETRY: Duration = Duration::from_secs(1);
+
 struct OrderingQueue {
     executor: Addr<OrderingExecutor>,
     outstanding: usize,
+}
+
+/// The due tasks of one orderingId left in Cassandra for want of room.
+struct Deferred {
+    /// The earliest of them: reading back starts there.
+    from: TaskKey,
+    /// A read-back is under way.
+    reading: bool,
+    /// The earliest task deferred while a read-back was under way (it may have missed it).
+    missed: Option<TaskKey>,
 }
 
 /// Executes the due tasks of one partition.
@@ -52,8 +76,9 @@ pub struct PartitionExecutor {
     deps: PartitionDeps,
     links: ExecutionLinks,
     capacity_listener: Recipient<CapacityFreed>,
-    queues: HashMap<String, OrderingQueue>,
-    in_flight: std::sync::Arc<InFlight>,
+    queues: BTreeMap<String, OrderingQueue>,
+    deferred: BTreeMap<String, Deferred>,
+    in_flight: Arc<InFlight>,
     draining: bool,
 }
 
@@ -65,35 +90,148 @@ impl PartitionExecutor {
         deps: PartitionDeps,
         links: ExecutionLinks,
         capacity_listener: Recipient<CapacityFreed>,
-        in_flight: std::sync::Arc<InFlight>,
+        in_flight: Arc<InFlight>,
     ) -> Self {
         PartitionExecutor {
             partition,
             deps,
             links,
             capacity_listener,
-            queues: HashMap::new(),
+            queues: BTreeMap::new(),
+            deferred: BTreeMap::new(),
             in_flight,
             draining: false,
         }
     }
 }
 
-impl Actor for PartitionExecutor {
-    type Context = Context<Self>;
-}
+impl PartitionExecutor {
+    /// The most tasks one orderingId holds in memory.
+    fn ordering_bound(&self) -> usize {
+        let settings = &self.deps.settings;
+        settings
+            .max_queued_per_ordering
+            .min(settings.max_in_flight_tasks / 4)
+            .max(1)
+    }
 
-impl Handler<ExecutePartitionTask> for PartitionExecutor {
-    type Result = ();
+    /// Leaves `task` in Cassandra: off the gauge, remembered as deferred for its orderingId.
+    fn defer(&mut self, task: &Task) {
+        self.in_flight.remove(1);
+        let key = task.key();
+        match self.deferred.get_mut(&task.ordering_id) {
+            Some(deferred) => {
+                if deferred.reading && deferred.missed.as_ref().is_none_or(|m| key < *m) {
+                    deferred.missed = Some(key.clone());
+                }
+                if key < deferred.from {
+                    deferred.from = key;
+                }
+            }
+            None => {
+                debug!(partition = self.partition, ordering_id = %task.ordering_id,
+                    "orderingId holds its share of memory: later tasks wait in Cassandra");
+                self.deferred.insert(
+                    task.ordering_id.clone(),
+                    Deferred {
+                        from: key,
+                        reading: false,
+                        missed: None,
+                    },
+                );
+            }
+        }
+        self.capacity_listener.do_send(CapacityFreed);
+    }
 
-    fn handle(&mut self, msg: ExecutePartitionTask, ctx: &mut Context<Self>) {
-        if self.draining {
-            // The partition is being torn down; the task stays in Cassandra for the next owner.
-            self.in_flight.remove(1);
+    /// Reads back up to the free room of `ordering_id`'s deferred tasks that are due.
+    fn read_back(&mut self, ordering_id: String, ctx: &mut Context<Self>) {
+        // Within the orderingId's share and the partition's in-flight budget.
+        let partition_room = self
+            .deps
+            .settings
+            .max_in_flight_tasks
+            .saturating_sub(self.in_flight.current());
+        let room = self
+            .ordering_bound()
+            .saturating_sub(self.queues.get(&ordering_id).map_or(0, |q| q.outstanding))
+            .min(partition_room);
+        let Some(deferred) = self.deferred.get_mut(&ordering_id) else {
+            return;
+        };
+        if deferred.reading {
             return;
         }
-        let task = msg.0;
-        debug!(partition = self.partition, task = %task.key(), "task dispatched");
+        if room == 0 {
+            if partition_room == 0 && !self.draining {
+                ctx.run_later(READ_BACK_RETRY, move |act, ctx| {
+                    act.read_back(ordering_id, ctx)
+                });
+            }
+            return;
+        }
+        deferred.reading = true;
+        deferred.missed = None;
+        // Reserved now, so loads and pushes meanwhile cannot take the room.
+        self.in_flight.add(room);
+        let read = load_ordering(
+            Arc::clone(&self.deps.store),
+            self.partition,
+            ordering_id.clone(),
+            deferred.from.clone(),
+            self.deps.clock.now(),
+            room,
+            self.deps.settings.fetch_batch_size,
+        );
+        ctx.spawn(read.into_actor(self).map(move |result, act, ctx| {
+            let read = result.as_ref().map_or(0, Vec::len);
+            act.in_flight.remove(room - read.min(room));
+            let Some(deferred) = act.deferred.get_mut(&ordering_id) else {
+                act.in_flight.remove(read);
+                return;
+            };
+            deferred.reading = false;
+            let tasks = match result {
+                Ok(tasks) => tasks,
+                Err(e) => {
+                    warn!(partition = act.partition, %ordering_id, error = %e,
+                        "deferred tasks not read back; trying again");
+                    ctx.run_later(READ_BACK_RETRY, move |act, ctx| {
+                        act.read_back(ordering_id, ctx)
+                    });
+                    return;
+                }
+            };
+            let missed = deferred.missed.take();
+            let next = if tasks.len() < room {
+                missed
+            } else {
+                // The key right after the last read: more may follow.
+                let after_last = tasks.last().map(|t| {
+                    let mut key = t.key();
+                    key.uniqueness_key.push('\0');
+                    key
+                });
+                after_last.into_iter().chain(missed).min()
+            };
+            match next {
+                Some(from) => deferred.from = from,
+                None => {
+                    act.deferred.remove(&ordering_id);
+                }
+            }
+            if act.draining {
+                act.in_flight.remove(tasks.len());
+                return;
+            }
+            for task in tasks {
+                act.enqueue(task, ctx);
+            }
+        }));
+    }
+
+    /// Hands `task` to its orderingId's queue, creating it on first use.
+    fn enqueue(&mut self, task: Task, ctx: &mut Context<Self>) {
         let queue = self
             .queues
             .entry(task.ordering_id.clone())
@@ -113,14 +251,60 @@ impl Handler<ExecutePartitionTask> for PartitionExecutor {
     }
 }
 
+impl Actor for PartitionExecutor {
+    type Context = Context<Self>;
+}
+
+impl Handler<ExecutePartitionTask> for PartitionExecutor {
+    type Result = ();
+
+    fn handle(&mut self, msg: ExecutePartitionTask, ctx: &mut Context<Self>) {
+        if self.draining {
+            // The partition is being torn down; the task stays in Cassandra for the next owner.
+            self.in_flight.remove(1);
+            return;
+        }
+        let task = msg.0;
+        debug!(partition = self.partition, task = %task.key(), "task dispatched");
+        let behind_deferred = self
+            .deferred
+            .get(&task.ordering_id)
+            .is_some_and(|d| task.key() >= d.from || d.reading);
+        let full = self
+            .queues
+            .get(&task.ordering_id)
+            .is_some_and(|q| q.outstanding >= self.ordering_bound());
+        if behind_deferred || full {
+            self.defer(&task);
+            let outstanding = self
+                .queues
+                .get(&task.ordering_id)
+                .map_or(0, |q| q.outstanding);
+            if outstanding <= self.ordering_bound() / 2 {
+                self.read_back(task.ordering_id, ctx);
+            }
+            return;
+        }
+        self.enqueue(task, ctx);
+    }
+}
+
 impl Handler<OrderingTaskDone> for PartitionExecutor {
     type Result = ();
 
-    fn handle(&mut self, msg: OrderingTaskDone, _: &mut Context<Self>) {
+    fn handle(&mut self, msg: OrderingTaskDone, ctx: &mut Context<Self>) {
         self.in_flight.remove(1);
+        let mut outstanding = 0;
         if let Some(queue) = self.queues.get_mut(&msg.ordering_id) {
             queue.outstanding = queue.outstanding.saturating_sub(1);
-            if queue.outstanding == 0 && !self.draining {
+            outstanding = queue.outstanding;
+        }
+        if !self.draining {
+            if self.deferred.contains_key(&msg.ordering_id) {
+                if outstanding <= self.ordering_bound() / 2 {
+                    self.read_back(msg.ordering_id.clone(), ctx);
+                }
+            } else if outstanding == 0 {
                 if let Some(idle) = self.queues.remove(&msg.ordering_id) {
                     idle.executor.do_send(StopActor);
                 }
@@ -128,6 +312,37 @@ impl Handler<OrderingTaskDone> for PartitionExecutor {
         }
         self.capacity_listener.do_send(CapacityFreed);
     }
+}
+
+/// Up to `limit` tasks of `ordering_id` in `partition`'s schedule, from `from` (inclusive) to
+/// `until` (inclusive), in key order: the schedule is read in pages of `page` rows and filtered.
+async fn load_ordering(
+    store: Arc<dyn TaskStore>,
+    partition: PartitionId,
+    ordering_id: String,
+    from: TaskKey,
+    until: DateTime<Utc>,
+    limit: usize,
+    page: usize,
+) -> StoreResult<Vec<Task>> {
+    let until = until + TimeDelta::milliseconds(1);
+    let mut cursor = ReadCursor::From(from.scheduled_time);
+    let mut found = Vec::new();
+    loop {
+        let rows = store.load(partition, cursor, until, page.max(1)).await?;
+        let last = rows.last().map(Task::key);
+        let full_page = rows.len() >= page.max(1);
+        found.extend(
+            rows.into_iter()
+                .filter(|t| t.ordering_id == ordering_id && t.key() >= from),
+        );
+        match last {
+            Some(last) if full_page && found.len() < limit => cursor = ReadCursor::After(last),
+            _ => break,
+        }
+    }
+    found.truncate(limit);
+    Ok(found)
 }
 
 impl Handler<DrainPartition> for PartitionExecutor {
@@ -160,7 +375,7 @@ impl Handler<StopActor> for PartitionExecutor {
     type Result = ();
 
     fn handle(&mut self, _: StopActor, ctx: &mut Context<Self>) {
-        for (_, queue) in self.queues.drain() {
+        for (_, queue) in std::mem::take(&mut self.queues) {
             queue.executor.do_send(StopActor);
         }
         ctx.stop();

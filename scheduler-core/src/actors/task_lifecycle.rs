@@ -6,9 +6,10 @@
 //!    gone: see [`crate::lease`]).
 //! 2. **Slot.** A slot of the execution pool. Everything below is checked after the wait, so a
 //!    task that waited for a slot never runs on checks made before it.
-//! 3. **Status.** A task with a final status (completed, failed, dropped, cancelled) is not run.
-//! 4. **Lease.** The orderingId's entry in the tree's running-task lease is durable.
-//! 5. **Ownership, read after the lease.** A stale tree is fenced here; a newer one waits at 1.
+//! 3. **Lease.** The orderingId's entry in the tree's running-task lease is durable.
+//! 4. **Ownership, read after the lease.** A stale tree is fenced here; a newer one waits at 1.
+//! 5. **Status.** A task with a final status (completed, failed, dropped, cancelled) is not
+//!    run. The last check before the call, so a cancel recorded meanwhile is seen.
 //! 6. **Call.** The user's executor, with a [`TaskContext`]; the call keeps its slot and lease
 //!    entry until it returns, even if this function is dropped with its tree.
 //! 7. **Record, as owner.** The attempt, then the final status (completed, dropped, failed once
@@ -132,18 +133,7 @@ impl TaskRun {
             // 2. A slot.
             let pool = self.deps.pool.clone();
             let slot = self.unless_stopped(pool.slot()).await?;
-            // 3. Not finished or cancelled.
-            let store = self.deps.store.clone();
-            let (partition, key) = (self.partition, self.key.clone());
-            let status = self
-                .store_step("status read", || store.status(partition, key.clone()))
-                .await?;
-            if let Some(status) = status {
-                debug!(partition, task = %self.key, status = status.status.as_str(), "task already finished; not running it again");
-                self.remove_from_schedule();
-                return Ok(ExecutionOutcome::AlreadyFinished);
-            }
-            // 4. The lease entry, then 5. ownership read after it.
+            // 3. The lease entry, then 4. ownership read after it.
             let task_text = self.key.to_string();
             let hold = self
                 .store_step("lease write", || async {
@@ -158,6 +148,18 @@ impl TaskRun {
                 .await?;
             let written_at = tokio::time::Instant::now();
             let epoch = self.owner(Some(written_at)).await?;
+            // 5. Not finished or cancelled: the last check, so a cancel recorded during the
+            // steps above is seen.
+            let store = self.deps.store.clone();
+            let (partition, key) = (self.partition, self.key.clone());
+            let status = self
+                .store_step("status read", || store.status(partition, key.clone()))
+                .await?;
+            if let Some(status) = status {
+                debug!(partition, task = %self.key, status = status.status.as_str(), "task already finished; not running it again");
+                self.remove_from_schedule();
+                return Ok(ExecutionOutcome::AlreadyFinished);
+            }
             // 6. The call.
             self.attempts += 1;
             self.called = true;

@@ -10,8 +10,11 @@
 //! behind the cursor when its write completes (pushed) or ahead of it (loaded later), never both
 //! or neither.
 
+use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
+
+use futures::{StreamExt, TryStreamExt};
 
 use actix::{
     Actor, ActorContext, ActorFutureExt, Addr, AtomicResponse, Context, Handler, Message,
@@ -19,14 +22,17 @@ use actix::{
 };
 use chrono::{DateTime, Utc};
 use scheduler_client::{Task, TaskKey};
-use tracing::{debug, info};
+use tracing::{debug, info, warn};
 
 use super::partition_scheduler::{PartitionScheduler, ScheduleTasks, UnscheduleTasks};
 use super::throughput_controller::LoadMore;
 use super::{InFlight, StopActor};
 use crate::clock::Clock;
 use crate::metrics::Metrics;
-use crate::store::{PartitionId, ReadCursor, StoreError, StoreResult, TaskStore};
+use crate::store::{
+    last_of_each_key, PartitionId, ReadCursor, StoreError, StoreResult, TaskStore,
+    WRITE_CONCURRENCY,
+};
 
 /// One polled batch of a partition: tasks to write to the schedule and tasks to cancel (a
 /// cancellation is final, so their order within the batch does not matter). The reply comes once
@@ -72,6 +78,8 @@ pub struct TaskPersistence {
     metrics: Arc<Metrics>,
     clock: Arc<dyn Clock>,
     cursor: ReadCursor,
+    /// Where the tree's first load started: the cursor never moves back before it.
+    start: DateTime<Utc>,
     persist_timeout: Duration,
 }
 
@@ -110,6 +118,7 @@ impl TaskPersistence {
             metrics: links.metrics,
             clock: links.clock,
             cursor: ReadCursor::From(load_from),
+            start: load_from,
             persist_timeout,
         }
     }
@@ -132,6 +141,9 @@ impl Handler<PersistTasks> for TaskPersistence {
 
     fn handle(&mut self, msg: PersistTasks, _: &mut Context<Self>) -> Self::Result {
         let PersistTasks { tasks, cancels } = msg;
+        // Of several records of one key in a batch, the last in partition order wins, in the
+        // store and in memory alike.
+        let tasks = last_of_each_key(tasks);
         let started = std::time::Instant::now();
         let partition = self.partition;
         let store = Arc::clone(&self.store);
@@ -139,68 +151,40 @@ impl Handler<PersistTasks> for TaskPersistence {
         let cancelled_at = self.clock.now();
         let timeout = self.persist_timeout;
         let work = async move {
-            if let Some(write) = write {
-                write.await?;
-            }
-            let mut cancelled = Vec::new();
-            for key in cancels {
-                match store.cancel(partition, key.clone(), cancelled_at).await? {
-                    None => {
-                        if let Err(e) = store.remove_scheduled(partition, key.clone()).await {
-                            debug!(partition, task = %key, error = %e, "cancelled task left in the schedule (it will be skipped)");
-                        }
-                        info!(partition, task = %key, "task cancelled");
-                        cancelled.push(key);
-                    }
-                    Some(existing) => {
-                        info!(partition, task = %key, status = existing.status.as_str(), "cancel ignored: the task already finished");
-                    }
-                }
-            }
-            Ok(cancelled)
+            let refused = match write {
+                Some(write) => write.await?,
+                None => Vec::new(),
+            };
+            let cancelled = apply_cancels(store, partition, cancels, cancelled_at).await?;
+            Ok((refused, cancelled))
         };
         let bounded = async move {
             tokio::time::timeout(timeout, work)
                 .await
-                .unwrap_or_else(|_| {
-                    Err(StoreError::Query {
-                        operation: "task insert",
-                        reason: format!("timed out after {timeout:?}"),
-                    })
-                })
+                .unwrap_or(Err(StoreError::Timeout {
+                    operation: "persisting a polled batch",
+                    after: timeout,
+                }))
         };
         AtomicResponse::new(Box::pin(bounded.into_actor(self).map(
             move |result, act, _| {
-                let cancelled = result?;
+                let (refused, cancelled) = result?;
                 if !tasks.is_empty() {
                     act.metrics
                         .persisted(act.partition, tasks.len(), started.elapsed());
                 }
-                let mut behind: Vec<Task> = tasks
-                    .into_iter()
-                    .filter(|t| act.cursor.has_passed(&t.key()))
-                    .collect();
-                let room = act.max_in_flight.saturating_sub(act.in_flight.current());
-                if behind.len() > room {
-                    // Memory is full: push the earliest that fit and move the cursor back to the
-                    // first of the rest, so loading reads them once there is room.
-                    behind.sort_by_key(Task::key);
-                    let left = behind.split_off(room);
-                    let from = left[0].scheduled_time.min(act.cursor.time());
-                    act.cursor = ReadCursor::From(from);
-                    act.controller.do_send(LoadMore);
-                    debug!(
-                        partition = act.partition,
-                        left = left.len(),
-                        "in-flight limit reached; tasks left for loading"
-                    );
+                for task in &refused {
+                    // Retrying cannot help, and holding the batch back would stall the partition.
+                    act.metrics.parked(act.partition, "refused_by_store");
+                    warn!(partition = act.partition, task = %task.key, reason = %task.reason,
+                        "parked a task Cassandra refuses to store (skipped)");
                 }
-                debug!(
-                    partition = act.partition,
-                    pushed = behind.len(),
-                    "tasks persisted"
-                );
-                act.send_to_scheduler(behind);
+                let refused: HashSet<TaskKey> = refused.into_iter().map(|r| r.key).collect();
+                let behind: Vec<Task> = tasks
+                    .into_iter()
+                    .filter(|t| act.cursor.has_passed(&t.key()) && !refused.contains(&t.key()))
+                    .collect();
+                act.push(behind);
                 if !cancelled.is_empty() {
                     act.metrics.cancelled(act.partition, cancelled.len());
                     // After the push above, so a task cancelled in its own batch is dropped too.
@@ -212,24 +196,122 @@ impl Handler<PersistTasks> for TaskPersistence {
     }
 }
 
+/// Records the cancellation of each of `cancels` (unless it already finished) and takes it out
+/// of the schedule; returns the keys cancelled. Applied `WRITE_CONCURRENCY` at a time, so a
+/// large batch of cancels completes within the persist timeout.
+async fn apply_cancels(
+    store: Arc<dyn TaskStore>,
+    partition: PartitionId,
+    cancels: Vec<TaskKey>,
+    at: DateTime<Utc>,
+) -> StoreResult<Vec<TaskKey>> {
+    futures::stream::iter(cancels)
+        .map(|key| {
+            let store = Arc::clone(&store);
+            async move {
+                match store.cancel(partition, key.clone(), at).await {
+                    Ok(None) => {
+                        if let Err(e) = store.remove_scheduled(partition, key.clone()).await {
+                            debug!(partition, task = %key, error = %e, "cancelled task left in the schedule (it will be skipped)");
+                        }
+                        info!(partition, task = %key, "task cancelled");
+                        Ok(Some(key))
+                    }
+                    Ok(Some(existing)) => {
+                        info!(partition, task = %key, status = existing.status.as_str(), "cancel ignored: the task already finished");
+                        Ok(None)
+                    }
+                    Err(StoreError::Refused { reason, .. }) => {
+                        warn!(partition, task = %key, %reason, "parked a cancellation Cassandra refuses (skipped)");
+                        Ok(None)
+                    }
+                    Err(e) => Err(e),
+                }
+            }
+        })
+        .buffer_unordered(WRITE_CONCURRENCY)
+        .try_filter_map(|cancelled| futures::future::ready(Ok(cancelled)))
+        .try_collect()
+        .await
+}
+
+impl TaskPersistence {
+    /// Pushes tasks persisted behind the read cursor to the scheduler, as many as fit under
+    /// `max_in_flight_tasks`; the cursor moves back to the first of the rest, so loading reads
+    /// them once there is room. It never moves back before the tree's start (a far-past time
+    /// from a foreign producer would otherwise make loading walk years of empty hour buckets):
+    /// a task due before the tree started is pushed even beyond the limit.
+    fn push(&mut self, behind: Vec<Task>) {
+        let (mut behind, before_start): (Vec<Task>, Vec<Task>) = behind
+            .into_iter()
+            .partition(|t| t.scheduled_time >= self.start);
+        if !before_start.is_empty() {
+            warn!(
+                partition = self.partition,
+                count = before_start.len(),
+                "tasks due before this partition's tree started: run at once, beyond the in-flight limit"
+            );
+        }
+        let room = self.max_in_flight.saturating_sub(self.in_flight.current());
+        if behind.len() > room {
+            behind.sort_by_key(Task::key);
+            let left = behind.split_off(room);
+            let from = left[0]
+                .scheduled_time
+                .min(self.cursor.time())
+                .max(self.start);
+            self.cursor = ReadCursor::From(from);
+            self.controller.do_send(LoadMore);
+            debug!(
+                partition = self.partition,
+                left = left.len(),
+                "in-flight limit reached; tasks left for loading"
+            );
+        }
+        debug!(
+            partition = self.partition,
+            pushed = behind.len() + before_start.len(),
+            "tasks persisted"
+        );
+        behind.extend(before_start);
+        self.send_to_scheduler(behind);
+    }
+}
+
 impl Handler<LoadTasks> for TaskPersistence {
     type Result = AtomicResponse<Self, StoreResult<TasksLoaded>>;
 
     fn handle(&mut self, msg: LoadTasks, _: &mut Context<Self>) -> Self::Result {
+        // The room may have shrunk since the controller asked (a push came first).
+        let limit = msg
+            .limit
+            .min(self.max_in_flight.saturating_sub(self.in_flight.current()));
+        if limit == 0 {
+            let checkpoint = self.cursor.time();
+            return AtomicResponse::new(Box::pin(actix::fut::ready(Ok(TasksLoaded {
+                count: 0,
+                caught_up: false,
+                checkpoint,
+            }))));
+        }
+        // Reserved while the load runs, so a read-back elsewhere in the tree cannot take it.
+        self.in_flight.add(limit);
         let load = self
             .store
-            .load(self.partition, self.cursor.clone(), msg.until, msg.limit);
+            .load(self.partition, self.cursor.clone(), msg.until, limit);
         AtomicResponse::new(Box::pin(load.into_actor(self).map(
             move |result, act, _| {
+                act.in_flight.remove(limit);
                 let tasks = result?;
                 let count = tasks.len();
-                let caught_up = count < msg.limit;
+                let caught_up = count < limit;
                 act.cursor = match (caught_up, tasks.last()) {
                     (false, Some(last)) => ReadCursor::After(last.key()),
                     // Everything before `until` has been read.
                     _ => ReadCursor::From(msg.until.max(act.cursor.time())),
                 };
                 debug!(partition = act.partition, count, caught_up, "tasks loaded");
+                act.in_flight.mark_loaded();
                 act.send_to_scheduler(tasks);
                 Ok(TasksLoaded {
                     count,

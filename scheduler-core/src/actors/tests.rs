@@ -254,7 +254,9 @@ impl Harness {
     async fn process(&self, batch: PersistTasks) {
         let reply = self
             .topic
-            .send(ProcessTaskBatch(HashMap::from([(P, batch)])))
+            .send(ProcessTaskBatch(std::collections::BTreeMap::from([(
+                P, batch,
+            )])))
             .await
             .expect("batch");
         assert_eq!(reply.persisted, vec![P], "{:?}", reply.failed);
@@ -1131,5 +1133,142 @@ fn counters_are_kept_across_revokes_for_the_life_of_the_node() {
             h.topic.send(RevokePartitions).await.expect("revoke");
             assert_eq!(completed(&h), f64::from(round));
         }
+    });
+}
+
+#[test]
+fn one_stuck_ordering_id_does_not_hold_up_the_others() {
+    run_paused(|| async {
+        let settings = SchedulingSettings {
+            max_in_flight_tasks: 10,
+            backoff_factor: Duration::from_secs(1),
+            max_backoff: Duration::from_secs(2),
+            ..SchedulingSettings::default()
+        };
+        let h = Harness::new(
+            settings,
+            Duration::ZERO,
+            &[("stuck", Behaviour::FailAlways)],
+        );
+        h.assign().await;
+        let stuck: Vec<Task> = (0..20)
+            .map(|i| task("stuck", t0(), &format!("{i:02}")))
+            .collect();
+        h.enqueue(stuck).await;
+        advance(Duration::from_secs(1)).await;
+        let other = task("other", t0() + ms(2_000), "1");
+        h.enqueue(vec![other.clone()]).await;
+        advance(Duration::from_secs(5)).await;
+        assert_eq!(
+            h.recorder.call_times("other"),
+            [t0() + ms(2_000)],
+            "another orderingId of the partition runs on time"
+        );
+        let held = h.in_flight.get(P).map(|g| g.current()).unwrap_or_default();
+        assert!(held <= 10, "{held} tasks in memory");
+    });
+}
+
+#[test]
+fn a_deep_ordering_id_runs_every_task_in_order_through_its_bounded_queue() {
+    run_paused(|| async {
+        let settings = SchedulingSettings {
+            max_in_flight_tasks: 40,
+            max_queued_per_ordering: 4,
+            ..SchedulingSettings::default()
+        };
+        let h = Harness::new(settings, Duration::from_millis(5), &[]);
+        h.assign().await;
+        let deep: Vec<Task> = (0..300)
+            .map(|i| task("deep", t0() + ms(i / 10), &format!("{i:03}")))
+            .collect();
+        let expected: Vec<TaskKey> = deep.iter().map(Task::key).collect();
+        for chunk in deep.chunks(50) {
+            h.enqueue(chunk.to_vec()).await;
+            advance(Duration::from_millis(20)).await;
+        }
+        advance(Duration::from_secs(30)).await;
+        let ran: Vec<TaskKey> = h.recorder.calls().into_iter().map(|(k, _)| k).collect();
+        assert_eq!(ran, expected, "each once, in order");
+        assert_eq!(overlaps(&h), 0);
+    });
+}
+
+#[test]
+fn a_task_cassandra_refuses_is_parked_and_the_partition_goes_on() {
+    run_paused(|| async {
+        let h = Harness::new(SchedulingSettings::default(), Duration::ZERO, &[]);
+        h.assign().await;
+        let poison = task(&"x".repeat(70_000), t0(), "1");
+        let fine = task("fine", t0(), "1");
+        // `process` asserts that the batch counts as persisted (its offsets are committed).
+        h.enqueue(vec![poison, fine.clone()]).await;
+        advance(Duration::from_secs(1)).await;
+        assert_eq!(h.recorder.call_times("fine"), [t0()]);
+        let text = h.metrics.encode(&h.in_flight);
+        assert!(
+            text.contains(
+                "scheduler_parked_records_total{partition=\"0\",reason=\"refused_by_store\"} 1"
+            ),
+            "{text}"
+        );
+    });
+}
+
+#[test]
+fn a_batch_of_5000_cancels_completes_within_the_persist_timeout() {
+    run_paused(|| async {
+        let h = Harness::new(SchedulingSettings::default(), Duration::ZERO, &[]);
+        h.assign().await;
+        let tasks: Vec<Task> = (0..5_000)
+            .map(|i| task(&format!("o{}", i % 50), t0() + ms(600_000), &i.to_string()))
+            .collect();
+        h.enqueue(tasks.clone()).await;
+        // Each cancellation is a lightweight transaction of a few ms.
+        h.store.set_latency("cancel", Duration::from_millis(5));
+        h.store
+            .set_latency("status write", Duration::from_millis(5));
+        h.cancel(tasks.iter().map(Task::key).collect()).await;
+        advance(Duration::from_secs(700)).await;
+        assert!(h.recorder.calls().is_empty(), "every task was cancelled");
+    });
+}
+
+#[test]
+fn a_far_past_task_does_not_send_loading_back_years() {
+    run_paused(|| async {
+        let settings = SchedulingSettings {
+            max_in_flight_tasks: 4,
+            ..SchedulingSettings::default()
+        };
+        let h = Harness::new(settings, Duration::ZERO, &[]);
+        h.assign().await;
+        // Memory full of tasks not due yet; then a foreign producer's task due five years ago.
+        let future: Vec<Task> = (0..4)
+            .map(|i| task(&format!("f{i}"), t0() + ms(60_000), "1"))
+            .collect();
+        h.enqueue(future).await;
+        advance(Duration::from_secs(1)).await;
+        let before = h.store.buckets_read();
+        let ancient = task("ancient", t0() - TimeDelta::days(5 * 365), "1");
+        h.enqueue(vec![ancient]).await;
+        advance(Duration::from_secs(120)).await;
+        assert_eq!(h.recorder.call_times("ancient").len(), 1, "it runs");
+        let walked = h.store.buckets_read() - before;
+        assert!(walked < 1_000, "loading walked {walked} hour buckets");
+    });
+}
+
+#[test]
+fn a_node_is_ready_once_it_owns_partitions_and_loaded_each() {
+    run_paused(|| async {
+        let h = Harness::new(SchedulingSettings::default(), Duration::ZERO, &[]);
+        assert!(!h.in_flight.ready(&[]), "owning nothing is not ready");
+        h.store.set_latency("schedule load", Duration::from_secs(1));
+        h.assign().await;
+        advance(Duration::from_millis(500)).await;
+        assert!(!h.in_flight.ready(&[P]), "the first load is under way");
+        advance(Duration::from_secs(1)).await;
+        assert!(h.in_flight.ready(&[P]));
     });
 }

@@ -2,7 +2,7 @@
 //! assigned partition, hands each polled batch to the partitions it belongs to and answers once
 //! they are durable, tears partitions down on revoke, and rebuilds a partition that failed.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::time::Duration;
 
 use actix::{
@@ -34,7 +34,7 @@ pub struct RevokePartitions;
 /// One polled batch, grouped by partition.
 #[derive(Debug, Message)]
 #[rtype(result = "TaskBatchProcessed")]
-pub struct ProcessTaskBatch(pub HashMap<PartitionId, PersistTasks>);
+pub struct ProcessTaskBatch(pub BTreeMap<PartitionId, PersistTasks>);
 
 /// Which partitions of a batch are durable; only their offsets may be committed.
 #[derive(Debug, Default, PartialEq, Eq)]
@@ -66,7 +66,7 @@ pub struct PartitionFailed {
 /// Root of the node's actors.
 pub struct TopicSupervisor {
     deps: PartitionDeps,
-    partitions: HashMap<PartitionId, Addr<PartitionSupervisor>>,
+    partitions: BTreeMap<PartitionId, Addr<PartitionSupervisor>>,
     /// The ownership epoch of each partition's tree, inherited by a rebuilt tree: only an
     /// assignment claims a partition.
     epochs: HashMap<PartitionId, EpochCell>,
@@ -79,7 +79,7 @@ impl TopicSupervisor {
     pub fn new(deps: PartitionDeps) -> Self {
         TopicSupervisor {
             deps,
-            partitions: HashMap::new(),
+            partitions: BTreeMap::new(),
             epochs: HashMap::new(),
             rebuilding: HashSet::new(),
         }
@@ -133,10 +133,9 @@ impl Handler<RevokePartitions> for TopicSupervisor {
             self.deps.in_flight.forget(*partition);
             self.deps.metrics.forget_partition(*partition);
         }
-        let stops: Vec<_> = self
-            .partitions
-            .drain()
-            .map(|(_, supervisor)| supervisor.send(StopPartition { drain_timeout }))
+        let stops: Vec<_> = std::mem::take(&mut self.partitions)
+            .into_values()
+            .map(|supervisor| supervisor.send(StopPartition { drain_timeout }))
             .collect();
         Box::pin(async move {
             let drained = futures::future::join_all(stops).await;

@@ -168,7 +168,7 @@ fn final_offsets(
 /// A polled batch: tasks by partition, and per partition the offsets it spans.
 #[derive(Default)]
 struct Batch {
-    tasks: HashMap<PartitionId, PersistTasks>,
+    tasks: BTreeMap<PartitionId, PersistTasks>,
     /// First and last offset seen per partition.
     offsets: BTreeMap<PartitionId, (i64, i64)>,
     records: usize,

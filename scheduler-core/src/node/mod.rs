@@ -15,7 +15,7 @@ use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
-use scheduler_client::{Scheduler, SchedulerConfig};
+use scheduler_client::{Scheduler, SchedulerConfig, TaskKey};
 use tokio::sync::oneshot;
 use tracing::info;
 
@@ -28,7 +28,7 @@ use crate::events::EventPublisher;
 use crate::executor::{ExecutionPool, TaskExecutor};
 use crate::metrics::Metrics;
 use crate::settings::{KafkaSettings, Settings, SettingsError};
-use crate::store::{CassandraStore, LeaseStore, PartitionId, StoreError, TaskStore};
+use crate::store::{CassandraStore, LeaseStore, PartitionId, StatusRecord, StoreError, TaskStore};
 
 /// Threads of the node's own tokio runtime (Cassandra I/O and the user's executor).
 const RUNTIME_THREADS: usize = 2;
@@ -65,6 +65,9 @@ pub struct SchedulerNode {
     actor_thread: Option<JoinHandle<()>>,
     stop_actors: Option<oneshot::Sender<()>>,
     runtime: Option<tokio::runtime::Runtime>,
+    /// Where task status is read.
+    store: Arc<dyn TaskStore>,
+    partition_count: u32,
 }
 
 impl SchedulerNode {
@@ -223,6 +226,8 @@ impl SchedulerNode {
             consumer_thread,
             actor_thread,
             stop_actors,
+            store,
+            partition_count,
         })
     }
 
@@ -242,6 +247,27 @@ impl SchedulerNode {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .clone()
+    }
+
+    /// Whether the node is ready: it owns partitions and has loaded each one's schedule once
+    /// (also `GET /api/v1/ready` on the admin API).
+    pub fn is_ready(&self) -> bool {
+        self.observed.in_flight.ready(&self.owned_partitions())
+    }
+
+    /// The recorded final state of a task (`None`: it has not finished, or is unknown).
+    pub async fn task_status(&self, key: &TaskKey) -> Result<Option<StatusRecord>, NodeError> {
+        let partition = scheduler_client::partition_for(&key.ordering_id, self.partition_count);
+        let read = self.store.status(partition, key.clone());
+        match &self.runtime {
+            // The driver's connections live on the node's runtime.
+            Some(runtime) => runtime
+                .spawn(read)
+                .await
+                .map_err(|e| NodeError::Runtime(e.to_string()))?
+                .map_err(NodeError::from),
+            None => Err(NodeError::Runtime("the node is stopping".into())),
+        }
     }
 
     /// Stops polling, lets running tasks finish (up to the drain timeout), commits, leaves the
@@ -351,6 +377,8 @@ struct StartedParts {
     consumer_thread: JoinHandle<()>,
     actor_thread: JoinHandle<()>,
     stop_actors: oneshot::Sender<()>,
+    store: Arc<dyn TaskStore>,
+    partition_count: u32,
 }
 
 impl StartedParts {
@@ -364,6 +392,8 @@ impl StartedParts {
             actor_thread: Some(self.actor_thread),
             stop_actors: Some(self.stop_actors),
             runtime: Some(runtime),
+            store: self.store,
+            partition_count: self.partition_count,
         }
     }
 }

@@ -19,8 +19,9 @@ use scylla::statement::prepared::PreparedStatement;
 use tracing::warn;
 
 use super::{
-    hour_bucket, AttemptOutcome, AttemptRecord, LeaseRecord, LeaseStore, PartitionId, ReadCursor,
-    StatusRecord, StoreError, StoreResult, TaskStatus, TaskStore,
+    hour_bucket, last_of_each_key, AttemptOutcome, AttemptRecord, LeaseRecord, LeaseStore,
+    PartitionId, ReadCursor, RefusedTask, StatusRecord, StoreError, StoreResult, TaskStatus,
+    TaskStore,
 };
 use crate::settings::CassandraSettings;
 
@@ -59,9 +60,18 @@ const CLAIM_ATTEMPTS: u32 = 10;
 fn query_error(
     operation: &'static str,
 ) -> impl FnOnce(scylla::errors::ExecutionError) -> StoreError {
-    move |e| StoreError::Query {
-        operation,
-        reason: e.to_string(),
+    use scylla::errors::{DbError, ExecutionError, RequestAttemptError};
+    move |e| match &e {
+        ExecutionError::LastAttemptError(RequestAttemptError::DbError(DbError::Invalid, _)) => {
+            StoreError::Refused {
+                operation,
+                reason: e.to_string(),
+            }
+        }
+        _ => StoreError::Query {
+            operation,
+            reason: e.to_string(),
+        },
     }
 }
 
@@ -356,15 +366,17 @@ impl TaskStore for CassandraStore {
         &self,
         partition: PartitionId,
         tasks: Vec<Task>,
-    ) -> BoxFuture<'static, StoreResult<()>> {
+    ) -> BoxFuture<'static, StoreResult<Vec<RefusedTask>>> {
         let inner = Arc::clone(&self.inner);
         async move {
-            futures::stream::iter(tasks)
+            // Concurrent inserts of one key land in any order: write only the last.
+            futures::stream::iter(last_of_each_key(tasks))
                 .map(|task| {
                     let inner = &inner;
                     async move {
+                        let key = task.key();
                         let data = serde_json::Value::Object(task.task_data).to_string();
-                        inner
+                        let written = inner
                             .session
                             .execute_unpaged(
                                 &inner.insert_task,
@@ -378,11 +390,19 @@ impl TaskStore for CassandraStore {
                                 ),
                             )
                             .await
-                            .map_err(query_error("task insert"))
+                            .map_err(query_error("task insert"));
+                        match written {
+                            Ok(_) => Ok(None),
+                            Err(StoreError::Refused { reason, .. }) => {
+                                Ok(Some(RefusedTask { key, reason }))
+                            }
+                            Err(e) => Err(e),
+                        }
                     }
                 })
                 .buffer_unordered(WRITE_CONCURRENCY)
-                .try_for_each(|_| futures::future::ready(Ok(())))
+                .try_filter_map(|refused| futures::future::ready(Ok(refused)))
+                .try_collect()
                 .await
         }
         .boxed()

@@ -12,9 +12,12 @@ use futures::FutureExt;
 use scheduler_client::{Task, TaskKey};
 
 use super::{
-    AttemptRecord, LeaseRecord, LeaseStore, PartitionId, ReadCursor, StatusRecord, StoreError,
-    StoreResult, TaskStore,
+    AttemptRecord, LeaseRecord, LeaseStore, PartitionId, ReadCursor, RefusedTask, StatusRecord,
+    StoreError, StoreResult, TaskStore,
 };
+
+/// Cassandra's limit on a clustering key, in bytes.
+const CLUSTERING_KEY_LIMIT: usize = 65_535;
 
 #[derive(Default)]
 struct State {
@@ -24,7 +27,18 @@ struct State {
     epochs: HashMap<PartitionId, u64>,
     /// Leases by partition and holder, with when they expire (tokio time, like Cassandra's TTL).
     leases: BTreeMap<(PartitionId, String), (LeaseRecord, tokio::time::Instant)>,
+    /// Deleted schedule rows: Cassandra keeps a tombstone a load must step over.
+    tombstones: std::collections::BTreeSet<(PartitionId, TaskKey)>,
+    /// Every status write, in order, with when it was applied (the simulation checks that a
+    /// final status never changes and that nothing starts after it).
+    status_writes: Vec<(TaskKey, StatusRecord, tokio::time::Instant)>,
+    /// When set, a multi-row write applies its rows in a random order, as concurrent inserts
+    /// land in Cassandra.
+    write_order: Option<fastrand::Rng>,
 }
+
+/// Tombstones a load may step over before Cassandra refuses it (`tombstone_failure_threshold`).
+const TOMBSTONE_FAILURE_THRESHOLD: usize = 100_000;
 
 /// An in-memory store. Clones share state.
 #[derive(Clone, Default)]
@@ -32,6 +46,10 @@ pub struct MemoryStore {
     state: Arc<Mutex<State>>,
     failures_to_inject: Arc<AtomicUsize>,
     loaded_rows: Arc<AtomicUsize>,
+    /// Hour buckets loads have queried (Cassandra's load walks one query per bucket).
+    buckets_read: Arc<AtomicUsize>,
+    /// Failures to inject into one operation only, by name.
+    op_failures: Arc<Mutex<HashMap<&'static str, usize>>>,
     /// Added latency per operation name (the value is read when the call is made, so a slow
     /// read answers with what was true when it began).
     latency: Arc<Mutex<HashMap<&'static str, std::time::Duration>>>,
@@ -46,6 +64,35 @@ impl MemoryStore {
     /// Makes the next `n` operations fail.
     pub fn fail_next(&self, n: usize) {
         self.failures_to_inject.store(n, Ordering::SeqCst);
+    }
+
+    /// From now on, applies the rows of one write in an order drawn from `seed`, like
+    /// Cassandra applying concurrent inserts (of one key, any of them may win).
+    pub fn with_unordered_writes(self, seed: u64) -> Self {
+        self.lock().write_order = Some(fastrand::Rng::with_seed(seed));
+        self
+    }
+
+    /// Every status write so far, in order, with when it was applied.
+    pub fn status_writes(&self) -> Vec<(TaskKey, StatusRecord, tokio::time::Instant)> {
+        self.lock().status_writes.clone()
+    }
+
+    /// Every task's recorded final state.
+    pub fn statuses(&self) -> Vec<((PartitionId, TaskKey), StatusRecord)> {
+        self.lock()
+            .status
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect()
+    }
+
+    /// Makes the next `n` calls of `operation` (e.g. "schedule load") fail.
+    pub fn fail_op(&self, operation: &'static str, n: usize) {
+        self.op_failures
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(operation, n);
     }
 
     /// Injected failures not yet consumed.
@@ -80,6 +127,11 @@ impl MemoryStore {
             }
             .boxed(),
         }
+    }
+
+    /// Hour buckets every load so far would have queried in Cassandra.
+    pub fn buckets_read(&self) -> usize {
+        self.buckets_read.load(Ordering::SeqCst)
     }
 
     /// Rows returned by every load so far.
@@ -125,10 +177,21 @@ impl MemoryStore {
         operation: &'static str,
         f: impl FnOnce(&mut State) -> T,
     ) -> BoxFuture<'static, StoreResult<T>> {
-        let injected = self
-            .failures_to_inject
-            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
-            .is_ok();
+        let injected_here = {
+            let mut by_op = self.op_failures.lock().unwrap_or_else(PoisonError::into_inner);
+            match by_op.get_mut(operation) {
+                Some(n) if *n > 0 => {
+                    *n -= 1;
+                    true
+                }
+                _ => false,
+            }
+        };
+        let injected = injected_here
+            || self
+                .failures_to_inject
+                .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+                .is_ok();
         let result = if injected {
             Err(StoreError::Query {
                 operation,
@@ -146,11 +209,27 @@ impl TaskStore for MemoryStore {
         &self,
         partition: PartitionId,
         tasks: Vec<Task>,
-    ) -> BoxFuture<'static, StoreResult<()>> {
+    ) -> BoxFuture<'static, StoreResult<Vec<RefusedTask>>> {
         self.run("task insert", move |s| {
-            for task in tasks {
-                s.schedule.insert((partition, task.key()), task);
+            let mut refused = Vec::new();
+            let mut tasks = tasks;
+            if let Some(rng) = &mut s.write_order {
+                rng.shuffle(&mut tasks);
             }
+            for task in tasks {
+                let key = task.key();
+                // Like Cassandra, which refuses a clustering key over 64 KiB.
+                if key.ordering_id.len() + key.uniqueness_key.len() + 8 > CLUSTERING_KEY_LIMIT {
+                    refused.push(RefusedTask {
+                        key,
+                        reason: format!("clustering key longer than {CLUSTERING_KEY_LIMIT} bytes"),
+                    });
+                    continue;
+                }
+                s.tombstones.remove(&(partition, key.clone()));
+                s.schedule.insert((partition, key), task);
+            }
+            refused
         })
     }
 
@@ -162,6 +241,9 @@ impl TaskStore for MemoryStore {
         limit: usize,
     ) -> BoxFuture<'static, StoreResult<Vec<Task>>> {
         let loaded_rows = Arc::clone(&self.loaded_rows);
+        let from_bucket = super::hour_bucket(cursor.time());
+        let buckets = (super::hour_bucket(until) - from_bucket).num_hours().max(0) as usize + 1;
+        self.buckets_read.fetch_add(buckets, Ordering::SeqCst);
         self.run("schedule load", move |s| {
             let lower = match cursor {
                 ReadCursor::From(t) => Bound::Included((
@@ -174,14 +256,37 @@ impl TaskStore for MemoryStore {
                 )),
                 ReadCursor::After(k) => Bound::Excluded((partition, k)),
             };
-            s.schedule
-                .range((lower, Bound::Unbounded))
+            let tasks = s
+                .schedule
+                .range((lower.clone(), Bound::Unbounded))
                 .take_while(|((p, k), _)| *p == partition && k.scheduled_time < until)
                 .take(limit)
                 .map(|(_, t)| t.clone())
-                .collect::<Vec<Task>>()
+                .collect::<Vec<Task>>();
+            // Like Cassandra, the read steps over the tombstones up to where it stopped.
+            let stopped_at = match tasks.last() {
+                Some(last) if tasks.len() == limit => Some(last.key()),
+                _ => None,
+            };
+            let stepped_over = s
+                .tombstones
+                .range((lower, Bound::Unbounded))
+                .take_while(|(p, k)| {
+                    *p == partition
+                        && k.scheduled_time < until
+                        && stopped_at.as_ref().is_none_or(|at| k < at)
+                })
+                .count();
+            if stepped_over > TOMBSTONE_FAILURE_THRESHOLD {
+                return Err(StoreError::Query {
+                    operation: "schedule load",
+                    reason: format!("scanned over {stepped_over} tombstones; query aborted"),
+                });
+            }
+            Ok(tasks)
         })
         .map(move |result| {
+            let result = result.and_then(|tasks| tasks);
             if let Ok(tasks) = &result {
                 loaded_rows.fetch_add(tasks.len(), Ordering::SeqCst);
             }
@@ -196,7 +301,9 @@ impl TaskStore for MemoryStore {
         key: TaskKey,
     ) -> BoxFuture<'static, StoreResult<()>> {
         self.run("schedule delete", move |s| {
-            s.schedule.remove(&(partition, key));
+            if s.schedule.remove(&(partition, key.clone())).is_some() {
+                s.tombstones.insert((partition, key));
+            }
         })
     }
 
@@ -245,6 +352,8 @@ impl TaskStore for MemoryStore {
         status: StatusRecord,
     ) -> BoxFuture<'static, StoreResult<()>> {
         self.run("status write", move |s| {
+            s.status_writes
+                .push((key.clone(), status.clone(), tokio::time::Instant::now()));
             s.status.insert((partition, key), status);
         })
     }
@@ -255,19 +364,22 @@ impl TaskStore for MemoryStore {
         key: TaskKey,
         at: DateTime<Utc>,
     ) -> BoxFuture<'static, StoreResult<Option<StatusRecord>>> {
-        self.run("status write", move |s| {
+        self.run("cancel", move |s| {
             match s.status.get(&(partition, key.clone())) {
                 Some(existing) => Some(existing.clone()),
                 None => {
-                    s.status.insert(
-                        (partition, key),
-                        StatusRecord {
-                            status: super::TaskStatus::Cancelled,
-                            attempts: 0,
-                            updated_at: at,
-                            last_error: None,
-                        },
-                    );
+                    let cancelled = StatusRecord {
+                        status: super::TaskStatus::Cancelled,
+                        attempts: 0,
+                        updated_at: at,
+                        last_error: None,
+                    };
+                    s.status_writes.push((
+                        key.clone(),
+                        cancelled.clone(),
+                        tokio::time::Instant::now(),
+                    ));
+                    s.status.insert((partition, key), cancelled);
                     None
                 }
             }

@@ -38,6 +38,23 @@ pub enum StoreError {
         /// The driver's error.
         reason: String,
     },
+    /// The store did not answer in time.
+    #[error("{operation} did not finish within {after:?}")]
+    Timeout {
+        /// What the engine was doing.
+        operation: &'static str,
+        /// The time allowed.
+        after: std::time::Duration,
+    },
+    /// Cassandra refused the statement as invalid (e.g. a clustering key over its 64 KiB limit):
+    /// retrying it cannot succeed.
+    #[error("Cassandra refused the {operation}: {reason}")]
+    Refused {
+        /// What the engine was doing.
+        operation: &'static str,
+        /// Cassandra's message.
+        reason: String,
+    },
     /// A stored row could not be understood.
     #[error("corrupt {what} row: {reason}")]
     Corrupt {
@@ -172,6 +189,30 @@ impl ReadCursor {
     }
 }
 
+/// A task the store refused to write (see [`TaskStore::persist`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RefusedTask {
+    /// The task.
+    pub key: TaskKey,
+    /// Why.
+    pub reason: String,
+}
+
+/// `tasks` with only the last of each key, in the order of those last occurrences: what a
+/// sequential write of all of them would leave.
+pub fn last_of_each_key(tasks: Vec<Task>) -> Vec<Task> {
+    let mut last = std::collections::HashMap::new();
+    for (i, task) in tasks.iter().enumerate() {
+        last.insert(task.key(), i);
+    }
+    tasks
+        .into_iter()
+        .enumerate()
+        .filter(|(i, task)| last.get(&task.key()) == Some(i))
+        .map(|(_, task)| task)
+        .collect()
+}
+
 /// The running-task lease of one partition tree (its holder): the orderingIds whose calls it is
 /// running now. A newer tree of the partition starts none of them while the lease is live.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -217,12 +258,14 @@ pub fn hour_bucket(time: DateTime<Utc>) -> DateTime<Utc> {
 
 /// Persistence for the schedule, task status and attempts.
 pub trait TaskStore: Send + Sync + 'static {
-    /// Writes tasks to the schedule of `partition` (overwriting tasks with the same key).
+    /// Writes tasks to the schedule of `partition`, overwriting tasks with the same key; of
+    /// several tasks with one key in `tasks`, the last wins. Tasks the database refuses as
+    /// invalid (retrying cannot help) are not written and are returned with the reason.
     fn persist(
         &self,
         partition: PartitionId,
         tasks: Vec<Task>,
-    ) -> BoxFuture<'static, StoreResult<()>>;
+    ) -> BoxFuture<'static, StoreResult<Vec<RefusedTask>>>;
 
     /// Reads up to `limit` tasks of `partition` after `cursor` and before `until`, in key order.
     fn load(
