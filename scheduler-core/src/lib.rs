@@ -26,7 +26,11 @@ pub mod retry;
 pub mod settings;
 pub mod store;
 
+#[cfg(test)]
+mod simulation;
+
 pub use executor::{ExecutionPool, StopReason, TaskContext, TaskError, TaskExecutor};
 pub use node::{NodeError, SchedulerNode};
 pub use scheduler_client::{Task, TaskData, TaskKey};
 pub use settings::Settings;
+pub use store::{StatusRecord, TaskStatus};
