@@ -99,24 +99,11 @@ pub enum ScheduleError {
     /// The broker did not acknowledge the write (timeout, broker down, ...).
     #[error("Kafka did not acknowledge the task: {0}")]
     Kafka(String),
-    /// `orderingId` or `uniquenessKey` is longer than [`wire::MAX_ORDERING_ID_BYTES`] or
-    /// [`wire::MAX_UNIQUENESS_KEY_BYTES`]: Cassandra would refuse the row on every retry.
-    #[error("{field} is {bytes} bytes, over the {max}-byte limit")]
-    FieldTooLong {
-        /// `orderingId` or `uniquenessKey`.
-        field: &'static str,
-        /// Its length in bytes.
-        bytes: usize,
-        /// The limit.
-        max: usize,
-    },
-    /// `taskData` nests deeper than [`wire::MAX_TASK_DATA_DEPTH`], more than the node's decoder
-    /// takes.
-    #[error("taskData is nested deeper than {max} levels")]
-    TaskDataTooDeep {
-        /// The limit, [`wire::MAX_TASK_DATA_DEPTH`].
-        max: usize,
-    },
+    /// The task breaks a limit of the wire format that the node's decoder enforces too (a key
+    /// longer than [`wire::MAX_ORDERING_ID_BYTES`], `taskData` deeper than
+    /// [`wire::MAX_TASK_DATA_DEPTH`]): the node would park it, so it is not sent.
+    #[error(transparent)]
+    Content(ContentError),
 }
 
 impl From<ContentError> for ScheduleError {
@@ -124,10 +111,7 @@ impl From<ContentError> for ScheduleError {
         match error {
             ContentError::EmptyOrderingId => ScheduleError::EmptyOrderingId,
             ContentError::EmptyUniquenessKey => ScheduleError::EmptyUniquenessKey,
-            ContentError::FieldTooLong { field, bytes, max } => {
-                ScheduleError::FieldTooLong { field, bytes, max }
-            }
-            ContentError::TaskDataTooDeep { max } => ScheduleError::TaskDataTooDeep { max },
+            other => ScheduleError::Content(other),
         }
     }
 }
@@ -148,8 +132,7 @@ impl ScheduleError {
             | ScheduleError::TooFarInThePast { .. }
             | ScheduleError::TooLarge { .. }
             | ScheduleError::BeyondWireFormat(_)
-            | ScheduleError::FieldTooLong { .. }
-            | ScheduleError::TaskDataTooDeep { .. } => true,
+            | ScheduleError::Content(_) => true,
             ScheduleError::Config(_) | ScheduleError::Topic { .. } | ScheduleError::Kafka(_) => {
                 false
             }
@@ -480,7 +463,9 @@ mod tests {
             .insert("k".into(), nested(wire::MAX_TASK_DATA_DEPTH));
         assert!(matches!(
             validate(&task, now, grace),
-            Err(ScheduleError::TaskDataTooDeep { max: 64 })
+            Err(ScheduleError::Content(ContentError::TaskDataTooDeep {
+                max: 64
+            }))
         ));
         task.task_data.insert("k".into(), nested(199));
         let error = validate(&task, now, grace)
@@ -548,12 +533,12 @@ mod tests {
             ScheduleError::EmptyUniquenessKey,
             ScheduleError::BeyondWireFormat("x".into()),
             ScheduleError::TooLarge { size: 2, max: 1 },
-            ScheduleError::TaskDataTooDeep { max: 64 },
-            ScheduleError::FieldTooLong {
+            ScheduleError::Content(ContentError::TaskDataTooDeep { max: 64 }),
+            ScheduleError::Content(ContentError::FieldTooLong {
                 field: "orderingId",
                 bytes: 2000,
                 max: 1024,
-            },
+            }),
         ];
         for error in invalid {
             assert!(!error.is_retryable() && error.is_rejection(), "{error}");

@@ -186,6 +186,17 @@ impl TaskExecutor for SimExecutor {
     }
 }
 
+/// The task with `key` whose data carries `version`.
+fn versioned(key: &TaskKey, version: i64) -> Task {
+    let data = serde_json::json!({ "v": version });
+    Task::new(
+        key.ordering_id.clone(),
+        key.scheduled_time,
+        key.uniqueness_key.clone(),
+        data.as_object().cloned().unwrap_or_default(),
+    )
+}
+
 enum Record {
     Task(Task),
     Cancel(TaskKey),
@@ -385,14 +396,7 @@ impl World {
             .unwrap_or_else(PoisonError::into_inner)
             .insert(key.clone(), plan);
         for version in 1..=versions {
-            let data = serde_json::json!({ "v": version });
-            let task = Task::new(
-                key.ordering_id.clone(),
-                key.scheduled_time,
-                key.uniqueness_key.clone(),
-                data.as_object().cloned().unwrap_or_default(),
-            );
-            self.append(Record::Task(task));
+            self.append(Record::Task(versioned(&key, version)));
         }
         if versions > 1 {
             self.produced.double_versions.insert(key.clone());
@@ -424,14 +428,7 @@ impl World {
                 if !keys.is_empty() {
                     let key = keys[self.rng.usize(0..keys.len())].clone();
                     let version = self.produced.tasks.get(&key).map_or(1, |(_, v)| *v);
-                    let data = serde_json::json!({ "v": version });
-                    let task = Task::new(
-                        key.ordering_id.clone(),
-                        key.scheduled_time,
-                        key.uniqueness_key.clone(),
-                        data.as_object().cloned().unwrap_or_default(),
-                    );
-                    self.append(Record::Task(task));
+                    self.append(Record::Task(versioned(&key, version)));
                 }
             }
             // A cancellation.

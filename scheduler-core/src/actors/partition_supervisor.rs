@@ -299,6 +299,32 @@ impl Handler<StopPartition> for PartitionSupervisor {
     }
 }
 
+impl PartitionSupervisor {
+    /// Winds the tree down for `reason`, then tells the TopicSupervisor it stopped on its own
+    /// (to be rebuilt, or dropped when fenced).
+    fn stop_and_report(
+        &mut self,
+        reason: StopReason,
+        rebuild: bool,
+    ) -> ResponseActFuture<Self, ()> {
+        if self.children.is_none() {
+            return Box::pin(actix::fut::ready(()));
+        }
+        let drain_timeout = self.deps.settings.drain_timeout;
+        Box::pin(
+            self.wind_down(reason, drain_timeout)
+                .map(move |_, act, ctx| {
+                    act.parent.do_send(PartitionFailed {
+                        partition: act.partition,
+                        supervisor: ctx.address(),
+                        rebuild,
+                    });
+                    ctx.stop();
+                }),
+        )
+    }
+}
+
 impl Handler<EscalateFailure> for PartitionSupervisor {
     type Result = ResponseActFuture<Self, ()>;
 
@@ -306,22 +332,10 @@ impl Handler<EscalateFailure> for PartitionSupervisor {
     /// runs (their lease entries hold the rebuilt tree back if they outlive the drain), then
     /// asks for the rebuild.
     fn handle(&mut self, msg: EscalateFailure, _: &mut Context<Self>) -> Self::Result {
-        if self.children.is_none() {
-            return Box::pin(actix::fut::ready(()));
+        if self.children.is_some() {
+            warn!(partition = self.partition, reason = %msg.reason, "partition failed; rebuilding it from Cassandra");
         }
-        warn!(partition = self.partition, reason = %msg.reason, "partition failed; rebuilding it from Cassandra");
-        let drain_timeout = self.deps.settings.drain_timeout;
-        Box::pin(
-            self.wind_down(StopReason::Rebuilding, drain_timeout)
-                .map(|_, act, ctx| {
-                    act.parent.do_send(PartitionFailed {
-                        partition: act.partition,
-                        supervisor: ctx.address(),
-                        rebuild: true,
-                    });
-                    ctx.stop();
-                }),
-        )
+        self.stop_and_report(StopReason::Rebuilding, true)
     }
 }
 
@@ -331,26 +345,14 @@ impl Handler<PartitionFenced> for PartitionSupervisor {
     /// Winds the tree down like a revoke (running calls finish; their outcomes meet the fence and
     /// are not recorded), then reports the partition as not to be rebuilt.
     fn handle(&mut self, msg: PartitionFenced, _: &mut Context<Self>) -> Self::Result {
-        if self.children.is_none() {
-            return Box::pin(actix::fut::ready(()));
+        if self.children.is_some() {
+            warn!(
+                partition = self.partition,
+                epoch = msg.epoch,
+                current = msg.current,
+                "partition fenced: another node owns it now; stopping this tree"
+            );
         }
-        warn!(
-            partition = self.partition,
-            epoch = msg.epoch,
-            current = msg.current,
-            "partition fenced: another node owns it now; stopping this tree"
-        );
-        let drain_timeout = self.deps.settings.drain_timeout;
-        Box::pin(
-            self.wind_down(StopReason::Fenced, drain_timeout)
-                .map(|_, act, ctx| {
-                    act.parent.do_send(PartitionFailed {
-                        partition: act.partition,
-                        supervisor: ctx.address(),
-                        rebuild: false,
-                    });
-                    ctx.stop();
-                }),
-        )
+        self.stop_and_report(StopReason::Fenced, false)
     }
 }

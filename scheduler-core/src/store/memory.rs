@@ -178,7 +178,10 @@ impl MemoryStore {
         f: impl FnOnce(&mut State) -> T,
     ) -> BoxFuture<'static, StoreResult<T>> {
         let injected_here = {
-            let mut by_op = self.op_failures.lock().unwrap_or_else(PoisonError::into_inner);
+            let mut by_op = self
+                .op_failures
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
             match by_op.get_mut(operation) {
                 Some(n) if *n > 0 => {
                     *n -= 1;
