@@ -190,9 +190,12 @@ async fn tasks_run_at_their_time_in_any_enqueue_order_once_and_within_the_grace_
         expected.len() as f64,
         "one completed execution per task:\n{metrics}"
     );
-    // The duplicate was persisted twice; the refused task never reached the topic.
+    // The duplicate was persisted twice, or once when its two records shared a poll batch (of
+    // several records of one key in a batch only the last is written); the refused task never
+    // reached the topic.
     let persisted = metric_sum(&metrics, "scheduler_tasks_persisted_total", &[]);
-    assert_eq!(persisted, expected.len() as f64 + 1.0, "{metrics}");
+    let once_or_twice = [expected.len() as f64, expected.len() as f64 + 1.0];
+    assert!(once_or_twice.contains(&persisted), "{metrics}");
     let delays = metric_sum(&metrics, "scheduler_execution_delay_seconds_count", &[]);
     assert_eq!(delays, expected.len() as f64);
     assert_eq!(
