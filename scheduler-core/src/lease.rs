@@ -18,8 +18,8 @@
 //! entry, and the row stays renewed, until the call returns.
 //!
 //! One row per tree rather than per task: an entry is added with one write that many starts
-//! share, and removed lazily (at the next renewal, or at once when the tree stops), so a lease
-//! costs about one write per batch of starts instead of two per task.
+//! share, and removals are coalesced (written within 200 ms, or at once when the tree stops), so
+//! a lease costs about one write per batch of starts instead of two per task.
 
 use std::collections::{BTreeMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -37,6 +37,8 @@ use crate::store::{LeaseRecord, LeaseStore, PartitionId, StoreResult};
 const PREDECESSOR_POLL: Duration = Duration::from_millis(500);
 /// Waits between failed lease writes.
 const WRITE_RETRY: Duration = Duration::from_millis(250);
+/// How soon finished calls leave the written lease (coalescing their removals).
+const REMOVAL_FLUSH: Duration = Duration::from_millis(200);
 
 /// What a call's context sees of its tree's lease.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -88,7 +90,7 @@ struct Predecessors {
 }
 
 /// One orderingId's entry in the lease, held by a running call. Dropping it takes the entry out
-/// (written at the next renewal, or at once if the tree has stopped).
+/// (written within `REMOVAL_FLUSH`, or at once if the tree has stopped).
 pub struct LeaseHold {
     inner: Arc<Inner>,
     ordering_id: String,
@@ -107,9 +109,8 @@ impl Drop for LeaseHold {
         let mut running = self.inner.lock();
         if running.calls.remove(&self.ordering_id).is_some() {
             running.version += 1;
-            if running.closed {
-                self.inner.wake.notify_one();
-            }
+            drop(running);
+            self.inner.wake.notify_one();
         }
     }
 }
@@ -237,12 +238,16 @@ impl Inner {
     }
 }
 
-/// The writer of one tree's lease: writes the running set when it grows, renews it every third
-/// of the TTL while calls run, and releases it when the tree has closed and no call runs.
+/// The writer of one tree's lease: writes the running set at once when it grows (a call waits for
+/// that), within `REMOVAL_FLUSH` when it only shrinks (so a node that dies leaves few finished
+/// calls listed), renews it every third of the TTL while calls run, and releases it when the tree
+/// has closed and no call runs.
 async fn write_lease(inner: Arc<Inner>) {
     let renew_every = inner.ttl / 3;
     let mut written_version = 0;
-    let mut written_empty = true;
+    let mut written: BTreeMap<String, String> = BTreeMap::new();
+    let mut written_any = false;
+    let mut last_write: Option<Instant> = None;
     let mut valid_until: Option<Instant> = None;
     let mut lost = false;
     loop {
@@ -251,7 +256,7 @@ async fn write_lease(inner: Arc<Inner>) {
             (running.calls.clone(), running.version, running.closed)
         };
         if closed && calls.is_empty() {
-            if !written_empty {
+            if written_any {
                 if let Err(e) = inner
                     .store
                     .delete_lease(inner.partition, inner.holder.clone())
@@ -264,17 +269,19 @@ async fn write_lease(inner: Arc<Inner>) {
             return;
         }
         let now = Instant::now();
+        let grew = calls.iter().any(|(o, t)| written.get(o) != Some(t));
+        let shrank = written.keys().any(|o| !calls.contains_key(o));
+        let flush_removals_at = last_write.map_or(now, |at| at + REMOVAL_FLUSH);
         let renewal_due =
             !calls.is_empty() && valid_until.is_none_or(|v| v - inner.ttl + renew_every <= now);
-        let changed = version > written_version && !(calls.is_empty() && written_empty);
+        let write_now = grew || renewal_due || (shrank && (closed || flush_removals_at <= now));
         let mut retry_soon = false;
-        if changed || renewal_due {
+        if write_now {
             let lease = LeaseRecord {
                 node: inner.node.clone(),
                 epoch: inner.epoch.get(),
-                running: calls.into_iter().collect(),
+                running: calls.clone().into_iter().collect(),
             };
-            let empty = lease.running.is_empty();
             let started = Instant::now();
             match inner
                 .store
@@ -283,19 +290,24 @@ async fn write_lease(inner: Arc<Inner>) {
             {
                 Ok(()) => {
                     written_version = version;
-                    written_empty = empty;
+                    written_any = true;
+                    last_write = Some(started);
                     valid_until = Some(started + inner.ttl);
-                    if empty {
+                    if calls.is_empty() {
                         lost = false;
                     }
+                    written = calls;
                 }
                 Err(e) => {
                     warn!(partition = inner.partition, error = %e, "running-task lease not written; retrying");
                     retry_soon = true;
                 }
             }
+        } else if !grew && !shrank {
+            // Nothing to write: what is durable is what runs.
+            written_version = version;
         }
-        if !lost && valid_until.is_some_and(|v| Instant::now() >= v) && !written_empty {
+        if !lost && valid_until.is_some_and(|v| Instant::now() >= v) && !written.is_empty() {
             warn!(
                 partition = inner.partition,
                 "running-task lease expired before it could be renewed: its calls may run elsewhere too"
@@ -307,12 +319,21 @@ async fn write_lease(inner: Arc<Inner>) {
             valid_until,
             lost,
         });
+        let now = Instant::now();
         let next = if retry_soon {
-            Instant::now() + WRITE_RETRY
-        } else if written_empty {
-            Instant::now() + inner.ttl
+            now + WRITE_RETRY
         } else {
-            valid_until.map_or(Instant::now(), |v| v - inner.ttl + renew_every)
+            let renewal = (!written.is_empty())
+                .then(|| valid_until.map_or(now, |v| v - inner.ttl + renew_every));
+            let removal = written
+                .keys()
+                .any(|o| !inner.lock().calls.contains_key(o))
+                .then(|| last_write.map_or(now, |at| at + REMOVAL_FLUSH));
+            renewal
+                .into_iter()
+                .chain(removal)
+                .min()
+                .unwrap_or(now + inner.ttl)
         };
         tokio::select! {
             biased;

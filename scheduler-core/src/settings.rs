@@ -119,7 +119,8 @@ pub struct SchedulingSettings {
     pub drain_timeout: Duration,
     /// How long a running-task lease lives without renewal (it is renewed every third of it
     /// while calls run). A newer tree waits at most this long for an orderingId whose call was
-    /// running on a node that died or froze. Whole seconds, at least 3.
+    /// running on a node that died or froze. The default equals the consumer's session timeout,
+    /// so a node the group gave up on has lost its leases too. Whole seconds, at least 3.
     #[serde(with = "duration_text")]
     pub lease_ttl: Duration,
     /// The most due tasks one orderingId holds in memory (at most a quarter of
@@ -151,7 +152,7 @@ impl Default for SchedulingSettings {
             persist_timeout: Duration::from_secs(6),
             isolation_wait: Duration::from_secs(3),
             drain_timeout: Duration::from_secs(10),
-            lease_ttl: Duration::from_secs(10),
+            lease_ttl: Duration::from_secs(6),
             max_queued_per_ordering: 32,
             executor_concurrency: 64,
             execution_timeout: Duration::from_secs(300),
