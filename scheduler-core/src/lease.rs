@@ -81,6 +81,9 @@ struct Running {
     version: u64,
     /// The tree stopped: release the lease once the last call returns.
     closed: bool,
+    /// orderingId → when the lease row listing it first finished being written (it has been in
+    /// the row continuously since).
+    durable: BTreeMap<String, Instant>,
 }
 
 #[derive(Default)]
@@ -95,9 +98,16 @@ pub struct LeaseHold {
     inner: Arc<Inner>,
     ordering_id: String,
     state: watch::Receiver<LeaseState>,
+    durable_since: Instant,
 }
 
 impl LeaseHold {
+    /// Since when the entry has been in the written lease: an ownership read that began after
+    /// this may confirm the call (see the module docs).
+    pub fn durable_since(&self) -> Instant {
+        self.durable_since
+    }
+
     /// What the call sees of the lease.
     pub fn watch(&self) -> watch::Receiver<LeaseState> {
         self.state.clone()
@@ -175,16 +185,22 @@ impl TreeLease {
             running.version
         };
         // From here on a drop of the hold takes the entry out again.
-        let hold = LeaseHold {
+        let mut hold = LeaseHold {
             inner: Arc::clone(&self.inner),
             ordering_id: ordering_id.to_string(),
             state: state.clone(),
+            durable_since: Instant::now(),
         };
         self.inner.wake.notify_one();
         state
             .wait_for(|s| s.written >= version)
             .await
             .map_err(|_| LeaseError::Stopped(self.inner.partition))?;
+        // An orderingId already in the written row (its previous call ended moments ago) needs
+        // no new write; a fresh entry was written just now.
+        if let Some(since) = self.inner.lock().durable.get(ordering_id) {
+            hold.durable_since = *since;
+        }
         Ok(hold)
     }
 
@@ -269,7 +285,8 @@ async fn write_lease(inner: Arc<Inner>) {
             return;
         }
         let now = Instant::now();
-        let grew = calls.iter().any(|(o, t)| written.get(o) != Some(t));
+        // Only the orderingIds matter to a newer tree; the task keys are for operators.
+        let grew = calls.keys().any(|o| !written.contains_key(o));
         let shrank = written.keys().any(|o| !calls.contains_key(o));
         let flush_removals_at = last_write.map_or(now, |at| at + REMOVAL_FLUSH);
         let renewal_due =
@@ -289,6 +306,21 @@ async fn write_lease(inner: Arc<Inner>) {
                 .await
             {
                 Ok(()) => {
+                    let completed = Instant::now();
+                    {
+                        let mut running = inner.lock();
+                        // A row that expired before this write began held nothing meanwhile.
+                        if valid_until.is_some_and(|v| started >= v) {
+                            running.durable.clear();
+                        }
+                        running.durable.retain(|o, _| calls.contains_key(o));
+                        for ordering_id in calls.keys() {
+                            running
+                                .durable
+                                .entry(ordering_id.clone())
+                                .or_insert(completed);
+                        }
+                    }
                     written_version = version;
                     written_any = true;
                     last_write = Some(started);

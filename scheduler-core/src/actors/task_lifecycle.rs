@@ -146,8 +146,7 @@ impl TaskRun {
                         })
                 })
                 .await?;
-            let written_at = tokio::time::Instant::now();
-            let epoch = self.owner(Some(written_at)).await?;
+            let epoch = self.owner(Some(hold.durable_since())).await?;
             // 5. Not finished or cancelled: the last check, so a cancel recorded during the
             // steps above is seen.
             let store = self.deps.store.clone();

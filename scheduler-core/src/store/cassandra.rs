@@ -47,6 +47,7 @@ struct Inner {
     cancel_status: PreparedStatement,
     insert_attempt: PreparedStatement,
     select_epoch: PreparedStatement,
+    select_epoch_serial: PreparedStatement,
     claim_first: PreparedStatement,
     claim_next: PreparedStatement,
     insert_lease: PreparedStatement,
@@ -180,13 +181,24 @@ impl CassandraStore {
                 "prepare attempt write",
             )
             .await?,
-            select_epoch: {
+            // At the session's consistency (LOCAL_QUORUM): a claim whose lightweight transaction
+            // completed was committed at that level, so a read that begins after it sees it. A
+            // claim still in progress may be missed, which is safe: its tree starts nothing
+            // before the claim completes, and reads the running-task leases only after (see
+            // crate::lease). One round trip instead of a Paxos round on every ownership check.
+            select_epoch: prepare(
+                format!("SELECT epoch FROM {ks}.partition_owners WHERE partition_id = ?"),
+                "prepare epoch read",
+            )
+            .await?,
+            select_epoch_serial: {
                 let mut statement = prepare(
                     format!("SELECT epoch FROM {ks}.partition_owners WHERE partition_id = ?"),
                     "prepare epoch read",
                 )
                 .await?;
-                // Serial: sees every claim whose lightweight transaction completed.
+                // Serial, for a claim: sees in-progress claims too, so the compare-and-set below
+                // rarely loses.
                 statement.set_consistency(scylla::statement::Consistency::Serial);
                 statement
             },
@@ -681,7 +693,7 @@ impl TaskStore for CassandraStore {
         let store = self.clone();
         async move {
             for _ in 0..CLAIM_ATTEMPTS {
-                let current = store.partition_epoch(partition).await?;
+                let current = store.read_epoch(partition, true).await?;
                 let session = &store.inner.session;
                 let result = if current == 0 {
                     session
@@ -710,11 +722,28 @@ impl TaskStore for CassandraStore {
     }
 
     fn partition_epoch(&self, partition: PartitionId) -> BoxFuture<'static, StoreResult<u64>> {
+        self.read_epoch(partition, false)
+    }
+}
+
+impl CassandraStore {
+    /// The partition's epoch, read serially (`serial`, for a claim) or at the session's
+    /// consistency (for ownership checks).
+    fn read_epoch(
+        &self,
+        partition: PartitionId,
+        serial: bool,
+    ) -> BoxFuture<'static, StoreResult<u64>> {
         let inner = Arc::clone(&self.inner);
         async move {
+            let statement = if serial {
+                &inner.select_epoch_serial
+            } else {
+                &inner.select_epoch
+            };
             let result = inner
                 .session
-                .execute_unpaged(&inner.select_epoch, (partition,))
+                .execute_unpaged(statement, (partition,))
                 .await
                 .map_err(query_error("ownership read"))?;
             let epoch = first_row_of::<(Option<i64>,)>(result, "partition owner")?
