@@ -382,7 +382,7 @@ async fn failures_are_retried_with_backoff_and_recorded_failed_after_the_last_re
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn two_hundred_tasks_of_one_ordering_id_run_in_order_one_at_a_time() {
+async fn two_hundred_tasks_of_one_ordering_id_run_in_order_one_at_a_time_ties_in_enqueue_order() {
     let env = TestEnv::new("it_order", 4).await;
     let log = Arc::new(Mutex::new(Vec::new()));
     let node = start_node(
@@ -393,12 +393,14 @@ async fn two_hundred_tasks_of_one_ordering_id_run_in_order_one_at_a_time() {
     .await;
     let scheduler = env.scheduler(Duration::from_secs(10));
     let start = Utc::now() + TimeDelta::seconds(2);
+    // Four at each time, their uniqueness keys in the reverse of enqueue order: ties run in
+    // enqueue order.
     let tasks: Vec<_> = (0..200)
         .map(|i| {
             task(
                 "serial",
-                start + TimeDelta::milliseconds(i * 5),
-                &format!("{i:03}"),
+                start + TimeDelta::milliseconds(i / 4 * 5),
+                &format!("{:03}", 199 - i),
             )
         })
         .collect();
@@ -412,7 +414,7 @@ async fn two_hundred_tasks_of_one_ordering_id_run_in_order_one_at_a_time() {
     let runs = executions(&log);
     let order: Vec<_> = runs.iter().map(|e| e.key.clone()).collect();
     let expected: Vec<_> = tasks.iter().map(|t| t.key()).collect();
-    assert_eq!(order, expected, "schedule order");
+    assert_eq!(order, expected, "schedule order, ties in enqueue order");
     for pair in runs.windows(2) {
         assert!(
             pair[1].started >= pair[0].finished,

@@ -264,3 +264,69 @@ async fn of_many_records_of_one_key_in_a_batch_the_last_is_kept_and_a_refused_on
         .await
         .expect("drop keyspace");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_keyspace_from_before_enqueue_offsets_is_migrated_and_its_rows_still_load() {
+    let stack = Stack::from_env();
+    stack.require_cassandra().await;
+    let keyspace = unique_name("it_migrate");
+    // The schedule table as the first release created it: no enqueue_offset column.
+    let session = stack.cassandra_session().await.expect("session");
+    for cql in [
+        format!(
+            "CREATE KEYSPACE {keyspace} WITH replication = \
+             {{'class': 'SimpleStrategy', 'replication_factor': 1}}"
+        ),
+        format!(
+            "CREATE TABLE {keyspace}.scheduled_tasks (partition_id int, hour_bucket timestamp, \
+             scheduled_time timestamp, ordering_id text, uniqueness_key text, task_data text, \
+             PRIMARY KEY ((partition_id, hour_bucket), scheduled_time, ordering_id, uniqueness_key))"
+        ),
+    ] {
+        session.query_unpaged(cql, &[]).await.expect("old schema");
+    }
+    let at = Utc
+        .with_ymd_and_hms(2030, 1, 1, 10, 0, 0)
+        .single()
+        .expect("valid time");
+    session
+        .query_unpaged(
+            format!(
+                "INSERT INTO {keyspace}.scheduled_tasks (partition_id, hour_bucket, scheduled_time, \
+                 ordering_id, uniqueness_key, task_data) VALUES (1, ?, ?, 'o', 'old', '{{}}')"
+            ),
+            (at, at),
+        )
+        .await
+        .expect("old row");
+
+    // Two nodes starting together both find the column missing and add it.
+    let settings = settings(&keyspace);
+    let (a, b) = tokio::join!(
+        CassandraStore::connect(&settings),
+        CassandraStore::connect(&settings),
+    );
+    let store = a.expect("migrated");
+    b.expect("migrated by the other node");
+    store
+        .persist(1, vec![task(at, "o", 1).enqueued_at(42)])
+        .await
+        .expect("persist");
+    let loaded = store
+        .load(1, ReadCursor::From(at), at + TimeDelta::seconds(1), 10)
+        .await
+        .expect("load");
+    let offsets: Vec<(String, Option<i64>)> = loaded
+        .iter()
+        .map(|t| (t.uniqueness_key.clone(), t.enqueue_offset))
+        .collect();
+    assert_eq!(
+        offsets,
+        [("old".to_string(), None), ("u1".to_string(), Some(42))]
+    );
+    let read = store
+        .scheduled_task(1, task(at, "o", 1).key())
+        .await
+        .expect("read");
+    assert_eq!(read.and_then(|t| t.enqueue_offset), Some(42));
+}

@@ -16,4 +16,4 @@ pub mod wire;
 
 pub use partitioner::{murmur2, partition_for};
 pub use scheduler::{validate, ScheduleError, Scheduler, SchedulerConfig};
-pub use task::{truncate_to_millis, Task, TaskData, TaskKey};
+pub use task::{truncate_to_millis, RunOrder, Task, TaskData, TaskKey};

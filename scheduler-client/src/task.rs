@@ -31,6 +31,26 @@ impl std::fmt::Display for TaskKey {
     }
 }
 
+/// The order in which the tasks of one `ordering_id` run (see [`Task::run_order`]).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct RunOrder {
+    /// When the task is due.
+    pub scheduled_time: DateTime<Utc>,
+    /// Its enqueue offset; -1 when unknown.
+    pub enqueue_offset: i64,
+    /// Its uniqueness key: the last tie-break.
+    pub uniqueness_key: String,
+}
+
+impl RunOrder {
+    /// The first run order after this one.
+    pub fn successor(&self) -> RunOrder {
+        let mut next = self.clone();
+        next.uniqueness_key.push('\0');
+        next
+    }
+}
+
 /// A unit of work to run at `scheduled_time`.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Task {
@@ -42,6 +62,10 @@ pub struct Task {
     pub uniqueness_key: String,
     /// The user's payload.
     pub task_data: TaskData,
+    /// Where the task was enqueued: the Kafka offset of the record that scheduled it, set by
+    /// the node that consumed it (`None` on the producer's side, where it is not sent). Tasks
+    /// of one `ordering_id` due at the same time run in this order.
+    pub enqueue_offset: Option<i64>,
 }
 
 impl Task {
@@ -57,6 +81,23 @@ impl Task {
             scheduled_time: truncate_to_millis(scheduled_time),
             uniqueness_key: uniqueness_key.into(),
             task_data,
+            enqueue_offset: None,
+        }
+    }
+
+    /// The task as enqueued at `offset` of its partition.
+    pub fn enqueued_at(mut self, offset: i64) -> Task {
+        self.enqueue_offset = Some(offset);
+        self
+    }
+
+    /// Where the task stands among the tasks of its `ordering_id`: by time, then by enqueue
+    /// order, then (for tasks stored before enqueue offsets were) by uniqueness key.
+    pub fn run_order(&self) -> RunOrder {
+        RunOrder {
+            scheduled_time: self.scheduled_time,
+            enqueue_offset: self.enqueue_offset.unwrap_or(-1),
+            uniqueness_key: self.uniqueness_key.clone(),
         }
     }
 

@@ -228,6 +228,10 @@ struct Produced {
     /// Keys produced twice in one step with versions 1 and 2: every call must see 2.
     double_versions: BTreeSet<TaskKey>,
     cancelled: BTreeSet<TaskKey>,
+    /// The order keys were first produced in.
+    sequence: BTreeMap<TaskKey, u64>,
+    /// Keys delivered again later (their last record, which wins, moved them in enqueue order).
+    redelivered: BTreeSet<TaskKey>,
 }
 
 struct World {
@@ -349,10 +353,11 @@ impl World {
     }
 
     fn new_key(&mut self, ordering_id: &str, at: DateTime<Utc>) -> TaskKey {
-        // Per orderingId, enqueue order is schedule order (distinct times: ties are ordered by
-        // uniqueness key, not by enqueue order, a known gap).
+        // Per orderingId, enqueue order is schedule order: never earlier than the last, often
+        // the same time (a tie, run in enqueue order), with uniqueness keys in random order.
         let last = self.last_time.get(ordering_id).copied();
         let at = match last {
+            Some(last) if at <= last && self.rng.bool() => last,
             Some(last) if at <= last => last + TimeDelta::milliseconds(1),
             _ => at,
         };
@@ -361,7 +366,7 @@ impl World {
         TaskKey {
             scheduled_time: at,
             ordering_id: ordering_id.to_string(),
-            uniqueness_key: format!("u{:06}", self.next_unique),
+            uniqueness_key: format!("u{:03}-{:06}", self.rng.u32(0..1000), self.next_unique),
         }
     }
 
@@ -389,6 +394,7 @@ impl World {
 
     fn produce_task(&mut self, ordering_id: &str, at: DateTime<Utc>, versions: i64) {
         let key = self.new_key(ordering_id, at);
+        self.produced.sequence.insert(key.clone(), self.next_unique);
         let plan = self.draw_plan();
         self.shared
             .plans
@@ -428,6 +434,7 @@ impl World {
                 if !keys.is_empty() {
                     let key = keys[self.rng.usize(0..keys.len())].clone();
                     let version = self.produced.tasks.get(&key).map_or(1, |(_, v)| *v);
+                    self.produced.redelivered.insert(key.clone());
                     self.append(Record::Task(versioned(&key, version)));
                 }
             }
@@ -532,9 +539,9 @@ impl World {
                     continue;
                 }
                 let mut batch = PersistTasks::default();
-                for record in &self.logs[p][from..to] {
+                for (offset, record) in (from..to).zip(&self.logs[p][from..to]) {
                     match record {
-                        Record::Task(t) => batch.tasks.push(t.clone()),
+                        Record::Task(t) => batch.tasks.push(t.clone().enqueued_at(offset as i64)),
                         Record::Cancel(k) => batch.cancels.push(k.clone()),
                     }
                 }
@@ -694,17 +701,22 @@ impl World {
                 }
             }
         }
-        // Per orderingId, first starts in schedule (= enqueue) order.
+        // Per orderingId, first starts in schedule (= enqueue) order, ties in enqueue order.
         let mut first_start: BTreeMap<&TaskKey, Instant> = BTreeMap::new();
         for call in &calls {
             first_start.entry(&call.key).or_insert(call.started);
         }
+        let produced = &self.produced;
         for calls in by_ordering.values() {
             let mut keys: Vec<&TaskKey> = calls.iter().map(|c| &c.key).collect();
-            keys.sort();
+            keys.sort_by_key(|k| (k.scheduled_time, produced.sequence.get(*k)));
             keys.dedup();
             for pair in keys.windows(2) {
                 let (a, b) = (pair[0], pair[1]);
+                let tie = a.scheduled_time == b.scheduled_time;
+                if tie && (produced.redelivered.contains(a) || produced.redelivered.contains(b)) {
+                    continue;
+                }
                 if let (Some(ta), Some(tb)) = (first_start.get(a), first_start.get(b)) {
                     if tb < ta {
                         v.push(format!("order: {b} first started before {a}"));

@@ -6,8 +6,9 @@
 //! quarter of `max_in_flight_tasks`): a due task beyond that is **deferred**, dropped from
 //! memory and left in Cassandra, so an orderingId stuck on a failing head cannot fill the
 //! partition's in-flight budget and stall every other orderingId. Once its queue is half empty
-//! its deferred tasks are read back from the schedule, in order. While an orderingId has
-//! deferred tasks, every later task of it is deferred too, so its order holds.
+//! its deferred tasks are read back from the schedule, in run order (time, then enqueue order).
+//! While an orderingId has deferred tasks, every later task of it is deferred too, so its order
+//! holds.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -18,7 +19,7 @@ use actix::{
     ResponseFuture, WrapFuture,
 };
 use chrono::{DateTime, TimeDelta, Utc};
-use scheduler_client::{Task, TaskKey};
+use scheduler_client::{RunOrder, Task};
 use tracing::{debug, warn};
 
 use super::ordering_executor::{DrainOrdering, ExecuteOrderingTask, OrderingExecutor};
@@ -62,12 +63,12 @@ struct OrderingQueue {
 
 /// The due tasks of one orderingId left in Cassandra for want of room.
 struct Deferred {
-    /// The earliest of them: reading back starts there.
-    from: TaskKey,
+    /// The earliest of them in run order: reading back starts there.
+    from: RunOrder,
     /// A read-back is under way.
     reading: bool,
     /// The earliest task deferred while a read-back was under way (it may have missed it).
-    missed: Option<TaskKey>,
+    missed: Option<RunOrder>,
 }
 
 /// Executes the due tasks of one partition.
@@ -118,7 +119,7 @@ impl PartitionExecutor {
     /// Leaves `task` in Cassandra: off the gauge, remembered as deferred for its orderingId.
     fn defer(&mut self, task: &Task) {
         self.in_flight.remove(1);
-        let key = task.key();
+        let key = task.run_order();
         match self.deferred.get_mut(&task.ordering_id) {
             Some(deferred) => {
                 if deferred.reading && deferred.missed.as_ref().is_none_or(|m| key < *m) {
@@ -206,12 +207,8 @@ impl PartitionExecutor {
             let next = if tasks.len() < room {
                 missed
             } else {
-                // The key right after the last read: more may follow.
-                let after_last = tasks.last().map(|t| {
-                    let mut key = t.key();
-                    key.uniqueness_key.push('\0');
-                    key
-                });
+                // Right after the last read: more may follow.
+                let after_last = tasks.last().map(|t| t.run_order().successor());
                 after_last.into_iter().chain(missed).min()
             };
             match next {
@@ -269,7 +266,7 @@ impl Handler<ExecutePartitionTask> for PartitionExecutor {
         let behind_deferred = self
             .deferred
             .get(&task.ordering_id)
-            .is_some_and(|d| task.key() >= d.from || d.reading);
+            .is_some_and(|d| task.run_order() >= d.from || d.reading);
         let full = self
             .queues
             .get(&task.ordering_id)
@@ -314,33 +311,44 @@ impl Handler<OrderingTaskDone> for PartitionExecutor {
     }
 }
 
-/// Up to `limit` tasks of `ordering_id` in `partition`'s schedule, from `from` (inclusive) to
-/// `until` (inclusive), in key order: the schedule is read in pages of `page` rows and filtered.
+/// Up to `limit` tasks of `ordering_id` in `partition`'s schedule, in run order from `from`
+/// (inclusive) to `until` (inclusive). The schedule is read in pages of `page` rows (key order)
+/// and filtered; reading goes on past the time of the `limit`-th task found, because its ties
+/// may run before it.
 async fn load_ordering(
     store: Arc<dyn TaskStore>,
     partition: PartitionId,
     ordering_id: String,
-    from: TaskKey,
+    from: RunOrder,
     until: DateTime<Utc>,
     limit: usize,
     page: usize,
 ) -> StoreResult<Vec<Task>> {
     let until = until + TimeDelta::milliseconds(1);
     let mut cursor = ReadCursor::From(from.scheduled_time);
-    let mut found = Vec::new();
+    let mut found: Vec<Task> = Vec::new();
     loop {
         let rows = store.load(partition, cursor, until, page.max(1)).await?;
         let last = rows.last().map(Task::key);
         let full_page = rows.len() >= page.max(1);
         found.extend(
             rows.into_iter()
-                .filter(|t| t.ordering_id == ordering_id && t.key() >= from),
+                .filter(|t| t.ordering_id == ordering_id && t.run_order() >= from),
         );
+        // Found in time order: the limit-th's ties end once a row is later than it.
+        let past_ties = |last_time| {
+            found
+                .get(limit.saturating_sub(1))
+                .is_some_and(|t| t.scheduled_time < last_time)
+        };
         match last {
-            Some(last) if full_page && found.len() < limit => cursor = ReadCursor::After(last),
+            Some(last) if full_page && !past_ties(last.scheduled_time) => {
+                cursor = ReadCursor::After(last)
+            }
             _ => break,
         }
     }
+    found.sort_by_cached_key(Task::run_order);
     found.truncate(limit);
     Ok(found)
 }

@@ -1,5 +1,6 @@
-//! PartitionScheduler: holds the loaded tasks of one partition that are not yet due, in key
-//! order, and dispatches each to the PartitionExecutor at its time. One timer is armed for the
+//! PartitionScheduler: holds the loaded tasks of one partition that are not yet due and
+//! dispatches each to the PartitionExecutor at its time, tasks due together in run order (time,
+//! then enqueue order: [`Task::run_order`]). One timer is armed for the
 //! next due task (not a periodic tick), so a task starts within the timer's resolution of its time.
 //! Every task sent to it counts in the partition's in-flight gauge (the sender adds it) until
 //! the executor is done with it.
@@ -27,7 +28,7 @@ pub struct ScheduleTasks(pub Vec<Task>);
 #[rtype(result = "()")]
 pub struct UnscheduleTasks(pub Vec<TaskKey>);
 
-/// Holds tasks until they are due and dispatches them in key order.
+/// Holds tasks until they are due and dispatches them in run order.
 pub struct PartitionScheduler {
     partition: PartitionId,
     clock: Arc<dyn Clock>,
@@ -58,11 +59,17 @@ impl PartitionScheduler {
     /// Dispatches every due task, then arms the timer for the next one.
     fn dispatch_due(&mut self, ctx: &mut Context<Self>) {
         let now = self.clock.now();
+        let mut due = Vec::new();
         while let Some(entry) = self.pending.first_entry() {
             if entry.key().scheduled_time > now {
                 break;
             }
-            let task = entry.remove();
+            due.push(entry.remove());
+        }
+        // Ties (one orderingId, one time) are held whole (see TaskPersistence), so they are
+        // due together and leave here in enqueue order.
+        due.sort_by_cached_key(Task::run_order);
+        for task in due {
             self.executor.do_send(ExecutePartitionTask(task));
         }
         self.in_flight.set_held(self.pending.len());

@@ -4,7 +4,7 @@
 
 use std::collections::HashMap;
 use std::future::Future;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -86,6 +86,8 @@ struct Recorder {
     overlaps: AtomicUsize,
     completed: AtomicUsize,
     peak_in_flight: AtomicUsize,
+    /// The partition's next offset: the harness enqueues like the consumer, offsets rising.
+    next_offset: AtomicI64,
 }
 
 impl Recorder {
@@ -112,7 +114,7 @@ impl TaskExecutor for Arc<Recorder> {
         // Tasks loaded but not finished: bounded by max_in_flight_tasks.
         let in_flight = self
             .store
-            .loaded_rows()
+            .loaded_tasks()
             .saturating_sub(self.completed.load(Ordering::SeqCst));
         self.peak_in_flight.fetch_max(in_flight, Ordering::SeqCst);
         {
@@ -179,6 +181,7 @@ impl Harness {
             overlaps: AtomicUsize::new(0),
             completed: AtomicUsize::new(0),
             peak_in_flight: AtomicUsize::new(0),
+            next_offset: AtomicI64::new(0),
         });
         Harness::node("test-node", settings, store, recorder)
     }
@@ -235,12 +238,18 @@ impl Harness {
             .expect("assign");
     }
 
+    /// Consumes `tasks` as the next records of the partition: each at the next offset.
     async fn enqueue(&self, tasks: Vec<Task>) {
+        let tasks = tasks.into_iter().map(|t| self.enqueued(t)).collect();
         self.process(PersistTasks {
             tasks,
             cancels: vec![],
         })
         .await;
+    }
+
+    fn enqueued(&self, task: Task) -> Task {
+        task.enqueued_at(self.recorder.next_offset.fetch_add(1, Ordering::SeqCst))
     }
 
     async fn cancel(&self, cancels: Vec<TaskKey>) {
@@ -1270,5 +1279,106 @@ fn a_node_is_ready_once_it_owns_partitions_and_loaded_each() {
         assert!(!h.in_flight.ready(&[P]), "the first load is under way");
         advance(Duration::from_secs(1)).await;
         assert!(h.in_flight.ready(&[P]));
+    });
+}
+
+/// Tasks of one orderingId due at one time, enqueued in the reverse of their uniqueness keys'
+/// order (`z…` first): they must run in enqueue order.
+fn tied(ordering_id: &str, at: DateTime<Utc>, count: usize) -> Vec<Task> {
+    (0..count)
+        .map(|i| {
+            task(
+                ordering_id,
+                at,
+                &format!("{}-{i:03}", (b'z' - (i % 26) as u8) as char),
+            )
+        })
+        .collect()
+}
+
+fn ran(h: &Harness, ordering_id: &str) -> Vec<TaskKey> {
+    h.recorder
+        .calls()
+        .into_iter()
+        .map(|(k, _)| k)
+        .filter(|k| k.ordering_id == ordering_id)
+        .collect()
+}
+
+#[test]
+fn tasks_due_at_one_time_run_in_enqueue_order_when_pushed() {
+    run_paused(|| async {
+        let h = Harness::new(SchedulingSettings::default(), Duration::from_millis(3), &[]);
+        h.assign().await;
+        // Due now (run as they come) and due in 2 s (held, then dispatched together).
+        let now = tied("now", t0(), 10);
+        let soon = tied("soon", t0() + ms(2_000), 10);
+        for (a, b) in now.chunks(3).zip(soon.chunks(3)) {
+            h.enqueue(a.iter().chain(b).cloned().collect()).await;
+        }
+        advance(Duration::from_secs(5)).await;
+        assert_eq!(
+            ran(&h, "now"),
+            now.iter().map(Task::key).collect::<Vec<_>>()
+        );
+        assert_eq!(
+            ran(&h, "soon"),
+            soon.iter().map(Task::key).collect::<Vec<_>>()
+        );
+    });
+}
+
+#[test]
+fn tasks_due_at_one_time_run_in_enqueue_order_when_loaded_in_small_pages() {
+    run_paused(|| async {
+        // Pages of 4 rows split each group of ties; an orderingId may hold 2 tasks, so most
+        // of them are deferred and read back.
+        let settings = SchedulingSettings {
+            fetch_batch_size: 4,
+            max_in_flight_tasks: 8,
+            max_queued_per_ordering: 2,
+            ..SchedulingSettings::default()
+        };
+        let h = Harness::new(settings, Duration::from_millis(3), &[]);
+        let mut expected = Vec::new();
+        let mut all = Vec::new();
+        for (i, o) in ["a", "b", "c"].into_iter().enumerate() {
+            for step in 0..3 {
+                let group = tied(o, t0() + ms(100 * step + i as i64), 7);
+                expected.extend(group.iter().filter(|t| t.ordering_id == "b").map(Task::key));
+                all.extend(group);
+            }
+        }
+        // Persisted in this order while no node owned the partition, then loaded.
+        let all: Vec<Task> = all.into_iter().map(|t| h.enqueued(t)).collect();
+        h.store.persist(P, all).await.expect("persist");
+        h.assign().await;
+        advance(Duration::from_secs(10)).await;
+        assert_eq!(ran(&h, "b"), expected);
+        for o in ["a", "c"] {
+            assert_eq!(ran(&h, o).len(), 21);
+        }
+    });
+}
+
+#[test]
+fn tasks_due_at_one_time_beyond_the_in_flight_room_run_in_enqueue_order() {
+    run_paused(|| async {
+        // A push beyond the room leaves the rest for loading.
+        let settings = SchedulingSettings {
+            fetch_batch_size: 5,
+            max_in_flight_tasks: 6,
+            max_queued_per_ordering: 6,
+            ..SchedulingSettings::default()
+        };
+        let h = Harness::new(settings, Duration::from_millis(3), &[]);
+        h.assign().await;
+        let ties = tied("deep", t0() + ms(1_000), 26);
+        h.enqueue(ties.clone()).await;
+        advance(Duration::from_secs(10)).await;
+        assert_eq!(
+            ran(&h, "deep"),
+            ties.iter().map(Task::key).collect::<Vec<_>>()
+        );
     });
 }

@@ -255,6 +255,7 @@ impl PollLoop {
         match decoded {
             Ok(Record::Task(task)) => {
                 debug!(partition, offset, task = %task.key(), "task polled");
+                let task = task.enqueued_at(offset);
                 batch.tasks.entry(partition).or_default().tasks.push(task);
             }
             Ok(Record::Cancel(key)) => {

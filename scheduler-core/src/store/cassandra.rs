@@ -96,6 +96,8 @@ impl CassandraStore {
         for ddl in schema(ks, &settings.replication) {
             create_if_absent(&session, ddl).await?;
         }
+        // Added after the first release: keyspaces created before lack it.
+        add_column_if_absent(&session, ks, "scheduled_tasks", "enqueue_offset", "bigint").await?;
         let prepare = |cql: String, operation: &'static str| {
             let session = &session;
             async move {
@@ -112,24 +114,26 @@ impl CassandraStore {
         let inner = Inner {
             insert_task: prepare(
                 format!(
-                    "INSERT INTO {ks}.scheduled_tasks (partition_id, hour_bucket, {key_columns}, task_data) \
-                     VALUES (?, ?, ?, ?, ?, ?)"
+                    "INSERT INTO {ks}.scheduled_tasks (partition_id, hour_bucket, {key_columns}, task_data, \
+                     enqueue_offset) VALUES (?, ?, ?, ?, ?, ?, ?)"
                 ),
                 "prepare insert",
             )
             .await?,
             load_from: prepare(
                 format!(
-                    "SELECT {key_columns}, task_data FROM {ks}.scheduled_tasks WHERE partition_id = ? \
-                     AND hour_bucket = ? AND (scheduled_time) >= (?) AND (scheduled_time) < (?) LIMIT ?"
+                    "SELECT {key_columns}, task_data, enqueue_offset FROM {ks}.scheduled_tasks \
+                     WHERE partition_id = ? AND hour_bucket = ? AND (scheduled_time) >= (?) \
+                     AND (scheduled_time) < (?) LIMIT ?"
                 ),
                 "prepare load",
             )
             .await?,
             load_after: prepare(
                 format!(
-                    "SELECT {key_columns}, task_data FROM {ks}.scheduled_tasks WHERE partition_id = ? \
-                     AND hour_bucket = ? AND ({key_columns}) > (?, ?, ?) AND (scheduled_time) < (?) LIMIT ?"
+                    "SELECT {key_columns}, task_data, enqueue_offset FROM {ks}.scheduled_tasks \
+                     WHERE partition_id = ? AND hour_bucket = ? AND ({key_columns}) > (?, ?, ?) \
+                     AND (scheduled_time) < (?) LIMIT ?"
                 ),
                 "prepare load",
             )
@@ -145,7 +149,7 @@ impl CassandraStore {
             )
             .await?,
             select_task: prepare(
-                format!("SELECT task_data FROM {ks}.scheduled_tasks WHERE {key_match}"),
+                format!("SELECT task_data, enqueue_offset FROM {ks}.scheduled_tasks WHERE {key_match}"),
                 "prepare task read",
             )
             .await?,
@@ -267,6 +271,36 @@ async fn create_if_absent(session: &Session, ddl: String) -> StoreResult<()> {
     }
 }
 
+/// Adds `column` to `table` unless it is there: a column added in a later release, on a
+/// keyspace created before it. Nodes starting together may race to add it; whichever wins, the
+/// column is there when the check is repeated.
+async fn add_column_if_absent(
+    session: &Session,
+    ks: &str,
+    table: &str,
+    column: &str,
+    cql_type: &str,
+) -> StoreResult<()> {
+    let probe = format!("SELECT {column} FROM {ks}.{table} LIMIT 1");
+    let alter = format!("ALTER TABLE {ks}.{table} ADD {column} {cql_type}");
+    let mut attempt = 1;
+    loop {
+        if session.query_unpaged(probe.as_str(), &[]).await.is_ok() {
+            return Ok(());
+        }
+        match session.query_unpaged(alter.as_str(), &[]).await {
+            Ok(_) => return Ok(()),
+            Err(e) if attempt < SCHEMA_ATTEMPTS => {
+                warn!(error = %e, attempt, table, column, "adding a column failed (another node may be adding it); checking again");
+                tokio::time::sleep(std::time::Duration::from_millis(500 * u64::from(attempt)))
+                    .await;
+                attempt += 1;
+            }
+            Err(e) => return Err(query_error("schema migration")(e)),
+        }
+    }
+}
+
 /// The keyspace and tables, created if absent.
 fn schema(ks: &str, replication: &str) -> Vec<String> {
     let key = "scheduled_time timestamp, ordering_id text, uniqueness_key text";
@@ -276,7 +310,7 @@ fn schema(ks: &str, replication: &str) -> Vec<String> {
         // The schedule: one wide row per partition and hour, sorted by task key.
         format!(
             "CREATE TABLE IF NOT EXISTS {ks}.scheduled_tasks (partition_id int, hour_bucket timestamp, {key}, \
-             task_data text, PRIMARY KEY ((partition_id, hour_bucket), {clustering}))"
+             task_data text, enqueue_offset bigint, PRIMARY KEY ((partition_id, hour_bucket), {clustering}))"
         ),
         // Final states, laid out like the schedule so a task's status is a single-row read.
         format!(
@@ -305,19 +339,20 @@ fn schema(ks: &str, replication: &str) -> Vec<String> {
     ]
 }
 
-type TaskRow = (DateTime<Utc>, String, String, String);
+type TaskRow = (DateTime<Utc>, String, String, String, Option<i64>);
 
 fn task_from_row(
     partition: PartitionId,
-    (scheduled_time, ordering_id, uniqueness_key, data): TaskRow,
+    (scheduled_time, ordering_id, uniqueness_key, data, enqueue_offset): TaskRow,
 ) -> Option<Task> {
     match serde_json::from_str::<TaskData>(&data) {
-        Ok(task_data) => Some(Task::new(
-            ordering_id,
-            scheduled_time,
-            uniqueness_key,
-            task_data,
-        )),
+        Ok(task_data) => {
+            let task = Task::new(ordering_id, scheduled_time, uniqueness_key, task_data);
+            Some(Task {
+                enqueue_offset,
+                ..task
+            })
+        }
         Err(e) => {
             // Only this engine writes the table; a row it cannot read is skipped, not retried forever.
             warn!(partition, %ordering_id, %uniqueness_key, %scheduled_time, error = %e, "skipping schedule row with unreadable task data");
@@ -399,6 +434,7 @@ impl TaskStore for CassandraStore {
                                     task.ordering_id,
                                     task.uniqueness_key,
                                     data,
+                                    task.enqueue_offset,
                                 ),
                             )
                             .await
@@ -503,8 +539,8 @@ impl TaskStore for CassandraStore {
                 .execute_unpaged(&inner.select_task, key_values(partition, &key))
                 .await
                 .map_err(query_error("task read"))?;
-            let row = first_row_of::<(String,)>(result, "schedule")?;
-            Ok(row.and_then(|(data,)| {
+            let row = first_row_of::<(String, Option<i64>)>(result, "schedule")?;
+            Ok(row.and_then(|(data, enqueue_offset)| {
                 task_from_row(
                     partition,
                     (
@@ -512,6 +548,7 @@ impl TaskStore for CassandraStore {
                         key.ordering_id,
                         key.uniqueness_key,
                         data,
+                        enqueue_offset,
                     ),
                 )
             }))

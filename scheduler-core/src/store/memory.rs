@@ -46,6 +46,8 @@ pub struct MemoryStore {
     state: Arc<Mutex<State>>,
     failures_to_inject: Arc<AtomicUsize>,
     loaded_rows: Arc<AtomicUsize>,
+    /// Each task a load returned, once (loads may read a row again).
+    loaded_keys: Arc<Mutex<std::collections::BTreeSet<(PartitionId, TaskKey)>>>,
     /// Hour buckets loads have queried (Cassandra's load walks one query per bucket).
     buckets_read: Arc<AtomicUsize>,
     /// Failures to inject into one operation only, by name.
@@ -137,6 +139,14 @@ impl MemoryStore {
     /// Rows returned by every load so far.
     pub fn loaded_rows(&self) -> usize {
         self.loaded_rows.load(Ordering::SeqCst)
+    }
+
+    /// How many distinct tasks loads have returned.
+    pub fn loaded_tasks(&self) -> usize {
+        self.loaded_keys
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .len()
     }
 
     /// The recorded final state of a task.
@@ -244,6 +254,7 @@ impl TaskStore for MemoryStore {
         limit: usize,
     ) -> BoxFuture<'static, StoreResult<Vec<Task>>> {
         let loaded_rows = Arc::clone(&self.loaded_rows);
+        let loaded_keys = Arc::clone(&self.loaded_keys);
         let from_bucket = super::hour_bucket(cursor.time());
         let buckets = (super::hour_bucket(until) - from_bucket).num_hours().max(0) as usize + 1;
         self.buckets_read.fetch_add(buckets, Ordering::SeqCst);
@@ -292,6 +303,8 @@ impl TaskStore for MemoryStore {
             let result = result.and_then(|tasks| tasks);
             if let Ok(tasks) = &result {
                 loaded_rows.fetch_add(tasks.len(), Ordering::SeqCst);
+                let mut keys = loaded_keys.lock().unwrap_or_else(PoisonError::into_inner);
+                keys.extend(tasks.iter().map(|t| (partition, t.key())));
             }
             result
         })
