@@ -208,8 +208,9 @@ impl ExecutionPool {
     }
 
     /// Calls the executor for `task` in `slot`, inside `span` (so the executor's own logs carry
-    /// the task's identity); resolves with its result. The call runs on the pool's runtime and
-    /// keeps `slot` and `held` until it returns, even if the caller stops waiting for it.
+    /// the task's identity); resolves with its result, and `held` back to record the outcome
+    /// under (`None` if the call panicked). The call runs on the pool's runtime and keeps
+    /// `slot` and `held` until it returns, even if the caller stops waiting for it.
     pub(crate) fn call<H: Send + 'static>(
         &self,
         slot: Slot,
@@ -217,25 +218,32 @@ impl ExecutionPool {
         task: Task,
         ctx: TaskContext,
         span: tracing::Span,
-    ) -> impl Future<Output = Result<(), TaskError>> + 'static {
+    ) -> impl Future<Output = (Result<(), TaskError>, Option<H>)> + 'static {
         let executor = Arc::clone(&self.executor);
         let timeout = self.timeout;
         let handle = self.runtime.spawn(async move {
-            let _held = (slot, held);
-            match tokio::time::timeout(timeout, executor.execute_boxed(task, ctx).instrument(span))
-                .await
+            let _slot = slot;
+            let result = match tokio::time::timeout(
+                timeout,
+                executor.execute_boxed(task, ctx).instrument(span),
+            )
+            .await
             {
                 Ok(result) => result,
                 Err(_) => Err(TaskError::retry(format!("timed out after {timeout:?}"))),
-            }
+            };
+            (result, held)
         });
         async move {
             match handle.await {
-                Ok(result) => result,
-                Err(e) if e.is_panic() => Err(TaskError::retry("the executor panicked")),
-                Err(e) => Err(TaskError::retry(format!(
-                    "the execution was cancelled: {e}"
-                ))),
+                Ok((result, held)) => (result, Some(held)),
+                Err(e) if e.is_panic() => (Err(TaskError::retry("the executor panicked")), None),
+                Err(e) => (
+                    Err(TaskError::retry(format!(
+                        "the execution was cancelled: {e}"
+                    ))),
+                    None,
+                ),
             }
         }
     }
@@ -293,6 +301,7 @@ mod tests {
                 let slot = pool.slot().await;
                 pool.call(slot, (), t, context(), tracing::Span::none())
                     .await
+                    .0
             }
         };
         let results = futures::future::join_all((0..10).map(|_| run(task("ok")))).await;

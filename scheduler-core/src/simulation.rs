@@ -10,7 +10,8 @@
 //! - nothing starts before its time;
 //! - no two calls of one orderingId run at once, on any node;
 //! - per orderingId, tasks (enqueued in schedule order) first start in that order;
-//! - nothing starts after its final status was stored, and a final status never changes;
+//! - nothing starts after its final status was stored, and a final status is never written
+//!   again (but for a retry of the same record by its own tree);
 //! - of several records of one key in one batch, the last is what runs;
 //! - no tree holds more than `max_in_flight_tasks` tasks in memory.
 //!
@@ -36,7 +37,7 @@ use crate::clock::{Clock, TokioClock};
 use crate::executor::{ExecutionPool, TaskContext, TaskError, TaskExecutor};
 use crate::settings::SchedulingSettings;
 use crate::store::memory::MemoryStore;
-use crate::store::{PartitionId, TaskStatus};
+use crate::store::{PartitionId, StatusRecord, TaskStatus};
 
 const PARTITIONS: u32 = 4;
 const ORDERING_IDS: usize = 8;
@@ -724,35 +725,36 @@ impl World {
                 }
             }
         }
-        // Nothing starts after its final status was stored; a final status never changes.
-        let mut first_final: BTreeMap<TaskKey, (TaskStatus, Instant)> = BTreeMap::new();
+        // Nothing starts after its final status was stored; a final status is never written
+        // again, except as the same record (a write retried by its own tree).
+        let mut first_final: BTreeMap<TaskKey, (StatusRecord, Instant)> = BTreeMap::new();
         for (key, record, at) in self.store.status_writes() {
-            match first_final.get(&key).copied() {
+            match first_final.get(&key) {
                 // A cancel does not interrupt a call already running: its outcome replaces the
                 // cancellation.
-                Some((TaskStatus::Cancelled, cancelled_at))
-                    if calls
-                        .iter()
-                        .any(|c| c.key == key && c.started <= cancelled_at) =>
+                Some((first, cancelled_at))
+                    if first.status == TaskStatus::Cancelled
+                        && calls
+                            .iter()
+                            .any(|c| c.key == key && c.started <= *cancelled_at) =>
                 {
-                    first_final.insert(key, (record.status, at));
+                    first_final.insert(key, (record, at));
                 }
-                Some((status, _)) if status != record.status => v.push(format!(
-                    "status changed: {key} from {status:?} to {:?}",
-                    record.status
+                Some((first, _)) if *first != record => v.push(format!(
+                    "final status rewritten: {key} from {first:?} to {record:?}"
                 )),
                 Some(_) => {}
                 None => {
-                    first_final.insert(key, (record.status, at));
+                    first_final.insert(key, (record, at));
                 }
             }
         }
         for call in &calls {
-            if let Some((status, at)) = first_final.get(&call.key) {
+            if let Some((first, at)) = first_final.get(&call.key) {
                 if call.started > *at {
                     v.push(format!(
-                        "after final: {} started after it was {status:?}",
-                        call.key
+                        "after final: {} started after it was {:?}",
+                        call.key, first.status
                     ));
                 }
             }

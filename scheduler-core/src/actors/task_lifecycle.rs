@@ -173,7 +173,10 @@ impl TaskRun {
             let started = std::time::Instant::now();
             debug!(partition, task = %self.key, attempt = self.attempts, epoch,
                 delay_ms = (started_at - self.key.scheduled_time).num_milliseconds(), "executing task");
-            let result = self
+            // The lease entry comes back with the result and is kept until the outcome is
+            // recorded: a newer tree must not start the task between the call's end and its
+            // final status (it would run it again).
+            let (result, hold) = self
                 .deps
                 .pool
                 .call(slot, hold, task.clone(), context, self.span.clone())
@@ -224,6 +227,7 @@ impl TaskRun {
                 retry_in_ms = delay.as_millis() as u64, "task failed; retry scheduled");
             self.deps.metrics.retry_scheduled(self.partition);
             self.called = false;
+            drop(hold);
             self.unless_stopped(tokio::time::sleep(delay)).await?;
         }
     }
