@@ -13,7 +13,9 @@
 //! - nothing starts after its final status was stored, and a final status is never written
 //!   again (but for a retry of the same record by its own tree);
 //! - of several records of one key in one batch, the last is what runs;
-//! - no tree holds more than `max_in_flight_tasks` tasks in memory.
+//! - no tree holds more than `max_in_flight_tasks` tasks in memory;
+//! - at a calm end, one orderingId stuck on failing tasks does not hold up another of its
+//!   partition (its tasks start within a second of their time).
 //!
 //! `cargo test -p scheduler-core simulation` runs `SIM_SEEDS` seeds (default 500) from
 //! `SIM_FIRST_SEED` (default 1); a failing seed prints itself, and `SIM_SEED=n` replays it
@@ -46,6 +48,9 @@ const STEP: Duration = Duration::from_millis(100);
 const FAULT_PHASE: Duration = Duration::from_secs(60);
 const QUIET_PHASE: Duration = Duration::from_secs(300);
 const POLL_BATCH: usize = 16;
+/// The calm end that checks one stuck orderingId does not hold up the others.
+const PROBE_PHASE: Duration = Duration::from_secs(60);
+const PROBE_MAX_LATENESS_MS: i64 = 1_000;
 
 fn settings() -> SchedulingSettings {
     SchedulingSettings {
@@ -248,6 +253,8 @@ struct World {
     latency_until: Option<Instant>,
     peak_in_flight: usize,
     violations: Vec<String>,
+    /// Tasks that must start on time beside a stuck orderingId.
+    probes: Vec<TaskKey>,
 }
 
 impl World {
@@ -274,6 +281,7 @@ impl World {
             latency_until: None,
             peak_in_flight: 0,
             violations: Vec::new(),
+            probes: Vec::new(),
         };
         world.add_node();
         world.add_node();
@@ -394,9 +402,20 @@ impl World {
     }
 
     fn produce_task(&mut self, ordering_id: &str, at: DateTime<Utc>, versions: i64) {
+        self.produce_planned(ordering_id, at, versions, None);
+    }
+
+    /// Produces a task with `plan`, or one drawn at random.
+    fn produce_planned(
+        &mut self,
+        ordering_id: &str,
+        at: DateTime<Utc>,
+        versions: i64,
+        plan: Option<Plan>,
+    ) -> TaskKey {
         let key = self.new_key(ordering_id, at);
         self.produced.sequence.insert(key.clone(), self.next_unique);
-        let plan = self.draw_plan();
+        let plan = plan.unwrap_or_else(|| self.draw_plan());
         self.shared
             .plans
             .lock()
@@ -408,7 +427,36 @@ impl World {
         if versions > 1 {
             self.produced.double_versions.insert(key.clone());
         }
-        self.produced.tasks.insert(key, (plan, versions));
+        self.produced.tasks.insert(key.clone(), (plan, versions));
+        key
+    }
+
+    /// A calm end: one orderingId stuck on tasks that keep failing, more of them than a tree
+    /// may hold, beside another orderingId of its partition whose tasks must start on time.
+    async fn probe_a_stuck_ordering_id(&mut self) {
+        let partition = self.rng.i32(0..PARTITIONS as i32);
+        let mut names = (0..)
+            .map(|i| format!("probe{i}"))
+            .filter(|o| partition_for(o, PARTITIONS) == partition);
+        let (Some(stuck), Some(free)) = (names.next(), names.next()) else {
+            return;
+        };
+        let now = self.now();
+        for _ in 0..settings().max_in_flight_tasks + 4 {
+            self.produce_planned(&stuck, now, 1, Some(Plan::FailAlways));
+        }
+        for second in 1..=3 {
+            let at = now + TimeDelta::seconds(second);
+            let plan = Some(Plan::Succeed(Duration::from_millis(10)));
+            let key = self.produce_planned(&free, at, 1, plan);
+            self.probes.push(key);
+        }
+        let end = Instant::now() + PROBE_PHASE;
+        while Instant::now() < end {
+            self.poll().await;
+            self.sample_memory();
+            tokio::time::sleep(STEP).await;
+        }
     }
 
     fn produce(&mut self) {
@@ -618,6 +666,7 @@ impl World {
                 break;
             }
         }
+        self.probe_a_stuck_ordering_id().await;
         for node in self.members() {
             let _ = self.nodes[node].topic.send(RevokePartitions).await;
         }
@@ -668,6 +717,16 @@ impl World {
             if !fine {
                 v.push(format!(
                     "lost: {key} ({plan:?}) has status {status:?}, expected {expected:?}"
+                ));
+            }
+        }
+        // One stuck orderingId does not hold up another of its partition.
+        for key in &self.probes {
+            let first = calls.iter().find(|c| c.key == *key);
+            let late = first.map(|c| c.started_wall - key.scheduled_time);
+            if late.is_none_or(|late| late > TimeDelta::milliseconds(PROBE_MAX_LATENESS_MS)) {
+                v.push(format!(
+                    "held up: {key} started {late:?} after its time, behind a stuck orderingId"
                 ));
             }
         }
