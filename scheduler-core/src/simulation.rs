@@ -413,9 +413,9 @@ impl World {
         versions: i64,
         plan: Option<Plan>,
     ) -> TaskKey {
+        let plan = plan.unwrap_or_else(|| self.draw_plan());
         let key = self.new_key(ordering_id, at);
         self.produced.sequence.insert(key.clone(), self.next_unique);
-        let plan = plan.unwrap_or_else(|| self.draw_plan());
         self.shared
             .plans
             .lock()

@@ -145,6 +145,15 @@ impl PartitionExecutor {
         self.capacity_listener.do_send(CapacityFreed);
     }
 
+    /// Reads back `ordering_id`'s deferred tasks once its queue is half empty (until then, a
+    /// task's end calls this again).
+    fn read_back_if_half_empty(&mut self, ordering_id: String, ctx: &mut Context<Self>) {
+        let outstanding = self.queues.get(&ordering_id).map_or(0, |q| q.outstanding);
+        if outstanding <= self.ordering_bound() / 2 {
+            self.read_back(ordering_id, ctx);
+        }
+    }
+
     /// Reads back up to the free room of `ordering_id`'s deferred tasks that are due.
     fn read_back(&mut self, ordering_id: String, ctx: &mut Context<Self>) {
         // Within the orderingId's share and the partition's in-flight budget.
@@ -224,6 +233,11 @@ impl PartitionExecutor {
             for task in tasks {
                 act.enqueue(task, ctx);
             }
+            // Tasks deferred during the read, or more after it, with no task of the
+            // orderingId left whose end would read them back: read on now.
+            if act.deferred.contains_key(&ordering_id) {
+                act.read_back_if_half_empty(ordering_id, ctx);
+            }
         }));
     }
 
@@ -273,13 +287,7 @@ impl Handler<ExecutePartitionTask> for PartitionExecutor {
             .is_some_and(|q| q.outstanding >= self.ordering_bound());
         if behind_deferred || full {
             self.defer(&task);
-            let outstanding = self
-                .queues
-                .get(&task.ordering_id)
-                .map_or(0, |q| q.outstanding);
-            if outstanding <= self.ordering_bound() / 2 {
-                self.read_back(task.ordering_id, ctx);
-            }
+            self.read_back_if_half_empty(task.ordering_id, ctx);
             return;
         }
         self.enqueue(task, ctx);
@@ -298,9 +306,7 @@ impl Handler<OrderingTaskDone> for PartitionExecutor {
         }
         if !self.draining {
             if self.deferred.contains_key(&msg.ordering_id) {
-                if outstanding <= self.ordering_bound() / 2 {
-                    self.read_back(msg.ordering_id.clone(), ctx);
-                }
+                self.read_back_if_half_empty(msg.ordering_id.clone(), ctx);
             } else if outstanding == 0 {
                 if let Some(idle) = self.queues.remove(&msg.ordering_id) {
                     idle.executor.do_send(StopActor);

@@ -1382,3 +1382,32 @@ fn tasks_due_at_one_time_beyond_the_in_flight_room_run_in_enqueue_order() {
         );
     });
 }
+
+#[test]
+fn a_task_deferred_while_a_read_back_finds_nothing_is_read_back_once_it_ends() {
+    run_paused(|| async {
+        // An orderingId may hold 4 tasks. a..f are due at once: e and f wait in the store and
+        // are read back whole, so more may follow them. The next read-back (slow) finds
+        // nothing; g falls due and is deferred during it, and the orderingId's last tasks
+        // finish during it too: nothing is left to start another read but its end.
+        let settings = SchedulingSettings {
+            max_in_flight_tasks: 16,
+            max_queued_per_ordering: 4,
+            ..SchedulingSettings::default()
+        };
+        let h = Harness::new(settings, Duration::from_millis(100), &[]);
+        h.assign().await;
+        let mut tasks: Vec<Task> = ["a", "b", "c", "d", "e", "f"]
+            .into_iter()
+            .map(|u| task("o", t0(), u))
+            .collect();
+        tasks.push(task("o", t0() + ms(1_350), "g"));
+        h.enqueue(tasks.clone()).await;
+        h.store.set_latency("schedule load", Duration::from_secs(1));
+        advance(Duration::from_secs(10)).await;
+        assert_eq!(
+            ran(&h, "o"),
+            tasks.iter().map(Task::key).collect::<Vec<_>>()
+        );
+    });
+}
