@@ -1,5 +1,7 @@
 //! Time as the engine sees it, behind a trait so unit tests of scheduling logic are exact.
 
+use std::sync::atomic::{AtomicU64, Ordering};
+
 use chrono::{DateTime, Utc};
 
 /// The source of "now" for scheduling decisions.
@@ -41,6 +43,20 @@ impl Clock for TokioClock {
     fn now(&self) -> DateTime<Utc> {
         let elapsed = tokio::time::Instant::now().duration_since(self.start);
         self.start_wall + chrono::TimeDelta::from_std(elapsed).unwrap_or(chrono::TimeDelta::MAX)
+    }
+}
+
+/// A point in the order of this process's events. Two stamps taken one after the other always
+/// differ, even within one tick of the clock (or on a paused clock), where two `Instant`s may be
+/// equal: "this read began after that write completed" is decided by stamps, never by instants.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Stamp(u64);
+
+impl Stamp {
+    /// A stamp after every stamp taken before.
+    pub fn now() -> Stamp {
+        static NEXT: AtomicU64 = AtomicU64::new(1);
+        Stamp(NEXT.fetch_add(1, Ordering::SeqCst))
     }
 }
 

@@ -31,6 +31,7 @@ use tokio::time::Instant;
 use tracing::{debug, warn};
 
 use crate::actors::partition_ownership::EpochCell;
+use crate::clock::Stamp;
 use crate::store::{LeaseRecord, LeaseStore, PartitionId, StoreResult};
 
 /// How often a tree waiting for an earlier tree's lease reads the leases again.
@@ -83,7 +84,7 @@ struct Running {
     closed: bool,
     /// orderingId → when the lease row listing it first finished being written (it has been in
     /// the row continuously since).
-    durable: BTreeMap<String, Instant>,
+    durable: BTreeMap<String, Stamp>,
 }
 
 #[derive(Default)]
@@ -98,13 +99,13 @@ pub struct LeaseHold {
     inner: Arc<Inner>,
     ordering_id: String,
     state: watch::Receiver<LeaseState>,
-    durable_since: Instant,
+    durable_since: Stamp,
 }
 
 impl LeaseHold {
     /// Since when the entry has been in the written lease: an ownership read that began after
     /// this may confirm the call (see the module docs).
-    pub fn durable_since(&self) -> Instant {
+    pub fn durable_since(&self) -> Stamp {
         self.durable_since
     }
 
@@ -189,7 +190,7 @@ impl TreeLease {
             inner: Arc::clone(&self.inner),
             ordering_id: ordering_id.to_string(),
             state: state.clone(),
-            durable_since: Instant::now(),
+            durable_since: Stamp::now(),
         };
         self.inner.wake.notify_one();
         state
@@ -306,7 +307,7 @@ async fn write_lease(inner: Arc<Inner>) {
                 .await
             {
                 Ok(()) => {
-                    let completed = Instant::now();
+                    let completed = Stamp::now();
                     {
                         let mut running = inner.lock();
                         // A row that expired before this write began held nothing meanwhile.

@@ -12,8 +12,8 @@
 //! monotonic clock, far below the group session timeout: a node that was paused long enough to
 //! lose its partitions always reads the epoch again before it starts or records a task, and a
 //! read that began before a pause answers no check made after it. A check may also ask for a
-//! read that began after a given instant (a task does, after writing its lease: see
-//! [`crate::lease`]). The epoch is re-read in the background twice as often, so a live node's
+//! read that began after a given event (a task does, after writing its lease: see
+//! [`crate::lease`]); that is decided by [`Stamp`]s, which order events within one clock tick. The epoch is re-read in the background twice as often, so a live node's
 //! checks are usually answered at once.
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -29,7 +29,7 @@ use tokio::time::Instant;
 use tracing::{info, warn};
 
 use super::StopActor;
-use crate::clock::Clock;
+use crate::clock::{Clock, Stamp};
 use crate::metrics::Metrics;
 use crate::store::{PartitionId, StoreError, StoreResult, TaskStore};
 
@@ -37,13 +37,13 @@ use crate::store::{PartitionId, StoreError, StoreResult, TaskStore};
 pub const OWNERSHIP_RECHECK: Duration = Duration::from_secs(2);
 
 /// Is this tree still the partition's owner? Answered from a read that began less than
-/// `OWNERSHIP_RECHECK` before the check (and, if `read_after` is set, after that instant), else
+/// `OWNERSHIP_RECHECK` before the check (and, if `read_after` is set, after that event), else
 /// after reading the epoch (or claiming the partition, the first time).
 #[derive(Debug, Message, Default)]
 #[rtype(result = "StoreResult<Ownership>")]
 pub struct CheckOwnership {
-    /// Only a read that began at or after this instant may answer.
-    pub read_after: Option<Instant>,
+    /// Only a read that began after this event may answer.
+    pub read_after: Option<Stamp>,
 }
 
 /// The answer to [`CheckOwnership`].
@@ -94,26 +94,43 @@ pub struct PartitionOwnership {
     epoch: Option<u64>,
     /// Where the epoch is published for a rebuild to inherit.
     cell: EpochCell,
-    /// When the last read that found this tree the owner began (monotonic).
-    verified_at: Option<Instant>,
+    /// When the last read that found this tree the owner began.
+    verified_at: Option<Began>,
     fenced: bool,
     /// When the claim or read under way began.
-    verifying: Option<Instant>,
+    verifying: Option<Began>,
     /// Checks waiting for a read that may answer them.
     waiters: Vec<Waiter>,
 }
 
+/// When an epoch read began: on the monotonic clock (how fresh it is) and in the order of events
+/// (what it may have seen).
+#[derive(Debug, Clone, Copy)]
+struct Began {
+    at: Instant,
+    stamp: Stamp,
+}
+
+impl Began {
+    fn now() -> Began {
+        Began {
+            at: Instant::now(),
+            stamp: Stamp::now(),
+        }
+    }
+}
+
 struct Waiter {
     asked_at: Instant,
-    read_after: Option<Instant>,
+    read_after: Option<Stamp>,
     reply: oneshot::Sender<StoreResult<Ownership>>,
 }
 
 impl Waiter {
     /// Whether a read that began at `began` may answer this check.
-    fn answered_by(&self, began: Instant) -> bool {
-        self.read_after.is_none_or(|after| began >= after)
-            && self.asked_at.saturating_duration_since(began) < OWNERSHIP_RECHECK
+    fn answered_by(&self, began: Began) -> bool {
+        self.read_after.is_none_or(|after| began.stamp > after)
+            && self.asked_at.saturating_duration_since(began.at) < OWNERSHIP_RECHECK
     }
 }
 
@@ -147,7 +164,7 @@ impl PartitionOwnership {
     }
 
     /// The epoch, if a read that may answer a check made now (with `read_after`) found it ours.
-    fn verified(&self, read_after: Option<Instant>) -> Option<u64> {
+    fn verified(&self, read_after: Option<Stamp>) -> Option<u64> {
         let probe = Waiter {
             asked_at: Instant::now(),
             read_after,
@@ -164,7 +181,7 @@ impl PartitionOwnership {
         if self.verifying.is_some() {
             return;
         }
-        let started = Instant::now();
+        let started = Began::now();
         self.verifying = Some(started);
         let partition = self.partition;
         let claimed_at = self.clock.now();

@@ -233,7 +233,7 @@ impl TaskRun {
     }
 
     /// The tree's epoch, if it still owns the partition (by a read begun after `read_after`).
-    async fn owner(&mut self, read_after: Option<tokio::time::Instant>) -> Result<u64, Halt> {
+    async fn owner(&mut self, read_after: Option<crate::clock::Stamp>) -> Result<u64, Halt> {
         let ownership: Addr<PartitionOwnership> = self.links.ownership.clone();
         let answer = self
             .store_step("ownership check", || {

@@ -1411,3 +1411,61 @@ fn a_task_deferred_while_a_read_back_finds_nothing_is_read_back_once_it_ends() {
         );
     });
 }
+
+/// Takes a fenced tree's notice (the tests below drive the ownership actor alone).
+struct FenceSink;
+
+impl Actor for FenceSink {
+    type Context = actix::Context<Self>;
+}
+
+impl actix::Handler<super::partition_ownership::PartitionFenced> for FenceSink {
+    type Result = ();
+
+    fn handle(&mut self, _: super::partition_ownership::PartitionFenced, _: &mut Self::Context) {}
+}
+
+#[test]
+fn an_ownership_read_begun_before_a_lease_entry_was_written_does_not_confirm_its_call_within_one_clock_tick(
+) {
+    use super::partition_ownership::{CheckOwnership, EpochCell, Ownership, PartitionOwnership};
+    run_paused(|| async {
+        let store = MemoryStore::new();
+        let cell = EpochCell::default();
+        let ownership = PartitionOwnership::new(
+            P,
+            Arc::from("node-a"),
+            Arc::new(store.clone()),
+            Arc::new(TokioClock::starting_at(t0())),
+            Arc::new(crate::metrics::Metrics::new()),
+            FenceSink.start().recipient(),
+            cell.clone(),
+        )
+        .start();
+        let claimed = ownership.send(CheckOwnership::default()).await;
+        assert!(
+            matches!(claimed, Ok(Ok(Ownership::Owner(_)))),
+            "{claimed:?}"
+        );
+        let lease = crate::lease::TreeLease::start(
+            P,
+            "node-a",
+            cell,
+            Arc::new(store.clone()),
+            Duration::from_secs(3),
+        );
+        // All at one instant of the clock: the read above began, a newer tree claimed the
+        // partition (and read no entry of this tree), then a call wrote its entry.
+        store.claim_elsewhere(P);
+        let hold = lease.hold("o", "o/task").await.expect("lease entry");
+        let answer = ownership
+            .send(CheckOwnership {
+                read_after: Some(hold.durable_since()),
+            })
+            .await;
+        assert!(
+            matches!(answer, Ok(Ok(Ownership::Fenced))),
+            "a read begun before the entry was written confirmed the call: {answer:?}"
+        );
+    });
+}
