@@ -19,7 +19,8 @@
 //!
 //! `cargo test -p scheduler-core simulation` runs `SIM_SEEDS` seeds (default 500) from
 //! `SIM_FIRST_SEED` (default 1); a failing seed prints itself, and `SIM_SEED=n` replays it
-//! exactly. A long run: `SIM_SEEDS=20000 cargo test --release -p scheduler-core simulation`.
+//! exactly (`SIM_LOG=debug` adds the engine's logs, stamped with the simulated time). A long run:
+//! `SIM_FIRST_SEED=501 SIM_SEEDS=20000 cargo test --release -p scheduler-core simulation`.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex, PoisonError};
