@@ -1,14 +1,16 @@
 //! A deterministic simulation of the node core: the real actors on a paused clock, the
 //! in-memory store (hour buckets, latency, unordered concurrent writes, tombstones, refused
 //! oversized keys), a simulated topic and consumer group of several nodes. Each seed draws a
-//! workload and faults: store errors and latency spikes, nodes joining, leaving and pausing past
-//! the session timeout, executor errors, panics, hangs and calls longer than the drain, duplicate
-//! records, replaced records, cancels and floods. Then it heals everything, lets the nodes
+//! workload and faults: store errors and latency spikes, nodes joining, leaving, dropping out of
+//! the group past the session timeout, and pausing their whole process past the lease TTL
+//! ([`pausable_store`]), executor errors, panics, hangs and calls longer than the drain,
+//! duplicate records, replaced records, cancels and floods. Then it heals everything, lets the nodes
 //! finish, and checks:
 //!
 //! - nothing accepted is lost: every task has the final status its plan leads to;
 //! - nothing starts before its time;
-//! - no two calls of one orderingId run at once, on any node;
+//! - no two calls of one orderingId run at once, on any node, while the earlier one's lease is
+//!   live (a paused process stops renewing it: its call may be taken over);
 //! - per orderingId, tasks (enqueued in schedule order) first start in that order;
 //! - nothing starts after its final status was stored, and a final status is never written
 //!   again (but for a retry of the same record by its own tree);
@@ -41,6 +43,9 @@ use crate::executor::{ExecutionPool, TaskContext, TaskError, TaskExecutor};
 use crate::settings::SchedulingSettings;
 use crate::store::memory::MemoryStore;
 use crate::store::{PartitionId, StatusRecord, TaskStatus};
+
+mod pausable_store;
+use pausable_store::{PausableStore, Pause};
 
 const PARTITIONS: u32 = 4;
 const ORDERING_IDS: usize = 8;
@@ -125,6 +130,8 @@ impl Shared {
 struct SimExecutor {
     node: usize,
     shared: Arc<Shared>,
+    /// A paused process's call returns only once it runs again.
+    pause: Pause,
 }
 
 struct EndOnDrop {
@@ -177,7 +184,7 @@ impl TaskExecutor for SimExecutor {
             .get(&key)
             .copied()
             .unwrap_or(Plan::Succeed(Duration::ZERO));
-        match plan {
+        let result = match plan {
             Plan::Succeed(work) => {
                 tokio::time::sleep(work).await;
                 Ok(())
@@ -191,7 +198,9 @@ impl TaskExecutor for SimExecutor {
             Plan::PanicOnce if previous == 0 => panic!("planned panic"),
             Plan::HangOnce if previous == 0 => std::future::pending().await,
             Plan::PanicOnce | Plan::HangOnce => Ok(()),
-        }
+        };
+        self.pause.resumed().await;
+        result
     }
 }
 
@@ -223,6 +232,10 @@ enum Membership {
 
 struct Node {
     topic: Addr<TopicSupervisor>,
+    /// Set while the whole process is paused (not only its consumer).
+    pause: Pause,
+    /// When the process was paused: (from, until).
+    pauses: Vec<(Instant, Instant)>,
     gauges: InFlightGauges,
     membership: Membership,
     owned: Vec<PartitionId>,
@@ -298,10 +311,13 @@ impl World {
     fn add_node(&mut self) {
         let id = self.nodes.len();
         let settings = settings();
+        let pause = Pause::new();
+        let store = Arc::new(PausableStore::new(self.store.clone(), pause.clone()));
         let pool = ExecutionPool::new(
             SimExecutor {
                 node: id,
                 shared: Arc::clone(&self.shared),
+                pause: pause.clone(),
             },
             tokio::runtime::Handle::current(),
             settings.executor_concurrency,
@@ -309,8 +325,8 @@ impl World {
         );
         let deps = PartitionDeps {
             node_id: Arc::from(format!("sim-node-{id}").as_str()),
-            store: Arc::new(self.store.clone()),
-            leases: Arc::new(self.store.clone()),
+            store: store.clone(),
+            leases: store,
             clock: Arc::new(self.shared.clock.clone()),
             pool,
             settings: Arc::new(settings),
@@ -321,6 +337,8 @@ impl World {
         let gauges = deps.in_flight.clone();
         self.nodes.push(Node {
             topic: TopicSupervisor::new(deps).start(),
+            pause,
+            pauses: Vec::new(),
             gauges,
             membership: Membership::Member,
             owned: Vec::new(),
@@ -548,6 +566,21 @@ impl World {
                     self.rebalance().await;
                 }
             }
+            // The whole process pauses (a long GC, SIGSTOP) past the lease TTL: the group
+            // moves its partitions on, its lease expires, its calls may be taken over.
+            35..=38 => {
+                let members = self.members();
+                if members.len() >= 2 {
+                    let node = members[self.rng.usize(0..members.len())];
+                    let from = Instant::now();
+                    let until = from + Duration::from_millis(self.rng.u64(4_000..10_000));
+                    self.nodes[node].membership = Membership::Paused { until };
+                    self.nodes[node].pause.set(true);
+                    self.nodes[node].pauses.push((from, until));
+                    self.nodes[node].owned.clear();
+                    self.rebalance().await;
+                }
+            }
             31..=34 if self.members().len() < 3 => {
                 self.add_node();
                 self.rebalance().await;
@@ -564,6 +597,7 @@ impl World {
         for node in 0..self.nodes.len() {
             if let Membership::Paused { until } = self.nodes[node].membership {
                 if force || until <= now {
+                    self.nodes[node].pause.set(false);
                     let _ = self.nodes[node].topic.send(RevokePartitions).await;
                     self.nodes[node].membership = Membership::Member;
                     woke = true;
@@ -759,7 +793,7 @@ impl World {
             for (i, a) in calls.iter().enumerate() {
                 for b in &calls[i + 1..] {
                     let (a_end, b_end) = (a.ended.unwrap_or(end), b.ended.unwrap_or(end));
-                    if a.started < b_end && b.started < a_end {
+                    if a.started < b_end && b.started < a_end && !lease_lost(&self.nodes, a, b) {
                         v.push(format!(
                             "overlap: {} (node {}) and {} (node {}) of {ordering_id}",
                             a.key, a.node, b.key, b.node
@@ -835,6 +869,23 @@ impl World {
             }
         }
     }
+}
+
+/// Whether calls `a` and `b` (of one orderingId) may overlap: the earlier one's process was
+/// paused while it ran, and the later one started once that call's lease may have expired (it
+/// was renewed every third of the TTL before the pause, so not before two thirds of the TTL).
+fn lease_lost(nodes: &[Node], a: &Call, b: &Call) -> bool {
+    let (earlier, later) = if a.started <= b.started {
+        (a, b)
+    } else {
+        (b, a)
+    };
+    let expiry = settings().lease_ttl * 2 / 3;
+    nodes[earlier.node].pauses.iter().any(|(from, _)| {
+        earlier.started <= *from
+            && earlier.ended.is_none_or(|end| end > *from)
+            && later.started >= *from + expiry
+    })
 }
 
 /// Runs one seed; returns its violations (empty: it passed) and how many calls it made.

@@ -1,0 +1,215 @@
+//! The store as one simulated node sees it: the shared in-memory store behind a gate that a
+//! pause of the node's process closes. A request made while the process is paused never reaches
+//! the store, and one under way when the pause began loses its answer (it may have been applied):
+//! both fail once the pause ends, as requests cut by a long pause time out. So a paused node
+//! changes nothing meanwhile: its lease expires, and after the pause it must find out that it was
+//! fenced before it records anything.
+
+use std::sync::Arc;
+
+use chrono::{DateTime, Utc};
+use futures::future::BoxFuture;
+use scheduler_client::{Task, TaskKey};
+use tokio::sync::watch;
+
+use crate::store::memory::MemoryStore;
+use crate::store::{
+    AttemptRecord, LeaseRecord, LeaseStore, PartitionId, ReadCursor, RefusedTask, StatusRecord,
+    StoreError, StoreResult, TaskStore,
+};
+
+/// Whether a node's process is paused (and how many pauses began so far): shared by its store
+/// and its executor.
+#[derive(Clone)]
+pub(super) struct Pause(Arc<watch::Sender<(bool, u64)>>);
+
+impl Pause {
+    pub(super) fn new() -> Pause {
+        Pause(Arc::new(watch::channel((false, 0)).0))
+    }
+
+    pub(super) fn set(&self, paused: bool) {
+        self.0.send_modify(|(now, began)| {
+            if paused && !*now {
+                *began += 1;
+            }
+            *now = paused;
+        });
+    }
+
+    fn is_paused(&self) -> bool {
+        self.0.borrow().0
+    }
+
+    fn pauses_begun(&self) -> u64 {
+        self.0.borrow().1
+    }
+
+    /// Resolves once the process runs again.
+    pub(super) async fn resumed(&self) {
+        let mut running = self.0.subscribe();
+        let _ = running.wait_for(|(paused, _)| !*paused).await;
+    }
+}
+
+/// The shared store, as seen by one node whose process may be paused.
+pub(super) struct PausableStore {
+    store: MemoryStore,
+    pause: Pause,
+}
+
+impl PausableStore {
+    pub(super) fn new(store: MemoryStore, pause: Pause) -> PausableStore {
+        PausableStore { store, pause }
+    }
+
+    /// `request` made now: sent to the store unless the process is paused; its answer, unless
+    /// a pause began before it came (then a failure, once the pause is over).
+    fn send<T: Send + 'static>(
+        &self,
+        operation: &'static str,
+        request: impl FnOnce(&MemoryStore) -> BoxFuture<'static, StoreResult<T>>,
+    ) -> BoxFuture<'static, StoreResult<T>> {
+        let pause = self.pause.clone();
+        let sent = (!pause.is_paused()).then(|| request(&self.store));
+        let pauses = pause.pauses_begun();
+        Box::pin(async move {
+            if let Some(answer) = sent {
+                let answer = answer.await;
+                if pause.pauses_begun() == pauses {
+                    return answer;
+                }
+            }
+            pause.resumed().await;
+            Err(StoreError::Query {
+                operation,
+                reason: "cut by a pause of the node's process".into(),
+            })
+        })
+    }
+}
+
+impl TaskStore for PausableStore {
+    fn persist(
+        &self,
+        partition: PartitionId,
+        tasks: Vec<Task>,
+    ) -> BoxFuture<'static, StoreResult<Vec<RefusedTask>>> {
+        self.send("task insert", |s| s.persist(partition, tasks))
+    }
+
+    fn load(
+        &self,
+        partition: PartitionId,
+        cursor: ReadCursor,
+        until: DateTime<Utc>,
+        limit: usize,
+    ) -> BoxFuture<'static, StoreResult<Vec<Task>>> {
+        self.send("schedule load", |s| s.load(partition, cursor, until, limit))
+    }
+
+    fn remove_scheduled(
+        &self,
+        partition: PartitionId,
+        key: TaskKey,
+    ) -> BoxFuture<'static, StoreResult<()>> {
+        self.send("schedule delete", |s| s.remove_scheduled(partition, key))
+    }
+
+    fn scheduled_task(
+        &self,
+        partition: PartitionId,
+        key: TaskKey,
+    ) -> BoxFuture<'static, StoreResult<Option<Task>>> {
+        self.send("task read", |s| s.scheduled_task(partition, key))
+    }
+
+    fn attempts(
+        &self,
+        key: TaskKey,
+        limit: usize,
+    ) -> BoxFuture<'static, StoreResult<Vec<AttemptRecord>>> {
+        self.send("attempts read", |s| TaskStore::attempts(s, key, limit))
+    }
+
+    fn status(
+        &self,
+        partition: PartitionId,
+        key: TaskKey,
+    ) -> BoxFuture<'static, StoreResult<Option<StatusRecord>>> {
+        self.send("status read", |s| s.status(partition, key))
+    }
+
+    fn record_status(
+        &self,
+        partition: PartitionId,
+        key: TaskKey,
+        status: StatusRecord,
+    ) -> BoxFuture<'static, StoreResult<()>> {
+        self.send("status write", |s| s.record_status(partition, key, status))
+    }
+
+    fn cancel(
+        &self,
+        partition: PartitionId,
+        key: TaskKey,
+        at: DateTime<Utc>,
+    ) -> BoxFuture<'static, StoreResult<Option<StatusRecord>>> {
+        self.send("cancel", |s| s.cancel(partition, key, at))
+    }
+
+    fn record_attempt(
+        &self,
+        partition: PartitionId,
+        key: TaskKey,
+        attempt: AttemptRecord,
+    ) -> BoxFuture<'static, StoreResult<()>> {
+        self.send("attempt write", |s| {
+            s.record_attempt(partition, key, attempt)
+        })
+    }
+
+    fn claim_partition(
+        &self,
+        partition: PartitionId,
+        owner: String,
+        at: DateTime<Utc>,
+    ) -> BoxFuture<'static, StoreResult<u64>> {
+        self.send("partition claim", |s| {
+            s.claim_partition(partition, owner, at)
+        })
+    }
+
+    fn partition_epoch(&self, partition: PartitionId) -> BoxFuture<'static, StoreResult<u64>> {
+        self.send("epoch read", |s| s.partition_epoch(partition))
+    }
+}
+
+impl LeaseStore for PausableStore {
+    fn write_lease(
+        &self,
+        partition: PartitionId,
+        holder: String,
+        lease: LeaseRecord,
+        ttl: std::time::Duration,
+    ) -> BoxFuture<'static, StoreResult<()>> {
+        self.send("lease write", |s| {
+            s.write_lease(partition, holder, lease, ttl)
+        })
+    }
+
+    fn delete_lease(
+        &self,
+        partition: PartitionId,
+        holder: String,
+    ) -> BoxFuture<'static, StoreResult<()>> {
+        self.send("lease delete", |s| s.delete_lease(partition, holder))
+    }
+
+    fn leases(
+        &self,
+        partition: PartitionId,
+    ) -> BoxFuture<'static, StoreResult<Vec<(String, LeaseRecord)>>> {
+        self.send("lease read", |s| s.leases(partition))
+    }
+}
