@@ -25,7 +25,7 @@ use scheduler_client::{partition_for, truncate_to_millis, wire, Scheduler, Task,
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::actors::InFlightGauges;
+use crate::in_flight::InFlightGauges;
 use crate::metrics::Metrics;
 use crate::store::{PartitionId, ReadCursor, TaskStore};
 

@@ -157,6 +157,24 @@ impl TaskError {
     }
 }
 
+/// How a task's life in this tree ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ExecutionOutcome {
+    /// The executor succeeded and completion was recorded.
+    Completed,
+    /// Every retry failed; recorded as failed.
+    Failed,
+    /// The executor gave up; recorded as dropped.
+    Dropped,
+    /// The task had already finished or was cancelled (status found); it was not run.
+    AlreadyFinished,
+    /// The tree is stopping: the task was left for the next tree to run.
+    Abandoned,
+    /// Another tree claimed the partition: the task was not run (or its outcome not recorded)
+    /// here, and is left for the owner.
+    Fenced,
+}
+
 /// Object-safe form of [`TaskExecutor`], so the engine can hold any executor behind an `Arc`.
 trait DynTaskExecutor: Send + Sync + 'static {
     fn execute_boxed(&self, task: Task, ctx: TaskContext) -> BoxFuture<'_, Result<(), TaskError>>;

@@ -30,8 +30,8 @@ use tokio::sync::{watch, Notify};
 use tokio::time::Instant;
 use tracing::{debug, warn};
 
-use crate::actors::partition_ownership::EpochCell;
 use crate::clock::Stamp;
+use crate::epoch::EpochCell;
 use crate::store::{LeaseRecord, LeaseStore, PartitionId, StoreResult};
 
 /// How often a tree waiting for an earlier tree's lease reads the leases again.

@@ -17,8 +17,10 @@
 pub mod actors;
 pub mod admin;
 pub mod clock;
+pub mod epoch;
 pub mod events;
 pub mod executor;
+pub mod in_flight;
 pub mod lease;
 pub mod metrics;
 pub mod node;

@@ -25,8 +25,8 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
 
-use crate::actors::task_lifecycle::ExecutionOutcome;
-use crate::actors::InFlightGauges;
+use crate::executor::ExecutionOutcome;
+use crate::in_flight::InFlightGauges;
 use crate::store::PartitionId;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]

@@ -11,15 +11,22 @@ use actix::{
 use scheduler_client::Task;
 use tokio::sync::oneshot;
 
-use super::partition_executor::OrderingTaskDone;
-use super::task_lifecycle::{run_task, ExecutionOutcome};
-use super::{ExecutionLinks, PartitionDeps, StopActor};
+use super::task_lifecycle::{run_task, ExecutionLinks};
+use super::{PartitionDeps, StopActor};
 use crate::store::PartitionId;
 
 /// A due task for this orderingId.
 #[derive(Debug, Message)]
 #[rtype(result = "()")]
 pub struct ExecuteOrderingTask(pub Task);
+
+/// To the PartitionExecutor: one of this orderingId's tasks is done with.
+#[derive(Debug, Message)]
+#[rtype(result = "()")]
+pub struct OrderingTaskDone {
+    /// Whose task.
+    pub ordering_id: String,
+}
 
 /// Stop starting tasks; the reply comes once no task of this orderingId is running. (The tree's
 /// stop signal, raised before, makes a task that has not called the executor yet give up.)
@@ -70,17 +77,16 @@ impl OrderingExecutor {
             let life = run_task(self.partition, task, self.deps.clone(), self.links.clone());
             let handle = ctx.spawn(
                 life.into_actor(self)
-                    .map(|outcome, act, ctx| act.task_done(outcome, ctx)),
+                    .map(|_outcome, act, ctx| act.task_done(ctx)),
             );
             self.running = Some(handle);
         }
     }
 
-    fn task_done(&mut self, outcome: ExecutionOutcome, ctx: &mut Context<Self>) {
+    fn task_done(&mut self, ctx: &mut Context<Self>) {
         self.running = None;
         self.report_to.do_send(OrderingTaskDone {
             ordering_id: self.ordering_id.clone(),
-            outcome,
         });
         if self.draining {
             for waiter in self.drained.drain(..) {

@@ -22,10 +22,12 @@ use chrono::{DateTime, TimeDelta, Utc};
 use scheduler_client::{RunOrder, Task};
 use tracing::{debug, warn};
 
-use super::ordering_executor::{DrainOrdering, ExecuteOrderingTask, OrderingExecutor};
-use super::task_lifecycle::ExecutionOutcome;
-use super::throughput_controller::CapacityFreed;
-use super::{ExecutionLinks, InFlight, PartitionDeps, StopActor};
+use super::ordering_executor::{
+    DrainOrdering, ExecuteOrderingTask, OrderingExecutor, OrderingTaskDone,
+};
+use super::task_lifecycle::ExecutionLinks;
+use super::{PartitionDeps, StopActor};
+use crate::in_flight::InFlight;
 use crate::store::{PartitionId, ReadCursor, StoreResult, TaskStore};
 
 /// A task that is due, from the PartitionScheduler.
@@ -33,15 +35,11 @@ use crate::store::{PartitionId, ReadCursor, StoreResult, TaskStore};
 #[rtype(result = "()")]
 pub struct ExecutePartitionTask(pub Task);
 
-/// From an OrderingExecutor: one of its tasks is done with.
+/// To the ThroughputController: a task is done with (or deferred), so there may be room to
+/// load more.
 #[derive(Debug, Message)]
 #[rtype(result = "()")]
-pub struct OrderingTaskDone {
-    /// Whose task.
-    pub ordering_id: String,
-    /// How it ended.
-    pub outcome: ExecutionOutcome,
-}
+pub struct CapacityFreed;
 
 /// Stop starting tasks and wait (at most `timeout`) for the running ones to finish. The reply
 /// says whether they all did (`false`: some are still running, left to finish on their own).

@@ -16,7 +16,6 @@
 //! [`crate::lease`]); that is decided by [`Stamp`]s, which order events within one clock tick. The epoch is re-read in the background twice as often, so a live node's
 //! checks are usually answered at once.
 
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -30,6 +29,7 @@ use tracing::{info, warn};
 
 use super::StopActor;
 use crate::clock::{Clock, Stamp};
+use crate::epoch::EpochCell;
 use crate::metrics::Metrics;
 use crate::store::{PartitionId, StoreError, StoreResult, TaskStore};
 
@@ -64,22 +64,6 @@ pub struct PartitionFenced {
     pub epoch: u64,
     /// The newer epoch found.
     pub current: u64,
-}
-
-/// The epoch a partition tree holds, shared with the TopicSupervisor so that a rebuilt tree can
-/// inherit it (0: not claimed yet).
-#[derive(Debug, Clone, Default)]
-pub struct EpochCell(Arc<AtomicU64>);
-
-impl EpochCell {
-    /// The epoch held (0: none).
-    pub fn get(&self) -> u64 {
-        self.0.load(Ordering::SeqCst)
-    }
-
-    fn set(&self, epoch: u64) {
-        self.0.store(epoch, Ordering::SeqCst);
-    }
 }
 
 /// Holds the tree's epoch and answers ownership checks.

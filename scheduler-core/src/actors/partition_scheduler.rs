@@ -13,8 +13,9 @@ use chrono::{DateTime, Utc};
 use scheduler_client::{Task, TaskKey};
 
 use super::partition_executor::ExecutePartitionTask;
-use super::{InFlight, StopActor};
+use super::StopActor;
 use crate::clock::Clock;
+use crate::in_flight::InFlight;
 use crate::store::PartitionId;
 
 /// Tasks to hold until due (loaded, or pushed after being persisted behind the read cursor).

@@ -14,12 +14,13 @@ use std::time::Duration;
 use tracing::{info, warn};
 
 use super::partition_executor::{DrainPartition, PartitionExecutor};
-use super::partition_ownership::{EpochCell, PartitionFenced, PartitionOwnership};
+use super::partition_ownership::{PartitionFenced, PartitionOwnership};
 use super::partition_scheduler::PartitionScheduler;
+use super::task_lifecycle::ExecutionLinks;
 use super::task_persistence::{PersistTasks, PersistenceLinks, TaskPersistence};
-use super::throughput_controller::ThroughputController;
-use super::topic_supervisor::PartitionFailed;
-use super::{ExecutionLinks, PartitionDeps, StopActor};
+use super::throughput_controller::{EscalateFailure, ThroughputController};
+use super::{PartitionDeps, StopActor};
+use crate::epoch::EpochCell;
 use crate::executor::StopReason;
 use crate::lease::TreeLease;
 use crate::store::{PartitionId, ReadCursor, StoreError, StoreResult};
@@ -29,12 +30,17 @@ const STALE_SAMPLE_INTERVAL: Duration = Duration::from_secs(30);
 /// Most stale tasks counted per sample (the gauge reads this many or more).
 const STALE_SAMPLE_CAP: usize = 1000;
 
-/// From a child: something failed that the child cannot recover from; rebuild the partition.
+/// To the TopicSupervisor: this tree stopped on its own: it failed (rebuild it) or it was
+/// fenced (drop it: the partition runs here again only if the group assigns it again).
 #[derive(Debug, Message)]
 #[rtype(result = "()")]
-pub struct EscalateFailure {
-    /// What failed.
-    pub reason: String,
+pub struct PartitionFailed {
+    /// Which partition.
+    pub partition: PartitionId,
+    /// The supervisor that failed (a partition may have been rebuilt since).
+    pub supervisor: Addr<PartitionSupervisor>,
+    /// Rebuild the tree from Cassandra (`false` when it was fenced).
+    pub rebuild: bool,
 }
 
 /// Tear the tree down: stop scheduling and loading, let running tasks finish (at most

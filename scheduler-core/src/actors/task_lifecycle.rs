@@ -28,8 +28,9 @@ use tokio::sync::watch;
 use tracing::{debug, info, warn, Instrument};
 
 use super::partition_ownership::{CheckOwnership, Ownership, PartitionOwnership};
-use super::{ExecutionLinks, PartitionDeps};
-use crate::executor::{StopReason, TaskContext, TaskError};
+use super::PartitionDeps;
+use crate::executor::{ExecutionOutcome, StopReason, TaskContext, TaskError};
+use crate::lease::TreeLease;
 use crate::retry::{backoff_delay, exponential_period};
 use crate::store::{
     AttemptOutcome, AttemptRecord, PartitionId, StatusRecord, StoreError, TaskStatus,
@@ -38,22 +39,17 @@ use crate::store::{
 /// First wait before retrying a store step (status read, lease write, record) that failed.
 const STORE_RETRY_BASE: Duration = Duration::from_millis(500);
 
-/// How a task's life in this tree ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ExecutionOutcome {
-    /// The executor succeeded and completion was recorded.
-    Completed,
-    /// Every retry failed; recorded as failed.
-    Failed,
-    /// The executor gave up; recorded as dropped.
-    Dropped,
-    /// The task had already finished or was cancelled (status found); it was not run.
-    AlreadyFinished,
-    /// The tree is stopping: the task was left for the next tree to run.
-    Abandoned,
-    /// Another tree claimed the partition: the task was not run (or its outcome not recorded)
-    /// here, and is left for the owner.
-    Fenced,
+/// What a task's lifecycle consults in its tree: the ownership fence, the running-task lease,
+/// and the tree's stop signal.
+#[derive(Clone)]
+pub struct ExecutionLinks {
+    /// Answers whether the tree still owns the partition.
+    pub ownership: Addr<PartitionOwnership>,
+    /// The tree's running-task lease.
+    pub lease: TreeLease,
+    /// Set once the tree stops (revoke, rebuild, fence): tasks that have not called the
+    /// executor yet give up, and running calls see it in their context.
+    pub stop: tokio::sync::watch::Receiver<Option<StopReason>>,
 }
 
 /// A step could not go on: the tree stops, or it lost the partition.

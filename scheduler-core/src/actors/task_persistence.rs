@@ -25,14 +25,21 @@ use scheduler_client::{RunOrder, Task, TaskKey};
 use tracing::{debug, info, warn};
 
 use super::partition_scheduler::{PartitionScheduler, ScheduleTasks, UnscheduleTasks};
-use super::throughput_controller::LoadMore;
-use super::{InFlight, StopActor};
+use super::StopActor;
 use crate::clock::Clock;
+use crate::in_flight::InFlight;
 use crate::metrics::Metrics;
 use crate::store::{
     last_of_each_key, PartitionId, ReadCursor, StoreError, StoreResult, TaskStore,
     WRITE_CONCURRENCY,
 };
+
+/// To the ThroughputController: there is more to load than the loaded horizon suggests (this
+/// actor moved its cursor back after pushing only part of a batch): load as soon as there is
+/// room.
+#[derive(Debug, Message)]
+#[rtype(result = "()")]
+pub struct LoadMore;
 
 /// One polled batch of a partition: tasks to write to the schedule and tasks to cancel (a
 /// cancellation is final, so their order within the batch does not matter). The reply comes once

@@ -16,9 +16,10 @@ use super::task_persistence::PersistTasks;
 use super::topic_supervisor::{
     AssignPartitions, OwnedPartitions, ProcessTaskBatch, RevokePartitions, TopicSupervisor,
 };
-use super::{InFlightGauges, PartitionDeps};
+use super::PartitionDeps;
 use crate::clock::{Clock, TokioClock};
 use crate::executor::{ExecutionPool, TaskContext, TaskError, TaskExecutor};
+use crate::in_flight::InFlightGauges;
 use crate::settings::SchedulingSettings;
 use crate::store::memory::MemoryStore;
 use crate::store::{AttemptOutcome, TaskStatus, TaskStore};
@@ -1428,7 +1429,8 @@ impl actix::Handler<super::partition_ownership::PartitionFenced> for FenceSink {
 #[test]
 fn an_ownership_read_begun_before_a_lease_entry_was_written_does_not_confirm_its_call_within_one_clock_tick(
 ) {
-    use super::partition_ownership::{CheckOwnership, EpochCell, Ownership, PartitionOwnership};
+    use super::partition_ownership::{CheckOwnership, Ownership, PartitionOwnership};
+    use crate::epoch::EpochCell;
     run_paused(|| async {
         let store = MemoryStore::new();
         let cell = EpochCell::default();

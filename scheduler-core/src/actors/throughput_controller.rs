@@ -13,10 +13,11 @@ use actix::{
 };
 use tracing::warn;
 
-use super::partition_supervisor::EscalateFailure;
-use super::task_persistence::{LoadTasks, TaskPersistence, TasksLoaded};
-use super::{InFlight, StopActor};
+use super::partition_executor::CapacityFreed;
+use super::task_persistence::{LoadMore, LoadTasks, TaskPersistence, TasksLoaded};
+use super::StopActor;
 use crate::clock::Clock;
+use crate::in_flight::InFlight;
 use crate::retry::exponential_period;
 use crate::settings::SchedulingSettings;
 use crate::store::PartitionId;
@@ -26,16 +27,13 @@ const MAX_LOAD_FAILURES: u32 = 5;
 /// First wait after a failed load.
 const LOAD_RETRY_BASE: Duration = Duration::from_millis(500);
 
-/// From the PartitionExecutor: a task is done, so there may be room to load more.
+/// To the PartitionSupervisor: loading failed past recovery here; rebuild the partition.
 #[derive(Debug, Message)]
 #[rtype(result = "()")]
-pub struct CapacityFreed;
-
-/// There is more to load than the loaded horizon suggests (TaskPersistence moved its cursor back
-/// after pushing only part of a batch): load as soon as there is room.
-#[derive(Debug, Message)]
-#[rtype(result = "()")]
-pub struct LoadMore;
+pub struct EscalateFailure {
+    /// What failed.
+    pub reason: String,
+}
 
 /// Paces the loading of one partition's schedule.
 pub struct ThroughputController {

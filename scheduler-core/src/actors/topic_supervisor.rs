@@ -11,10 +11,10 @@ use actix::{
 };
 use tracing::{info, warn};
 
-use super::partition_ownership::EpochCell;
-use super::partition_supervisor::{PartitionSupervisor, StopPartition};
+use super::partition_supervisor::{PartitionFailed, PartitionSupervisor, StopPartition};
 use super::task_persistence::PersistTasks;
 use super::PartitionDeps;
+use crate::epoch::EpochCell;
 use crate::store::PartitionId;
 
 /// Wait before rebuilding a partition that failed.
@@ -49,19 +49,6 @@ pub struct TaskBatchProcessed {
 #[derive(Debug, Message)]
 #[rtype(result = "Vec<PartitionId>")]
 pub struct OwnedPartitions;
-
-/// From a PartitionSupervisor whose tree stopped on its own: it failed (rebuild it) or it was
-/// fenced (drop it: the partition runs here again only if the group assigns it again).
-#[derive(Debug, Message)]
-#[rtype(result = "()")]
-pub struct PartitionFailed {
-    /// Which partition.
-    pub partition: PartitionId,
-    /// The supervisor that failed (a partition may have been rebuilt since).
-    pub supervisor: Addr<PartitionSupervisor>,
-    /// Rebuild the tree from Cassandra (`false` when it was fenced).
-    pub rebuild: bool,
-}
 
 /// Root of the node's actors.
 pub struct TopicSupervisor {

@@ -21,11 +21,12 @@ use tracing::info;
 
 use self::consumer::{PollLoop, RebalanceHandler};
 use crate::actors::topic_supervisor::TopicSupervisor;
-use crate::actors::{InFlightGauges, PartitionDeps};
+use crate::actors::PartitionDeps;
 use crate::admin::{self, AdminState};
 use crate::clock::SystemClock;
 use crate::events::EventPublisher;
 use crate::executor::{ExecutionPool, TaskExecutor};
+use crate::in_flight::InFlightGauges;
 use crate::metrics::Metrics;
 use crate::settings::{KafkaSettings, Settings, SettingsError};
 use crate::store::{CassandraStore, LeaseStore, PartitionId, StatusRecord, StoreError, TaskStore};

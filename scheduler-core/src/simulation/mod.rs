@@ -37,9 +37,10 @@ use crate::actors::task_persistence::PersistTasks;
 use crate::actors::topic_supervisor::{
     AssignPartitions, ProcessTaskBatch, RevokePartitions, TopicSupervisor,
 };
-use crate::actors::{InFlightGauges, PartitionDeps};
+use crate::actors::PartitionDeps;
 use crate::clock::{Clock, TokioClock};
 use crate::executor::{ExecutionPool, TaskContext, TaskError, TaskExecutor};
+use crate::in_flight::InFlightGauges;
 use crate::settings::SchedulingSettings;
 use crate::store::memory::MemoryStore;
 use crate::store::{PartitionId, StatusRecord, TaskStatus};

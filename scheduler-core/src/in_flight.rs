@@ -1,0 +1,122 @@
+//! How many tasks each partition tree holds in memory: the gauge that keeps a tree within
+//! `max_in_flight_tasks`, read by the node's metrics, readiness and admin API.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+
+use crate::store::PartitionId;
+
+/// The tasks of one partition held in memory: waiting in the PartitionScheduler, or queued or
+/// running in the PartitionExecutor. The scheduler adds, the executor removes; the
+/// ThroughputController and TaskPersistence read it to keep memory under `max_in_flight_tasks`.
+#[derive(Debug, Default)]
+pub struct InFlight {
+    current: AtomicUsize,
+    peak: AtomicUsize,
+    held: AtomicUsize,
+    loaded: std::sync::atomic::AtomicBool,
+}
+
+impl InFlight {
+    /// Counts `n` more tasks in memory.
+    pub fn add(&self, n: usize) {
+        let now = self.current.fetch_add(n, Ordering::SeqCst) + n;
+        self.peak.fetch_max(now, Ordering::SeqCst);
+    }
+
+    /// Counts `n` tasks fewer.
+    pub fn remove(&self, n: usize) {
+        let _ = self
+            .current
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |c| {
+                Some(c.saturating_sub(n))
+            });
+    }
+
+    /// Tasks in memory now.
+    pub fn current(&self) -> usize {
+        self.current.load(Ordering::SeqCst)
+    }
+
+    /// The most tasks in memory at once since the partition started.
+    pub fn peak(&self) -> usize {
+        self.peak.load(Ordering::SeqCst)
+    }
+
+    /// Records how many of them the PartitionScheduler holds (not yet due).
+    pub fn set_held(&self, n: usize) {
+        self.held.store(n, Ordering::SeqCst);
+    }
+
+    /// How many the PartitionScheduler holds; the rest are queued or running.
+    pub fn held(&self) -> usize {
+        self.held.load(Ordering::SeqCst)
+    }
+
+    /// Records that the tree's first load of its schedule completed.
+    pub fn mark_loaded(&self) {
+        self.loaded.store(true, Ordering::SeqCst);
+    }
+
+    /// Whether the tree's first load of its schedule completed.
+    pub fn is_loaded(&self) -> bool {
+        self.loaded.load(Ordering::SeqCst)
+    }
+}
+
+/// The in-flight gauges of the partitions this node runs (a partition's tree gets a fresh one
+/// each time it starts).
+#[derive(Debug, Default, Clone)]
+pub struct InFlightGauges(Arc<Mutex<HashMap<PartitionId, Arc<InFlight>>>>);
+
+impl InFlightGauges {
+    /// A fresh gauge for a partition tree that is starting.
+    pub fn start(&self, partition: PartitionId) -> Arc<InFlight> {
+        let gauge = Arc::new(InFlight::default());
+        self.0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(partition, Arc::clone(&gauge));
+        gauge
+    }
+
+    /// The gauge of a partition's current (or last) tree.
+    pub fn get(&self, partition: PartitionId) -> Option<Arc<InFlight>> {
+        self.0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(&partition)
+            .cloned()
+    }
+
+    /// Forgets the gauge of a partition no longer run here.
+    pub fn forget(&self, partition: PartitionId) {
+        self.0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(&partition);
+    }
+
+    /// Whether the node is ready: it owns partitions and each one's tree has loaded its
+    /// schedule once.
+    pub fn ready(&self, owned: &[PartitionId]) -> bool {
+        !owned.is_empty()
+            && owned
+                .iter()
+                .all(|p| self.get(*p).is_some_and(|g| g.is_loaded()))
+    }
+
+    /// Every partition's gauge, by partition.
+    pub fn all(&self) -> Vec<(PartitionId, Arc<InFlight>)> {
+        let mut all: Vec<_> = self
+            .0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .iter()
+            .map(|(p, g)| (*p, Arc::clone(g)))
+            .collect();
+        all.sort_by_key(|(p, _)| *p);
+        all
+    }
+}
