@@ -169,6 +169,7 @@ async fn broker_down_fails_the_client_clearly_and_the_node_reconnects_by_itself(
             .contains("Kafka did not acknowledge the task"),
         "{error}"
     );
+    assert!(error.is_retryable(), "{error:?}");
 
     drop(restart); // The broker comes back.
     let after = task("after", Utc::now() + TimeDelta::seconds(1), "2");

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, TimeDelta, Utc};
 use clap::{Args, Parser, Subcommand};
-use scheduler_client::{wire, ScheduleError, Scheduler, SchedulerConfig, Task, TaskData};
+use scheduler_client::{wire, Scheduler, SchedulerConfig, Task, TaskData};
 use scheduler_core::settings::duration_text;
 use scheduler_core::{SchedulerNode, Settings, TaskContext, TaskError, TaskExecutor};
 use serde_json::Value;
@@ -271,11 +271,13 @@ fn schedule(args: ScheduleArgs, json: bool, out: &mut dyn Write) -> Outcome {
     for task in tasks {
         runtime
             .block_on(scheduler.schedule_task(task.clone()))
-            .map_err(|e| match e {
-                ScheduleError::Kafka(_)
-                | ScheduleError::Topic { .. }
-                | ScheduleError::Config(_) => Failure::service(format!("{}: {e}", task.key())),
-                _ => Failure::usage(format!("{}: {e}", task.key())),
+            .map_err(|e| {
+                let message = format!("{}: {e}", task.key());
+                if e.is_rejection() {
+                    Failure::usage(message)
+                } else {
+                    Failure::service(message)
+                }
             })?;
         scheduled.push(task.key());
     }

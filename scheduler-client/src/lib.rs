@@ -15,5 +15,5 @@ mod task;
 pub mod wire;
 
 pub use partitioner::{murmur2, partition_for};
-pub use scheduler::{validate, ScheduleError, Scheduler, SchedulerConfig};
+pub use scheduler::{validate, ScheduleError, Scheduler, SchedulerConfig, TopicError};
 pub use task::{truncate_to_millis, RunOrder, Task, TaskData, TaskKey};

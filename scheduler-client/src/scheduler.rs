@@ -10,6 +10,7 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
 use rdkafka::config::ClientConfig;
+use rdkafka::error::KafkaError;
 use rdkafka::producer::{FutureProducer, FutureRecord, Producer};
 use rdkafka::util::Timeout;
 use tokio::sync::OnceCell;
@@ -50,9 +51,9 @@ impl SchedulerConfig {
     }
 }
 
-/// Why a task was not scheduled. Only [`ScheduleError::Kafka`] and
-/// [`ScheduleError::Topic`] can succeed on retry ([`ScheduleError::is_retryable`]); the others
-/// describe the task or the configuration.
+/// Why a task was not scheduled. Only [`ScheduleError::Kafka`], [`ScheduleError::Unacknowledged`]
+/// and [`ScheduleError::Topic`] can succeed on retry ([`ScheduleError::is_retryable`]); the others
+/// describe the task ([`ScheduleError::is_rejection`]) or the configuration.
 #[derive(Debug, thiserror::Error)]
 pub enum ScheduleError {
     /// `orderingId` is empty.
@@ -81,14 +82,15 @@ pub enum ScheduleError {
     },
     /// The producer could not be created (bad properties).
     #[error("invalid Kafka producer configuration: {0}")]
-    Config(String),
+    Config(#[source] KafkaError),
     /// The topic's partition count could not be read.
-    #[error("cannot read the partitions of topic {topic}: {reason}")]
+    #[error("cannot read the partitions of topic {topic}: {source}")]
     Topic {
         /// The topic.
         topic: String,
         /// What failed.
-        reason: String,
+        #[source]
+        source: TopicError,
     },
     /// The scheduled time is after 9999-12-31T23:59:59.999Z, the last time the wire format
     /// (RFC 3339) can carry.
@@ -96,14 +98,33 @@ pub enum ScheduleError {
         "scheduledTime {0} is after 9999-12-31T23:59:59.999Z, the latest the wire format carries"
     )]
     BeyondWireFormat(String),
-    /// The broker did not acknowledge the write (timeout, broker down, ...).
+    /// The broker refused the write or could not be reached.
     #[error("Kafka did not acknowledge the task: {0}")]
-    Kafka(String),
+    Kafka(#[source] KafkaError),
+    /// No acknowledgement came within the delivery timeout (the record may still be written).
+    #[error(
+        "Kafka did not acknowledge the task within {0:?} (the record may still be written later)"
+    )]
+    Unacknowledged(Duration),
     /// The task breaks a limit of the wire format that the node's decoder enforces too (a key
     /// longer than [`wire::MAX_ORDERING_ID_BYTES`], `taskData` deeper than
     /// [`wire::MAX_TASK_DATA_DEPTH`]): the node would park it, so it is not sent.
     #[error(transparent)]
     Content(ContentError),
+}
+
+/// Why a topic's partition count could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum TopicError {
+    /// The metadata request failed.
+    #[error(transparent)]
+    Kafka(#[from] KafkaError),
+    /// The metadata request's thread failed.
+    #[error("the metadata request did not complete: {0}")]
+    Interrupted(#[from] tokio::task::JoinError),
+    /// The broker knows no such topic, or it has no partitions.
+    #[error("the topic does not exist or has no partitions")]
+    Missing,
 }
 
 impl From<ContentError> for ScheduleError {
@@ -117,15 +138,21 @@ impl From<ContentError> for ScheduleError {
 }
 
 impl ScheduleError {
-    /// Whether the same request can succeed later ([`ScheduleError::Kafka`],
-    /// [`ScheduleError::Topic`]); the others need a different task or configuration.
+    /// Whether the same request can succeed later (Kafka failed or was slow, or the topic could
+    /// not be read); the others need a different task or configuration.
     pub fn is_retryable(&self) -> bool {
-        matches!(self, ScheduleError::Kafka(_) | ScheduleError::Topic { .. })
+        matches!(
+            self,
+            ScheduleError::Kafka(_)
+                | ScheduleError::Unacknowledged(_)
+                | ScheduleError::Topic { .. }
+        )
     }
 
-    /// Whether the request itself is at fault, found before anything was sent. Exhaustive, so
-    /// that a new variant has to be classified.
-    fn is_rejection(&self) -> bool {
+    /// Whether the request itself is at fault (the caller's to fix), found before anything was
+    /// sent; otherwise Kafka or the configuration is. Exhaustive, so that a new variant has to be
+    /// classified.
+    pub fn is_rejection(&self) -> bool {
         match self {
             ScheduleError::EmptyOrderingId
             | ScheduleError::EmptyUniquenessKey
@@ -133,9 +160,10 @@ impl ScheduleError {
             | ScheduleError::TooLarge { .. }
             | ScheduleError::BeyondWireFormat(_)
             | ScheduleError::Content(_) => true,
-            ScheduleError::Config(_) | ScheduleError::Topic { .. } | ScheduleError::Kafka(_) => {
-                false
-            }
+            ScheduleError::Config(_)
+            | ScheduleError::Topic { .. }
+            | ScheduleError::Kafka(_)
+            | ScheduleError::Unacknowledged(_) => false,
         }
     }
 }
@@ -243,7 +271,7 @@ impl Scheduler {
     pub fn new(config: SchedulerConfig) -> Result<Scheduler, ScheduleError> {
         let producer = Scheduler::producer_config(&config)
             .create()
-            .map_err(|e| ScheduleError::Config(e.to_string()))?;
+            .map_err(ScheduleError::Config)?;
         Ok(Scheduler {
             config,
             producer,
@@ -339,12 +367,8 @@ impl Scheduler {
         let delivery =
             tokio::time::timeout(timeout, self.producer.send(record, Timeout::After(timeout)))
                 .await
-                .map_err(|_| {
-                    ScheduleError::Kafka(format!(
-                "no acknowledgement within {timeout:?} (the record may still be written later)"
-            ))
-                })?
-                .map_err(|(e, _)| ScheduleError::Kafka(e.to_string()))?;
+                .map_err(|_| ScheduleError::Unacknowledged(timeout))?
+                .map_err(|(e, _)| ScheduleError::Kafka(e))?;
         Ok(delivery.offset)
     }
 
@@ -355,16 +379,16 @@ impl Scheduler {
                 let producer = self.producer.clone();
                 let topic = self.config.topic.clone();
                 let timeout = self.config.delivery_timeout;
-                let topic_error = |reason: String| ScheduleError::Topic {
+                let topic_error = |source: TopicError| ScheduleError::Topic {
                     topic: self.config.topic.clone(),
-                    reason,
+                    source,
                 };
                 let metadata = tokio::task::spawn_blocking(move || {
                     producer.client().fetch_metadata(Some(&topic), timeout)
                 })
                 .await
-                .map_err(|e| topic_error(e.to_string()))?
-                .map_err(|e| topic_error(e.to_string()))?;
+                .map_err(|e| topic_error(e.into()))?
+                .map_err(|e| topic_error(e.into()))?;
                 let count = metadata
                     .topics()
                     .first()
@@ -372,9 +396,7 @@ impl Scheduler {
                     .map(|t| t.partitions().len() as u32)
                     .unwrap_or(0);
                 if count == 0 {
-                    return Err(topic_error(
-                        "the topic does not exist or has no partitions".into(),
-                    ));
+                    return Err(topic_error(TopicError::Missing));
                 }
                 Ok(count)
             })
@@ -387,6 +409,7 @@ impl Scheduler {
 mod tests {
     use super::*;
     use chrono::TimeZone;
+    use rdkafka::types::RDKafkaErrorCode;
 
     #[test]
     fn times_the_wire_format_cannot_carry_are_refused() {
@@ -543,13 +566,15 @@ mod tests {
         for error in invalid {
             assert!(!error.is_retryable() && error.is_rejection(), "{error}");
         }
-        assert!(ScheduleError::Kafka("down".into()).is_retryable());
+        let down = KafkaError::MessageProduction(RDKafkaErrorCode::BrokerTransportFailure);
+        assert!(ScheduleError::Kafka(down).is_retryable());
+        assert!(ScheduleError::Unacknowledged(Duration::from_secs(30)).is_retryable());
         let topic = ScheduleError::Topic {
             topic: "t".into(),
-            reason: "r".into(),
+            source: TopicError::Missing,
         };
         assert!(topic.is_retryable() && !topic.is_rejection());
-        let config = ScheduleError::Config("bad".into());
+        let config = ScheduleError::Config(KafkaError::ClientCreation("bad".into()));
         assert!(!config.is_retryable() && !config.is_rejection());
     }
 

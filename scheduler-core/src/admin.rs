@@ -359,10 +359,10 @@ async fn cancel(
         .await
         .map_err(|e| ApiError {
             // A key the client refuses (too long, say) is the caller's to fix; Kafka failing is not.
-            status: if e.is_retryable() {
-                StatusCode::BAD_GATEWAY
-            } else {
+            status: if e.is_rejection() {
                 StatusCode::BAD_REQUEST
+            } else {
+                StatusCode::BAD_GATEWAY
             },
             message: e.to_string(),
         })?;

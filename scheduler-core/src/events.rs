@@ -35,7 +35,7 @@ impl EventPublisher {
         kafka: &KafkaSettings,
         topic: &str,
         runtime: tokio::runtime::Handle,
-    ) -> Result<Self, String> {
+    ) -> Result<Self, rdkafka::error::KafkaError> {
         let producer = kafka
             .client_config(&[
                 ("acks", "all"),
@@ -43,8 +43,7 @@ impl EventPublisher {
                 // Keyed like the scheduler's own topic (Kafka's murmur2 partitioner).
                 ("partitioner", "murmur2_random"),
             ])
-            .create()
-            .map_err(|e| format!("cannot create the events producer: {e}"))?;
+            .create()?;
         Ok(EventPublisher {
             producer,
             topic: topic.to_string(),

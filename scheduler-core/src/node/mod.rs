@@ -15,7 +15,8 @@ use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
-use scheduler_client::{Scheduler, SchedulerConfig, TaskKey};
+use rdkafka::error::KafkaError;
+use scheduler_client::{ScheduleError, Scheduler, SchedulerConfig, TaskKey};
 use tokio::sync::oneshot;
 use tracing::info;
 
@@ -45,15 +46,85 @@ pub enum NodeError {
     /// Cassandra is unreachable or the schema could not be created.
     #[error(transparent)]
     Store(#[from] StoreError),
-    /// Kafka is unreachable, the topic is missing, or the client configuration is invalid.
-    #[error("Kafka: {0}")]
-    Kafka(String),
+    /// A Kafka client could not be created (invalid configuration) or could not do what the
+    /// node needed (the brokers unreachable, say).
+    #[error("Kafka: {doing}: {source}")]
+    Kafka {
+        /// What the node was doing.
+        doing: String,
+        /// The client's error.
+        #[source]
+        source: KafkaError,
+    },
+    /// The topic does not exist (and is not to be created), or has no partitions.
+    #[error("Kafka: topic {topic} at {bootstrap}: {problem}")]
+    Topic {
+        /// The topic.
+        topic: String,
+        /// The brokers asked.
+        bootstrap: String,
+        /// What is wrong with it.
+        problem: &'static str,
+    },
+    /// The producer the admin API cancels tasks with could not be created.
+    #[error("cannot create the cancellation producer: {0}")]
+    Canceller(#[source] ScheduleError),
     /// A thread or runtime of the node could not be started or failed.
-    #[error("node runtime: {0}")]
-    Runtime(String),
+    #[error("node runtime: {doing}: {source}")]
+    Runtime {
+        /// What the node was doing.
+        doing: &'static str,
+        /// Why it failed.
+        #[source]
+        source: Cause,
+    },
+    /// A thread of the node panicked (its panic was logged).
+    #[error("node runtime: the {thread} thread panicked")]
+    Panicked {
+        /// Which thread.
+        thread: &'static str,
+    },
+    /// The node is shutting down: it reads nothing more.
+    #[error("the node is stopping")]
+    Stopping,
     /// The admin HTTP API could not be started.
-    #[error("admin API: {0}")]
-    Admin(String),
+    #[error("admin API: {doing}: {source}")]
+    Admin {
+        /// What the node was doing.
+        doing: String,
+        /// Why it failed.
+        #[source]
+        source: Cause,
+    },
+}
+
+/// The cause of a failure, kept as the error's source.
+pub type Cause = Box<dyn std::error::Error + Send + Sync>;
+
+impl NodeError {
+    fn kafka(doing: impl Into<String>) -> impl FnOnce(KafkaError) -> NodeError {
+        let doing = doing.into();
+        move |source| NodeError::Kafka { doing, source }
+    }
+
+    fn runtime<E: std::error::Error + Send + Sync + 'static>(
+        doing: &'static str,
+    ) -> impl FnOnce(E) -> NodeError {
+        move |source| NodeError::Runtime {
+            doing,
+            source: Box::new(source),
+        }
+    }
+
+    fn admin<E: std::error::Error + Send + Sync + 'static>(
+        doing: impl Into<String>,
+    ) -> impl FnOnce(E) -> NodeError {
+        let doing = doing.into();
+        move |source| NodeError::Admin {
+            doing,
+            source: Box::new(source),
+        }
+    }
 }
 
 /// A running scheduler node. Stop it with [`SchedulerNode::shutdown`].
@@ -85,7 +156,7 @@ impl SchedulerNode {
             .thread_name("scheduler-io")
             .enable_all()
             .build()
-            .map_err(|e| NodeError::Runtime(format!("cannot start the I/O runtime: {e}")))?;
+            .map_err(NodeError::runtime("cannot start the I/O runtime"))?;
 
         match Self::start_on(settings, executor, &runtime).await {
             Ok(parts) => Ok(parts.into_node(runtime)),
@@ -107,13 +178,13 @@ impl SchedulerNode {
         let store = runtime
             .spawn(async move { CassandraStore::connect(&cassandra).await })
             .await
-            .map_err(|e| NodeError::Runtime(e.to_string()))??;
+            .map_err(NodeError::runtime("connecting to Cassandra"))??;
 
         let kafka = settings.kafka.clone();
         let partition_count = runtime
             .spawn(async move { ensure_topic(&kafka).await })
             .await
-            .map_err(|e| NodeError::Runtime(e.to_string()))??;
+            .map_err(NodeError::runtime("reading the topic"))??;
 
         let scheduling = Arc::new(settings.scheduling.clone());
         let pool = ExecutionPool::new(
@@ -137,7 +208,7 @@ impl SchedulerNode {
             events: match &settings.kafka.events_topic {
                 Some(topic) => Some(
                     EventPublisher::new(&settings.kafka, topic, runtime.handle().clone())
-                        .map_err(NodeError::Kafka)?,
+                        .map_err(NodeError::kafka("creating the events producer"))?,
                 ),
                 None => None,
             },
@@ -160,10 +231,10 @@ impl SchedulerNode {
                     }
                 });
             })
-            .map_err(|e| NodeError::Runtime(format!("cannot start the actor thread: {e}")))?;
+            .map_err(NodeError::runtime("starting the actor thread"))?;
         let supervisor = ready_rx
             .await
-            .map_err(|_| NodeError::Runtime("the actor system failed to start".into()))?;
+            .map_err(NodeError::runtime("starting the actor system"))?;
 
         let stop = Arc::new(AtomicBool::new(false));
         let owned = Arc::new(Mutex::new(Vec::new()));
@@ -198,10 +269,13 @@ impl SchedulerNode {
         };
         let consumer: BaseConsumer<RebalanceHandler> = consumer_config(&settings.kafka, &node_id)
             .create_with_context(handler)
-            .map_err(|e| NodeError::Kafka(format!("invalid consumer configuration: {e}")))?;
-        consumer.subscribe(&[&settings.kafka.topic]).map_err(|e| {
-            NodeError::Kafka(format!("cannot subscribe to {}: {e}", settings.kafka.topic))
-        })?;
+            .map_err(NodeError::kafka("creating the consumer"))?;
+        consumer
+            .subscribe(&[&settings.kafka.topic])
+            .map_err(NodeError::kafka(format!(
+                "subscribing to {}",
+                settings.kafka.topic
+            )))?;
         let poll_loop = PollLoop {
             consumer,
             topic: settings.kafka.topic.clone(),
@@ -216,7 +290,7 @@ impl SchedulerNode {
         let consumer_thread = std::thread::Builder::new()
             .name("scheduler-consumer".into())
             .spawn(move || poll_loop.run())
-            .map_err(|e| NodeError::Runtime(format!("cannot start the consumer thread: {e}")))?;
+            .map_err(NodeError::runtime("starting the consumer thread"))?;
         info!(%node_id, topic = %settings.kafka.topic, group = %settings.kafka.group_id, partition_count,
             admin = ?admin.as_ref().map(|a| a.address), "node started");
         Ok(StartedParts {
@@ -265,9 +339,9 @@ impl SchedulerNode {
             Some(runtime) => runtime
                 .spawn(read)
                 .await
-                .map_err(|e| NodeError::Runtime(e.to_string()))?
+                .map_err(NodeError::runtime("reading a task's status"))?
                 .map_err(NodeError::from),
-            None => Err(NodeError::Runtime("the node is stopping".into())),
+            None => Err(NodeError::Stopping),
         }
     }
 
@@ -292,13 +366,13 @@ impl SchedulerNode {
                 runtime.shutdown_timeout(Duration::from_secs(5));
             }
             match (consumer_result, actor_result) {
-                (Some(Err(_)), _) => Err(NodeError::Runtime("the consumer thread panicked".into())),
-                (_, Some(Err(_))) => Err(NodeError::Runtime("the actor thread panicked".into())),
+                (Some(Err(_)), _) => Err(NodeError::Panicked { thread: "consumer" }),
+                (_, Some(Err(_))) => Err(NodeError::Panicked { thread: "actor" }),
                 _ => Ok(()),
             }
         })
         .await
-        .map_err(|e| NodeError::Runtime(e.to_string()))?
+        .map_err(NodeError::runtime("shutting down"))?
     }
 }
 
@@ -314,17 +388,17 @@ async fn start_admin(
     state: AdminState,
     runtime: &tokio::runtime::Runtime,
 ) -> Result<AdminServer, NodeError> {
-    let addr: SocketAddr = listen
-        .parse()
-        .map_err(|e| NodeError::Admin(format!("invalid listen address {listen:?}: {e}")))?;
+    let addr: SocketAddr = listen.parse().map_err(NodeError::admin(format!(
+        "parsing the listen address {listen:?}"
+    )))?;
     let listener = runtime
         .spawn(async move { tokio::net::TcpListener::bind(addr).await })
         .await
-        .map_err(|e| NodeError::Runtime(e.to_string()))?
-        .map_err(|e| NodeError::Admin(format!("cannot listen on {addr}: {e}")))?;
+        .map_err(NodeError::runtime("binding the admin API"))?
+        .map_err(NodeError::admin(format!("listening on {addr}")))?;
     let address = listener
         .local_addr()
-        .map_err(|e| NodeError::Admin(format!("cannot read the listening address: {e}")))?;
+        .map_err(NodeError::admin("reading the listening address"))?;
     let (stop, stopped) = oneshot::channel::<()>();
     let app = admin::router(Arc::new(state));
     runtime.spawn(async move {
@@ -344,8 +418,7 @@ async fn start_admin(
 fn canceller(kafka: &KafkaSettings) -> Result<Scheduler, NodeError> {
     let mut config = SchedulerConfig::new(kafka.bootstrap_servers.clone(), kafka.topic.clone());
     config.properties = kafka.properties.clone();
-    Scheduler::new(config)
-        .map_err(|e| NodeError::Kafka(format!("cannot create the cancellation producer: {e}")))
+    Scheduler::new(config).map_err(NodeError::Canceller)
 }
 
 /// `<hostname>-<pid>-<n>`: unique per node, also with several nodes in one process.
@@ -439,15 +512,16 @@ async fn ensure_topic(kafka: &KafkaSettings) -> Result<u32, NodeError> {
         return Ok(count);
     }
     let Some(partitions) = kafka.create_topic_partitions else {
-        return Err(NodeError::Kafka(format!(
-            "topic {} does not exist at {} (create it, or set kafka.create_topic_partitions)",
-            kafka.topic, kafka.bootstrap_servers
-        )));
+        return Err(NodeError::Topic {
+            topic: kafka.topic.clone(),
+            bootstrap: kafka.bootstrap_servers.clone(),
+            problem: "it does not exist (create it, or set kafka.create_topic_partitions)",
+        });
     };
     let admin: AdminClient<DefaultClientContext> = kafka
         .client_config(&[])
         .create()
-        .map_err(|e| NodeError::Kafka(format!("invalid admin configuration: {e}")))?;
+        .map_err(NodeError::kafka("creating the admin client"))?;
     let topic = NewTopic::new(&kafka.topic, partitions as i32, TopicReplication::Fixed(1));
     let results = admin
         .create_topics(
@@ -455,22 +529,23 @@ async fn ensure_topic(kafka: &KafkaSettings) -> Result<u32, NodeError> {
             &AdminOptions::new().operation_timeout(Some(METADATA_TIMEOUT)),
         )
         .await
-        .map_err(|e| NodeError::Kafka(format!("cannot create topic {}: {e}", kafka.topic)))?;
+        .map_err(NodeError::kafka(format!("creating topic {}", kafka.topic)))?;
     for result in results {
         if let Err((name, code)) = result {
             if code != rdkafka::types::RDKafkaErrorCode::TopicAlreadyExists {
-                return Err(NodeError::Kafka(format!(
-                    "cannot create topic {name}: {code}"
-                )));
+                return Err(NodeError::kafka(format!("creating topic {name}"))(
+                    KafkaError::AdminOp(code),
+                ));
             }
         }
     }
     info!(topic = %kafka.topic, partitions, "topic created");
     match topic_partition_count(kafka).await? {
-        0 => Err(NodeError::Kafka(format!(
-            "topic {} was created but has no partitions",
-            kafka.topic
-        ))),
+        0 => Err(NodeError::Topic {
+            topic: kafka.topic.clone(),
+            bootstrap: kafka.bootstrap_servers.clone(),
+            problem: "it was created but has no partitions",
+        }),
         n => Ok(n),
     }
 }
@@ -479,15 +554,15 @@ async fn topic_partition_count(kafka: &KafkaSettings) -> Result<u32, NodeError> 
     let consumer: BaseConsumer = kafka
         .client_config(&[])
         .create()
-        .map_err(|e| NodeError::Kafka(format!("invalid client configuration: {e}")))?;
+        .map_err(NodeError::kafka("creating the metadata client"))?;
     let topic = kafka.topic.clone();
     let bootstrap = kafka.bootstrap_servers.clone();
     tokio::task::spawn_blocking(move || {
         let metadata = consumer
             .fetch_metadata(Some(&topic), METADATA_TIMEOUT)
-            .map_err(|e| {
-                NodeError::Kafka(format!("cannot reach the brokers at {bootstrap}: {e}"))
-            })?;
+            .map_err(NodeError::kafka(format!(
+                "reading the metadata of {topic} at {bootstrap}"
+            )))?;
         Ok(metadata
             .topics()
             .first()
@@ -496,5 +571,5 @@ async fn topic_partition_count(kafka: &KafkaSettings) -> Result<u32, NodeError> 
             .unwrap_or(0))
     })
     .await
-    .map_err(|e| NodeError::Runtime(e.to_string()))?
+    .map_err(NodeError::runtime("reading the topic's metadata"))?
 }
