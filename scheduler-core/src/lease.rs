@@ -127,7 +127,7 @@ impl Drop for LeaseHold {
 }
 
 /// Why a lease could not be taken.
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug, Clone, thiserror::Error)]
 pub enum LeaseError {
     /// The lease writer stopped (the node is shutting down).
     #[error("the running-task lease of partition {0} is no longer kept")]

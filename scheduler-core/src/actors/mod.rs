@@ -43,9 +43,10 @@ use crate::clock::Clock;
 use crate::events::EventPublisher;
 use crate::executor::ExecutionPool;
 use crate::in_flight::InFlightGauges;
+use crate::lease::LeaseError;
 use crate::metrics::Metrics;
 use crate::settings::SchedulingSettings;
-use crate::store::{LeaseStore, TaskStore};
+use crate::store::{LeaseStore, StoreError, TaskStore};
 
 /// What every partition tree needs from the node.
 #[derive(Clone)]
@@ -69,6 +70,38 @@ pub struct PartitionDeps {
     /// Where completion events go, when enabled.
     pub events: Option<EventPublisher>,
 }
+
+/// Why a partition tree did not serve a request: the store failed, or the tree is stopping.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum TreeError {
+    /// A Cassandra operation failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// The tree, or the actor asked, is stopping: the request is left to the next tree.
+    #[error("{doing}: the partition is stopping")]
+    Stopping {
+        /// What was asked.
+        doing: &'static str,
+    },
+    /// The stored ownership epoch is older than the one this tree claimed (the store lost the
+    /// claim): the tree claims the partition again rather than run on an epoch another tree
+    /// could also be given.
+    #[error(
+        "the stored ownership epoch {current} is older than this tree's {mine}; claiming again"
+    )]
+    EpochWentBack {
+        /// The epoch this tree claimed.
+        mine: u64,
+        /// The epoch stored now.
+        current: u64,
+    },
+    /// The tree's running-task lease is no longer kept.
+    #[error(transparent)]
+    Lease(#[from] LeaseError),
+}
+
+/// The result of a request to a partition tree.
+pub type TreeResult<T> = Result<T, TreeError>;
 
 /// Stops the receiving actor at once (partition actors reference each other, so they do not stop
 /// by themselves when their supervisor goes).

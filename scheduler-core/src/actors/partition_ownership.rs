@@ -27,11 +27,11 @@ use futures::channel::oneshot;
 use tokio::time::Instant;
 use tracing::{info, warn};
 
-use super::StopActor;
+use super::{StopActor, TreeError, TreeResult};
 use crate::clock::{Clock, Stamp};
 use crate::epoch::EpochCell;
 use crate::metrics::Metrics;
-use crate::store::{PartitionId, StoreError, StoreResult, TaskStore};
+use crate::store::{PartitionId, StoreResult, TaskStore};
 
 /// How long a verified epoch is trusted before it is read again.
 pub const OWNERSHIP_RECHECK: Duration = Duration::from_secs(2);
@@ -40,7 +40,7 @@ pub const OWNERSHIP_RECHECK: Duration = Duration::from_secs(2);
 /// `OWNERSHIP_RECHECK` before the check (and, if `read_after` is set, after that event), else
 /// after reading the epoch (or claiming the partition, the first time).
 #[derive(Debug, Message, Default)]
-#[rtype(result = "StoreResult<Ownership>")]
+#[rtype(result = "TreeResult<Ownership>")]
 pub struct CheckOwnership {
     /// Only a read that began after this event may answer.
     pub read_after: Option<Stamp>,
@@ -107,7 +107,7 @@ impl Began {
 struct Waiter {
     asked_at: Instant,
     read_after: Option<Stamp>,
-    reply: oneshot::Sender<StoreResult<Ownership>>,
+    reply: oneshot::Sender<TreeResult<Ownership>>,
 }
 
 impl Waiter {
@@ -197,15 +197,15 @@ impl PartitionOwnership {
                 Ok((mine, current)) if current < mine => {
                     // The store lost our claim (e.g. a restart dropped unsynced writes): claim
                     // again rather than run on an epoch another tree could also be given.
-                    warn!(partition, epoch = mine, current, "the stored ownership epoch went back; claiming the partition again");
+                    warn!(
+                        partition,
+                        epoch = mine,
+                        current,
+                        "the stored ownership epoch went back; claiming the partition again"
+                    );
                     act.epoch = None;
                     act.verified_at = None;
-                    Err(StoreError::Query {
-                        operation: "ownership check",
-                        reason: format!(
-                            "stored epoch {current} is older than this tree's {mine}; claiming again"
-                        ),
-                    })
+                    Err(TreeError::EpochWentBack { mine, current })
                 }
                 Ok((mine, current)) => {
                     warn!(
@@ -223,14 +223,14 @@ impl PartitionOwnership {
                     });
                     Ok(Ownership::Fenced)
                 }
-                Err(e) => Err(e),
+                Err(e) => Err(TreeError::Store(e)),
             };
             // A fenced answer or a failure holds for every waiter; "owner" only for those
             // this read may answer.
-            let (answered, waiting): (Vec<Waiter>, Vec<Waiter>) = act
-                .waiters
-                .drain(..)
-                .partition(|w| !matches!(answer, Ok(Ownership::Owner(_))) || w.answered_by(started));
+            let (answered, waiting): (Vec<Waiter>, Vec<Waiter>) =
+                act.waiters.drain(..).partition(|w| {
+                    !matches!(answer, Ok(Ownership::Owner(_))) || w.answered_by(started)
+                });
             for waiter in answered {
                 let _ = waiter.reply.send(answer.clone());
             }
@@ -241,7 +241,7 @@ impl PartitionOwnership {
         }));
     }
 
-    fn answer(&mut self, ownership: Ownership) -> ResponseFuture<StoreResult<Ownership>> {
+    fn answer(&mut self, ownership: Ownership) -> ResponseFuture<TreeResult<Ownership>> {
         if ownership == Ownership::Fenced {
             self.metrics.fencing_rejection(self.partition);
         }
@@ -266,7 +266,7 @@ impl Actor for PartitionOwnership {
 }
 
 impl Handler<CheckOwnership> for PartitionOwnership {
-    type Result = ResponseFuture<StoreResult<Ownership>>;
+    type Result = ResponseFuture<TreeResult<Ownership>>;
 
     fn handle(&mut self, msg: CheckOwnership, ctx: &mut Context<Self>) -> Self::Result {
         if self.fenced {
@@ -285,12 +285,9 @@ impl Handler<CheckOwnership> for PartitionOwnership {
         let metrics = Arc::clone(&self.metrics);
         let partition = self.partition;
         Box::pin(async move {
-            let answer = receiver.await.unwrap_or_else(|_| {
-                Err(StoreError::Query {
-                    operation: "ownership check",
-                    reason: "the partition is stopping".into(),
-                })
-            });
+            let answer = receiver.await.unwrap_or(Err(TreeError::Stopping {
+                doing: "checking ownership",
+            }));
             if matches!(answer, Ok(Ownership::Fenced)) {
                 metrics.fencing_rejection(partition);
             }

@@ -19,11 +19,11 @@ use super::partition_scheduler::PartitionScheduler;
 use super::task_lifecycle::ExecutionLinks;
 use super::task_persistence::{PersistTasks, PersistenceLinks, TaskPersistence};
 use super::throughput_controller::{EscalateFailure, ThroughputController};
-use super::{PartitionDeps, StopActor};
+use super::{PartitionDeps, StopActor, TreeError, TreeResult};
 use crate::epoch::EpochCell;
 use crate::executor::StopReason;
 use crate::lease::TreeLease;
-use crate::store::{PartitionId, ReadCursor, StoreError, StoreResult};
+use crate::store::{PartitionId, ReadCursor};
 
 /// How often each partition counts its stale tasks.
 const STALE_SAMPLE_INTERVAL: Duration = Duration::from_secs(30);
@@ -237,26 +237,17 @@ impl Actor for PartitionSupervisor {
 }
 
 impl Handler<PersistTasks> for PartitionSupervisor {
-    type Result = ResponseFuture<StoreResult<()>>;
+    type Result = ResponseFuture<TreeResult<()>>;
 
     fn handle(&mut self, msg: PersistTasks, _: &mut Context<Self>) -> Self::Result {
+        let stopping = TreeError::Stopping {
+            doing: "persisting a polled batch",
+        };
         let Some(children) = &self.children else {
-            return Box::pin(async {
-                Err(StoreError::Query {
-                    operation: "task insert",
-                    reason: "partition is stopping".into(),
-                })
-            });
+            return Box::pin(async { Err(stopping) });
         };
         let request = children.persistence.send(msg);
-        Box::pin(async move {
-            request.await.unwrap_or_else(|e| {
-                Err(StoreError::Query {
-                    operation: "task insert",
-                    reason: format!("persistence actor unavailable: {e}"),
-                })
-            })
-        })
+        Box::pin(async move { request.await.unwrap_or(Err(stopping)) })
     }
 }
 

@@ -22,19 +22,17 @@
 
 use std::time::Duration;
 
-use actix::{Addr, MailboxError};
+use actix::Addr;
 use scheduler_client::{Task, TaskKey};
 use tokio::sync::watch;
 use tracing::{debug, info, warn, Instrument};
 
 use super::partition_ownership::{CheckOwnership, Ownership, PartitionOwnership};
-use super::PartitionDeps;
+use super::{PartitionDeps, TreeError};
 use crate::executor::{ExecutionOutcome, StopReason, TaskContext, TaskError};
 use crate::lease::TreeLease;
 use crate::retry::{backoff_delay, exponential_period};
-use crate::store::{
-    AttemptOutcome, AttemptRecord, PartitionId, StatusRecord, StoreError, TaskStatus,
-};
+use crate::store::{AttemptOutcome, AttemptRecord, PartitionId, StatusRecord, TaskStatus};
 
 /// First wait before retrying a store step (status read, lease write, record) that failed.
 const STORE_RETRY_BASE: Duration = Duration::from_millis(500);
@@ -132,15 +130,7 @@ impl TaskRun {
             // 3. The lease entry, then 4. ownership read after it.
             let task_text = self.key.to_string();
             let hold = self
-                .store_step("lease write", || async {
-                    lease
-                        .hold(&ordering_id, &task_text)
-                        .await
-                        .map_err(|e| StoreError::Query {
-                            operation: "lease write",
-                            reason: e.to_string(),
-                        })
-                })
+                .store_step("lease write", || lease.hold(&ordering_id, &task_text))
                 .await?;
             let epoch = self.owner(Some(hold.durable_since())).await?;
             // 5. Not finished or cancelled: the last check, so a cancel recorded during the
@@ -234,7 +224,12 @@ impl TaskRun {
         let answer = self
             .store_step("ownership check", || {
                 let request = ownership.send(CheckOwnership { read_after });
-                async move { request.await.unwrap_or_else(|e| Err(stopping(e))) }
+                async move {
+                    let gone = TreeError::Stopping {
+                        doing: "checking ownership",
+                    };
+                    request.await.unwrap_or(Err(gone))
+                }
             })
             .await?;
         match answer {
@@ -284,7 +279,7 @@ impl TaskRun {
             {
                 Ok(()) => break,
                 // The attempt is not repeated: only the record is retried.
-                Err(e) => self.store_failed("status write", &e).await?,
+                Err(e) => self.store_failed("status write", &e.into()).await?,
             }
         }
         self.store_failures = 0;
@@ -321,10 +316,11 @@ impl TaskRun {
     /// failures; gives up if the tree stops meanwhile. Before the call (`before_call`) the stop
     /// signal also interrupts the step itself; after it, a step in progress is let finish, so a
     /// draining tree still records what its calls did.
-    async fn store_step<T, F, Fut>(&mut self, operation: &str, mut step: F) -> Result<T, Halt>
+    async fn store_step<T, E, F, Fut>(&mut self, operation: &str, mut step: F) -> Result<T, Halt>
     where
+        E: Into<TreeError>,
         F: FnMut() -> Fut,
-        Fut: std::future::Future<Output = Result<T, StoreError>>,
+        Fut: std::future::Future<Output = Result<T, E>>,
     {
         loop {
             let result = if self.called {
@@ -337,12 +333,12 @@ impl TaskRun {
                     self.store_failures = 0;
                     return Ok(value);
                 }
-                Err(e) => self.store_failed(operation, &e).await?,
+                Err(e) => self.store_failed(operation, &e.into()).await?,
             }
         }
     }
 
-    async fn store_failed(&mut self, operation: &str, error: &StoreError) -> Result<(), Halt> {
+    async fn store_failed(&mut self, operation: &str, error: &TreeError) -> Result<(), Halt> {
         if self.stop.borrow().is_some() {
             return Err(Halt::Abandoned);
         }
@@ -368,12 +364,5 @@ impl TaskRun {
             _ = stop.wait_for(Option::is_some) => Err(Halt::Abandoned),
             value = work => Ok(value),
         }
-    }
-}
-
-fn stopping(e: MailboxError) -> StoreError {
-    StoreError::Query {
-        operation: "ownership check",
-        reason: format!("the partition's ownership actor is gone: {e}"),
     }
 }

@@ -25,7 +25,7 @@ use scheduler_client::{RunOrder, Task, TaskKey};
 use tracing::{debug, info, warn};
 
 use super::partition_scheduler::{PartitionScheduler, ScheduleTasks, UnscheduleTasks};
-use super::StopActor;
+use super::{StopActor, TreeResult};
 use crate::clock::Clock;
 use crate::in_flight::InFlight;
 use crate::metrics::Metrics;
@@ -45,7 +45,7 @@ pub struct LoadMore;
 /// cancellation is final, so their order within the batch does not matter). The reply comes once
 /// all of it is durable.
 #[derive(Debug, Default, Message)]
-#[rtype(result = "StoreResult<()>")]
+#[rtype(result = "TreeResult<()>")]
 pub struct PersistTasks {
     /// Tasks to schedule (a task with the key of one already scheduled replaces it).
     pub tasks: Vec<Task>,
@@ -66,8 +66,6 @@ pub struct LoadTasks {
 /// What a load found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct TasksLoaded {
-    /// Tasks handed to the scheduler.
-    pub count: usize,
     /// Whether everything before `until` has now been loaded.
     pub caught_up: bool,
     /// The time the read cursor has reached.
@@ -155,7 +153,7 @@ impl Actor for TaskPersistence {
 }
 
 impl Handler<PersistTasks> for TaskPersistence {
-    type Result = AtomicResponse<Self, StoreResult<()>>;
+    type Result = AtomicResponse<Self, TreeResult<()>>;
 
     fn handle(&mut self, msg: PersistTasks, _: &mut Context<Self>) -> Self::Result {
         let PersistTasks { tasks, cancels } = msg;
@@ -309,7 +307,6 @@ impl Handler<LoadTasks> for TaskPersistence {
         if limit == 0 {
             let checkpoint = self.cursor.time();
             return AtomicResponse::new(Box::pin(actix::fut::ready(Ok(TasksLoaded {
-                count: 0,
                 caught_up: false,
                 checkpoint,
             }))));
@@ -342,7 +339,6 @@ impl Handler<LoadTasks> for TaskPersistence {
                 act.in_flight.mark_loaded();
                 act.send_to_scheduler(tasks);
                 Ok(TasksLoaded {
-                    count,
                     caught_up,
                     checkpoint: act.cursor.time(),
                 })
