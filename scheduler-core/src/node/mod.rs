@@ -473,13 +473,45 @@ impl StartedParts {
 }
 
 impl Drop for SchedulerNode {
+    /// A node dropped without [`SchedulerNode::shutdown`] shuts down the same way, in the
+    /// background: the consumer stops polling, drains and leaves the group, and only then do the
+    /// actors and the runtime stop (stopping them first would fail the drain). Nothing waits
+    /// for it: call `shutdown()` to know when the node is gone.
     fn drop(&mut self) {
-        // A node dropped without shutdown() still stops polling; its threads end on their own.
         self.stop.store(true, Ordering::SeqCst);
-        if let Some(stop) = self.stop_actors.take() {
-            let _ = stop.send(());
+        if let Some(admin) = self.admin.take() {
+            let _ = admin.stop.send(());
         }
-        if let Some(runtime) = self.runtime.take() {
+        let consumer_thread = self.consumer_thread.take();
+        let stop_actors = self.stop_actors.take();
+        let runtime = BackgroundShutdown(self.runtime.take());
+        if consumer_thread.is_none() && stop_actors.is_none() && runtime.0.is_none() {
+            return; // shut down already
+        }
+        let wind_down = move || {
+            if let Some(consumer) = consumer_thread {
+                let _ = consumer.join();
+            }
+            if let Some(stop) = stop_actors {
+                let _ = stop.send(());
+            }
+            drop(runtime);
+        };
+        // Should the thread not start, the closure is dropped: the actors see their stop signal
+        // dropped and stop, and the runtime shuts down in the background.
+        let _ = std::thread::Builder::new()
+            .name("scheduler-drop".into())
+            .spawn(wind_down);
+    }
+}
+
+/// A runtime that shuts down in the background when dropped (dropping a runtime inside async
+/// code would panic).
+struct BackgroundShutdown(Option<tokio::runtime::Runtime>);
+
+impl Drop for BackgroundShutdown {
+    fn drop(&mut self) {
+        if let Some(runtime) = self.0.take() {
             runtime.shutdown_background();
         }
     }
