@@ -1,0 +1,565 @@
+//! [`TaskStore`] and [`LeaseStore`] on Cassandra (or ScyllaDB): one method per operation, each
+//! running its prepared statement through [`Inner::run`]. The schema (created and migrated),
+//! the statements and the decoding of rows are in the submodules. (Over 400 lines: the two
+//! traits' fourteen methods; they split with the traits, one per table.)
+//!
+//! The CQL stays within what Cassandra 2.1 and modern Cassandra/ScyllaDB both accept: no
+//! clustering-range deletes, no unset values, and clustering slices written as tuples on both
+//! bounds (`(a, b, c) > (?, ?, ?) AND (a) < (?)`), since 2.1 refuses to mix tuple and single-column
+//! relations.
+
+use std::sync::Arc;
+
+use chrono::{DateTime, TimeDelta, Utc};
+use futures::future::BoxFuture;
+use futures::{FutureExt, StreamExt, TryStreamExt};
+use scheduler_client::{Task, TaskKey};
+use scylla::client::session::Session;
+use scylla::client::session_builder::SessionBuilder;
+use scylla::response::query_result::QueryResult;
+use scylla::serialize::row::SerializeRow;
+use scylla::statement::prepared::PreparedStatement;
+
+use super::{
+    hour_bucket, last_of_each_key, AttemptOutcome, AttemptRecord, LeaseRecord, LeaseStore,
+    PartitionId, ReadCursor, RefusedTask, StatusRecord, StoreError, StoreResult, TaskStatus,
+    TaskStore,
+};
+use crate::settings::CassandraSettings;
+
+mod rows;
+mod schema;
+mod statements;
+use rows::{
+    applied, epoch_value, first_row_of, key_values, limit_value, query_error, rows_of,
+    task_from_row, TaskRow,
+};
+use statements::Statements;
+
+/// Concurrent writes while persisting one batch.
+pub const WRITE_CONCURRENCY: usize = 64;
+
+/// Cassandra-backed store. Cheap to clone; clones share the session and statements.
+#[derive(Clone)]
+pub struct CassandraStore {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    session: Session,
+    statements: Statements,
+}
+
+impl Inner {
+    /// Runs `statement` with `values`; a failure names `operation`.
+    async fn run(
+        &self,
+        statement: &PreparedStatement,
+        values: impl SerializeRow,
+        operation: &'static str,
+    ) -> StoreResult<QueryResult> {
+        self.session
+            .execute_unpaged(statement, values)
+            .await
+            .map_err(query_error(operation))
+    }
+}
+
+/// Claims lost to a concurrent claimer in a row before giving up (each retry re-reads the epoch).
+const CLAIM_ATTEMPTS: u32 = 10;
+
+impl CassandraStore {
+    /// Connects, creates the keyspace and tables if absent, and prepares the statements.
+    pub async fn connect(settings: &CassandraSettings) -> StoreResult<CassandraStore> {
+        let mut builder = SessionBuilder::new()
+            .known_nodes(&settings.contact_points)
+            .fetch_schema_metadata(settings.fetch_schema_metadata)
+            // Full schema metadata is only meaningful when schema metadata is fetched at all.
+            .fetch_full_schema_metadata(settings.fetch_schema_metadata)
+            .connection_timeout(std::time::Duration::from_secs(5));
+        if let (Some(user), Some(password)) = (&settings.username, &settings.password) {
+            builder = builder.user(user, password);
+        }
+        let session = builder.build().await.map_err(|e| StoreError::Connect {
+            contact_points: settings.contact_points.join(","),
+            reason: e.to_string(),
+        })?;
+        let ks = &settings.keyspace;
+        schema::create_or_migrate(&session, ks, &settings.replication).await?;
+        let statements = Statements::prepare(&session, ks).await?;
+        let inner = Inner {
+            session,
+            statements,
+        };
+        Ok(CassandraStore {
+            inner: Arc::new(inner),
+        })
+    }
+}
+
+impl TaskStore for CassandraStore {
+    fn persist(
+        &self,
+        partition: PartitionId,
+        tasks: Vec<Task>,
+    ) -> BoxFuture<'static, StoreResult<Vec<RefusedTask>>> {
+        let inner = Arc::clone(&self.inner);
+        async move {
+            // Concurrent inserts of one key land in any order: write only the last.
+            futures::stream::iter(last_of_each_key(tasks))
+                .map(|task| {
+                    let inner = &inner;
+                    async move {
+                        let key = task.key();
+                        let data = serde_json::Value::Object(task.task_data).to_string();
+                        let written = inner
+                            .run(
+                                &inner.statements.insert_task,
+                                (
+                                    partition,
+                                    hour_bucket(task.scheduled_time),
+                                    task.scheduled_time,
+                                    task.ordering_id,
+                                    task.uniqueness_key,
+                                    data,
+                                    task.enqueue_offset,
+                                ),
+                                "task insert",
+                            )
+                            .await;
+                        match written {
+                            Ok(_) => Ok(None),
+                            Err(StoreError::Refused { reason, .. }) => {
+                                Ok(Some(RefusedTask { key, reason }))
+                            }
+                            Err(e) => Err(e),
+                        }
+                    }
+                })
+                .buffer_unordered(WRITE_CONCURRENCY)
+                .try_filter_map(|refused| futures::future::ready(Ok(refused)))
+                .try_collect()
+                .await
+        }
+        .boxed()
+    }
+
+    fn load(
+        &self,
+        partition: PartitionId,
+        cursor: ReadCursor,
+        until: DateTime<Utc>,
+        limit: usize,
+    ) -> BoxFuture<'static, StoreResult<Vec<Task>>> {
+        let inner = Arc::clone(&self.inner);
+        async move {
+            let mut tasks = Vec::new();
+            let mut cursor = cursor;
+            let mut bucket = hour_bucket(cursor.time());
+            while bucket < until && tasks.len() < limit {
+                let remaining = limit_value(limit - tasks.len());
+                let statements = &inner.statements;
+                let result = match &cursor {
+                    ReadCursor::From(from) => {
+                        let values = (partition, bucket, *from, until, remaining);
+                        inner
+                            .run(&statements.load_from, values, "schedule load")
+                            .await
+                    }
+                    ReadCursor::After(key) => {
+                        let values = (
+                            partition,
+                            bucket,
+                            key.scheduled_time,
+                            &key.ordering_id,
+                            &key.uniqueness_key,
+                            until,
+                            remaining,
+                        );
+                        inner
+                            .run(&statements.load_after, values, "schedule load")
+                            .await
+                    }
+                }?;
+                for row in rows_of::<TaskRow>(result, "schedule")? {
+                    tasks.extend(task_from_row(partition, row));
+                }
+                bucket += TimeDelta::hours(1);
+                cursor = ReadCursor::From(bucket);
+            }
+            Ok(tasks)
+        }
+        .boxed()
+    }
+
+    fn remove_scheduled(
+        &self,
+        partition: PartitionId,
+        key: TaskKey,
+    ) -> BoxFuture<'static, StoreResult<()>> {
+        let inner = Arc::clone(&self.inner);
+        async move {
+            inner
+                .run(
+                    &inner.statements.delete_task,
+                    key_values(partition, &key),
+                    "schedule delete",
+                )
+                .await
+                .map(|_| ())
+        }
+        .boxed()
+    }
+
+    fn scheduled_task(
+        &self,
+        partition: PartitionId,
+        key: TaskKey,
+    ) -> BoxFuture<'static, StoreResult<Option<Task>>> {
+        let inner = Arc::clone(&self.inner);
+        async move {
+            let result = inner
+                .run(
+                    &inner.statements.select_task,
+                    key_values(partition, &key),
+                    "task read",
+                )
+                .await?;
+            let row = first_row_of::<(String, Option<i64>)>(result, "schedule")?;
+            Ok(row.and_then(|(data, enqueue_offset)| {
+                task_from_row(
+                    partition,
+                    (
+                        key.scheduled_time,
+                        key.ordering_id,
+                        key.uniqueness_key,
+                        data,
+                        enqueue_offset,
+                    ),
+                )
+            }))
+        }
+        .boxed()
+    }
+
+    fn attempts(
+        &self,
+        key: TaskKey,
+        limit: usize,
+    ) -> BoxFuture<'static, StoreResult<Vec<AttemptRecord>>> {
+        let inner = Arc::clone(&self.inner);
+        async move {
+            let result = inner
+                .run(
+                    &inner.statements.select_attempts,
+                    (
+                        key.scheduled_time,
+                        key.ordering_id,
+                        key.uniqueness_key,
+                        limit_value(limit),
+                    ),
+                    "attempts read",
+                )
+                .await?;
+            let corrupt = |reason: String| StoreError::Corrupt {
+                what: "attempts",
+                reason,
+            };
+            type AttemptRow = (i32, DateTime<Utc>, DateTime<Utc>, String, Option<String>);
+            let mut attempts = Vec::new();
+            for (attempt, started_at, finished_at, outcome, error) in
+                rows_of::<AttemptRow>(result, "attempts")?
+            {
+                attempts.push(AttemptRecord {
+                    attempt: u32::try_from(attempt).unwrap_or(0),
+                    started_at,
+                    finished_at,
+                    outcome: AttemptOutcome::parse(&outcome)
+                        .ok_or_else(|| corrupt(format!("unknown outcome {outcome:?}")))?,
+                    error,
+                });
+            }
+            Ok(attempts)
+        }
+        .boxed()
+    }
+
+    fn status(
+        &self,
+        partition: PartitionId,
+        key: TaskKey,
+    ) -> BoxFuture<'static, StoreResult<Option<StatusRecord>>> {
+        let inner = Arc::clone(&self.inner);
+        async move {
+            let result = inner
+                .run(
+                    &inner.statements.select_status,
+                    key_values(partition, &key),
+                    "status read",
+                )
+                .await?;
+            let corrupt = |reason: String| StoreError::Corrupt {
+                what: "status",
+                reason,
+            };
+            let row =
+                first_row_of::<(String, i32, DateTime<Utc>, Option<String>)>(result, "status")?;
+            row.map(|(status, attempts, updated_at, last_error)| {
+                Ok(StatusRecord {
+                    status: TaskStatus::parse(&status)
+                        .ok_or_else(|| corrupt(format!("unknown status {status:?}")))?,
+                    attempts: u32::try_from(attempts).unwrap_or(0),
+                    updated_at,
+                    last_error,
+                })
+            })
+            .transpose()
+        }
+        .boxed()
+    }
+
+    fn record_status(
+        &self,
+        partition: PartitionId,
+        key: TaskKey,
+        status: StatusRecord,
+    ) -> BoxFuture<'static, StoreResult<()>> {
+        let inner = Arc::clone(&self.inner);
+        async move {
+            let (p, bucket, time, ordering_id, uniqueness_key) = key_values(partition, &key);
+            inner
+                .run(
+                    &inner.statements.insert_status,
+                    (
+                        p,
+                        bucket,
+                        time,
+                        ordering_id,
+                        uniqueness_key,
+                        status.status.as_str(),
+                        i32::try_from(status.attempts).unwrap_or(i32::MAX),
+                        status.updated_at,
+                        status.last_error,
+                    ),
+                    "status write",
+                )
+                .await
+                .map(|_| ())
+        }
+        .boxed()
+    }
+
+    fn cancel(
+        &self,
+        partition: PartitionId,
+        key: TaskKey,
+        at: DateTime<Utc>,
+    ) -> BoxFuture<'static, StoreResult<Option<StatusRecord>>> {
+        let store = self.clone();
+        async move {
+            let (p, bucket, time, ordering_id, uniqueness_key) = key_values(partition, &key);
+            let result = store
+                .inner
+                .run(
+                    &store.inner.statements.cancel_status,
+                    (p, bucket, time, ordering_id, uniqueness_key, at),
+                    "cancel",
+                )
+                .await?;
+            if applied(result, "status")? {
+                Ok(None)
+            } else {
+                store.status(partition, key).await
+            }
+        }
+        .boxed()
+    }
+
+    fn record_attempt(
+        &self,
+        partition: PartitionId,
+        key: TaskKey,
+        attempt: AttemptRecord,
+    ) -> BoxFuture<'static, StoreResult<()>> {
+        let inner = Arc::clone(&self.inner);
+        async move {
+            inner
+                .run(
+                    &inner.statements.insert_attempt,
+                    (
+                        key.scheduled_time,
+                        key.ordering_id,
+                        key.uniqueness_key,
+                        i32::try_from(attempt.attempt).unwrap_or(i32::MAX),
+                        partition,
+                        attempt.started_at,
+                        attempt.finished_at,
+                        attempt.outcome.as_str(),
+                        attempt.error,
+                    ),
+                    "attempt write",
+                )
+                .await
+                .map(|_| ())
+        }
+        .boxed()
+    }
+
+    fn claim_partition(
+        &self,
+        partition: PartitionId,
+        owner: String,
+        at: DateTime<Utc>,
+    ) -> BoxFuture<'static, StoreResult<u64>> {
+        let store = self.clone();
+        async move {
+            for _ in 0..CLAIM_ATTEMPTS {
+                let current = store.read_epoch(partition, true).await?;
+                let (inner, claim) = (&store.inner, "partition claim");
+                let result = if current == 0 {
+                    let values = (partition, &owner, at);
+                    inner
+                        .run(&inner.statements.claim_first, values, claim)
+                        .await?
+                } else {
+                    let (next, current) = (epoch_value(current + 1), epoch_value(current));
+                    let values = (next, &owner, at, partition, current);
+                    inner
+                        .run(&inner.statements.claim_next, values, claim)
+                        .await?
+                };
+                if applied(result, "partition owner")? {
+                    return Ok(current + 1);
+                }
+            }
+            Err(StoreError::Query {
+                operation: "partition claim",
+                reason: format!("lost {CLAIM_ATTEMPTS} concurrent claims in a row"),
+            })
+        }
+        .boxed()
+    }
+
+    fn partition_epoch(&self, partition: PartitionId) -> BoxFuture<'static, StoreResult<u64>> {
+        self.read_epoch(partition, false)
+    }
+}
+
+impl CassandraStore {
+    /// The partition's epoch, read serially (`serial`, for a claim) or at the session's
+    /// consistency (for ownership checks).
+    fn read_epoch(
+        &self,
+        partition: PartitionId,
+        serial: bool,
+    ) -> BoxFuture<'static, StoreResult<u64>> {
+        let inner = Arc::clone(&self.inner);
+        async move {
+            let statement = if serial {
+                &inner.statements.select_epoch_serial
+            } else {
+                &inner.statements.select_epoch
+            };
+            let result = inner.run(statement, (partition,), "ownership read").await?;
+            let epoch = first_row_of::<(Option<i64>,)>(result, "partition owner")?
+                .and_then(|(epoch,)| epoch)
+                .unwrap_or(0);
+            u64::try_from(epoch).map_err(|_| StoreError::Corrupt {
+                what: "partition owner",
+                reason: format!("negative epoch {epoch}"),
+            })
+        }
+        .boxed()
+    }
+}
+
+impl LeaseStore for CassandraStore {
+    fn write_lease(
+        &self,
+        partition: PartitionId,
+        holder: String,
+        lease: LeaseRecord,
+        ttl: std::time::Duration,
+    ) -> BoxFuture<'static, StoreResult<()>> {
+        let inner = Arc::clone(&self.inner);
+        async move {
+            let running = serde_json::to_string(&lease.running).map_err(|e| StoreError::Query {
+                operation: "lease write",
+                reason: e.to_string(),
+            })?;
+            // Cassandra's TTL counts whole seconds: round up, never down to "no TTL".
+            let ttl = i32::try_from(ttl.as_secs() + u64::from(ttl.subsec_nanos() > 0))
+                .unwrap_or(i32::MAX)
+                .max(1);
+            inner
+                .run(
+                    &inner.statements.insert_lease,
+                    (
+                        partition,
+                        holder,
+                        lease.node,
+                        epoch_value(lease.epoch),
+                        running,
+                        ttl,
+                    ),
+                    "lease write",
+                )
+                .await
+                .map(|_| ())
+        }
+        .boxed()
+    }
+
+    fn delete_lease(
+        &self,
+        partition: PartitionId,
+        holder: String,
+    ) -> BoxFuture<'static, StoreResult<()>> {
+        let inner = Arc::clone(&self.inner);
+        async move {
+            inner
+                .run(
+                    &inner.statements.delete_lease,
+                    (partition, holder),
+                    "lease delete",
+                )
+                .await
+                .map(|_| ())
+        }
+        .boxed()
+    }
+
+    fn leases(
+        &self,
+        partition: PartitionId,
+    ) -> BoxFuture<'static, StoreResult<Vec<(String, LeaseRecord)>>> {
+        let inner = Arc::clone(&self.inner);
+        async move {
+            let result = inner
+                .run(&inner.statements.select_leases, (partition,), "lease read")
+                .await?;
+            let rows =
+                rows_of::<(String, Option<String>, Option<i64>, Option<String>)>(result, "lease")?;
+            rows.into_iter()
+                .map(|(holder, node, epoch, running)| {
+                    let running = match running.as_deref() {
+                        None | Some("") => Vec::new(),
+                        Some(text) => {
+                            serde_json::from_str(text).map_err(|e| StoreError::Corrupt {
+                                what: "lease",
+                                reason: e.to_string(),
+                            })?
+                        }
+                    };
+                    let lease = LeaseRecord {
+                        node: node.unwrap_or_default(),
+                        epoch: u64::try_from(epoch.unwrap_or(0)).unwrap_or(0),
+                        running,
+                    };
+                    Ok((holder, lease))
+                })
+                .collect()
+        }
+        .boxed()
+    }
+}

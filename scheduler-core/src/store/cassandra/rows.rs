@@ -1,0 +1,116 @@
+//! Between Rust values and CQL rows: decoding results (a row that does not decode is corrupt),
+//! the values of a task key, and the store's errors from the driver's.
+
+use chrono::{DateTime, Utc};
+use scheduler_client::{Task, TaskData, TaskKey};
+use scylla::deserialize::row::DeserializeRow;
+use scylla::response::query_result::QueryResult;
+use tracing::warn;
+
+use crate::store::{hour_bucket, PartitionId, StoreError, StoreResult};
+
+/// A driver error as the store's: a statement Cassandra refuses as invalid is `Refused`
+/// (retrying cannot help), any other failure a `Query` error naming `operation`.
+pub(super) fn query_error(
+    operation: &'static str,
+) -> impl FnOnce(scylla::errors::ExecutionError) -> StoreError {
+    use scylla::errors::{DbError, ExecutionError, RequestAttemptError};
+    move |e| match &e {
+        ExecutionError::LastAttemptError(RequestAttemptError::DbError(DbError::Invalid, _)) => {
+            StoreError::Refused {
+                operation,
+                reason: e.to_string(),
+            }
+        }
+        _ => StoreError::Query {
+            operation,
+            reason: e.to_string(),
+        },
+    }
+}
+
+pub(super) type TaskRow = (DateTime<Utc>, String, String, String, Option<i64>);
+
+pub(super) fn task_from_row(
+    partition: PartitionId,
+    (scheduled_time, ordering_id, uniqueness_key, data, enqueue_offset): TaskRow,
+) -> Option<Task> {
+    match serde_json::from_str::<TaskData>(&data) {
+        Ok(task_data) => {
+            let task = Task::new(ordering_id, scheduled_time, uniqueness_key, task_data);
+            Some(Task {
+                enqueue_offset,
+                ..task
+            })
+        }
+        Err(e) => {
+            // Only this engine writes the table; a row it cannot read is skipped, not retried forever.
+            warn!(partition, %ordering_id, %uniqueness_key, %scheduled_time, error = %e, "skipping schedule row with unreadable task data");
+            None
+        }
+    }
+}
+
+/// Every row of `result` decoded as `R`; a result that does not decode is a corrupt `what` row.
+pub(super) fn rows_of<R>(result: QueryResult, what: &'static str) -> StoreResult<Vec<R>>
+where
+    R: for<'frame, 'metadata> DeserializeRow<'frame, 'metadata>,
+{
+    let corrupt = |reason: String| StoreError::Corrupt { what, reason };
+    let rows = result
+        .into_rows_result()
+        .map_err(|e| corrupt(e.to_string()))?;
+    let decoded = rows.rows::<R>().map_err(|e| corrupt(e.to_string()))?;
+    decoded
+        .map(|row| row.map_err(|e| corrupt(e.to_string())))
+        .collect()
+}
+
+/// The first row of `result`, if any, decoded as `R`.
+pub(super) fn first_row_of<R>(result: QueryResult, what: &'static str) -> StoreResult<Option<R>>
+where
+    R: for<'frame, 'metadata> DeserializeRow<'frame, 'metadata>,
+{
+    let corrupt = |reason: String| StoreError::Corrupt { what, reason };
+    result
+        .into_rows_result()
+        .map_err(|e| corrupt(e.to_string()))?
+        .maybe_first_row::<R>()
+        .map_err(|e| corrupt(e.to_string()))
+}
+
+/// Whether a lightweight transaction applied (its first column, `[applied]`).
+pub(super) fn applied(result: QueryResult, what: &'static str) -> StoreResult<bool> {
+    let corrupt = |reason: &str| StoreError::Corrupt {
+        what,
+        reason: reason.to_string(),
+    };
+    let row = first_row_of::<scylla::value::Row>(result, what)?
+        .ok_or_else(|| corrupt("the lightweight transaction returned no row"))?;
+    row.columns
+        .first()
+        .and_then(|c| c.as_ref())
+        .and_then(|v| v.as_boolean())
+        .ok_or_else(|| corrupt("the lightweight transaction returned no [applied] column"))
+}
+
+pub(super) fn limit_value(limit: usize) -> i32 {
+    i32::try_from(limit).unwrap_or(i32::MAX)
+}
+
+pub(super) fn epoch_value(epoch: u64) -> i64 {
+    i64::try_from(epoch).unwrap_or(i64::MAX)
+}
+
+pub(super) fn key_values(
+    partition: PartitionId,
+    key: &TaskKey,
+) -> (PartitionId, DateTime<Utc>, DateTime<Utc>, String, String) {
+    (
+        partition,
+        hour_bucket(key.scheduled_time),
+        key.scheduled_time,
+        key.ordering_id.clone(),
+        key.uniqueness_key.clone(),
+    )
+}

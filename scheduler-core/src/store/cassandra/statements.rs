@@ -1,0 +1,175 @@
+//! The prepared statements of the Cassandra store, one per query it runs.
+
+use scylla::client::session::Session;
+use scylla::statement::prepared::PreparedStatement;
+
+use crate::store::{StoreError, StoreResult};
+
+/// Every statement the store runs, prepared once per session.
+pub(super) struct Statements {
+    pub(super) insert_task: PreparedStatement,
+    pub(super) load_from: PreparedStatement,
+    pub(super) load_after: PreparedStatement,
+    pub(super) delete_task: PreparedStatement,
+    pub(super) select_status: PreparedStatement,
+    pub(super) select_task: PreparedStatement,
+    pub(super) select_attempts: PreparedStatement,
+    pub(super) insert_status: PreparedStatement,
+    pub(super) cancel_status: PreparedStatement,
+    pub(super) insert_attempt: PreparedStatement,
+    pub(super) select_epoch: PreparedStatement,
+    pub(super) select_epoch_serial: PreparedStatement,
+    pub(super) claim_first: PreparedStatement,
+    pub(super) claim_next: PreparedStatement,
+    pub(super) insert_lease: PreparedStatement,
+    pub(super) delete_lease: PreparedStatement,
+    pub(super) select_leases: PreparedStatement,
+}
+
+impl Statements {
+    /// Prepares the statements on the tables of keyspace `ks`.
+    pub(super) async fn prepare(session: &Session, ks: &str) -> StoreResult<Statements> {
+        let prepare = |cql: String, operation: &'static str| async move {
+            session.prepare(cql).await.map_err(|e| StoreError::Query {
+                operation,
+                reason: e.to_string(),
+            })
+        };
+        let key_columns = "scheduled_time, ordering_id, uniqueness_key";
+        let key_match =
+            "partition_id = ? AND hour_bucket = ? AND scheduled_time = ? AND ordering_id = ? \
+                         AND uniqueness_key = ?";
+        Ok(Statements {
+            insert_task: prepare(
+                format!(
+                    "INSERT INTO {ks}.scheduled_tasks (partition_id, hour_bucket, {key_columns}, task_data, \
+                     enqueue_offset) VALUES (?, ?, ?, ?, ?, ?, ?)"
+                ),
+                "prepare insert",
+            )
+            .await?,
+            load_from: prepare(
+                format!(
+                    "SELECT {key_columns}, task_data, enqueue_offset FROM {ks}.scheduled_tasks \
+                     WHERE partition_id = ? AND hour_bucket = ? AND (scheduled_time) >= (?) \
+                     AND (scheduled_time) < (?) LIMIT ?"
+                ),
+                "prepare load",
+            )
+            .await?,
+            load_after: prepare(
+                format!(
+                    "SELECT {key_columns}, task_data, enqueue_offset FROM {ks}.scheduled_tasks \
+                     WHERE partition_id = ? AND hour_bucket = ? AND ({key_columns}) > (?, ?, ?) \
+                     AND (scheduled_time) < (?) LIMIT ?"
+                ),
+                "prepare load",
+            )
+            .await?,
+            delete_task: prepare(
+                format!("DELETE FROM {ks}.scheduled_tasks WHERE {key_match}"),
+                "prepare delete",
+            )
+            .await?,
+            select_status: prepare(
+                format!("SELECT status, attempts, updated_at, last_error FROM {ks}.task_status WHERE {key_match}"),
+                "prepare status read",
+            )
+            .await?,
+            select_task: prepare(
+                format!("SELECT task_data, enqueue_offset FROM {ks}.scheduled_tasks WHERE {key_match}"),
+                "prepare task read",
+            )
+            .await?,
+            select_attempts: prepare(
+                format!(
+                    "SELECT attempt, started_at, finished_at, outcome, error FROM {ks}.task_attempts \
+                     WHERE scheduled_time = ? AND ordering_id = ? AND uniqueness_key = ? LIMIT ?"
+                ),
+                "prepare attempts read",
+            )
+            .await?,
+            insert_status: prepare(
+                format!(
+                    "INSERT INTO {ks}.task_status (partition_id, hour_bucket, {key_columns}, status, attempts, \
+                     updated_at, last_error) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
+                ),
+                "prepare status write",
+            )
+            .await?,
+            cancel_status: prepare(
+                format!(
+                    "INSERT INTO {ks}.task_status (partition_id, hour_bucket, {key_columns}, status, attempts, \
+                     updated_at) VALUES (?, ?, ?, ?, ?, 'cancelled', 0, ?) IF NOT EXISTS"
+                ),
+                "prepare cancel",
+            )
+            .await?,
+            insert_attempt: prepare(
+                format!(
+                    "INSERT INTO {ks}.task_attempts ({key_columns}, attempt, partition_id, started_at, \
+                     finished_at, outcome, error) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
+                ),
+                "prepare attempt write",
+            )
+            .await?,
+            // At the session's consistency (LOCAL_QUORUM): a claim whose lightweight transaction
+            // completed was committed at that level, so a read that begins after it sees it. A
+            // claim still in progress may be missed, which is safe: its tree starts nothing
+            // before the claim completes, and reads the running-task leases only after (see
+            // crate::lease). One round trip instead of a Paxos round on every ownership check.
+            select_epoch: prepare(
+                format!("SELECT epoch FROM {ks}.partition_owners WHERE partition_id = ?"),
+                "prepare epoch read",
+            )
+            .await?,
+            select_epoch_serial: {
+                let mut statement = prepare(
+                    format!("SELECT epoch FROM {ks}.partition_owners WHERE partition_id = ?"),
+                    "prepare epoch read",
+                )
+                .await?;
+                // Serial, for a claim: sees in-progress claims too, so the compare-and-set below
+                // rarely loses.
+                statement.set_consistency(scylla::statement::Consistency::Serial);
+                statement
+            },
+            claim_first: prepare(
+                format!(
+                    "INSERT INTO {ks}.partition_owners (partition_id, epoch, owner, claimed_at) \
+                     VALUES (?, 1, ?, ?) IF NOT EXISTS"
+                ),
+                "prepare partition claim",
+            )
+            .await?,
+            claim_next: prepare(
+                format!(
+                    "UPDATE {ks}.partition_owners SET epoch = ?, owner = ?, claimed_at = ? \
+                     WHERE partition_id = ? IF epoch = ?"
+                ),
+                "prepare partition claim",
+            )
+            .await?,
+            insert_lease: prepare(
+                format!(
+                    "INSERT INTO {ks}.task_leases (partition_id, holder, node, epoch, running) \
+                     VALUES (?, ?, ?, ?, ?) USING TTL ?"
+                ),
+                "prepare lease write",
+            )
+            .await?,
+            delete_lease: prepare(
+                format!("DELETE FROM {ks}.task_leases WHERE partition_id = ? AND holder = ?"),
+                "prepare lease delete",
+            )
+            .await?,
+            select_leases: prepare(
+                format!(
+                    "SELECT holder, node, epoch, running FROM {ks}.task_leases WHERE partition_id = ?"
+                ),
+                "prepare lease read",
+            )
+            .await?,
+        })
+    }
+}
