@@ -8,6 +8,7 @@
 #![warn(missing_docs)]
 
 pub mod engine;
+pub mod logs;
 
 use std::collections::HashMap;
 use std::net::{SocketAddr, ToSocketAddrs};

@@ -2,51 +2,15 @@
 //! the group before its actors stop, so nothing is logged as an error, and its tasks run on the
 //! next node. (A test file of its own: it installs the process's log subscriber.)
 
-use std::io::Write;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use chrono::{TimeDelta, Utc};
 use it_tests::engine::{executions, task, wait_until, Recorder, TestEnv};
 
-/// Log lines, kept for the test to read.
-#[derive(Clone, Default)]
-struct Captured(Arc<Mutex<Vec<u8>>>);
-
-impl Write for Captured {
-    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
-        self.0
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .extend_from_slice(bytes);
-        Ok(bytes.len())
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-impl Captured {
-    fn errors(&self) -> Vec<String> {
-        let text = String::from_utf8_lossy(&self.0.lock().unwrap_or_else(PoisonError::into_inner))
-            .into_owned();
-        text.lines()
-            .filter(|l| l.contains("ERROR"))
-            .map(str::to_string)
-            .collect()
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_node_dropped_without_shutdown_stops_quietly_and_its_tasks_run_on_the_next() {
-    let captured = Captured::default();
-    let writer = captured.clone();
-    tracing_subscriber::fmt()
-        .with_env_filter("info")
-        .with_ansi(false)
-        .with_writer(move || writer.clone())
-        .init();
+    let captured = it_tests::logs::captured();
     let env = TestEnv::new("drop", 2).await;
     let log = Arc::new(Mutex::new(Vec::new()));
     let settings = env.settings(TestEnv::quick_scheduling());

@@ -1,8 +1,7 @@
 //! The engine end to end on one node against the real stack: schedule_task → Kafka → the
 //! node's actor tree → Cassandra → the executor.
 
-use std::io::Write;
-use std::sync::{Arc, Mutex, OnceLock, PoisonError};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use chrono::{TimeDelta, Utc};
@@ -427,41 +426,9 @@ async fn two_hundred_tasks_of_one_ordering_id_run_in_order_one_at_a_time_ties_in
 }
 
 /// Captures the node's log lines so the test can read what it said about parked records.
-fn captured_logs() -> Arc<Mutex<Vec<u8>>> {
-    static LOGS: OnceLock<Arc<Mutex<Vec<u8>>>> = OnceLock::new();
-    LOGS.get_or_init(|| {
-        let buffer = Arc::new(Mutex::new(Vec::new()));
-        let sink = Arc::clone(&buffer);
-        let subscriber = tracing_subscriber::fmt()
-            .with_ansi(false)
-            .with_max_level(tracing::Level::WARN)
-            .with_writer(move || LogSink(Arc::clone(&sink)))
-            .finish();
-        let _ = tracing::subscriber::set_global_default(subscriber);
-        buffer
-    })
-    .clone()
-}
-
-struct LogSink(Arc<Mutex<Vec<u8>>>);
-
-impl Write for LogSink {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .extend_from_slice(buf);
-        Ok(buf.len())
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn garbage_on_the_topic_is_parked_and_valid_tasks_behind_it_still_run() {
-    let logs = captured_logs();
+    let logs = it_tests::logs::captured();
     let env = TestEnv::new("it_garbage", 4).await;
     let log = Arc::new(Mutex::new(Vec::new()));
     let node = start_node(
@@ -517,8 +484,7 @@ async fn garbage_on_the_topic_is_parked_and_valid_tasks_behind_it_still_run() {
         || by_task(&log).contains_key(&valid.key()),
     )
     .await;
-    let text =
-        String::from_utf8_lossy(&logs.lock().unwrap_or_else(PoisonError::into_inner)).to_string();
+    let text = logs.text();
     for (what, offset) in offsets {
         let line = text
             .lines()
