@@ -7,7 +7,7 @@ use std::time::Duration;
 use chrono::{TimeDelta, Utc};
 use it_tests::engine::{by_task, http, task, wait_until, Recorder, TestEnv};
 use scheduler_client::{wire, Task};
-use scheduler_core::SchedulerNode;
+use scheduler_core::{NodeError, SchedulerNode};
 
 fn task_path(t: &Task) -> String {
     format!(
@@ -396,10 +396,17 @@ async fn a_taken_admin_port_fails_the_start_cleanly() {
     settings.admin.listen = taken.local_addr().expect("local address").to_string();
     let log = Arc::new(Mutex::new(Vec::new()));
     let refused = SchedulerNode::start(settings, Recorder::new("n1", &log, Duration::ZERO)).await;
-    let error = refused.err().map(|e| e.to_string()).unwrap_or_default();
+    let error = refused.err();
     assert!(
-        error.starts_with("admin API: cannot listen on 127.0.0.1:"),
-        "{error}"
+        matches!(&error, Some(NodeError::Admin { source, .. })
+            if source.downcast_ref::<std::io::Error>()
+                .is_some_and(|e| e.kind() == std::io::ErrorKind::AddrInUse)),
+        "{error:?}"
+    );
+    let message = error.map(|e| e.to_string()).unwrap_or_default();
+    assert!(
+        message.starts_with("admin API: listening on 127.0.0.1:"),
+        "{message}"
     );
     // Nothing of the failed node stayed in the group: the next node gets every partition.
     let node = env
