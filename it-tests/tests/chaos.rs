@@ -515,7 +515,7 @@ fn no_accepted_task_is_lost_through_kills_restarts_and_pauses() {
         for key in accepted.iter().filter(|k| !ran.contains(k)).take(15) {
             let partition = partition_for(&key.ordering_id, PARTITIONS);
             let (scheduled, status) = runtime.block_on(async {
-                use scheduler_core::store::TaskStore;
+                use scheduler_core::store::{ScheduleStore, StatusStore};
                 (
                     store
                         .scheduled_task(partition, key.clone())

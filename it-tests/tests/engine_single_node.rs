@@ -13,7 +13,7 @@ use rdkafka::producer::{FutureProducer, FutureRecord};
 use rdkafka::util::Timeout;
 use scheduler_client::{partition_for, wire, ScheduleError};
 use scheduler_core::settings::SchedulingSettings;
-use scheduler_core::store::{TaskStatus, TaskStore};
+use scheduler_core::store::{StatusStore, TaskStatus};
 use scheduler_core::{SchedulerNode, TaskError};
 
 /// Most lateness a due task may show (start − scheduled time).

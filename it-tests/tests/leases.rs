@@ -8,7 +8,7 @@ use std::time::Duration;
 use chrono::{DateTime, TimeDelta, Utc};
 use it_tests::engine::{task, wait_until, TestEnv};
 use scheduler_core::settings::SchedulingSettings;
-use scheduler_core::store::TaskStore;
+use scheduler_core::store::StatusStore;
 use scheduler_core::{SchedulerNode, Task, TaskContext, TaskError, TaskExecutor};
 
 /// One call: which node, which task, when it started and when it returned or was dropped.

@@ -14,7 +14,7 @@ use it_tests::{dev_stack, RestartStackOnDrop};
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 use scheduler_client::{Scheduler, SchedulerConfig};
-use scheduler_core::store::{TaskStatus, TaskStore};
+use scheduler_core::store::{StatusStore, TaskStatus};
 use scheduler_core::SchedulerNode;
 
 /// One outage at a time: the services are shared.

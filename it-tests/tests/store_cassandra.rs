@@ -5,7 +5,8 @@ use chrono::{DateTime, TimeDelta, TimeZone, Utc};
 use it_tests::{unique_name, Stack};
 use scheduler_core::settings::CassandraSettings;
 use scheduler_core::store::{
-    AttemptOutcome, AttemptRecord, CassandraStore, ReadCursor, StatusRecord, TaskStatus, TaskStore,
+    AttemptOutcome, AttemptRecord, AttemptStore, CassandraStore, ReadCursor, ScheduleStore,
+    StatusRecord, StatusStore, TaskStatus,
 };
 use scheduler_core::{Task, TaskKey};
 

@@ -10,7 +10,7 @@ use futures::StreamExt;
 use it_tests::engine::TestEnv;
 use scheduler_client::{partition_for, Scheduler};
 use scheduler_core::settings::{SchedulingSettings, Settings};
-use scheduler_core::store::TaskStore;
+use scheduler_core::store::ScheduleStore;
 use scheduler_core::SchedulerNode;
 
 use crate::ceilings::{bench_task, PRODUCE_CONCURRENCY};

@@ -28,7 +28,7 @@ use super::ordering_executor::{
 use super::task_lifecycle::ExecutionLinks;
 use super::{PartitionDeps, StopActor};
 use crate::in_flight::InFlight;
-use crate::store::{PartitionId, ReadCursor, StoreResult, TaskStore};
+use crate::store::{PartitionId, ReadCursor, ScheduleStore, StoreResult};
 
 /// A task that is due, from the PartitionScheduler.
 #[derive(Debug, Message)]
@@ -183,7 +183,7 @@ impl PartitionExecutor {
         // Reserved now, so loads and pushes meanwhile cannot take the room.
         self.in_flight.add(room);
         let read = load_ordering(
-            Arc::clone(&self.deps.store),
+            Arc::clone(&self.deps.store) as Arc<dyn ScheduleStore>,
             self.partition,
             ordering_id.clone(),
             deferred.from.clone(),
@@ -320,7 +320,7 @@ impl Handler<OrderingTaskDone> for PartitionExecutor {
 /// and filtered; reading goes on past the time of the `limit`-th task found, because its ties
 /// may run before it.
 async fn load_ordering(
-    store: Arc<dyn TaskStore>,
+    store: Arc<dyn ScheduleStore>,
     partition: PartitionId,
     ordering_id: String,
     from: RunOrder,

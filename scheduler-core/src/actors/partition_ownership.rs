@@ -31,7 +31,7 @@ use super::{StopActor, TreeError, TreeResult};
 use crate::clock::{Clock, Stamp};
 use crate::epoch::EpochCell;
 use crate::metrics::Metrics;
-use crate::store::{PartitionId, StoreResult, TaskStore};
+use crate::store::{OwnershipStore, PartitionId, StoreResult};
 
 /// How long a verified epoch is trusted before it is read again.
 pub const OWNERSHIP_RECHECK: Duration = Duration::from_secs(2);
@@ -70,7 +70,7 @@ pub struct PartitionFenced {
 pub struct PartitionOwnership {
     partition: PartitionId,
     node_id: Arc<str>,
-    store: Arc<dyn TaskStore>,
+    store: Arc<dyn OwnershipStore>,
     clock: Arc<dyn Clock>,
     metrics: Arc<Metrics>,
     supervisor: Recipient<PartitionFenced>,
@@ -125,7 +125,7 @@ impl PartitionOwnership {
     pub fn new(
         partition: PartitionId,
         node_id: Arc<str>,
-        store: Arc<dyn TaskStore>,
+        store: Arc<dyn OwnershipStore>,
         clock: Arc<dyn Clock>,
         metrics: Arc<Metrics>,
         supervisor: Recipient<PartitionFenced>,

@@ -30,7 +30,7 @@ use crate::clock::Clock;
 use crate::in_flight::InFlight;
 use crate::metrics::Metrics;
 use crate::store::{
-    last_of_each_key, PartitionId, ReadCursor, StoreError, StoreResult, TaskStore,
+    last_of_each_key, PartitionId, ReadCursor, ScheduleStore, StoreError, StoreResult, TaskStore,
     WRITE_CONCURRENCY,
 };
 
@@ -314,7 +314,7 @@ impl Handler<LoadTasks> for TaskPersistence {
         // Reserved while the load runs, so a read-back elsewhere in the tree cannot take it.
         self.in_flight.add(limit);
         let load = load_whole_ties(
-            Arc::clone(&self.store),
+            Arc::clone(&self.store) as Arc<dyn ScheduleStore>,
             self.partition,
             self.cursor.clone(),
             self.ties.clone(),
@@ -386,7 +386,7 @@ struct Page {
 /// row, which the next page starts with; a group of ties that fills a page on its own is
 /// loaded in run order, `limit` at a time (each page of it reads the group again).
 async fn load_whole_ties(
-    store: Arc<dyn TaskStore>,
+    store: Arc<dyn ScheduleStore>,
     partition: PartitionId,
     cursor: ReadCursor,
     ties: Option<TieCursor>,
@@ -422,7 +422,7 @@ async fn load_whole_ties(
 /// The next `limit` tasks of a group of ties in run order; `cursor` is where loading stands
 /// before the group, and moves past it once the group is loaded.
 async fn load_ties(
-    store: Arc<dyn TaskStore>,
+    store: Arc<dyn ScheduleStore>,
     partition: PartitionId,
     cursor: ReadCursor,
     ties: TieCursor,

@@ -22,7 +22,7 @@ use crate::executor::{ExecutionPool, TaskContext, TaskError, TaskExecutor};
 use crate::in_flight::InFlightGauges;
 use crate::settings::SchedulingSettings;
 use crate::store::memory::MemoryStore;
-use crate::store::{AttemptOutcome, TaskStatus, TaskStore};
+use crate::store::{AttemptOutcome, OwnershipStore, ScheduleStore, TaskStatus};
 
 const P: i32 = 0;
 

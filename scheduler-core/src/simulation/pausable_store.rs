@@ -14,8 +14,8 @@ use tokio::sync::watch;
 
 use crate::store::memory::MemoryStore;
 use crate::store::{
-    AttemptRecord, LeaseRecord, LeaseStore, PartitionId, ReadCursor, RefusedTask, StatusRecord,
-    StoreError, StoreResult, TaskStore,
+    AttemptRecord, AttemptStore, LeaseRecord, LeaseStore, OwnershipStore, PartitionId, ReadCursor,
+    RefusedTask, ScheduleStore, StatusRecord, StatusStore, StoreError, StoreResult,
 };
 
 /// Whether a node's process is paused (and how many pauses began so far): shared by its store
@@ -89,7 +89,7 @@ impl PausableStore {
     }
 }
 
-impl TaskStore for PausableStore {
+impl ScheduleStore for PausableStore {
     fn persist(
         &self,
         partition: PartitionId,
@@ -123,15 +123,9 @@ impl TaskStore for PausableStore {
     ) -> BoxFuture<'static, StoreResult<Option<Task>>> {
         self.send("task read", |s| s.scheduled_task(partition, key))
     }
+}
 
-    fn attempts(
-        &self,
-        key: TaskKey,
-        limit: usize,
-    ) -> BoxFuture<'static, StoreResult<Vec<AttemptRecord>>> {
-        self.send("attempts read", |s| TaskStore::attempts(s, key, limit))
-    }
-
+impl StatusStore for PausableStore {
     fn status(
         &self,
         partition: PartitionId,
@@ -157,6 +151,16 @@ impl TaskStore for PausableStore {
     ) -> BoxFuture<'static, StoreResult<Option<StatusRecord>>> {
         self.send("cancel", |s| s.cancel(partition, key, at))
     }
+}
+
+impl AttemptStore for PausableStore {
+    fn attempts(
+        &self,
+        key: TaskKey,
+        limit: usize,
+    ) -> BoxFuture<'static, StoreResult<Vec<AttemptRecord>>> {
+        self.send("attempts read", |s| AttemptStore::attempts(s, key, limit))
+    }
 
     fn record_attempt(
         &self,
@@ -168,7 +172,9 @@ impl TaskStore for PausableStore {
             s.record_attempt(partition, key, attempt)
         })
     }
+}
 
+impl OwnershipStore for PausableStore {
     fn claim_partition(
         &self,
         partition: PartitionId,

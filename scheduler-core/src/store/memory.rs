@@ -12,8 +12,8 @@ use futures::FutureExt;
 use scheduler_client::{Task, TaskKey};
 
 use super::{
-    AttemptRecord, LeaseRecord, LeaseStore, PartitionId, ReadCursor, RefusedTask, StatusRecord,
-    StoreError, StoreResult, TaskStore,
+    AttemptRecord, AttemptStore, LeaseRecord, LeaseStore, OwnershipStore, PartitionId, ReadCursor,
+    RefusedTask, ScheduleStore, StatusRecord, StatusStore, StoreError, StoreResult,
 };
 
 /// Cassandra's limit on a clustering key, in bytes.
@@ -217,7 +217,7 @@ impl MemoryStore {
     }
 }
 
-impl TaskStore for MemoryStore {
+impl ScheduleStore for MemoryStore {
     fn persist(
         &self,
         partition: PartitionId,
@@ -332,25 +332,9 @@ impl TaskStore for MemoryStore {
             s.schedule.get(&(partition, key)).cloned()
         })
     }
+}
 
-    fn attempts(
-        &self,
-        key: TaskKey,
-        limit: usize,
-    ) -> BoxFuture<'static, StoreResult<Vec<AttemptRecord>>> {
-        self.run("attempts read", move |s| {
-            let mut found: Vec<AttemptRecord> = s
-                .attempts
-                .iter()
-                .filter(|((_, k), _)| *k == key)
-                .flat_map(|(_, a)| a.iter().cloned())
-                .collect();
-            found.sort_by_key(|a| std::cmp::Reverse(a.attempt));
-            found.truncate(limit);
-            found
-        })
-    }
-
+impl StatusStore for MemoryStore {
     fn status(
         &self,
         partition: PartitionId,
@@ -401,6 +385,26 @@ impl TaskStore for MemoryStore {
             }
         })
     }
+}
+
+impl AttemptStore for MemoryStore {
+    fn attempts(
+        &self,
+        key: TaskKey,
+        limit: usize,
+    ) -> BoxFuture<'static, StoreResult<Vec<AttemptRecord>>> {
+        self.run("attempts read", move |s| {
+            let mut found: Vec<AttemptRecord> = s
+                .attempts
+                .iter()
+                .filter(|((_, k), _)| *k == key)
+                .flat_map(|(_, a)| a.iter().cloned())
+                .collect();
+            found.sort_by_key(|a| std::cmp::Reverse(a.attempt));
+            found.truncate(limit);
+            found
+        })
+    }
 
     fn record_attempt(
         &self,
@@ -415,7 +419,9 @@ impl TaskStore for MemoryStore {
                 .push(attempt);
         })
     }
+}
 
+impl OwnershipStore for MemoryStore {
     // Ownership never takes an injected failure: those are meant for the schedule and status.
     fn claim_partition(
         &self,

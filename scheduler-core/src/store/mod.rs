@@ -256,8 +256,9 @@ pub fn hour_bucket(time: DateTime<Utc>) -> DateTime<Utc> {
     time.duration_trunc(TimeDelta::hours(1)).unwrap_or(time)
 }
 
-/// Persistence for the schedule, task status and attempts.
-pub trait TaskStore: Send + Sync + 'static {
+/// The schedule (`scheduled_tasks`): tasks waiting for their time, one wide row per partition
+/// and hour.
+pub trait ScheduleStore: Send + Sync + 'static {
     /// Writes tasks to the schedule of `partition`, overwriting tasks with the same key; of
     /// several tasks with one key in `tasks`, the last wins. Tasks the database refuses as
     /// invalid (retrying cannot help) are not written and are returned with the reason.
@@ -289,14 +290,10 @@ pub trait TaskStore: Send + Sync + 'static {
         partition: PartitionId,
         key: TaskKey,
     ) -> BoxFuture<'static, StoreResult<Option<Task>>>;
+}
 
-    /// The last `limit` attempts of a task, newest first.
-    fn attempts(
-        &self,
-        key: TaskKey,
-        limit: usize,
-    ) -> BoxFuture<'static, StoreResult<Vec<AttemptRecord>>>;
-
+/// Final states (`task_status`): what became of each task.
+pub trait StatusStore: Send + Sync + 'static {
     /// The recorded final state of a task, if any.
     fn status(
         &self,
@@ -321,6 +318,16 @@ pub trait TaskStore: Send + Sync + 'static {
         key: TaskKey,
         at: DateTime<Utc>,
     ) -> BoxFuture<'static, StoreResult<Option<StatusRecord>>>;
+}
+
+/// Attempt history (`task_attempts`), newest first.
+pub trait AttemptStore: Send + Sync + 'static {
+    /// The last `limit` attempts of a task, newest first.
+    fn attempts(
+        &self,
+        key: TaskKey,
+        limit: usize,
+    ) -> BoxFuture<'static, StoreResult<Vec<AttemptRecord>>>;
 
     /// Appends one attempt to a task's history.
     fn record_attempt(
@@ -329,7 +336,11 @@ pub trait TaskStore: Send + Sync + 'static {
         key: TaskKey,
         attempt: AttemptRecord,
     ) -> BoxFuture<'static, StoreResult<()>>;
+}
 
+/// Partition ownership (`partition_owners`): the epoch every claim raises, which fences older
+/// trees.
+pub trait OwnershipStore: Send + Sync + 'static {
     /// Claims `partition` for a new actor tree of node `owner`: raises the partition's
     /// ownership epoch by one with a lightweight transaction and returns the new epoch. Any tree
     /// holding an older epoch is fenced from then on.
@@ -344,6 +355,12 @@ pub trait TaskStore: Send + Sync + 'static {
     /// completed claim is seen.
     fn partition_epoch(&self, partition: PartitionId) -> BoxFuture<'static, StoreResult<u64>>;
 }
+
+/// Every table of the store but the leases ([`LeaseStore`]): what a node's partition trees are
+/// given. Each actor holds the part it uses.
+pub trait TaskStore: ScheduleStore + StatusStore + AttemptStore + OwnershipStore {}
+
+impl<T: ScheduleStore + StatusStore + AttemptStore + OwnershipStore> TaskStore for T {}
 
 #[cfg(test)]
 mod tests {

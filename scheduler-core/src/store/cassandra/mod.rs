@@ -21,9 +21,9 @@ use scylla::serialize::row::SerializeRow;
 use scylla::statement::prepared::PreparedStatement;
 
 use super::{
-    hour_bucket, last_of_each_key, AttemptOutcome, AttemptRecord, LeaseRecord, LeaseStore,
-    PartitionId, ReadCursor, RefusedTask, StatusRecord, StoreError, StoreResult, TaskStatus,
-    TaskStore,
+    hour_bucket, last_of_each_key, AttemptOutcome, AttemptRecord, AttemptStore, LeaseRecord,
+    LeaseStore, OwnershipStore, PartitionId, ReadCursor, RefusedTask, ScheduleStore, StatusRecord,
+    StatusStore, StoreError, StoreResult, TaskStatus,
 };
 use crate::settings::CassandraSettings;
 
@@ -97,7 +97,7 @@ impl CassandraStore {
     }
 }
 
-impl TaskStore for CassandraStore {
+impl ScheduleStore for CassandraStore {
     fn persist(
         &self,
         partition: PartitionId,
@@ -241,49 +241,9 @@ impl TaskStore for CassandraStore {
         }
         .boxed()
     }
+}
 
-    fn attempts(
-        &self,
-        key: TaskKey,
-        limit: usize,
-    ) -> BoxFuture<'static, StoreResult<Vec<AttemptRecord>>> {
-        let inner = Arc::clone(&self.inner);
-        async move {
-            let result = inner
-                .run(
-                    &inner.statements.select_attempts,
-                    (
-                        key.scheduled_time,
-                        key.ordering_id,
-                        key.uniqueness_key,
-                        limit_value(limit),
-                    ),
-                    "attempts read",
-                )
-                .await?;
-            let corrupt = |reason: String| StoreError::Corrupt {
-                what: "attempts",
-                reason,
-            };
-            type AttemptRow = (i32, DateTime<Utc>, DateTime<Utc>, String, Option<String>);
-            let mut attempts = Vec::new();
-            for (attempt, started_at, finished_at, outcome, error) in
-                rows_of::<AttemptRow>(result, "attempts")?
-            {
-                attempts.push(AttemptRecord {
-                    attempt: u32::try_from(attempt).unwrap_or(0),
-                    started_at,
-                    finished_at,
-                    outcome: AttemptOutcome::parse(&outcome)
-                        .ok_or_else(|| corrupt(format!("unknown outcome {outcome:?}")))?,
-                    error,
-                });
-            }
-            Ok(attempts)
-        }
-        .boxed()
-    }
-
+impl StatusStore for CassandraStore {
     fn status(
         &self,
         partition: PartitionId,
@@ -374,6 +334,50 @@ impl TaskStore for CassandraStore {
         }
         .boxed()
     }
+}
+
+impl AttemptStore for CassandraStore {
+    fn attempts(
+        &self,
+        key: TaskKey,
+        limit: usize,
+    ) -> BoxFuture<'static, StoreResult<Vec<AttemptRecord>>> {
+        let inner = Arc::clone(&self.inner);
+        async move {
+            let result = inner
+                .run(
+                    &inner.statements.select_attempts,
+                    (
+                        key.scheduled_time,
+                        key.ordering_id,
+                        key.uniqueness_key,
+                        limit_value(limit),
+                    ),
+                    "attempts read",
+                )
+                .await?;
+            let corrupt = |reason: String| StoreError::Corrupt {
+                what: "attempts",
+                reason,
+            };
+            type AttemptRow = (i32, DateTime<Utc>, DateTime<Utc>, String, Option<String>);
+            let mut attempts = Vec::new();
+            for (attempt, started_at, finished_at, outcome, error) in
+                rows_of::<AttemptRow>(result, "attempts")?
+            {
+                attempts.push(AttemptRecord {
+                    attempt: u32::try_from(attempt).unwrap_or(0),
+                    started_at,
+                    finished_at,
+                    outcome: AttemptOutcome::parse(&outcome)
+                        .ok_or_else(|| corrupt(format!("unknown outcome {outcome:?}")))?,
+                    error,
+                });
+            }
+            Ok(attempts)
+        }
+        .boxed()
+    }
 
     fn record_attempt(
         &self,
@@ -404,7 +408,9 @@ impl TaskStore for CassandraStore {
         }
         .boxed()
     }
+}
 
+impl OwnershipStore for CassandraStore {
     fn claim_partition(
         &self,
         partition: PartitionId,
