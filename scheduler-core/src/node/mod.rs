@@ -1,7 +1,10 @@
 //! [`SchedulerNode`]: a running node. It owns a tokio runtime for I/O and the user's executor,
 //! an actix system for the actor tree, and a thread polling Kafka.
 
+mod admin_server;
 mod consumer;
+mod error;
+mod kafka;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -11,121 +14,29 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use actix::{Actor, Addr};
-use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
-use rdkafka::client::DefaultClientContext;
-use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
-use rdkafka::error::KafkaError;
-use scheduler_client::{ScheduleError, Scheduler, SchedulerConfig, TaskKey};
+use scheduler_client::TaskKey;
 use tokio::sync::oneshot;
 use tracing::info;
 
+use self::admin_server::{start_admin, AdminServer};
 use self::consumer::{PollLoop, RebalanceHandler};
+pub use self::error::{Cause, NodeError};
+pub use self::kafka::consumer_config;
+use self::kafka::{canceller, ensure_topic};
 use crate::actors::topic_supervisor::TopicSupervisor;
 use crate::actors::PartitionDeps;
-use crate::admin::{self, AdminState};
+use crate::admin::AdminState;
 use crate::clock::SystemClock;
 use crate::events::EventPublisher;
 use crate::executor::{ExecutionPool, TaskExecutor};
 use crate::in_flight::InFlightGauges;
 use crate::metrics::Metrics;
-use crate::settings::{KafkaSettings, Settings, SettingsError};
-use crate::store::{CassandraStore, LeaseStore, PartitionId, StatusRecord, StoreError, TaskStore};
+use crate::settings::Settings;
+use crate::store::{CassandraStore, LeaseStore, PartitionId, StatusRecord, TaskStore};
 
 /// Threads of the node's own tokio runtime (Cassandra I/O and the user's executor).
 const RUNTIME_THREADS: usize = 2;
-/// How long Kafka metadata requests at start-up may take.
-const METADATA_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// Why a node could not start or stop cleanly.
-#[derive(Debug, thiserror::Error)]
-pub enum NodeError {
-    /// The settings are invalid.
-    #[error(transparent)]
-    Settings(#[from] SettingsError),
-    /// Cassandra is unreachable or the schema could not be created.
-    #[error(transparent)]
-    Store(#[from] StoreError),
-    /// A Kafka client could not be created (invalid configuration) or could not do what the
-    /// node needed (the brokers unreachable, say).
-    #[error("Kafka: {doing}: {source}")]
-    Kafka {
-        /// What the node was doing.
-        doing: String,
-        /// The client's error.
-        #[source]
-        source: KafkaError,
-    },
-    /// The topic does not exist (and is not to be created), or has no partitions.
-    #[error("Kafka: topic {topic} at {bootstrap}: {problem}")]
-    Topic {
-        /// The topic.
-        topic: String,
-        /// The brokers asked.
-        bootstrap: String,
-        /// What is wrong with it.
-        problem: &'static str,
-    },
-    /// The producer the admin API cancels tasks with could not be created.
-    #[error("cannot create the cancellation producer: {0}")]
-    Canceller(#[source] ScheduleError),
-    /// A thread or runtime of the node could not be started or failed.
-    #[error("node runtime: {doing}: {source}")]
-    Runtime {
-        /// What the node was doing.
-        doing: &'static str,
-        /// Why it failed.
-        #[source]
-        source: Cause,
-    },
-    /// A thread of the node panicked (its panic was logged).
-    #[error("node runtime: the {thread} thread panicked")]
-    Panicked {
-        /// Which thread.
-        thread: &'static str,
-    },
-    /// The node is shutting down: it reads nothing more.
-    #[error("the node is stopping")]
-    Stopping,
-    /// The admin HTTP API could not be started.
-    #[error("admin API: {doing}: {source}")]
-    Admin {
-        /// What the node was doing.
-        doing: String,
-        /// Why it failed.
-        #[source]
-        source: Cause,
-    },
-}
-
-/// The cause of a failure, kept as the error's source.
-pub type Cause = Box<dyn std::error::Error + Send + Sync>;
-
-impl NodeError {
-    fn kafka(doing: impl Into<String>) -> impl FnOnce(KafkaError) -> NodeError {
-        let doing = doing.into();
-        move |source| NodeError::Kafka { doing, source }
-    }
-
-    fn runtime<E: std::error::Error + Send + Sync + 'static>(
-        doing: &'static str,
-    ) -> impl FnOnce(E) -> NodeError {
-        move |source| NodeError::Runtime {
-            doing,
-            source: Box::new(source),
-        }
-    }
-
-    fn admin<E: std::error::Error + Send + Sync + 'static>(
-        doing: impl Into<String>,
-    ) -> impl FnOnce(E) -> NodeError {
-        let doing = doing.into();
-        move |source| NodeError::Admin {
-            doing,
-            source: Box::new(source),
-        }
-    }
-}
 
 /// A running scheduler node. Stop it with [`SchedulerNode::shutdown`].
 pub struct SchedulerNode {
@@ -376,51 +287,6 @@ impl SchedulerNode {
     }
 }
 
-/// The running admin HTTP API.
-struct AdminServer {
-    address: SocketAddr,
-    stop: oneshot::Sender<()>,
-}
-
-/// Binds the admin API on the node's runtime and serves it until stopped.
-async fn start_admin(
-    listen: &str,
-    state: AdminState,
-    runtime: &tokio::runtime::Runtime,
-) -> Result<AdminServer, NodeError> {
-    let addr: SocketAddr = listen.parse().map_err(NodeError::admin(format!(
-        "parsing the listen address {listen:?}"
-    )))?;
-    let listener = runtime
-        .spawn(async move { tokio::net::TcpListener::bind(addr).await })
-        .await
-        .map_err(NodeError::runtime("binding the admin API"))?
-        .map_err(NodeError::admin(format!("listening on {addr}")))?;
-    let address = listener
-        .local_addr()
-        .map_err(NodeError::admin("reading the listening address"))?;
-    let (stop, stopped) = oneshot::channel::<()>();
-    let app = admin::router(Arc::new(state));
-    runtime.spawn(async move {
-        let served = axum::serve(listener, app)
-            .with_graceful_shutdown(async {
-                let _ = stopped.await;
-            })
-            .await;
-        if let Err(e) = served {
-            tracing::error!(error = %e, "admin API stopped");
-        }
-    });
-    Ok(AdminServer { address, stop })
-}
-
-/// A producer for cancellations, with the node's Kafka settings.
-fn canceller(kafka: &KafkaSettings) -> Result<Scheduler, NodeError> {
-    let mut config = SchedulerConfig::new(kafka.bootstrap_servers.clone(), kafka.topic.clone());
-    config.properties = kafka.properties.clone();
-    Scheduler::new(config).map_err(NodeError::Canceller)
-}
-
 /// `<hostname>-<pid>-<n>`: unique per node, also with several nodes in one process.
 fn node_id() -> String {
     static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(1);
@@ -515,93 +381,4 @@ impl Drop for BackgroundShutdown {
             runtime.shutdown_background();
         }
     }
-}
-
-/// The Kafka consumer configuration of a node named `node_id` (also used by the benchmarks to
-/// measure the raw consume rate with the engine's own settings).
-pub fn consumer_config(kafka: &KafkaSettings, node_id: &str) -> ClientConfig {
-    kafka.client_config(&[
-        ("group.id", &kafka.group_id),
-        ("client.id", node_id),
-        // Statistics carry the consumer lag per partition, shown by the admin API.
-        ("statistics.interval.ms", "5000"),
-        ("enable.auto.commit", "false"),
-        ("auto.offset.reset", "earliest"),
-        // The classic protocol with eager rebalancing: the blueprint tears every tree down on a
-        // rebalance anyway (a cooperative assignor is refused by the settings' validation).
-        ("partition.assignment.strategy", "range"),
-        ("session.timeout.ms", "6000"),
-        ("heartbeat.interval.ms", "1000"),
-        // A scheduler is latency-sensitive: do not let the broker hold an empty fetch for 500 ms.
-        ("fetch.wait.max.ms", "100"),
-    ])
-}
-
-/// The topic's partition count, creating the topic first when configured to.
-async fn ensure_topic(kafka: &KafkaSettings) -> Result<u32, NodeError> {
-    let count = topic_partition_count(kafka).await?;
-    if count > 0 {
-        return Ok(count);
-    }
-    let Some(partitions) = kafka.create_topic_partitions else {
-        return Err(NodeError::Topic {
-            topic: kafka.topic.clone(),
-            bootstrap: kafka.bootstrap_servers.clone(),
-            problem: "it does not exist (create it, or set kafka.create_topic_partitions)",
-        });
-    };
-    let admin: AdminClient<DefaultClientContext> = kafka
-        .client_config(&[])
-        .create()
-        .map_err(NodeError::kafka("creating the admin client"))?;
-    let topic = NewTopic::new(&kafka.topic, partitions as i32, TopicReplication::Fixed(1));
-    let results = admin
-        .create_topics(
-            &[topic],
-            &AdminOptions::new().operation_timeout(Some(METADATA_TIMEOUT)),
-        )
-        .await
-        .map_err(NodeError::kafka(format!("creating topic {}", kafka.topic)))?;
-    for result in results {
-        if let Err((name, code)) = result {
-            if code != rdkafka::types::RDKafkaErrorCode::TopicAlreadyExists {
-                return Err(NodeError::kafka(format!("creating topic {name}"))(
-                    KafkaError::AdminOp(code),
-                ));
-            }
-        }
-    }
-    info!(topic = %kafka.topic, partitions, "topic created");
-    match topic_partition_count(kafka).await? {
-        0 => Err(NodeError::Topic {
-            topic: kafka.topic.clone(),
-            bootstrap: kafka.bootstrap_servers.clone(),
-            problem: "it was created but has no partitions",
-        }),
-        n => Ok(n),
-    }
-}
-
-async fn topic_partition_count(kafka: &KafkaSettings) -> Result<u32, NodeError> {
-    let consumer: BaseConsumer = kafka
-        .client_config(&[])
-        .create()
-        .map_err(NodeError::kafka("creating the metadata client"))?;
-    let topic = kafka.topic.clone();
-    let bootstrap = kafka.bootstrap_servers.clone();
-    tokio::task::spawn_blocking(move || {
-        let metadata = consumer
-            .fetch_metadata(Some(&topic), METADATA_TIMEOUT)
-            .map_err(NodeError::kafka(format!(
-                "reading the metadata of {topic} at {bootstrap}"
-            )))?;
-        Ok(metadata
-            .topics()
-            .first()
-            .filter(|t| t.error().is_none())
-            .map(|t| t.partitions().len() as u32)
-            .unwrap_or(0))
-    })
-    .await
-    .map_err(NodeError::runtime("reading the topic's metadata"))?
 }

@@ -1,0 +1,47 @@
+//! The node's admin HTTP API, served on the node's runtime until it is told to stop.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use tokio::sync::oneshot;
+
+use super::error::NodeError;
+use crate::admin::{self, AdminState};
+
+/// The running admin HTTP API.
+pub(super) struct AdminServer {
+    pub(super) address: SocketAddr,
+    pub(super) stop: oneshot::Sender<()>,
+}
+
+/// Binds the admin API on the node's runtime and serves it until stopped.
+pub(super) async fn start_admin(
+    listen: &str,
+    state: AdminState,
+    runtime: &tokio::runtime::Runtime,
+) -> Result<AdminServer, NodeError> {
+    let addr: SocketAddr = listen.parse().map_err(NodeError::admin(format!(
+        "parsing the listen address {listen:?}"
+    )))?;
+    let listener = runtime
+        .spawn(async move { tokio::net::TcpListener::bind(addr).await })
+        .await
+        .map_err(NodeError::runtime("binding the admin API"))?
+        .map_err(NodeError::admin(format!("listening on {addr}")))?;
+    let address = listener
+        .local_addr()
+        .map_err(NodeError::admin("reading the listening address"))?;
+    let (stop, stopped) = oneshot::channel::<()>();
+    let app = admin::router(Arc::new(state));
+    runtime.spawn(async move {
+        let served = axum::serve(listener, app)
+            .with_graceful_shutdown(async {
+                let _ = stopped.await;
+            })
+            .await;
+        if let Err(e) = served {
+            tracing::error!(error = %e, "admin API stopped");
+        }
+    });
+    Ok(AdminServer { address, stop })
+}
