@@ -6,6 +6,7 @@
 mod cassandra;
 #[cfg(test)]
 pub mod memory;
+pub(crate) mod pages;
 
 use chrono::{DateTime, DurationRound, TimeDelta, Utc};
 use futures::future::BoxFuture;
