@@ -1,0 +1,216 @@
+//! `GET /api/v1/tasks`: the incomplete tasks due in a window, across every partition, in
+//! task-key order, a page at a time. Each page reads the first `limit` rows of every partition
+//! after the cursor (`LIST_CONCURRENCY` partitions at a time) and keeps the `limit` smallest
+//! keys as the reads come in, so memory holds `limit` rows plus the reads under way.
+
+use std::sync::Arc;
+
+use axum::extract::rejection::QueryRejection;
+use axum::extract::{Query, State};
+use axum::Json;
+use chrono::{DateTime, TimeDelta, Utc};
+use futures::{StreamExt, TryStreamExt};
+use scheduler_client::{truncate_to_millis, wire, Task, TaskKey};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use super::state::{store_error, AdminState, ApiError};
+use crate::store::{PartitionId, ReadCursor};
+
+/// Largest page of `GET /api/v1/tasks`.
+const MAX_PAGE: usize = 1000;
+/// Partitions read at once when listing.
+const LIST_CONCURRENCY: usize = 16;
+/// The widest window `GET /api/v1/tasks` reads: a load walks one hour bucket per query.
+const MAX_LIST_WINDOW_DAYS: i64 = 31;
+
+/// `from` must be before `to`, at most `MAX_LIST_WINDOW_DAYS` before.
+fn check_window(from: DateTime<Utc>, to: DateTime<Utc>) -> Result<(), ApiError> {
+    if from >= to {
+        return Err(ApiError::bad_request("from must be earlier than to"));
+    }
+    if to - from > TimeDelta::days(MAX_LIST_WINDOW_DAYS) {
+        return Err(ApiError::bad_request(format!(
+            "the window may span at most {MAX_LIST_WINDOW_DAYS} days ({} hour buckets); page through a longer one",
+            MAX_LIST_WINDOW_DAYS * 24
+        )));
+    }
+    Ok(())
+}
+
+/// The `limit` tasks with the smallest keys among those offered.
+struct SmallestKeys {
+    limit: usize,
+    kept: std::collections::BTreeMap<TaskKey, (PartitionId, Task)>,
+}
+
+impl SmallestKeys {
+    fn new(limit: usize) -> Self {
+        SmallestKeys {
+            limit,
+            kept: std::collections::BTreeMap::new(),
+        }
+    }
+
+    fn offer(&mut self, partition: PartitionId, task: Task) {
+        self.kept.insert(task.key(), (partition, task));
+        if self.kept.len() > self.limit {
+            self.kept.pop_last();
+        }
+    }
+
+    fn into_sorted(self) -> Vec<(PartitionId, Task)> {
+        self.kept.into_values().collect()
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub(super) struct ListQuery {
+    from: Option<String>,
+    to: Option<String>,
+    limit: Option<usize>,
+    from_ordering_id: Option<String>,
+    from_uniqueness_key: Option<String>,
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct ListedTask {
+    ordering_id: String,
+    scheduled_time: String,
+    uniqueness_key: String,
+    partition: PartitionId,
+    task_data: Value,
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct PageCursor {
+    from: String,
+    from_ordering_id: String,
+    from_uniqueness_key: String,
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+pub(super) struct ListResponse {
+    tasks: Vec<ListedTask>,
+    /// Query parameters for the next page (with the same `to` and `limit`), or null at the end.
+    next: Option<PageCursor>,
+}
+
+fn parse_time(value: Option<String>, name: &str) -> Result<DateTime<Utc>, ApiError> {
+    let text = value
+        .filter(|v| !v.is_empty())
+        .ok_or_else(|| ApiError::bad_request(format!("{name} is required")))?;
+    DateTime::parse_from_rfc3339(&text)
+        .map(|t| t.with_timezone(&Utc))
+        .map_err(|_| {
+            ApiError::bad_request(format!(
+                "{name} {text:?} is not an RFC 3339 timestamp such as 2026-11-22T06:00:00.000Z"
+            ))
+        })
+}
+
+/// Incomplete tasks due in `[from, to)` across all partitions, in task-key order, a page at a
+/// time. A page resumes after the key given by `from`, `fromOrderingId` and `fromUniquenessKey`.
+pub(super) async fn tasks(
+    State(state): State<Arc<AdminState>>,
+    query: Result<Query<ListQuery>, QueryRejection>,
+) -> Result<Json<ListResponse>, ApiError> {
+    let Query(query) = query.map_err(|e| ApiError::bad_request(e.body_text()))?;
+    let from = parse_time(query.from, "from")?;
+    let to = parse_time(query.to, "to")?;
+    check_window(from, to)?;
+    let limit = query.limit.unwrap_or(100);
+    if limit == 0 || limit > MAX_PAGE {
+        return Err(ApiError::bad_request(format!(
+            "limit must be between 1 and {MAX_PAGE}"
+        )));
+    }
+    let cursor = match (query.from_ordering_id, query.from_uniqueness_key) {
+        (None, None) => ReadCursor::From(from),
+        (Some(ordering_id), Some(uniqueness_key)) => ReadCursor::After(TaskKey {
+            scheduled_time: truncate_to_millis(from),
+            ordering_id,
+            uniqueness_key,
+        }),
+        _ => return Err(ApiError::bad_request(
+            "fromOrderingId and fromUniquenessKey go together (the key the previous page ended at)",
+        )),
+    };
+    // Each partition's first `limit` tasks after the cursor; the page is the first `limit` of
+    // all, kept as the reads come in, so memory holds `limit` rows plus the reads under way,
+    // not partitions x limit.
+    let reads = (0..state.partition_count as PartitionId).map(|partition| {
+        let read = state.store.load(partition, cursor.clone(), to, limit);
+        async move { read.await.map(|tasks| (partition, tasks)) }
+    });
+    let page = futures::stream::iter(reads)
+        .buffer_unordered(LIST_CONCURRENCY)
+        .try_fold(SmallestKeys::new(limit), |mut page, (partition, tasks)| {
+            for task in tasks {
+                page.offer(partition, task);
+            }
+            futures::future::ready(Ok(page))
+        })
+        .await
+        .map_err(store_error)?;
+    let candidates = page.into_sorted();
+    let next = (candidates.len() == limit)
+        .then(|| candidates.last())
+        .flatten()
+        .map(|(_, last)| PageCursor {
+            from: wire::format_time(last.scheduled_time),
+            from_ordering_id: last.ordering_id.clone(),
+            from_uniqueness_key: last.uniqueness_key.clone(),
+        });
+    // A finished task normally leaves the schedule; one whose removal failed is filtered here.
+    let statuses = futures::future::try_join_all(
+        candidates
+            .iter()
+            .map(|(p, t)| state.store.status(*p, t.key())),
+    )
+    .await
+    .map_err(store_error)?;
+    let tasks = candidates
+        .into_iter()
+        .zip(statuses)
+        .filter(|(_, status)| status.is_none())
+        .map(|((partition, task), _)| ListedTask {
+            ordering_id: task.ordering_id,
+            scheduled_time: wire::format_time(task.scheduled_time),
+            uniqueness_key: task.uniqueness_key,
+            partition,
+            task_data: Value::Object(task.task_data),
+        })
+        .collect();
+    Ok(Json(ListResponse { tasks, next }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use axum::http::StatusCode;
+
+    #[test]
+    fn a_listing_window_is_bounded_and_a_page_keeps_only_its_limit() {
+        let t = |s: &str| DateTime::parse_from_rfc3339(s).map(|t| t.with_timezone(&Utc));
+        let (from, to) = (t("2020-01-01T00:00:00Z"), t("2030-01-01T00:00:00Z"));
+        let err = check_window(from.expect("time"), to.expect("time")).unwrap_err();
+        assert_eq!(err.status, StatusCode::BAD_REQUEST);
+        assert!(err.message.contains("at most 31 days"), "{}", err.message);
+        let mut page = SmallestKeys::new(3);
+        for (p, n) in [(0, 5), (1, 1), (2, 4), (0, 2), (1, 9), (2, 3)] {
+            let at = Utc::now() + TimeDelta::seconds(n);
+            page.offer(p, Task::new("o", at, n.to_string(), Default::default()));
+        }
+        let kept: Vec<String> = page
+            .into_sorted()
+            .into_iter()
+            .map(|(_, t)| t.uniqueness_key)
+            .collect();
+        assert_eq!(kept, ["1", "2", "3"]);
+    }
+}

@@ -1,0 +1,71 @@
+//! What every handler of the admin API takes (the node's state) and answers on failure.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use scheduler_client::Scheduler;
+
+use crate::in_flight::InFlightGauges;
+use crate::metrics::Metrics;
+use crate::store::{PartitionId, StoreError, TaskStore};
+
+/// What the API reads and acts on.
+pub struct AdminState {
+    /// Identifies the node in responses.
+    pub node_id: String,
+    /// The scheduler's topic.
+    pub topic: String,
+    /// Its partition count.
+    pub partition_count: u32,
+    /// Partitions the node owns now.
+    pub owned: Arc<Mutex<Vec<PartitionId>>>,
+    /// The node's metrics.
+    pub metrics: Arc<Metrics>,
+    /// Tasks in memory per partition.
+    pub in_flight: InFlightGauges,
+    /// Consumer lag per partition, from the Kafka client's statistics.
+    pub lag: Arc<Mutex<HashMap<PartitionId, i64>>>,
+    /// Where tasks, statuses and attempts are read.
+    pub store: Arc<dyn TaskStore>,
+    /// Sends cancellations to the topic.
+    pub canceller: Scheduler,
+    /// The bearer token every request must carry, if any.
+    pub token: Option<String>,
+}
+
+/// An error answered as JSON.
+#[derive(Debug)]
+pub struct ApiError {
+    pub(super) status: StatusCode,
+    pub(super) message: String,
+}
+
+impl ApiError {
+    pub(super) fn bad_request(message: impl Into<String>) -> Self {
+        ApiError {
+            status: StatusCode::BAD_REQUEST,
+            message: message.into(),
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        (
+            self.status,
+            Json(serde_json::json!({ "error": self.message })),
+        )
+            .into_response()
+    }
+}
+
+/// A store failure, answered as 503 (the caller may try again).
+pub(super) fn store_error(e: StoreError) -> ApiError {
+    ApiError {
+        status: StatusCode::SERVICE_UNAVAILABLE,
+        message: e.to_string(),
+    }
+}
