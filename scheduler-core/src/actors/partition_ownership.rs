@@ -13,8 +13,9 @@
 //! lose its partitions always reads the epoch again before it starts or records a task, and a
 //! read that began before a pause answers no check made after it. A check may also ask for a
 //! read that began after a given event (a task does, after writing its lease: see
-//! [`crate::lease`]); that is decided by [`Stamp`]s, which order events within one clock tick. The epoch is re-read in the background twice as often, so a live node's
-//! checks are usually answered at once.
+//! [`crate::lease`]); that is decided by [`Stamp`]s, which order events within one clock tick.
+//! The epoch is re-read in the background twice as often, so a live node's checks are usually
+//! answered at once.
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -67,7 +67,7 @@ impl SchedulerNode {
             .thread_name("scheduler-io")
             .enable_all()
             .build()
-            .map_err(NodeError::runtime("cannot start the I/O runtime"))?;
+            .map_err(NodeError::runtime("starting the I/O runtime"))?;
 
         match Self::start_on(settings, executor, &runtime).await {
             Ok(parts) => Ok(parts.into_node(runtime)),

@@ -4,8 +4,8 @@
 //! workload and faults: store errors and latency spikes, nodes joining, leaving, dropping out of
 //! the group past the session timeout, and pausing their whole process past the lease TTL
 //! ([`pausable_store`]), executor errors, panics, hangs and calls longer than the drain,
-//! duplicate records, replaced records, cancels and floods. Then it heals everything, lets the nodes
-//! finish, and checks:
+//! duplicate records, replaced records, cancels and floods. Then it heals everything, lets the
+//! nodes finish, and checks:
 //!
 //! - nothing accepted is lost: every task has the final status its plan leads to;
 //! - nothing starts before its time;
@@ -224,7 +224,8 @@ enum Record {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Membership {
     Member,
-    /// Frozen past the session timeout: the group moved its partitions on; its trees still run.
+    /// Out of the group past the session timeout (its consumer stalled, its trees still run;
+    /// or its whole process paused: see `Node::pause`): the group moved its partitions on.
     Paused {
         until: Instant,
     },
@@ -235,8 +236,8 @@ struct Node {
     topic: Addr<TopicSupervisor>,
     /// Set while the whole process is paused (not only its consumer).
     pause: Pause,
-    /// When the process was paused: (from, until).
-    pauses: Vec<(Instant, Instant)>,
+    /// When its process paused (each pause lasts past the lease TTL).
+    pauses: Vec<Instant>,
     gauges: InFlightGauges,
     membership: Membership,
     owned: Vec<PartitionId>,
@@ -577,7 +578,7 @@ impl World {
                     let until = from + Duration::from_millis(self.rng.u64(4_000..10_000));
                     self.nodes[node].membership = Membership::Paused { until };
                     self.nodes[node].pause.set(true);
-                    self.nodes[node].pauses.push((from, until));
+                    self.nodes[node].pauses.push(from);
                     self.nodes[node].owned.clear();
                     self.rebalance().await;
                 }
@@ -882,7 +883,7 @@ fn lease_lost(nodes: &[Node], a: &Call, b: &Call) -> bool {
         (b, a)
     };
     let expiry = settings().lease_ttl * 2 / 3;
-    nodes[earlier.node].pauses.iter().any(|(from, _)| {
+    nodes[earlier.node].pauses.iter().any(|from| {
         earlier.started <= *from
             && earlier.ended.is_none_or(|end| end > *from)
             && later.started >= *from + expiry

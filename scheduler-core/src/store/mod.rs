@@ -358,7 +358,8 @@ pub trait OwnershipStore: Send + Sync + 'static {
 }
 
 /// Every table of the store but the leases ([`LeaseStore`]): what a node's partition trees are
-/// given. Each actor holds the part it uses.
+/// given. A part of the tree that needs one table only holds that one (ownership checks, loads
+/// and read-backs).
 pub trait TaskStore: ScheduleStore + StatusStore + AttemptStore + OwnershipStore {}
 
 impl<T: ScheduleStore + StatusStore + AttemptStore + OwnershipStore> TaskStore for T {}
