@@ -206,22 +206,22 @@ async fn status_task_lookup_cancel_and_metrics_answer_and_refuse_bad_input() {
     .await;
     assert_eq!(incomplete.status, 400);
 
-    // Metrics.
+    // Metrics. A counter moves just after the status it counts is written, so it is waited for.
     let metrics = http(addr, "GET", "/metrics", None, None).await;
     assert_eq!(metrics.status, 200);
     assert!(metrics
         .header("content-type")
         .is_some_and(|c| c.starts_with("application/openmetrics-text")));
-    assert!(
-        metrics.body.contains("scheduler_executions_total{"),
-        "{}",
-        metrics.body
-    );
-    assert!(
-        metrics.body.contains("scheduler_cancellations_total{"),
-        "{}",
-        metrics.body
-    );
+    wait_until(
+        Duration::from_secs(5),
+        "the execution and the cancellation to be counted",
+        || {
+            let body = futures::executor::block_on(http(addr, "GET", "/metrics", None, None)).body;
+            body.contains("scheduler_executions_total{")
+                && body.contains("scheduler_cancellations_total{")
+        },
+    )
+    .await;
     node.shutdown().await.expect("clean shutdown");
 }
 

@@ -250,11 +250,11 @@ impl Metrics {
             .inc();
     }
 
-    /// `count` tasks were cancelled before they ran.
-    pub fn cancelled(&self, partition: PartitionId, count: usize) {
+    /// A task was cancelled before it ran.
+    pub fn cancelled(&self, partition: PartitionId) {
         self.cancellations
             .get_or_create(&PartitionLabel { partition })
-            .inc_by(count as u64);
+            .inc();
     }
 
     /// A fenced tree refused to start a task or record its outcome.

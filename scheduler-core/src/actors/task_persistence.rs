@@ -164,6 +164,7 @@ impl Handler<PersistTasks> for TaskPersistence {
         let started = std::time::Instant::now();
         let partition = self.partition;
         let store = Arc::clone(&self.store);
+        let metrics = Arc::clone(&self.metrics);
         let write = (!tasks.is_empty()).then(|| self.store.persist(partition, tasks.clone()));
         let cancelled_at = self.clock.now();
         let timeout = self.persist_timeout;
@@ -172,7 +173,8 @@ impl Handler<PersistTasks> for TaskPersistence {
                 Some(write) => write.await?,
                 None => Vec::new(),
             };
-            let cancelled = apply_cancels(store, partition, cancels, cancelled_at).await?;
+            let cancelled =
+                apply_cancels(store, &metrics, partition, cancels, cancelled_at).await?;
             Ok((refused, cancelled))
         };
         let bounded = async move {
@@ -203,7 +205,6 @@ impl Handler<PersistTasks> for TaskPersistence {
                     .collect();
                 act.push(behind);
                 if !cancelled.is_empty() {
-                    act.metrics.cancelled(act.partition, cancelled.len());
                     // After the push above, so a task cancelled in its own batch is dropped too.
                     act.scheduler.do_send(UnscheduleTasks(cancelled));
                 }
@@ -218,6 +219,7 @@ impl Handler<PersistTasks> for TaskPersistence {
 /// large batch of cancels completes within the persist timeout.
 async fn apply_cancels(
     store: Arc<dyn TaskStore>,
+    metrics: &Metrics,
     partition: PartitionId,
     cancels: Vec<TaskKey>,
     at: DateTime<Utc>,
@@ -228,10 +230,11 @@ async fn apply_cancels(
             async move {
                 match store.cancel(partition, key.clone(), at).await {
                     Ok(None) => {
+                        info!(partition, task = %key, "task cancelled");
+                        metrics.cancelled(partition);
                         if let Err(e) = store.remove_scheduled(partition, key.clone()).await {
                             debug!(partition, task = %key, error = %e, "cancelled task left in the schedule (it will be skipped)");
                         }
-                        info!(partition, task = %key, "task cancelled");
                         Ok(Some(key))
                     }
                     Ok(Some(existing)) => {
