@@ -23,12 +23,14 @@ impl Clock for SystemClock {
 /// A clock that follows tokio's time from a fixed start instant. Under a paused tokio runtime
 /// (`start_paused`), time moves only when every task waits on a timer, so tests that use this
 /// clock run instantly and see exact times.
+#[cfg(test)]
 #[derive(Debug, Clone)]
 pub struct TokioClock {
     start_wall: DateTime<Utc>,
     start: tokio::time::Instant,
 }
 
+#[cfg(test)]
 impl TokioClock {
     /// A clock reading `start_wall` now.
     pub fn starting_at(start_wall: DateTime<Utc>) -> Self {
@@ -39,6 +41,7 @@ impl TokioClock {
     }
 }
 
+#[cfg(test)]
 impl Clock for TokioClock {
     fn now(&self) -> DateTime<Utc> {
         let elapsed = tokio::time::Instant::now().duration_since(self.start);

@@ -40,6 +40,7 @@ impl InFlight {
     }
 
     /// The most tasks in memory at once since the partition started.
+    #[cfg(test)]
     pub fn peak(&self) -> usize {
         self.peak.load(Ordering::SeqCst)
     }

@@ -168,11 +168,6 @@ impl TreeLease {
         TreeLease { inner }
     }
 
-    /// This tree's holder id (unique per tree).
-    pub fn holder(&self) -> &str {
-        &self.inner.holder
-    }
-
     /// Records that a call of `ordering_id` (task `task`) is about to run; resolves once that
     /// is durable. Hold the returned entry for as long as the call runs.
     pub async fn hold(&self, ordering_id: &str, task: &str) -> Result<LeaseHold, LeaseError> {

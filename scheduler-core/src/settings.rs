@@ -173,7 +173,7 @@ pub struct KafkaSettings {
     pub group_id: String,
     /// When set and the topic does not exist, the node creates it with this many partitions.
     pub create_topic_partitions: Option<u32>,
-    /// When set, each final outcome of a task is published to this topic (see [`crate::events`]).
+    /// When set, each final outcome of a task is published to this topic (the event format is in the README).
     pub events_topic: Option<String>,
     /// Extra librdkafka properties for the consumer and producer (e.g. security settings).
     pub properties: BTreeMap<String, String>,

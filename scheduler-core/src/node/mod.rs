@@ -217,7 +217,7 @@ impl SchedulerNode {
         })
     }
 
-    /// The node's metrics in the Prometheus text format (see [`crate::metrics`]).
+    /// The node's metrics in the OpenMetrics text format (named in design.md).
     pub fn metrics(&self) -> String {
         self.observed.metrics.encode(&self.observed.in_flight)
     }

@@ -190,7 +190,7 @@ impl ReadCursor {
     }
 }
 
-/// A task the store refused to write (see [`TaskStore::persist`]).
+/// A task the store refused to write (see [`ScheduleStore::persist`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RefusedTask {
     /// The task.
