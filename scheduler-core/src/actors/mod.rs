@@ -47,6 +47,18 @@ use crate::lease::LeaseError;
 use crate::metrics::Metrics;
 use crate::settings::SchedulingSettings;
 use crate::store::{LeaseStore, StoreError, TaskStore};
+use scheduler_client::{Task, TaskKey};
+
+/// What one poll brought for one partition, in partition order: tasks to schedule (a task with
+/// the key of one already scheduled replaces it) and keys of tasks to cancel (a cancellation is
+/// final, so its place among the tasks does not matter). The consumer hands these to the tree.
+#[derive(Debug, Default)]
+pub struct PolledTasks {
+    /// Tasks to schedule.
+    pub tasks: Vec<Task>,
+    /// Keys of tasks to cancel.
+    pub cancels: Vec<TaskKey>,
+}
 
 /// What every partition tree needs from the node.
 #[derive(Clone)]

@@ -1,5 +1,5 @@
-//! PartitionSupervisor: owns the actor tree of one partition. It builds the tree, forwards
-//! polled tasks to TaskPersistence, and winds the tree down the same way whatever the reason
+//! PartitionSupervisor: owns the actor tree of one partition. It builds the tree (the
+//! TopicSupervisor sends polled tasks straight to its TaskPersistence) and winds the tree down the same way whatever the reason
 //! (revoke, a child's unrecoverable failure, fencing): it raises the tree's stop signal, stops
 //! loading and dispatching, lets running calls finish (at most `drain_timeout`), stops the
 //! actors and closes the running-task lease, which stays live for calls still running. After a
@@ -7,7 +7,7 @@
 
 use actix::{
     Actor, ActorContext, ActorFutureExt, Addr, AsyncContext, Context, Handler, Message, Recipient,
-    ResponseActFuture, ResponseFuture, WrapFuture,
+    ResponseActFuture, WrapFuture,
 };
 use chrono::TimeDelta;
 use std::time::Duration;
@@ -17,9 +17,9 @@ use super::partition_executor::{DrainPartition, PartitionExecutor};
 use super::partition_ownership::{PartitionFenced, PartitionOwnership};
 use super::partition_scheduler::PartitionScheduler;
 use super::task_lifecycle::ExecutionLinks;
-use super::task_persistence::{PersistTasks, PersistenceLinks, TaskPersistence};
+use super::task_persistence::{PersistenceLinks, TaskPersistence};
 use super::throughput_controller::{EscalateFailure, ThroughputController};
-use super::{PartitionDeps, StopActor, TreeError, TreeResult};
+use super::{PartitionDeps, StopActor};
 use crate::epoch::EpochCell;
 use crate::executor::StopReason;
 use crate::lease::TreeLease;
@@ -83,6 +83,10 @@ pub struct PartitionSupervisor {
     lease: Option<TreeLease>,
     /// Where the next stale-task sample starts.
     stale_scan_from: Option<chrono::DateTime<chrono::Utc>>,
+    /// TaskPersistence's context until the tree starts: its address exists from the start, so
+    /// the TopicSupervisor can send polled tasks to it directly.
+    persistence_ctx: Option<Context<TaskPersistence>>,
+    persistence: Addr<TaskPersistence>,
 }
 
 impl PartitionSupervisor {
@@ -94,7 +98,10 @@ impl PartitionSupervisor {
         parent: Recipient<PartitionFailed>,
         epoch: EpochCell,
     ) -> Self {
+        let persistence_ctx = Context::<TaskPersistence>::new();
         PartitionSupervisor {
+            persistence: persistence_ctx.address(),
+            persistence_ctx: Some(persistence_ctx),
             partition,
             deps,
             parent,
@@ -104,6 +111,11 @@ impl PartitionSupervisor {
             lease: None,
             stale_scan_from: None,
         }
+    }
+
+    /// Where this tree takes polled tasks ([`super::task_persistence::PersistTasks`]).
+    pub fn persistence(&self) -> Addr<TaskPersistence> {
+        self.persistence.clone()
     }
 }
 
@@ -155,7 +167,9 @@ impl Actor for PartitionSupervisor {
 
         // The actors reference each other; their addresses exist before they start.
         let scheduler_ctx = Context::<PartitionScheduler>::new();
-        let persistence_ctx = Context::<TaskPersistence>::new();
+        let Some(persistence_ctx) = self.persistence_ctx.take() else {
+            return;
+        };
         let controller_ctx = Context::<ThroughputController>::new();
         let executor_ctx = Context::<PartitionExecutor>::new();
         let (scheduler, persistence, controller, executor) = (
@@ -210,6 +224,7 @@ impl Actor for PartitionSupervisor {
                 max_in_flight: deps.settings.max_in_flight_tasks,
                 metrics: deps.metrics.clone(),
                 clock: deps.clock.clone(),
+                stop: self.stop.subscribe(),
             },
             load_from,
             deps.settings.persist_timeout,
@@ -233,21 +248,6 @@ impl Actor for PartitionSupervisor {
         ctx.run_interval(STALE_SAMPLE_INTERVAL, |act, ctx| {
             act.sample_stale_tasks(ctx)
         });
-    }
-}
-
-impl Handler<PersistTasks> for PartitionSupervisor {
-    type Result = ResponseFuture<TreeResult<()>>;
-
-    fn handle(&mut self, msg: PersistTasks, _: &mut Context<Self>) -> Self::Result {
-        let stopping = TreeError::Stopping {
-            doing: "persisting a polled batch",
-        };
-        let Some(children) = &self.children else {
-            return Box::pin(async { Err(stopping) });
-        };
-        let request = children.persistence.send(msg);
-        Box::pin(async move { request.await.unwrap_or(Err(stopping)) })
     }
 }
 

@@ -25,8 +25,9 @@ use scheduler_client::{Task, TaskKey};
 use tracing::{debug, info, warn};
 
 use super::partition_scheduler::{PartitionScheduler, ScheduleTasks, UnscheduleTasks};
-use super::{StopActor, TreeResult};
+use super::{PolledTasks, StopActor, TreeError, TreeResult};
 use crate::clock::Clock;
+use crate::executor::StopReason;
 use crate::in_flight::InFlight;
 use crate::metrics::Metrics;
 use crate::store::pages::{load_whole_ties, TieCursor};
@@ -42,17 +43,11 @@ use crate::store::{
 #[rtype(result = "()")]
 pub struct LoadMore;
 
-/// One polled batch of a partition: tasks to write to the schedule and tasks to cancel (a
-/// cancellation is final, so their order within the batch does not matter). The reply comes once
-/// all of it is durable.
-#[derive(Debug, Default, Message)]
+/// Write one polled batch of the partition; the reply comes once all of it is durable. Refused
+/// once the tree winds down: the records are polled again by the partition's next tree.
+#[derive(Debug, Message)]
 #[rtype(result = "TreeResult<()>")]
-pub struct PersistTasks {
-    /// Tasks to schedule (a task with the key of one already scheduled replaces it).
-    pub tasks: Vec<Task>,
-    /// Keys of tasks to cancel.
-    pub cancels: Vec<TaskKey>,
-}
+pub struct PersistTasks(pub PolledTasks);
 
 /// Load up to `limit` tasks due before `until`, from the read cursor on.
 #[derive(Debug, Message)]
@@ -89,6 +84,8 @@ pub struct TaskPersistence {
     /// Where the tree's first load started: the cursor never moves back before it.
     start: DateTime<Utc>,
     persist_timeout: Duration,
+    /// Raised when the tree winds down.
+    stop: tokio::sync::watch::Receiver<Option<StopReason>>,
 }
 
 /// Where a partition's persistence sends tasks, and the limit on what it may hold in memory.
@@ -105,6 +102,8 @@ pub struct PersistenceLinks {
     pub metrics: Arc<Metrics>,
     /// Time of recorded cancellations.
     pub clock: Arc<dyn Clock>,
+    /// The tree's stop signal: batches are refused once it is raised.
+    pub stop: tokio::sync::watch::Receiver<Option<StopReason>>,
 }
 
 impl TaskPersistence {
@@ -129,6 +128,7 @@ impl TaskPersistence {
             ties: None,
             start: load_from,
             persist_timeout,
+            stop: links.stop,
         }
     }
 
@@ -157,7 +157,12 @@ impl Handler<PersistTasks> for TaskPersistence {
     type Result = AtomicResponse<Self, TreeResult<()>>;
 
     fn handle(&mut self, msg: PersistTasks, _: &mut Context<Self>) -> Self::Result {
-        let PersistTasks { tasks, cancels } = msg;
+        if self.stop.borrow().is_some() {
+            return AtomicResponse::new(Box::pin(actix::fut::ready(Err(TreeError::Stopping {
+                doing: "persisting a polled batch",
+            }))));
+        }
+        let PersistTasks(PolledTasks { tasks, cancels }) = msg;
         // Of several records of one key in a batch, the last in partition order wins, in the
         // store and in memory alike.
         let tasks = last_of_each_key(tasks);

@@ -12,11 +12,11 @@ use actix::{Actor, Addr};
 use chrono::{DateTime, TimeDelta, TimeZone, Utc};
 use scheduler_client::{Task, TaskKey};
 
-use super::task_persistence::PersistTasks;
 use super::topic_supervisor::{
-    AssignPartitions, OwnedPartitions, ProcessTaskBatch, RevokePartitions, TopicSupervisor,
+    AssignPartitions, OwnedPartitions, ProcessTaskBatch, RevokePartitions, TaskBatchProcessed,
+    TopicSupervisor,
 };
-use super::PartitionDeps;
+use super::{PartitionDeps, PolledTasks};
 use crate::clock::{Clock, TokioClock};
 use crate::executor::{ExecutionPool, TaskContext, TaskError, TaskExecutor};
 use crate::in_flight::InFlightGauges;
@@ -242,7 +242,7 @@ impl Harness {
     /// Consumes `tasks` as the next records of the partition: each at the next offset.
     async fn enqueue(&self, tasks: Vec<Task>) {
         let tasks = tasks.into_iter().map(|t| self.enqueued(t)).collect();
-        self.process(PersistTasks {
+        self.process(PolledTasks {
             tasks,
             cancels: vec![],
         })
@@ -254,22 +254,26 @@ impl Harness {
     }
 
     async fn cancel(&self, cancels: Vec<TaskKey>) {
-        self.process(PersistTasks {
+        self.process(PolledTasks {
             tasks: vec![],
             cancels,
         })
         .await;
     }
 
-    async fn process(&self, batch: PersistTasks) {
-        let reply = self
-            .topic
+    async fn process(&self, batch: PolledTasks) {
+        let reply = self.offer(batch).await;
+        assert_eq!(reply.persisted, vec![P], "{:?}", reply.failed);
+    }
+
+    /// Hands the tree a polled batch, as the consumer does, and returns what became durable.
+    async fn offer(&self, batch: PolledTasks) -> TaskBatchProcessed {
+        self.topic
             .send(ProcessTaskBatch(std::collections::BTreeMap::from([(
                 P, batch,
             )])))
             .await
-            .expect("batch");
-        assert_eq!(reply.persisted, vec![P], "{:?}", reply.failed);
+            .expect("batch")
     }
 }
 
@@ -733,7 +737,7 @@ fn a_task_cancelled_in_its_own_batch_does_not_run() {
         h.assign().await;
         advance(Duration::from_secs(1)).await;
         let due_now = task("now", t0() + ms(1_000), "1");
-        h.process(PersistTasks {
+        h.process(PolledTasks {
             tasks: vec![due_now.clone()],
             cancels: vec![due_now.key()],
         })
@@ -828,6 +832,36 @@ fn a_task_running_when_its_tree_is_fenced_does_not_record_its_outcome() {
             "a fenced tree records no outcome"
         );
         assert_eq!(h.store.scheduled(P), vec![running.key()]);
+    });
+}
+
+#[test]
+fn a_batch_polled_while_a_fenced_tree_drains_is_refused_for_the_next_owner() {
+    run_paused(|| async {
+        let h = Harness::new(SchedulingSettings::default(), Duration::from_secs(5), &[]);
+        h.assign().await;
+        h.enqueue(vec![
+            task("running", t0(), "1"),
+            task("other", t0() + ms(1_000), "1"),
+        ])
+        .await;
+        advance(Duration::from_millis(100)).await;
+        h.store.claim_elsewhere(P);
+        // "other" meets the fence at 1 s; the tree drains while "running" runs until 5 s.
+        advance(Duration::from_millis(1_500)).await;
+        let late = task("late", t0() + ms(60_000), "1");
+        let reply = h
+            .offer(PolledTasks {
+                tasks: vec![h.enqueued(late.clone())],
+                cancels: vec![],
+            })
+            .await;
+        assert!(reply.persisted.is_empty(), "{reply:?}");
+        assert_eq!(reply.failed.len(), 1, "{reply:?}");
+        assert!(
+            !h.store.scheduled(P).contains(&late.key()),
+            "nothing written by a fenced tree"
+        );
     });
 }
 

@@ -12,8 +12,8 @@ use actix::{
 use tracing::{info, warn};
 
 use super::partition_supervisor::{PartitionFailed, PartitionSupervisor, StopPartition};
-use super::task_persistence::PersistTasks;
-use super::PartitionDeps;
+use super::task_persistence::{PersistTasks, TaskPersistence};
+use super::{PartitionDeps, PolledTasks};
 use crate::epoch::EpochCell;
 use crate::store::PartitionId;
 
@@ -34,7 +34,7 @@ pub struct RevokePartitions;
 /// One polled batch, grouped by partition.
 #[derive(Debug, Message)]
 #[rtype(result = "TaskBatchProcessed")]
-pub struct ProcessTaskBatch(pub BTreeMap<PartitionId, PersistTasks>);
+pub struct ProcessTaskBatch(pub BTreeMap<PartitionId, PolledTasks>);
 
 /// Which partitions of a batch are durable; only their offsets may be committed.
 #[derive(Debug, Default, PartialEq, Eq)]
@@ -50,10 +50,17 @@ pub struct TaskBatchProcessed {
 #[rtype(result = "Vec<PartitionId>")]
 pub struct OwnedPartitions;
 
+/// The tree of one owned partition: its supervisor, and its TaskPersistence, to which polled
+/// tasks go directly.
+struct PartitionTree {
+    supervisor: Addr<PartitionSupervisor>,
+    persistence: Addr<TaskPersistence>,
+}
+
 /// Root of the node's actors.
 pub struct TopicSupervisor {
     deps: PartitionDeps,
-    partitions: BTreeMap<PartitionId, Addr<PartitionSupervisor>>,
+    partitions: BTreeMap<PartitionId, PartitionTree>,
     /// The ownership epoch of each partition's tree, inherited by a rebuilt tree: only an
     /// assignment claims a partition.
     epochs: HashMap<PartitionId, EpochCell>,
@@ -81,9 +88,13 @@ impl TopicSupervisor {
             self.deps.clone(),
             ctx.address().recipient(),
             epoch,
-        )
-        .start();
-        self.partitions.insert(partition, supervisor);
+        );
+        let persistence = supervisor.persistence();
+        let tree = PartitionTree {
+            supervisor: supervisor.start(),
+            persistence,
+        };
+        self.partitions.insert(partition, tree);
     }
 }
 
@@ -122,7 +133,7 @@ impl Handler<RevokePartitions> for TopicSupervisor {
         }
         let stops: Vec<_> = std::mem::take(&mut self.partitions)
             .into_values()
-            .map(|supervisor| supervisor.send(StopPartition { drain_timeout }))
+            .map(|tree| tree.supervisor.send(StopPartition { drain_timeout }))
             .collect();
         Box::pin(async move {
             let drained = futures::future::join_all(stops).await;
@@ -137,9 +148,9 @@ impl Handler<ProcessTaskBatch> for TopicSupervisor {
     fn handle(&mut self, msg: ProcessTaskBatch, _: &mut Context<Self>) -> Self::Result {
         let mut result = TaskBatchProcessed::default();
         let mut writes = Vec::new();
-        for (partition, batch) in msg.0 {
+        for (partition, polled) in msg.0 {
             match self.partitions.get(&partition) {
-                Some(supervisor) => writes.push((partition, supervisor.send(batch))),
+                Some(tree) => writes.push((partition, tree.persistence.send(PersistTasks(polled)))),
                 None => result
                     .failed
                     .push((partition, "partition not owned by this node".into())),
@@ -152,9 +163,11 @@ impl Handler<ProcessTaskBatch> for TopicSupervisor {
                 match reply {
                     Ok(Ok(())) => result.persisted.push(partition),
                     Ok(Err(e)) => result.failed.push((partition, e.to_string())),
-                    Err(e) => result
-                        .failed
-                        .push((partition, format!("partition actor unavailable: {e}"))),
+                    // TaskPersistence stopped: its tree wound down.
+                    Err(_) => result.failed.push((
+                        partition,
+                        "persisting a polled batch: the partition is stopping".into(),
+                    )),
                 }
             }
             result.persisted.sort_unstable();
@@ -177,7 +190,7 @@ impl Handler<PartitionFailed> for TopicSupervisor {
     type Result = ResponseActFuture<Self, ()>;
 
     fn handle(&mut self, msg: PartitionFailed, _: &mut Context<Self>) -> Self::Result {
-        let current = self.partitions.get(&msg.partition);
+        let current = self.partitions.get(&msg.partition).map(|t| &t.supervisor);
         if current != Some(&msg.supervisor) {
             return Box::pin(actix::fut::ready(()));
         }

@@ -17,10 +17,10 @@ use scheduler_client::partition_for;
 use scheduler_client::wire::{self, Record};
 use tracing::{debug, error, info, warn};
 
-use crate::actors::task_persistence::PersistTasks;
 use crate::actors::topic_supervisor::{
     AssignPartitions, ProcessTaskBatch, RevokePartitions, TopicSupervisor,
 };
+use crate::actors::PolledTasks;
 use crate::metrics::Metrics;
 use crate::store::PartitionId;
 
@@ -168,7 +168,7 @@ fn final_offsets(
 /// A polled batch: tasks by partition, and per partition the offsets it spans.
 #[derive(Default)]
 struct Batch {
-    tasks: BTreeMap<PartitionId, PersistTasks>,
+    tasks: BTreeMap<PartitionId, PolledTasks>,
     /// First and last offset seen per partition.
     offsets: BTreeMap<PartitionId, (i64, i64)>,
     records: usize,

@@ -33,11 +33,11 @@ use chrono::{DateTime, TimeDelta, Utc};
 use scheduler_client::{partition_for, Task, TaskKey};
 use tokio::time::Instant;
 
-use crate::actors::task_persistence::PersistTasks;
 use crate::actors::topic_supervisor::{
     AssignPartitions, ProcessTaskBatch, RevokePartitions, TopicSupervisor,
 };
 use crate::actors::PartitionDeps;
+use crate::actors::PolledTasks;
 use crate::clock::{Clock, TokioClock};
 use crate::executor::{ExecutionPool, TaskContext, TaskError, TaskExecutor};
 use crate::in_flight::InFlightGauges;
@@ -626,7 +626,7 @@ impl World {
                 if from == to {
                     continue;
                 }
-                let mut batch = PersistTasks::default();
+                let mut batch = PolledTasks::default();
                 for (offset, record) in (from..to).zip(&self.logs[p][from..to]) {
                     match record {
                         Record::Task(t) => batch.tasks.push(t.clone().enqueued_at(offset as i64)),
