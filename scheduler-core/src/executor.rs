@@ -189,7 +189,7 @@ impl<E: TaskExecutor> DynTaskExecutor for E {
 /// Runs the user's executor on a tokio runtime separate from the actors, at most `concurrency`
 /// calls at once, each cut off after `timeout`. A panic or a timeout is a retryable failure.
 #[derive(Clone)]
-pub struct ExecutionPool {
+pub struct CallPool {
     runtime: tokio::runtime::Handle,
     permits: Arc<Semaphore>,
     executor: Arc<dyn DynTaskExecutor>,
@@ -199,7 +199,7 @@ pub struct ExecutionPool {
 /// One of the pool's `concurrency` slots, given back when dropped.
 pub(crate) struct Slot(#[allow(dead_code)] OwnedSemaphorePermit);
 
-impl ExecutionPool {
+impl CallPool {
     /// A pool running `executor` on `runtime`.
     pub fn new<E: TaskExecutor>(
         executor: E,
@@ -207,7 +207,7 @@ impl ExecutionPool {
         concurrency: usize,
         timeout: Duration,
     ) -> Self {
-        ExecutionPool {
+        CallPool {
             runtime,
             permits: Arc::new(Semaphore::new(concurrency.max(1))),
             executor: Arc::new(executor),
@@ -307,7 +307,7 @@ mod tests {
             running: AtomicUsize::new(0),
             peak: AtomicUsize::new(0),
         });
-        let pool = ExecutionPool::new(
+        let pool = CallPool::new(
             Arc::clone(&probe),
             tokio::runtime::Handle::current(),
             3,

@@ -41,7 +41,7 @@ use actix::Message;
 
 use crate::clock::Clock;
 use crate::events::EventPublisher;
-use crate::executor::ExecutionPool;
+use crate::executor::CallPool;
 use crate::in_flight::InFlightGauges;
 use crate::lease::LeaseError;
 use crate::metrics::Metrics;
@@ -72,7 +72,7 @@ pub struct PartitionDeps {
     /// The time source.
     pub clock: Arc<dyn Clock>,
     /// Runs the user's executor.
-    pub pool: ExecutionPool,
+    pub pool: CallPool,
     /// Scheduling settings.
     pub settings: Arc<SchedulingSettings>,
     /// The in-flight gauge of each partition.

@@ -30,17 +30,19 @@ const STALE_SAMPLE_INTERVAL: Duration = Duration::from_secs(30);
 /// Most stale tasks counted per sample (the gauge reads this many or more).
 const STALE_SAMPLE_CAP: usize = 1000;
 
-/// To the TopicSupervisor: this tree stopped on its own: it failed (rebuild it) or it was
-/// fenced (drop it: the partition runs here again only if the group assigns it again).
+/// To the TopicSupervisor: this tree stopped on its own, because it failed
+/// ([`StopReason::Rebuilding`]: rebuild it from Cassandra) or was fenced
+/// ([`StopReason::Fenced`]: drop it; the partition runs here again only if the group assigns it
+/// again).
 #[derive(Debug, Message)]
 #[rtype(result = "()")]
-pub struct PartitionFailed {
+pub struct PartitionStopped {
     /// Which partition.
     pub partition: PartitionId,
-    /// The supervisor that failed (a partition may have been rebuilt since).
+    /// The supervisor that stopped (a partition may have been rebuilt since).
     pub supervisor: Addr<PartitionSupervisor>,
-    /// Rebuild the tree from Cassandra (`false` when it was fenced).
-    pub rebuild: bool,
+    /// Why it stopped.
+    pub reason: StopReason,
 }
 
 /// Tear the tree down: stop scheduling and loading, let running tasks finish (at most
@@ -75,7 +77,7 @@ impl Children {
 pub struct PartitionSupervisor {
     partition: PartitionId,
     deps: PartitionDeps,
-    parent: Recipient<PartitionFailed>,
+    parent: Recipient<PartitionStopped>,
     children: Option<Children>,
     epoch: EpochCell,
     /// Raised when the tree winds down; running calls see it in their context.
@@ -95,7 +97,7 @@ impl PartitionSupervisor {
     pub fn new(
         partition: PartitionId,
         deps: PartitionDeps,
-        parent: Recipient<PartitionFailed>,
+        parent: Recipient<PartitionStopped>,
         epoch: EpochCell,
     ) -> Self {
         let persistence_ctx = Context::<TaskPersistence>::new();
@@ -299,11 +301,7 @@ impl Handler<StopPartition> for PartitionSupervisor {
 impl PartitionSupervisor {
     /// Winds the tree down for `reason`, then tells the TopicSupervisor it stopped on its own
     /// (to be rebuilt, or dropped when fenced).
-    fn stop_and_report(
-        &mut self,
-        reason: StopReason,
-        rebuild: bool,
-    ) -> ResponseActFuture<Self, ()> {
+    fn stop_and_report(&mut self, reason: StopReason) -> ResponseActFuture<Self, ()> {
         if self.children.is_none() {
             return Box::pin(actix::fut::ready(()));
         }
@@ -311,10 +309,10 @@ impl PartitionSupervisor {
         Box::pin(
             self.wind_down(reason, drain_timeout)
                 .map(move |_, act, ctx| {
-                    act.parent.do_send(PartitionFailed {
+                    act.parent.do_send(PartitionStopped {
                         partition: act.partition,
                         supervisor: ctx.address(),
-                        rebuild,
+                        reason,
                     });
                     ctx.stop();
                 }),
@@ -332,7 +330,7 @@ impl Handler<EscalateFailure> for PartitionSupervisor {
         if self.children.is_some() {
             warn!(partition = self.partition, reason = %msg.reason, "partition failed; rebuilding it from Cassandra");
         }
-        self.stop_and_report(StopReason::Rebuilding, true)
+        self.stop_and_report(StopReason::Rebuilding)
     }
 }
 
@@ -350,6 +348,6 @@ impl Handler<PartitionFenced> for PartitionSupervisor {
                 "partition fenced: another node owns it now; stopping this tree"
             );
         }
-        self.stop_and_report(StopReason::Fenced, false)
+        self.stop_and_report(StopReason::Fenced)
     }
 }

@@ -65,7 +65,7 @@ pub struct TasksLoaded {
     /// Whether everything before `until` has now been loaded.
     pub caught_up: bool,
     /// The time the read cursor has reached.
-    pub checkpoint: DateTime<Utc>,
+    pub cursor_at: DateTime<Utc>,
 }
 
 /// Writes and loads the schedule of one partition.
@@ -314,10 +314,10 @@ impl Handler<LoadTasks> for TaskPersistence {
             .limit
             .min(self.max_in_flight.saturating_sub(self.in_flight.current()));
         if limit == 0 {
-            let checkpoint = self.cursor.time();
+            let cursor_at = self.cursor.time();
             return AtomicResponse::new(Box::pin(actix::fut::ready(Ok(TasksLoaded {
                 caught_up: false,
-                checkpoint,
+                cursor_at,
             }))));
         }
         // Reserved while the load runs, so a read-back elsewhere in the tree cannot take it.
@@ -349,7 +349,7 @@ impl Handler<LoadTasks> for TaskPersistence {
                 act.send_to_scheduler(tasks);
                 Ok(TasksLoaded {
                     caught_up,
-                    checkpoint: act.cursor.time(),
+                    cursor_at: act.cursor.time(),
                 })
             },
         )))

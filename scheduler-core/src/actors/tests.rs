@@ -18,7 +18,7 @@ use super::topic_supervisor::{
 };
 use super::{PartitionDeps, PolledTasks};
 use crate::clock::{Clock, TokioClock};
-use crate::executor::{ExecutionPool, TaskContext, TaskError, TaskExecutor};
+use crate::executor::{CallPool, TaskContext, TaskError, TaskExecutor};
 use crate::in_flight::InFlightGauges;
 use crate::settings::SchedulingSettings;
 use crate::store::memory::MemoryStore;
@@ -203,7 +203,7 @@ impl Harness {
         store: MemoryStore,
         recorder: Arc<Recorder>,
     ) -> Harness {
-        let pool = ExecutionPool::new(
+        let pool = CallPool::new(
             Arc::clone(&recorder),
             tokio::runtime::Handle::current(),
             settings.executor_concurrency,

@@ -122,7 +122,7 @@ impl ThroughputController {
         // Caught up to the horizon: load again shortly before the loaded schedule runs out.
         let prefetch =
             chrono::TimeDelta::from_std(self.settings.prefetch_window).unwrap_or_default();
-        let wait = (loaded.checkpoint - prefetch - self.clock.now())
+        let wait = (loaded.cursor_at - prefetch - self.clock.now())
             .to_std()
             .unwrap_or_default();
         self.next_load = Some(ctx.run_later(wait, |act, ctx| {

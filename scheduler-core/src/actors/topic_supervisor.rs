@@ -11,10 +11,11 @@ use actix::{
 };
 use tracing::{info, warn};
 
-use super::partition_supervisor::{PartitionFailed, PartitionSupervisor, StopPartition};
+use super::partition_supervisor::{PartitionStopped, PartitionSupervisor, StopPartition};
 use super::task_persistence::{PersistTasks, TaskPersistence};
 use super::{PartitionDeps, PolledTasks};
 use crate::epoch::EpochCell;
+use crate::executor::StopReason;
 use crate::store::PartitionId;
 
 /// Wait before rebuilding a partition that failed.
@@ -186,17 +187,17 @@ impl Handler<OwnedPartitions> for TopicSupervisor {
     }
 }
 
-impl Handler<PartitionFailed> for TopicSupervisor {
+impl Handler<PartitionStopped> for TopicSupervisor {
     type Result = ResponseActFuture<Self, ()>;
 
-    fn handle(&mut self, msg: PartitionFailed, _: &mut Context<Self>) -> Self::Result {
+    fn handle(&mut self, msg: PartitionStopped, _: &mut Context<Self>) -> Self::Result {
         let current = self.partitions.get(&msg.partition).map(|t| &t.supervisor);
         if current != Some(&msg.supervisor) {
             return Box::pin(actix::fut::ready(()));
         }
         self.partitions.remove(&msg.partition);
         let partition = msg.partition;
-        if !msg.rebuild {
+        if msg.reason != StopReason::Rebuilding {
             self.epochs.remove(&partition);
             self.deps.in_flight.forget(partition);
             self.deps.metrics.forget_partition(partition);

@@ -29,7 +29,7 @@ use crate::actors::PartitionDeps;
 use crate::admin::AdminState;
 use crate::clock::SystemClock;
 use crate::events::EventPublisher;
-use crate::executor::{ExecutionPool, TaskExecutor};
+use crate::executor::{CallPool, TaskExecutor};
 use crate::in_flight::InFlightGauges;
 use crate::metrics::Metrics;
 use crate::settings::Settings;
@@ -98,7 +98,7 @@ impl SchedulerNode {
             .map_err(NodeError::runtime("reading the topic"))??;
 
         let scheduling = Arc::new(settings.scheduling.clone());
-        let pool = ExecutionPool::new(
+        let pool = CallPool::new(
             executor,
             runtime.handle().clone(),
             scheduling.executor_concurrency,

@@ -39,7 +39,7 @@ use crate::actors::topic_supervisor::{
 use crate::actors::PartitionDeps;
 use crate::actors::PolledTasks;
 use crate::clock::{Clock, TokioClock};
-use crate::executor::{ExecutionPool, TaskContext, TaskError, TaskExecutor};
+use crate::executor::{CallPool, TaskContext, TaskError, TaskExecutor};
 use crate::in_flight::InFlightGauges;
 use crate::settings::SchedulingSettings;
 use crate::store::memory::MemoryStore;
@@ -315,7 +315,7 @@ impl World {
         let settings = settings();
         let pause = Pause::new();
         let store = Arc::new(PausableStore::new(self.store.clone(), pause.clone()));
-        let pool = ExecutionPool::new(
+        let pool = CallPool::new(
             SimExecutor {
                 node: id,
                 shared: Arc::clone(&self.shared),
