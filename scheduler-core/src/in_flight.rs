@@ -1,9 +1,16 @@
 //! How many tasks each partition tree holds in memory: the gauge that keeps a tree within
 //! `max_in_flight_tasks`, read by the node's metrics, readiness and admin API.
+//!
+//! Counting is done by guards: a task in memory travels as a [`HeldTask`], and room reserved for
+//! a read under way as a [`Held`]; dropping either gives its count back. So a task stops counting
+//! however it leaves memory (run, replaced, cancelled, deferred to Cassandra, or dropped with an
+//! actor that stopped), and no path has to remember to subtract it.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
+
+use scheduler_client::Task;
 
 use crate::store::PartitionId;
 
@@ -19,14 +26,37 @@ pub struct InFlight {
 }
 
 impl InFlight {
-    /// Counts `n` more tasks in memory.
-    pub fn add(&self, n: usize) {
+    /// Counts each of `tasks` in memory for as long as it lives.
+    pub fn hold(self: &Arc<Self>, tasks: Vec<Task>) -> Vec<HeldTask> {
+        self.add(tasks.len());
+        tasks
+            .into_iter()
+            .map(|task| HeldTask {
+                task,
+                held: Held {
+                    gauge: Arc::clone(self),
+                    count: 1,
+                },
+            })
+            .collect()
+    }
+
+    /// Counts room for `n` tasks (a read under way) until the result is dropped, so that other
+    /// reads meanwhile cannot take it.
+    pub fn reserve(self: &Arc<Self>, n: usize) -> Held {
+        self.add(n);
+        Held {
+            gauge: Arc::clone(self),
+            count: n,
+        }
+    }
+
+    fn add(&self, n: usize) {
         let now = self.current.fetch_add(n, Ordering::SeqCst) + n;
         self.peak.fetch_max(now, Ordering::SeqCst);
     }
 
-    /// Counts `n` tasks fewer.
-    pub fn remove(&self, n: usize) {
+    fn remove(&self, n: usize) {
         let _ = self
             .current
             .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |c| {
@@ -63,6 +93,42 @@ impl InFlight {
     /// Whether the tree's first load of its schedule completed.
     pub fn is_loaded(&self) -> bool {
         self.loaded.load(Ordering::SeqCst)
+    }
+}
+
+/// A share of a partition's in-flight count, given back when dropped.
+#[derive(Debug)]
+#[must_use = "the count is given back as soon as this is dropped"]
+pub struct Held {
+    gauge: Arc<InFlight>,
+    count: usize,
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        self.gauge.remove(self.count);
+    }
+}
+
+/// A task in memory, counted in its partition's gauge while it lives.
+#[derive(Debug)]
+pub struct HeldTask {
+    task: Task,
+    held: Held,
+}
+
+impl HeldTask {
+    /// The task and its count: the count lives as long as the returned [`Held`].
+    pub fn into_parts(self) -> (Task, Held) {
+        (self.task, self.held)
+    }
+}
+
+impl std::ops::Deref for HeldTask {
+    type Target = Task;
+
+    fn deref(&self) -> &Task {
+        &self.task
     }
 }
 

@@ -322,7 +322,7 @@ mod tests {
         metrics.rebalanced("assigned");
         let gauges = InFlightGauges::default();
         let gauge = gauges.start(3);
-        gauge.add(5);
+        let _held = gauge.reserve(5);
         gauge.set_held(2);
         let text = metrics.encode(&gauges);
         for expected in [

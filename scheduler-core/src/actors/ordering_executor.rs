@@ -8,17 +8,17 @@ use actix::{
     Actor, ActorContext, ActorFutureExt, AsyncContext, Context, Handler, Message, Recipient,
     ResponseFuture, SpawnHandle, WrapFuture,
 };
-use scheduler_client::Task;
 use tokio::sync::oneshot;
 
 use super::task_lifecycle::{run_task, ExecutionLinks};
 use super::{PartitionDeps, StopActor};
+use crate::in_flight::HeldTask;
 use crate::store::PartitionId;
 
 /// A due task for this orderingId.
 #[derive(Debug, Message)]
 #[rtype(result = "()")]
-pub struct ExecuteOrderingTask(pub Task);
+pub struct ExecuteOrderingTask(pub HeldTask);
 
 /// To the PartitionExecutor: one of this orderingId's tasks is done with.
 #[derive(Debug, Message)]
@@ -41,7 +41,7 @@ pub struct OrderingExecutor {
     deps: PartitionDeps,
     links: ExecutionLinks,
     report_to: Recipient<OrderingTaskDone>,
-    queue: VecDeque<Task>,
+    queue: VecDeque<HeldTask>,
     running: Option<SpawnHandle>,
     draining: bool,
     drained: Vec<oneshot::Sender<()>>,
@@ -74,11 +74,13 @@ impl OrderingExecutor {
             return;
         }
         if let Some(task) = self.queue.pop_front() {
+            let (task, held) = task.into_parts();
             let life = run_task(self.partition, task, self.deps.clone(), self.links.clone());
-            let handle = ctx.spawn(
-                life.into_actor(self)
-                    .map(|_outcome, act, ctx| act.task_done(ctx)),
-            );
+            let handle = ctx.spawn(life.into_actor(self).map(move |_outcome, act, ctx| {
+                // Done with: it no longer counts in flight, before the PartitionExecutor hears.
+                drop(held);
+                act.task_done(ctx)
+            }));
             self.running = Some(handle);
         }
     }

@@ -1,6 +1,7 @@
 //! PartitionExecutor: routes each due task of a partition to the OrderingExecutor of its
-//! orderingId (creating it on first use, stopping it when its queue empties), and takes each
-//! finished task off the partition's in-flight gauge.
+//! orderingId (creating it on first use, stopping it when its queue empties). A task counts in
+//! the partition's in-flight gauge until it is done with (a [`HeldTask`]); this actor tells the
+//! ThroughputController each time one is.
 //!
 //! One orderingId holds at most a few tasks in memory (`max_queued_per_ordering`, at most a
 //! quarter of `max_in_flight_tasks`): a due task beyond that is **deferred**, dropped from
@@ -27,13 +28,13 @@ use super::ordering_executor::{
 };
 use super::task_lifecycle::ExecutionLinks;
 use super::{PartitionDeps, StopActor};
-use crate::in_flight::InFlight;
+use crate::in_flight::{HeldTask, InFlight};
 use crate::store::{PartitionId, ReadCursor, ScheduleStore, StoreResult};
 
 /// A task that is due, from the PartitionScheduler.
 #[derive(Debug, Message)]
 #[rtype(result = "()")]
-pub struct ExecutePartitionTask(pub Task);
+pub struct ExecutePartitionTask(pub HeldTask);
 
 /// To the ThroughputController: a task is done with (or deferred), so there may be room to
 /// load more.
@@ -82,8 +83,8 @@ pub struct PartitionExecutor {
 }
 
 impl PartitionExecutor {
-    /// An executor for `partition`; whenever a task is done it takes it off `in_flight` and
-    /// tells `capacity_listener`.
+    /// An executor for `partition`; whenever a task is done with it tells `capacity_listener`.
+    /// Deferred tasks read back are counted in `in_flight`.
     pub fn new(
         partition: PartitionId,
         deps: PartitionDeps,
@@ -114,9 +115,9 @@ impl PartitionExecutor {
             .max(1)
     }
 
-    /// Leaves `task` in Cassandra: off the gauge, remembered as deferred for its orderingId.
-    fn defer(&mut self, task: &Task) {
-        self.in_flight.remove(1);
+    /// Leaves `task` in Cassandra: dropped from memory, remembered as deferred for its
+    /// orderingId.
+    fn defer(&mut self, task: HeldTask) {
         let key = task.run_order();
         match self.deferred.get_mut(&task.ordering_id) {
             Some(deferred) => {
@@ -140,6 +141,7 @@ impl PartitionExecutor {
                 );
             }
         }
+        drop(task);
         self.capacity_listener.do_send(CapacityFreed);
     }
 
@@ -181,7 +183,7 @@ impl PartitionExecutor {
         deferred.reading = true;
         deferred.missed = None;
         // Reserved now, so loads and pushes meanwhile cannot take the room.
-        self.in_flight.add(room);
+        let reserved = self.in_flight.reserve(room);
         let read = load_ordering(
             Arc::clone(&self.deps.store) as Arc<dyn ScheduleStore>,
             self.partition,
@@ -192,10 +194,7 @@ impl PartitionExecutor {
             self.deps.settings.fetch_batch_size,
         );
         ctx.spawn(read.into_actor(self).map(move |result, act, ctx| {
-            let read = result.as_ref().map_or(0, Vec::len);
-            act.in_flight.remove(room - read.min(room));
             let Some(deferred) = act.deferred.get_mut(&ordering_id) else {
-                act.in_flight.remove(read);
                 return;
             };
             deferred.reading = false;
@@ -225,10 +224,11 @@ impl PartitionExecutor {
                 }
             }
             if act.draining {
-                act.in_flight.remove(tasks.len());
                 return;
             }
-            for task in tasks {
+            // The reservation becomes the tasks read.
+            drop(reserved);
+            for task in act.in_flight.hold(tasks) {
                 act.enqueue(task, ctx);
             }
             // Tasks deferred during the read, or more after it, with no task of the
@@ -240,7 +240,7 @@ impl PartitionExecutor {
     }
 
     /// Hands `task` to its orderingId's queue, creating it on first use.
-    fn enqueue(&mut self, task: Task, ctx: &mut Context<Self>) {
+    fn enqueue(&mut self, task: HeldTask, ctx: &mut Context<Self>) {
         let queue = self
             .queues
             .entry(task.ordering_id.clone())
@@ -270,7 +270,6 @@ impl Handler<ExecutePartitionTask> for PartitionExecutor {
     fn handle(&mut self, msg: ExecutePartitionTask, ctx: &mut Context<Self>) {
         if self.draining {
             // The partition is being torn down; the task stays in Cassandra for the next owner.
-            self.in_flight.remove(1);
             return;
         }
         let task = msg.0;
@@ -284,8 +283,9 @@ impl Handler<ExecutePartitionTask> for PartitionExecutor {
             .get(&task.ordering_id)
             .is_some_and(|q| q.outstanding >= self.ordering_bound());
         if behind_deferred || full {
-            self.defer(&task);
-            self.read_back_if_half_empty(task.ordering_id, ctx);
+            let ordering_id = task.ordering_id.clone();
+            self.defer(task);
+            self.read_back_if_half_empty(ordering_id, ctx);
             return;
         }
         self.enqueue(task, ctx);
@@ -296,7 +296,6 @@ impl Handler<OrderingTaskDone> for PartitionExecutor {
     type Result = ();
 
     fn handle(&mut self, msg: OrderingTaskDone, ctx: &mut Context<Self>) {
-        self.in_flight.remove(1);
         let mut outstanding = 0;
         if let Some(queue) = self.queues.get_mut(&msg.ordering_id) {
             queue.outstanding = queue.outstanding.saturating_sub(1);

@@ -1,28 +1,28 @@
 //! PartitionScheduler: holds the loaded tasks of one partition that are not yet due and
 //! dispatches each to the PartitionExecutor at its time, tasks due together in run order (time,
-//! then enqueue order: [`Task::run_order`]). One timer is armed for the
+//! then enqueue order: [`scheduler_client::Task::run_order`]). One timer is armed for the
 //! next due task (not a periodic tick), so a task starts within the timer's resolution of its time.
-//! Every task sent to it counts in the partition's in-flight gauge (the sender adds it) until
-//! the executor is done with it.
+//! Every task sent to it is a [`HeldTask`]: it counts in the partition's in-flight gauge until
+//! it is dropped (replaced, cancelled, or done with by the executors).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use actix::{Actor, ActorContext, AsyncContext, Context, Handler, Message, Recipient, SpawnHandle};
 use chrono::{DateTime, Utc};
-use scheduler_client::{Task, TaskKey};
+use scheduler_client::TaskKey;
 
 use super::partition_executor::ExecutePartitionTask;
 use super::StopActor;
 use crate::clock::Clock;
-use crate::in_flight::InFlight;
+use crate::in_flight::{HeldTask, InFlight};
 use crate::store::PartitionId;
 
 /// Tasks to hold until due (loaded, or pushed after being persisted behind the read cursor).
 /// A task whose key is already held replaces it.
 #[derive(Debug, Message)]
 #[rtype(result = "()")]
-pub struct ScheduleTasks(pub Vec<Task>);
+pub struct ScheduleTasks(pub Vec<HeldTask>);
 
 /// Drop these tasks (cancelled) if they are held.
 #[derive(Debug, Message)]
@@ -35,7 +35,7 @@ pub struct PartitionScheduler {
     clock: Arc<dyn Clock>,
     executor: Recipient<ExecutePartitionTask>,
     in_flight: Arc<InFlight>,
-    pending: BTreeMap<TaskKey, Task>,
+    pending: BTreeMap<TaskKey, HeldTask>,
     timer: Option<(DateTime<Utc>, SpawnHandle)>,
 }
 
@@ -69,7 +69,7 @@ impl PartitionScheduler {
         }
         // Ties (one orderingId, one time) are held whole (see TaskPersistence), so they are
         // due together and leave here in enqueue order.
-        due.sort_by_cached_key(Task::run_order);
+        due.sort_by_cached_key(|task| task.run_order());
         for task in due {
             self.executor.do_send(ExecutePartitionTask(task));
         }
@@ -103,14 +103,10 @@ impl Handler<ScheduleTasks> for PartitionScheduler {
     type Result = ();
 
     fn handle(&mut self, msg: ScheduleTasks, ctx: &mut Context<Self>) {
-        // The sender counted every task into the gauge; a key already held is replaced, not added.
-        let mut replaced = 0;
+        // A key already held is replaced (the replaced task's count goes with it).
         for task in msg.0 {
-            if self.pending.insert(task.key(), task).is_some() {
-                replaced += 1;
-            }
+            self.pending.insert(task.key(), task);
         }
-        self.in_flight.remove(replaced);
         tracing::trace!(
             partition = self.partition,
             held = self.pending.len(),
@@ -124,12 +120,9 @@ impl Handler<UnscheduleTasks> for PartitionScheduler {
     type Result = ();
 
     fn handle(&mut self, msg: UnscheduleTasks, ctx: &mut Context<Self>) {
-        let removed = msg
-            .0
-            .iter()
-            .filter(|key| self.pending.remove(key).is_some())
-            .count();
-        self.in_flight.remove(removed);
+        for key in &msg.0 {
+            self.pending.remove(key);
+        }
         self.dispatch_due(ctx);
     }
 }
@@ -138,7 +131,7 @@ impl Handler<StopActor> for PartitionScheduler {
     type Result = ();
 
     fn handle(&mut self, _: StopActor, ctx: &mut Context<Self>) {
-        self.in_flight.remove(self.pending.len());
+        self.pending.clear();
         ctx.stop();
     }
 }

@@ -143,8 +143,8 @@ impl TaskPersistence {
     /// Sends tasks to the scheduler, counting them in flight.
     fn send_to_scheduler(&self, tasks: Vec<Task>) {
         if !tasks.is_empty() {
-            self.in_flight.add(tasks.len());
-            self.scheduler.do_send(ScheduleTasks(tasks));
+            self.scheduler
+                .do_send(ScheduleTasks(self.in_flight.hold(tasks)));
         }
     }
 }
@@ -321,7 +321,7 @@ impl Handler<LoadTasks> for TaskPersistence {
             }))));
         }
         // Reserved while the load runs, so a read-back elsewhere in the tree cannot take it.
-        self.in_flight.add(limit);
+        let reserved = self.in_flight.reserve(limit);
         let load = load_whole_ties(
             Arc::clone(&self.store) as Arc<dyn ScheduleStore>,
             self.partition,
@@ -332,7 +332,7 @@ impl Handler<LoadTasks> for TaskPersistence {
         );
         AtomicResponse::new(Box::pin(load.into_actor(self).map(
             move |result, act, _| {
-                act.in_flight.remove(limit);
+                drop(reserved);
                 let page = result?;
                 let (tasks, caught_up) = (page.tasks, page.next.is_none());
                 let count = tasks.len();

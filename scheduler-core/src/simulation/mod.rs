@@ -708,10 +708,26 @@ impl World {
         // Only once the backlog is done: a slot busy with its long calls would delay the probe
         // for a reason other than the stuck orderingId (and a seed not done fails anyway).
         if self.all_done() {
+            self.check_nothing_left_in_memory();
             self.probe_a_stuck_ordering_id().await;
         }
         for node in self.members() {
             let _ = self.nodes[node].topic.send(RevokePartitions).await;
+        }
+    }
+
+    /// With every task done, no tree counts a task in memory: every way a task leaves memory
+    /// gave its count back.
+    fn check_nothing_left_in_memory(&mut self) {
+        for node in self.members() {
+            for (partition, gauge) in self.nodes[node].gauges.all() {
+                if gauge.current() != 0 {
+                    self.violations.push(format!(
+                        "memory: with every task done, node {node}'s tree of partition {partition} counts {} tasks in memory",
+                        gauge.current()
+                    ));
+                }
+            }
         }
     }
 
