@@ -9,13 +9,14 @@
 //! | `scheduler_execution_delay_seconds` | partition | first attempt's start minus the scheduled time |
 //! | `scheduler_retries_total` | partition | retries scheduled after a failed attempt |
 //! | `scheduler_retries_exhausted_total` | partition | tasks recorded failed after the last retry |
-//! | `scheduler_parked_records_total` | partition, reason | records skipped as not valid tasks |
-//! | `scheduler_rebalances_total` | kind (revoked, assigned) | rebalance callbacks |
+//! | `scheduler_parked_records_total` | partition, reason ([`ParkReason`]) | records skipped: not valid tasks, or refused by Cassandra |
+//! | `scheduler_rebalances_total` | kind ([`RebalanceKind`]: revoked, assigned) | rebalance callbacks |
 //! | `scheduler_cancellations_total` | partition | tasks cancelled before they ran |
 //! | `scheduler_fencing_rejections_total` | partition | task starts or outcome records refused because another tree claimed the partition |
 //! | `scheduler_tasks_in_memory` | partition, stage (scheduled, executing) | tasks held in memory |
 //! | `scheduler_stale_tasks` | partition | incomplete tasks due longer ago than `stale_after` (sampled) |
 
+use std::fmt::Display;
 use std::time::Duration;
 
 use prometheus_client::encoding::EncodeLabelSet;
@@ -28,6 +29,54 @@ use prometheus_client::registry::Registry;
 use crate::executor::ExecutionOutcome;
 use crate::in_flight::InFlightGauges;
 use crate::store::PartitionId;
+use scheduler_client::TaskKey;
+use tracing::{info, warn};
+
+/// Why a record was parked (skipped, so the partition goes on): the `reason` label.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ParkReason {
+    /// Not a valid task record; the wire format's reason (`json`, `too_large`, ...).
+    Invalid(&'static str),
+    /// A valid record in the partition of another orderingId.
+    WrongPartition,
+    /// A task or cancellation Cassandra refuses to store (retrying cannot help).
+    RefusedByStore,
+}
+
+impl ParkReason {
+    fn label(self) -> &'static str {
+        match self {
+            ParkReason::Invalid(reason) => reason,
+            ParkReason::WrongPartition => "wrong_partition",
+            ParkReason::RefusedByStore => "refused_by_store",
+        }
+    }
+}
+
+/// What was parked.
+#[derive(Debug, Clone, Copy)]
+pub enum Parked<'a> {
+    /// A record polled from `topic` at `offset`.
+    Record {
+        /// The tasks topic.
+        topic: &'a str,
+        /// The record's offset in its partition.
+        offset: i64,
+    },
+    /// A task the store refused.
+    Task(&'a TaskKey),
+    /// A cancellation the store refused.
+    Cancellation(&'a TaskKey),
+}
+
+/// A rebalance callback: the `kind` label.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RebalanceKind {
+    /// Partitions were taken from this node.
+    Revoked,
+    /// Partitions were given to this node.
+    Assigned,
+}
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct PartitionLabel {
@@ -229,29 +278,67 @@ impl Metrics {
         }
     }
 
-    /// A retry was scheduled.
-    pub fn retry_scheduled(&self, partition: PartitionId) {
+    // The observations below each write their log line and move their metric together, so
+    // neither is forgotten where the other is.
+
+    /// A failed attempt of `task` (the `attempt`-th) is retried in `delay`.
+    pub fn retry_scheduled(
+        &self,
+        partition: PartitionId,
+        task: &TaskKey,
+        attempt: u32,
+        reason: &str,
+        delay: Duration,
+    ) {
+        info!(partition, %task, attempt, %reason, retry_in_ms = delay.as_millis() as u64,
+            "task failed; retry scheduled");
         self.retries
             .get_or_create(&PartitionLabel { partition })
             .inc();
     }
 
-    /// A task failed after its last retry.
-    pub fn retries_exhausted(&self, partition: PartitionId) {
+    /// `task` failed its last retry (`attempts` in all) and is recorded failed.
+    pub fn retries_exhausted(
+        &self,
+        partition: PartitionId,
+        task: &TaskKey,
+        attempts: u32,
+        reason: &str,
+    ) {
+        warn!(partition, %task, attempts, %reason, "retries exhausted; task failed");
         self.retries_exhausted
             .get_or_create(&PartitionLabel { partition })
             .inc();
     }
 
-    /// A record was parked.
-    pub fn parked(&self, partition: PartitionId, reason: &'static str) {
+    /// `what` was parked: skipped so the partition goes on; `detail` says what is wrong.
+    pub fn parked(
+        &self,
+        partition: PartitionId,
+        what: Parked<'_>,
+        reason: ParkReason,
+        detail: &dyn Display,
+    ) {
+        let label = reason.label();
+        match what {
+            Parked::Record { topic, offset } => warn!(%topic, partition, offset, reason = label,
+                %detail, "parked a record that is not a valid task (skipped)"),
+            Parked::Task(task) => warn!(partition, %task, reason = label, %detail,
+                "parked a task Cassandra refuses to store (skipped)"),
+            Parked::Cancellation(task) => warn!(partition, %task, reason = label, %detail,
+                "parked a cancellation Cassandra refuses to store (skipped)"),
+        }
         self.parked
-            .get_or_create(&ParkedLabels { partition, reason })
+            .get_or_create(&ParkedLabels {
+                partition,
+                reason: label,
+            })
             .inc();
     }
 
-    /// A task was cancelled before it ran.
-    pub fn cancelled(&self, partition: PartitionId) {
+    /// `task` was cancelled before it ran.
+    pub fn cancelled(&self, partition: PartitionId, task: &TaskKey) {
+        info!(partition, %task, "task cancelled");
         self.cancellations
             .get_or_create(&PartitionLabel { partition })
             .inc();
@@ -276,8 +363,18 @@ impl Metrics {
         self.stale.remove(&PartitionLabel { partition });
     }
 
-    /// A rebalance callback ran (`kind`: "revoked" or "assigned").
-    pub fn rebalanced(&self, kind: &'static str) {
+    /// A rebalance callback ran for `partitions`.
+    pub fn rebalanced(&self, kind: RebalanceKind, partitions: &[PartitionId]) {
+        let kind = match kind {
+            RebalanceKind::Revoked => {
+                info!(revoked = ?partitions, "partitions revoked: stopping their trees");
+                "revoked"
+            }
+            RebalanceKind::Assigned => {
+                info!(assigned = ?partitions, "partitions assigned: loading their schedules");
+                "assigned"
+            }
+        };
         self.rebalances.get_or_create(&KindLabel { kind }).inc();
     }
 
@@ -317,9 +414,18 @@ mod tests {
         metrics.executed(3, ExecutionOutcome::Completed);
         metrics.executed(3, ExecutionOutcome::Completed);
         metrics.attempt(3, Duration::from_millis(2), Some(Duration::from_millis(7)));
-        metrics.retry_scheduled(3);
-        metrics.parked(1, "json");
-        metrics.rebalanced("assigned");
+        let key = TaskKey {
+            scheduled_time: chrono::DateTime::UNIX_EPOCH,
+            ordering_id: "o".into(),
+            uniqueness_key: "u".into(),
+        };
+        metrics.retry_scheduled(3, &key, 1, "boom", Duration::from_secs(1));
+        let record = Parked::Record {
+            topic: "t",
+            offset: 7,
+        };
+        metrics.parked(1, record, ParkReason::Invalid("json"), &"not JSON");
+        metrics.rebalanced(RebalanceKind::Assigned, &[3]);
         let gauges = InFlightGauges::default();
         let gauge = gauges.start(3);
         let _held = gauge.reserve(5);

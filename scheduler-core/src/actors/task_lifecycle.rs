@@ -25,7 +25,7 @@ use std::time::Duration;
 use actix::Addr;
 use scheduler_client::{Task, TaskKey};
 use tokio::sync::watch;
-use tracing::{debug, info, warn, Instrument};
+use tracing::{debug, warn, Instrument};
 
 use super::partition_ownership::{CheckOwnership, Ownership, PartitionOwnership};
 use super::{PartitionDeps, TreeError};
@@ -198,8 +198,9 @@ impl TaskRun {
                 Err(TaskError::Retry(reason)) => reason,
             };
             if self.attempts > self.deps.settings.max_task_retries {
-                warn!(partition, task = %self.key, attempts = self.attempts, %reason, "retries exhausted; task failed");
-                self.deps.metrics.retries_exhausted(self.partition);
+                self.deps
+                    .metrics
+                    .retries_exhausted(partition, &self.key, self.attempts, &reason);
                 return self.record_final(TaskStatus::Failed, Some(reason)).await;
             }
             let settings = &self.deps.settings;
@@ -209,9 +210,9 @@ impl TaskRun {
                 settings.max_backoff,
                 &mut self.rng,
             );
-            info!(partition, task = %self.key, attempt = self.attempts, %reason,
-                retry_in_ms = delay.as_millis() as u64, "task failed; retry scheduled");
-            self.deps.metrics.retry_scheduled(self.partition);
+            self.deps
+                .metrics
+                .retry_scheduled(partition, &self.key, self.attempts, &reason, delay);
             self.called = false;
             drop(hold);
             self.unless_stopped(tokio::time::sleep(delay)).await?;

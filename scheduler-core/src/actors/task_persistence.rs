@@ -29,7 +29,7 @@ use super::{PolledTasks, StopActor, TreeError, TreeResult};
 use crate::clock::Clock;
 use crate::executor::StopReason;
 use crate::in_flight::InFlight;
-use crate::metrics::Metrics;
+use crate::metrics::{Metrics, ParkReason, Parked};
 use crate::store::pages::{load_whole_ties, TieCursor};
 use crate::store::{
     last_of_each_key, PartitionId, ReadCursor, ScheduleStore, StoreError, StoreResult, TaskStore,
@@ -199,9 +199,12 @@ impl Handler<PersistTasks> for TaskPersistence {
                 }
                 for task in &refused {
                     // Retrying cannot help, and holding the batch back would stall the partition.
-                    act.metrics.parked(act.partition, "refused_by_store");
-                    warn!(partition = act.partition, task = %task.key, reason = %task.reason,
-                        "parked a task Cassandra refuses to store (skipped)");
+                    act.metrics.parked(
+                        act.partition,
+                        Parked::Task(&task.key),
+                        ParkReason::RefusedByStore,
+                        &task.reason,
+                    );
                 }
                 let refused: HashSet<TaskKey> = refused.into_iter().map(|r| r.key).collect();
                 let behind: Vec<Task> = tasks
@@ -235,8 +238,7 @@ async fn apply_cancels(
             async move {
                 match store.cancel(partition, key.clone(), at).await {
                     Ok(None) => {
-                        info!(partition, task = %key, "task cancelled");
-                        metrics.cancelled(partition);
+                        metrics.cancelled(partition, &key);
                         if let Err(e) = store.remove_scheduled(partition, key.clone()).await {
                             debug!(partition, task = %key, error = %e, "cancelled task left in the schedule (it will be skipped)");
                         }
@@ -247,7 +249,8 @@ async fn apply_cancels(
                         Ok(None)
                     }
                     Err(StoreError::Refused { reason, .. }) => {
-                        warn!(partition, task = %key, %reason, "parked a cancellation Cassandra refuses (skipped)");
+                        let what = Parked::Cancellation(&key);
+                        metrics.parked(partition, what, ParkReason::RefusedByStore, &reason);
                         Ok(None)
                     }
                     Err(e) => Err(e),

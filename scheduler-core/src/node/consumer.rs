@@ -21,7 +21,7 @@ use crate::actors::topic_supervisor::{
     AssignPartitions, ProcessTaskBatch, RevokePartitions, TopicSupervisor,
 };
 use crate::actors::PolledTasks;
-use crate::metrics::Metrics;
+use crate::metrics::{Metrics, ParkReason, Parked, RebalanceKind};
 use crate::store::PartitionId;
 
 /// How long one poll waits for the first message of a batch.
@@ -84,8 +84,7 @@ impl ConsumerContext for RebalanceHandler {
     fn pre_rebalance(&self, _: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
         if let Rebalance::Revoke(list) = rebalance {
             let revoked = partitions_of(list, &self.topic);
-            info!(?revoked, "partitions revoked: stopping their trees");
-            self.metrics.rebalanced("revoked");
+            self.metrics.rebalanced(RebalanceKind::Revoked, &revoked);
             self.set_owned(Vec::new());
             let drained = match futures::executor::block_on(self.supervisor.send(RevokePartitions))
             {
@@ -112,8 +111,7 @@ impl ConsumerContext for RebalanceHandler {
         match rebalance {
             Rebalance::Assign(list) => {
                 let assigned = partitions_of(list, &self.topic);
-                info!(?assigned, "partitions assigned: loading their schedules");
-                self.metrics.rebalanced("assigned");
+                self.metrics.rebalanced(RebalanceKind::Assigned, &assigned);
                 if let Err(e) = futures::executor::block_on(
                     self.supervisor.send(AssignPartitions(assigned.clone())),
                 ) {
@@ -236,7 +234,7 @@ impl PollLoop {
         span.0 = span.0.min(offset);
         span.1 = span.1.max(offset);
         let decoded = wire::decode_record(message.payload(), self.max_record_bytes)
-            .map_err(|e| (e.reason(), e.to_string()))
+            .map_err(|e| (ParkReason::Invalid(e.reason()), e.to_string()))
             .and_then(|record| {
                 let ordering_id = match &record {
                     Record::Task(task) => &task.ordering_id,
@@ -247,7 +245,7 @@ impl PollLoop {
                     Ok(record)
                 } else {
                     Err((
-                        "wrong_partition",
+                        ParkReason::WrongPartition,
                         format!("orderingId {ordering_id:?} belongs to partition {expected}, not {partition}"),
                     ))
                 }
@@ -262,9 +260,12 @@ impl PollLoop {
                 debug!(partition, offset, task = %key, "cancellation polled");
                 batch.tasks.entry(partition).or_default().cancels.push(key);
             }
-            Err((kind, reason)) => {
-                self.metrics.parked(partition, kind);
-                warn!(topic = %self.topic, partition, offset, %reason, "parked a record that is not a valid task (skipped)");
+            Err((reason, detail)) => {
+                let record = Parked::Record {
+                    topic: &self.topic,
+                    offset,
+                };
+                self.metrics.parked(partition, record, reason, &detail);
             }
         }
     }
