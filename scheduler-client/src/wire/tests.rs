@@ -1,0 +1,223 @@
+//! Unit tests of `wire.rs`.
+
+use super::*;
+use chrono::TimeZone;
+use serde_json::json;
+
+fn sample() -> Task {
+    let data = json!({"to": "ops", "n": 3}).as_object().cloned().unwrap();
+    Task::new(
+        "order-1",
+        Utc.timestamp_millis_opt(1_795_327_200_000)
+            .single()
+            .unwrap(),
+        "u-1",
+        data,
+    )
+}
+
+#[test]
+fn encodes_the_documented_v1_shape() {
+    let text = String::from_utf8(encode(&sample())).unwrap();
+    assert_eq!(
+        text,
+        r#"{"version":1,"orderingId":"order-1","scheduledTime":"2026-11-22T06:00:00.000Z","uniquenessKey":"u-1","taskData":{"n":3,"to":"ops"}}"#
+    );
+}
+
+#[test]
+fn cancel_records_round_trip_and_unknown_types_are_refused() {
+    let key = sample().key();
+    let raw = encode_cancel(&key);
+    assert_eq!(
+        String::from_utf8(raw.clone()).unwrap(),
+        r#"{"version":1,"type":"cancel","orderingId":"order-1","scheduledTime":"2026-11-22T06:00:00.000Z","uniquenessKey":"u-1"}"#
+    );
+    assert_eq!(
+        decode_record(Some(&raw), 1 << 20).unwrap(),
+        Record::Cancel(key)
+    );
+    assert!(
+        decode(Some(&raw), 1 << 20).is_err(),
+        "a cancel is not a task"
+    );
+    let odd = br#"{"version":1,"type":"pause","orderingId":"o","scheduledTime":"2026-11-22T06:00:00Z","uniquenessKey":"u"}"#;
+    let err = decode_record(Some(odd), 1 << 20).unwrap_err();
+    assert_eq!(err.reason(), "type");
+    let typed = br#"{"version":1,"type":"task","orderingId":"o","scheduledTime":"2026-11-22T06:00:00Z","uniquenessKey":"u"}"#;
+    assert!(matches!(
+        decode_record(Some(typed), 1 << 20),
+        Ok(Record::Task(_))
+    ));
+}
+
+/// `{"k":{"k":...{}}}` with `depth` objects, the outermost included, as text (a `Value` that
+/// deep could not be dropped without overflowing the stack).
+fn nested(depth: usize) -> String {
+    let opening = r#"{"k":"#.repeat(depth - 1);
+    format!("{opening}{{}}{}", "}".repeat(depth - 1))
+}
+
+fn record_with_data(data: &str) -> Vec<u8> {
+    format!(r#"{{"version":1,"orderingId":"o","scheduledTime":"2026-11-22T06:00:00Z","uniquenessKey":"u","taskData":{data}}}"#).into_bytes()
+}
+
+#[test]
+fn task_data_nested_beyond_the_limit_is_refused_as_too_deep() {
+    // 100 parses within serde_json's limit of 128, 200 does not; all are refused as too deep.
+    for depth in [MAX_TASK_DATA_DEPTH + 1, 100, 200, 100_000] {
+        let raw = record_with_data(&nested(depth));
+        let error = decode_record(Some(&raw), usize::MAX).unwrap_err();
+        assert_eq!(error.reason(), "too_deep", "depth {depth}: {error}");
+        assert_eq!(
+            error.to_string(),
+            "taskData is nested deeper than 64 levels"
+        );
+    }
+    let arrays = record_with_data(&format!(
+        r#"{{"a":{}{}}}"#,
+        "[".repeat(MAX_TASK_DATA_DEPTH),
+        "]".repeat(MAX_TASK_DATA_DEPTH)
+    ));
+    let error = decode_record(Some(&arrays), usize::MAX).unwrap_err();
+    assert_eq!(error.reason(), "too_deep", "arrays count too");
+    let deepest = record_with_data(&nested(MAX_TASK_DATA_DEPTH));
+    let task = decode(Some(&deepest), usize::MAX).unwrap();
+    assert_eq!(
+        check_task(&task),
+        Ok(()),
+        "what the decoder takes, the client takes"
+    );
+    // Brackets and braces inside strings do not count.
+    let quoted = record_with_data(&format!(
+        r#"{{"s":"{}\"{}"}}"#,
+        "[".repeat(200),
+        "{".repeat(200)
+    ));
+    assert!(decode(Some(&quoted), usize::MAX).is_ok());
+}
+
+#[test]
+fn numbers_survive_a_round_trip_exactly() {
+    // 17-digit floats, subnormals, the ends of the f64 and 64-bit integer ranges. Integers
+    // beyond 64 bits cannot be in a `Value` (serde_json reads them as floats), so every
+    // number a task can hold round-trips.
+    let numbers = [
+        json!(0.9062520378876269),
+        json!(0.30000000000000004),
+        json!(-0.0),
+        json!(5e-324),
+        json!(2.2250738585072014e-308),
+        json!(f64::MAX),
+        json!(f64::MIN),
+        json!(1e20),
+        json!(u64::MAX as f64),
+        json!(9_007_199_254_740_993u64),
+        json!(u64::MAX),
+        json!(i64::MIN),
+        json!(i64::MAX),
+    ];
+    for n in numbers {
+        let data = json!({ "n": n.clone(), "list": [n.clone()] });
+        let mut task = sample();
+        task.task_data = data.as_object().cloned().unwrap();
+        let back = decode(Some(&encode(&task)), usize::MAX).unwrap();
+        assert_eq!(back, task, "{n}");
+        // Same kind (integer or float) and the same digits, not only an equal value.
+        assert_eq!(back.task_data["n"].to_string(), n.to_string());
+    }
+}
+
+#[test]
+fn integers_beyond_64_bits_are_refused_rather_than_rounded() {
+    for literal in [
+        "18446744073709551616",
+        "-9223372036854775809",
+        "123456789012345678901234567890",
+    ] {
+        let raw = record_with_data(&format!(r#"{{"a":[1,{{"n":{literal}}}]}}"#));
+        let error = decode_record(Some(&raw), usize::MAX).unwrap_err();
+        assert_eq!(error.reason(), "number", "{literal}: {error}");
+        assert!(error.to_string().contains(literal), "{error}");
+    }
+    let huge = record_with_data(&format!(r#"{{"n":{}}}"#, "9".repeat(500_000)));
+    let error = decode_record(Some(&huge), usize::MAX).unwrap_err();
+    assert!(
+        error
+            .to_string()
+            .ends_with("... (500000 digits), beyond the 64-bit range the node reads exactly"),
+        "{error}"
+    );
+    // The edges of the 64-bit range, floats, and digits inside strings are fine.
+    let raw = record_with_data(
+        r#"{"a":18446744073709551615,"b":-9223372036854775808,"c":1.8446744073709552e19,"d":"18446744073709551616","e":[-0,0]}"#,
+    );
+    let task = decode(Some(&raw), usize::MAX).unwrap();
+    assert_eq!(task.task_data["a"], json!(u64::MAX));
+    assert_eq!(task.task_data["b"], json!(i64::MIN));
+}
+
+#[test]
+fn keys_longer_than_cassandra_takes_are_refused_in_tasks_and_cancels() {
+    let record = |kind: &str, ordering_id: &str, uniqueness_key: &str| {
+        format!(r#"{{"version":1,"type":"{kind}","orderingId":"{ordering_id}","scheduledTime":"2026-11-22T06:00:00Z","uniquenessKey":"{uniqueness_key}"}}"#).into_bytes()
+    };
+    let long = "o".repeat(70_000);
+    // Bytes, not characters: 513 two-byte characters are 1,026 bytes.
+    let wide = "é".repeat(513);
+    for kind in ["task", "cancel"] {
+        for (raw, field, bytes) in [
+            (record(kind, &long, "u"), "orderingId", 70_000),
+            (record(kind, "o", &wide), "uniquenessKey", 1026),
+        ] {
+            let error = decode_record(Some(&raw), usize::MAX).unwrap_err();
+            assert_eq!(error.reason(), "field_too_long", "{kind}: {error}");
+            assert_eq!(
+                error.to_string(),
+                format!("{field} is {bytes} bytes, over the 1024-byte limit")
+            );
+        }
+        let longest = record(kind, &"o".repeat(1024), &"u".repeat(1024));
+        assert!(decode_record(Some(&longest), usize::MAX).is_ok(), "{kind}");
+    }
+}
+
+#[test]
+fn round_trips() {
+    let task = sample();
+    assert_eq!(decode(Some(&encode(&task)), 1 << 20).unwrap(), task);
+}
+
+#[test]
+fn accepts_other_offsets_and_unknown_fields() {
+    let raw = br#"{"version":1,"orderingId":"o","scheduledTime":"2026-11-22T07:00:00.5+01:00","uniquenessKey":"u","taskData":{},"extra":true}"#;
+    let task = decode(Some(raw), 1 << 20).unwrap();
+    assert_eq!(format_time(task.scheduled_time), "2026-11-22T06:00:00.500Z");
+}
+
+#[test]
+fn refuses_bad_records_with_a_reason() {
+    let cases: [(&[u8], &str); 8] = [
+        (b"not json", "not a JSON task record"),
+        (b"\xff\xfe", "not a JSON task record"),
+        (br#"{"version":2,"orderingId":"o","scheduledTime":"2026-11-22T06:00:00Z","uniquenessKey":"u"}"#, "unsupported wire format version 2"),
+        (br#"{"orderingId":"o","scheduledTime":"2026-11-22T06:00:00Z","uniquenessKey":"u"}"#, "missing field `version`"),
+        (br#"{"version":1,"scheduledTime":"2026-11-22T06:00:00Z","uniquenessKey":"u"}"#, "missing field `orderingId`"),
+        (br#"{"version":1,"orderingId":"","scheduledTime":"2026-11-22T06:00:00Z","uniquenessKey":"u"}"#, "field `orderingId` is empty"),
+        (br#"{"version":1,"orderingId":"o","scheduledTime":"yesterday","uniquenessKey":"u"}"#, "scheduledTime \"yesterday\""),
+        (br#"{"version":1,"orderingId":"o","scheduledTime":"2026-11-22T06:00:00Z","uniquenessKey":"u","taskData":[1]}"#, "taskData must be a JSON object"),
+    ];
+    for (raw, reason) in cases {
+        let err = decode(Some(raw), 1 << 20).unwrap_err().to_string();
+        assert!(
+            err.contains(reason),
+            "{}: {err}",
+            String::from_utf8_lossy(raw)
+        );
+    }
+    assert!(matches!(decode(None, 10), Err(DecodeError::Empty)));
+    assert!(matches!(
+        decode(Some(&[b' '; 11]), 10),
+        Err(DecodeError::TooLarge { size: 11, max: 10 })
+    ));
+}

@@ -1,0 +1,215 @@
+//! In-memory [`super::TaskStore`] for unit tests: the same semantics as the Cassandra store,
+//! plus failure injection and latency (here) and the tables' operations (`tables.rs`).
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+
+use futures::future::BoxFuture;
+use futures::FutureExt;
+use scheduler_client::{Task, TaskKey};
+
+use super::{AttemptRecord, LeaseRecord, PartitionId, StatusRecord, StoreError, StoreResult};
+
+/// Cassandra's limit on a clustering key, in bytes.
+const CLUSTERING_KEY_LIMIT: usize = 65_535;
+
+#[derive(Default)]
+struct State {
+    schedule: BTreeMap<(PartitionId, TaskKey), Task>,
+    status: HashMap<(PartitionId, TaskKey), StatusRecord>,
+    attempts: HashMap<(PartitionId, TaskKey), Vec<AttemptRecord>>,
+    epochs: HashMap<PartitionId, u64>,
+    /// Leases by partition and holder, with when they expire (tokio time, like Cassandra's TTL).
+    leases: BTreeMap<(PartitionId, String), (LeaseRecord, tokio::time::Instant)>,
+    /// Deleted schedule rows: Cassandra keeps a tombstone a load must step over.
+    tombstones: std::collections::BTreeSet<(PartitionId, TaskKey)>,
+    /// Every status write, in order, with when it was applied (the simulation checks that a
+    /// final status never changes and that nothing starts after it).
+    status_writes: Vec<(TaskKey, StatusRecord, tokio::time::Instant)>,
+    /// When set, a multi-row write applies its rows in a random order, as concurrent inserts
+    /// land in Cassandra.
+    write_order: Option<fastrand::Rng>,
+}
+
+/// Tombstones a load may step over before Cassandra refuses it (`tombstone_failure_threshold`).
+const TOMBSTONE_FAILURE_THRESHOLD: usize = 100_000;
+
+/// An in-memory store. Clones share state.
+#[derive(Clone, Default)]
+pub struct MemoryStore {
+    state: Arc<Mutex<State>>,
+    failures_to_inject: Arc<AtomicUsize>,
+    loaded_rows: Arc<AtomicUsize>,
+    /// Each task a load returned, once (loads may read a row again).
+    loaded_keys: Arc<Mutex<std::collections::BTreeSet<(PartitionId, TaskKey)>>>,
+    /// Hour buckets loads have queried (Cassandra's load walks one query per bucket).
+    buckets_read: Arc<AtomicUsize>,
+    /// Failures to inject into one operation only, by name.
+    op_failures: Arc<Mutex<HashMap<&'static str, usize>>>,
+    /// Added latency per operation name (the value is read when the call is made, so a slow
+    /// read answers with what was true when it began).
+    latency: Arc<Mutex<HashMap<&'static str, std::time::Duration>>>,
+}
+
+impl MemoryStore {
+    /// An empty store.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Makes the next `n` operations fail.
+    pub fn fail_next(&self, n: usize) {
+        self.failures_to_inject.store(n, Ordering::SeqCst);
+    }
+
+    /// From now on, applies the rows of one write in an order drawn from `seed`, like
+    /// Cassandra applying concurrent inserts (of one key, any of them may win).
+    pub fn with_unordered_writes(self, seed: u64) -> Self {
+        self.lock().write_order = Some(fastrand::Rng::with_seed(seed));
+        self
+    }
+
+    /// Every status write so far, in order, with when it was applied.
+    pub fn status_writes(&self) -> Vec<(TaskKey, StatusRecord, tokio::time::Instant)> {
+        self.lock().status_writes.clone()
+    }
+
+    /// Every task's recorded final state.
+    pub fn statuses(&self) -> Vec<((PartitionId, TaskKey), StatusRecord)> {
+        self.lock()
+            .status
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect()
+    }
+
+    /// Makes the next `n` calls of `operation` (e.g. "schedule load") fail.
+    pub fn fail_op(&self, operation: &'static str, n: usize) {
+        self.op_failures
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(operation, n);
+    }
+
+    /// Injected failures not yet consumed.
+    pub fn fail_next_remaining(&self) -> usize {
+        self.failures_to_inject.load(Ordering::SeqCst)
+    }
+
+    /// Delays every later `operation` (e.g. "epoch read") by `latency`.
+    pub fn set_latency(&self, operation: &'static str, latency: std::time::Duration) {
+        self.latency
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(operation, latency);
+    }
+
+    fn delayed<T: Send + 'static>(
+        &self,
+        operation: &'static str,
+        result: StoreResult<T>,
+    ) -> BoxFuture<'static, StoreResult<T>> {
+        let latency = self
+            .latency
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(operation)
+            .copied();
+        match latency {
+            None => futures::future::ready(result).boxed(),
+            Some(latency) => async move {
+                tokio::time::sleep(latency).await;
+                result
+            }
+            .boxed(),
+        }
+    }
+
+    /// Hour buckets every load so far would have queried in Cassandra.
+    pub fn buckets_read(&self) -> usize {
+        self.buckets_read.load(Ordering::SeqCst)
+    }
+
+    /// Rows returned by every load so far.
+    pub fn loaded_rows(&self) -> usize {
+        self.loaded_rows.load(Ordering::SeqCst)
+    }
+
+    /// How many distinct tasks loads have returned.
+    pub fn loaded_tasks(&self) -> usize {
+        self.loaded_keys
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .len()
+    }
+
+    /// The recorded final state of a task.
+    pub fn status_of(&self, partition: PartitionId, key: &TaskKey) -> Option<StatusRecord> {
+        self.lock().status.get(&(partition, key.clone())).cloned()
+    }
+
+    /// Tasks currently in the schedule of `partition`, in key order.
+    pub fn scheduled(&self, partition: PartitionId) -> Vec<TaskKey> {
+        self.lock()
+            .schedule
+            .keys()
+            .filter(|(p, _)| *p == partition)
+            .map(|(_, k)| k.clone())
+            .collect()
+    }
+
+    /// The attempts recorded for a task.
+    pub fn attempts(&self, partition: PartitionId, key: &TaskKey) -> Vec<AttemptRecord> {
+        self.lock()
+            .attempts
+            .get(&(partition, key.clone()))
+            .cloned()
+            .unwrap_or_default()
+    }
+
+    /// Claims `partition` as another node would: every tree holding an older epoch is fenced.
+    pub fn claim_elsewhere(&self, partition: PartitionId) {
+        *self.lock().epochs.entry(partition).or_default() += 1;
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn run<T: Send + 'static>(
+        &self,
+        operation: &'static str,
+        f: impl FnOnce(&mut State) -> T,
+    ) -> BoxFuture<'static, StoreResult<T>> {
+        let injected_here = {
+            let mut by_op = self
+                .op_failures
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            match by_op.get_mut(operation) {
+                Some(n) if *n > 0 => {
+                    *n -= 1;
+                    true
+                }
+                _ => false,
+            }
+        };
+        let injected = injected_here
+            || self
+                .failures_to_inject
+                .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+                .is_ok();
+        let result = if injected {
+            Err(StoreError::Query {
+                operation,
+                reason: "injected failure".into(),
+            })
+        } else {
+            Ok(f(&mut self.lock()))
+        };
+        self.delayed(operation, result)
+    }
+}
+
+mod tables;
