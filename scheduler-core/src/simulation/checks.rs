@@ -1,0 +1,185 @@
+//! What the simulation checks once a seed has run (and samples while it runs).
+
+use super::*;
+
+impl World {
+    pub(super) fn sample_memory(&mut self) {
+        let max = settings().max_in_flight_tasks;
+        for node in &self.nodes {
+            for (partition, gauge) in node.gauges.all() {
+                self.peak_in_flight = self.peak_in_flight.max(gauge.peak());
+                if gauge.peak() > max {
+                    self.violations.push(format!(
+                        "memory: a tree of partition {partition} held {} tasks (max {max})",
+                        gauge.peak()
+                    ));
+                }
+            }
+        }
+    }
+
+    /// With every task done, no tree counts a task in memory: every way a task leaves memory
+    /// gave its count back.
+    pub(super) fn check_nothing_left_in_memory(&mut self) {
+        for node in self.members() {
+            for (partition, gauge) in self.nodes[node].gauges.all() {
+                if gauge.current() != 0 {
+                    self.violations.push(format!(
+                        "memory: with every task done, node {node}'s tree of partition {partition} counts {} tasks in memory",
+                        gauge.current()
+                    ));
+                }
+            }
+        }
+    }
+
+    pub(super) fn check(&mut self) {
+        let calls = self.shared.calls();
+        let statuses: BTreeMap<TaskKey, TaskStatus> = self
+            .store
+            .statuses()
+            .into_iter()
+            .map(|((_, k), s)| (k, s.status))
+            .collect();
+        let v = &mut self.violations;
+        // Nothing lost: each task has the status its plan leads to (or cancelled).
+        for (key, (plan, _)) in &self.produced.tasks {
+            let status = statuses.get(key).copied();
+            let expected = plan.final_status();
+            let fine = match status {
+                Some(s) if s == expected => true,
+                Some(TaskStatus::Cancelled) => self.produced.cancelled.contains(key),
+                _ => false,
+            };
+            if !fine {
+                v.push(format!(
+                    "lost: {key} ({plan:?}) has status {status:?}, expected {expected:?}"
+                ));
+            }
+        }
+        // One stuck orderingId does not hold up another of its partition.
+        for key in &self.probes {
+            let first = calls.iter().find(|c| c.key == *key);
+            let late = first.map(|c| c.started_wall - key.scheduled_time);
+            if late.is_none_or(|late| late > TimeDelta::milliseconds(PROBE_MAX_LATENESS_MS)) {
+                v.push(format!(
+                    "held up: {key} started {late:?} after its time, behind a stuck orderingId"
+                ));
+            }
+        }
+        // Nothing early.
+        for call in &calls {
+            if call.started_wall < call.key.scheduled_time {
+                v.push(format!(
+                    "early: {} started at {}",
+                    call.key, call.started_wall
+                ));
+            }
+        }
+        // No two calls of one orderingId at once.
+        let end = Instant::now();
+        let mut by_ordering: BTreeMap<&str, Vec<&Call>> = BTreeMap::new();
+        for call in &calls {
+            by_ordering
+                .entry(&call.key.ordering_id)
+                .or_default()
+                .push(call);
+        }
+        for (ordering_id, calls) in &by_ordering {
+            for (i, a) in calls.iter().enumerate() {
+                for b in &calls[i + 1..] {
+                    let (a_end, b_end) = (a.ended.unwrap_or(end), b.ended.unwrap_or(end));
+                    if a.started < b_end && b.started < a_end && !lease_lost(&self.nodes, a, b) {
+                        v.push(format!(
+                            "overlap: {} (node {}) and {} (node {}) of {ordering_id}",
+                            a.key, a.node, b.key, b.node
+                        ));
+                    }
+                }
+            }
+        }
+        // Per orderingId, first starts in schedule (= enqueue) order, ties in enqueue order.
+        let mut first_start: BTreeMap<&TaskKey, Instant> = BTreeMap::new();
+        for call in &calls {
+            first_start.entry(&call.key).or_insert(call.started);
+        }
+        let produced = &self.produced;
+        for calls in by_ordering.values() {
+            let mut keys: Vec<&TaskKey> = calls.iter().map(|c| &c.key).collect();
+            keys.sort_by_key(|k| (k.scheduled_time, produced.sequence.get(*k)));
+            keys.dedup();
+            for pair in keys.windows(2) {
+                let (a, b) = (pair[0], pair[1]);
+                let tie = a.scheduled_time == b.scheduled_time;
+                if tie && (produced.redelivered.contains(a) || produced.redelivered.contains(b)) {
+                    continue;
+                }
+                if let (Some(ta), Some(tb)) = (first_start.get(a), first_start.get(b)) {
+                    if tb < ta {
+                        v.push(format!("order: {b} first started before {a}"));
+                    }
+                }
+            }
+        }
+        // Nothing starts after its final status was stored; a final status is never written
+        // again, except as the same record (a write retried by its own tree).
+        let mut first_final: BTreeMap<TaskKey, (StatusRecord, Instant)> = BTreeMap::new();
+        for (key, record, at) in self.store.status_writes() {
+            match first_final.get(&key) {
+                // A cancel does not interrupt a call already running: its outcome replaces the
+                // cancellation.
+                Some((first, cancelled_at))
+                    if first.status == TaskStatus::Cancelled
+                        && calls
+                            .iter()
+                            .any(|c| c.key == key && c.started <= *cancelled_at) =>
+                {
+                    first_final.insert(key, (record, at));
+                }
+                Some((first, _)) if *first != record => v.push(format!(
+                    "final status rewritten: {key} from {first:?} to {record:?}"
+                )),
+                Some(_) => {}
+                None => {
+                    first_final.insert(key, (record, at));
+                }
+            }
+        }
+        for call in &calls {
+            if let Some((first, at)) = first_final.get(&call.key) {
+                if call.started > *at {
+                    v.push(format!(
+                        "after final: {} started after it was {:?}",
+                        call.key, first.status
+                    ));
+                }
+            }
+        }
+        // The last record of a key in one batch is what runs.
+        for call in &calls {
+            if self.produced.double_versions.contains(&call.key) && call.version != Some(2) {
+                v.push(format!(
+                    "stale record: {} ran version {:?}",
+                    call.key, call.version
+                ));
+            }
+        }
+    }
+}
+
+/// Whether calls `a` and `b` (of one orderingId) may overlap: the earlier one's process was
+/// paused while it ran, and the later one started once that call's lease may have expired (it
+/// was renewed every third of the TTL before the pause, so not before two thirds of the TTL).
+pub(super) fn lease_lost(nodes: &[Node], a: &Call, b: &Call) -> bool {
+    let (earlier, later) = if a.started <= b.started {
+        (a, b)
+    } else {
+        (b, a)
+    };
+    let expiry = settings().lease_ttl * 2 / 3;
+    nodes[earlier.node].pauses.iter().any(|from| {
+        earlier.started <= *from
+            && earlier.ended.is_none_or(|end| end > *from)
+            && later.started >= *from + expiry
+    })
+}

@@ -1,0 +1,129 @@
+//! The simulated user executor: each task's plan (succeed, fail, give up, panic, hang) and
+//! the log of every call, shared by all nodes.
+
+use super::*;
+
+/// What a task's calls do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Plan {
+    Succeed(Duration),
+    /// Fail (retryably) this many times, then succeed.
+    FailTimes(usize),
+    FailAlways,
+    GiveUp,
+    PanicOnce,
+    HangOnce,
+}
+
+impl Plan {
+    pub(super) fn final_status(self) -> TaskStatus {
+        match self {
+            Plan::FailAlways => TaskStatus::Failed,
+            Plan::GiveUp => TaskStatus::Dropped,
+            _ => TaskStatus::Completed,
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub(super) struct Call {
+    pub(super) node: usize,
+    pub(super) key: TaskKey,
+    pub(super) version: Option<i64>,
+    pub(super) started: Instant,
+    pub(super) started_wall: DateTime<Utc>,
+    pub(super) ended: Option<Instant>,
+}
+
+/// What every node's executor shares: the plans and the log of calls.
+pub(super) struct Shared {
+    pub(super) clock: TokioClock,
+    pub(super) plans: Mutex<BTreeMap<TaskKey, Plan>>,
+    pub(super) calls: Mutex<Vec<Call>>,
+}
+
+impl Shared {
+    pub(super) fn calls(&self) -> Vec<Call> {
+        self.calls
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+}
+
+pub(super) struct SimExecutor {
+    pub(super) node: usize,
+    pub(super) shared: Arc<Shared>,
+    /// A paused process's call returns only once it runs again.
+    pub(super) pause: Pause,
+}
+
+pub(super) struct EndOnDrop {
+    pub(super) shared: Arc<Shared>,
+    pub(super) index: usize,
+}
+
+impl Drop for EndOnDrop {
+    fn drop(&mut self) {
+        let mut calls = self
+            .shared
+            .calls
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if let Some(call) = calls.get_mut(self.index) {
+            call.ended = Some(Instant::now());
+        }
+    }
+}
+
+impl TaskExecutor for SimExecutor {
+    async fn execute(&self, task: &Task, _: &TaskContext) -> Result<(), TaskError> {
+        let key = task.key();
+        let (index, previous) = {
+            let mut calls = self
+                .shared
+                .calls
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            let previous = calls.iter().filter(|c| c.key == key).count();
+            calls.push(Call {
+                node: self.node,
+                key: key.clone(),
+                version: task.task_data.get("v").and_then(serde_json::Value::as_i64),
+                started: Instant::now(),
+                started_wall: self.shared.clock.now(),
+                ended: None,
+            });
+            (calls.len() - 1, previous)
+        };
+        let _end = EndOnDrop {
+            shared: Arc::clone(&self.shared),
+            index,
+        };
+        let plan = self
+            .shared
+            .plans
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(&key)
+            .copied()
+            .unwrap_or(Plan::Succeed(Duration::ZERO));
+        let result = match plan {
+            Plan::Succeed(work) => {
+                tokio::time::sleep(work).await;
+                Ok(())
+            }
+            Plan::FailTimes(n) if previous >= n => Ok(()),
+            Plan::FailTimes(_) | Plan::FailAlways => {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                Err(TaskError::retry("planned failure"))
+            }
+            Plan::GiveUp => Err(TaskError::give_up("planned give-up")),
+            Plan::PanicOnce if previous == 0 => panic!("planned panic"),
+            Plan::HangOnce if previous == 0 => std::future::pending().await,
+            Plan::PanicOnce | Plan::HangOnce => Ok(()),
+        };
+        self.pause.resumed().await;
+        result
+    }
+}

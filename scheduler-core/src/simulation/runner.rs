@@ -1,0 +1,138 @@
+//! Runs the seeds (`SIM_SEEDS`, `SIM_FIRST_SEED`, `SIM_SEED`, `SIM_LOG`: see the module's
+//! doc) in parallel, each under a watchdog, and reports the failing ones.
+
+use super::*;
+
+/// Runs one seed; returns its violations (empty: it passed) and how many calls it made.
+pub(super) fn run_seed(seed: u64) -> (Vec<String>, usize) {
+    // SIM_LOG=debug (an env filter) shows the engine's logs of a replayed seed.
+    if let Ok(filter) = std::env::var("SIM_LOG") {
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
+            .with_timer(SimulatedTime)
+            .with_test_writer()
+            .try_init();
+    }
+    let system = actix::System::with_tokio_rt(|| {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .start_paused(true)
+            .build()
+            .unwrap_or_else(|e| panic!("tokio runtime: {e}"))
+    });
+    system.block_on(async move {
+        // Backoff jitter and the like draw from this thread's generator: seed it too.
+        fastrand::seed(seed);
+        let mut world = World::new(seed);
+        world.run().await;
+        world.check();
+        let mut violations = world.violations;
+        violations.dedup();
+        (violations, world.shared.calls().len())
+    })
+}
+
+fn env_u64(name: &str) -> Option<u64> {
+    std::env::var(name).ok().and_then(|v| v.parse().ok())
+}
+
+#[test]
+fn simulation_of_seeded_faults_keeps_every_promise() {
+    let seeds: Vec<u64> = match env_u64("SIM_SEED") {
+        Some(seed) => vec![seed],
+        None => {
+            let first = env_u64("SIM_FIRST_SEED").unwrap_or(1);
+            let count = env_u64("SIM_SEEDS").unwrap_or(500);
+            (first..first + count).collect()
+        }
+    };
+    let started = std::time::Instant::now();
+    // The planned panics are caught by the engine; keep them out of the output.
+    let default_hook = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        let planned = info
+            .payload()
+            .downcast_ref::<&str>()
+            .is_some_and(|m| *m == "planned panic");
+        if !planned {
+            default_hook(info);
+        }
+    }));
+    // Seeds are independent (each its own actor system on its own thread): run them on every
+    // core.
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let results = Mutex::new(Vec::new());
+    let workers = std::thread::available_parallelism().map_or(1, usize::from);
+    std::thread::scope(|scope| {
+        for _ in 0..workers {
+            scope.spawn(|| loop {
+                let i = next.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                let Some(seed) = seeds.get(i).copied() else {
+                    break;
+                };
+                let watchdog = watchdog(seed);
+                let outcome = run_seed(seed);
+                drop(watchdog);
+                results
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .push((seed, outcome));
+            });
+        }
+    });
+    let mut results = results.into_inner().unwrap_or_else(PoisonError::into_inner);
+    results.sort_by_key(|(seed, _)| *seed);
+    let mut failed = Vec::new();
+    let mut calls = 0;
+    for (seed, (violations, n)) in results {
+        calls += n;
+        if !violations.is_empty() {
+            eprintln!(
+                "simulation seed {seed} failed ({} violations; replay with SIM_SEED={seed}):",
+                violations.len()
+            );
+            for violation in violations.iter().take(10) {
+                eprintln!("  {violation}");
+            }
+            failed.push(seed);
+        }
+    }
+    eprintln!(
+        "simulation: {} seeds, {calls} executor calls, {} failed, in {:.1}s",
+        seeds.len(),
+        failed.len(),
+        started.elapsed().as_secs_f64()
+    );
+    assert!(failed.is_empty(), "failing seeds: {failed:?}");
+}
+
+/// Fails the run if one seed takes more than a minute of real time (an actor spinning under the
+/// paused clock would otherwise hang it).
+fn watchdog(seed: u64) -> std::sync::mpsc::Sender<()> {
+    let (done, finished) = std::sync::mpsc::channel::<()>();
+    std::thread::spawn(move || {
+        if finished.recv_timeout(Duration::from_secs(60))
+            == Err(std::sync::mpsc::RecvTimeoutError::Timeout)
+        {
+            eprintln!("simulation seed {seed} still running after 60 s of real time; replay with SIM_SEED={seed}");
+            std::process::exit(101);
+        }
+    });
+    done
+}
+
+/// Stamps a replayed seed's log lines with the simulated time (seconds since the runtime's
+/// start), which is what the engine's timers see.
+struct SimulatedTime;
+
+impl tracing_subscriber::fmt::time::FormatTime for SimulatedTime {
+    fn format_time(&self, w: &mut tracing_subscriber::fmt::format::Writer<'_>) -> std::fmt::Result {
+        static START: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+        let start = *START.get_or_init(Instant::now);
+        write!(
+            w,
+            "sim+{:.3}s",
+            Instant::now().duration_since(start).as_secs_f64()
+        )
+    }
+}

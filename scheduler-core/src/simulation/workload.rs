@@ -1,0 +1,161 @@
+//! The simulated workload: tasks produced in schedule order per orderingId with drawn plans,
+//! duplicates, replacements, cancels and floods, and the calm end's stuck-orderingId probe.
+
+use super::*;
+
+/// The task with `key` whose data carries `version`.
+pub(super) fn versioned(key: &TaskKey, version: i64) -> Task {
+    let data = serde_json::json!({ "v": version });
+    Task::new(
+        key.ordering_id.clone(),
+        key.scheduled_time,
+        key.uniqueness_key.clone(),
+        data.as_object().cloned().unwrap_or_default(),
+    )
+}
+
+impl World {
+    pub(super) fn new_key(&mut self, ordering_id: &str, at: DateTime<Utc>) -> TaskKey {
+        // Per orderingId, enqueue order is schedule order: never earlier than the last, often
+        // the same time (a tie, run in enqueue order), with uniqueness keys in random order.
+        let last = self.last_time.get(ordering_id).copied();
+        let at = match last {
+            Some(last) if at <= last && self.rng.bool() => last,
+            Some(last) if at <= last => last + TimeDelta::milliseconds(1),
+            _ => at,
+        };
+        self.last_time.insert(ordering_id.to_string(), at);
+        self.next_unique += 1;
+        TaskKey {
+            scheduled_time: at,
+            ordering_id: ordering_id.to_string(),
+            uniqueness_key: format!("u{:03}-{:06}", self.rng.u32(0..1000), self.next_unique),
+        }
+    }
+
+    pub(super) fn draw_plan(&mut self) -> Plan {
+        match self.rng.u32(0..100) {
+            0..=64 => Plan::Succeed(Duration::from_millis(self.rng.u64(5..300))),
+            65..=74 => Plan::FailTimes(self.rng.usize(1..3)),
+            75..=77 => Plan::FailAlways,
+            78..=80 => Plan::GiveUp,
+            81..=82 => Plan::PanicOnce,
+            83..=84 => Plan::HangOnce,
+            // Longer than the drain and several lease renewals.
+            _ => Plan::Succeed(Duration::from_millis(self.rng.u64(2_500..8_000))),
+        }
+    }
+
+    pub(super) fn append(&mut self, record: Record) {
+        let ordering_id = match &record {
+            Record::Task(t) => &t.ordering_id,
+            Record::Cancel(k) => &k.ordering_id,
+        };
+        let partition = partition_for(ordering_id, PARTITIONS) as usize;
+        self.logs[partition].push(record);
+    }
+
+    pub(super) fn produce_task(&mut self, ordering_id: &str, at: DateTime<Utc>, versions: i64) {
+        self.produce_planned(ordering_id, at, versions, None);
+    }
+
+    /// Produces a task with `plan`, or one drawn at random.
+    pub(super) fn produce_planned(
+        &mut self,
+        ordering_id: &str,
+        at: DateTime<Utc>,
+        versions: i64,
+        plan: Option<Plan>,
+    ) -> TaskKey {
+        let plan = plan.unwrap_or_else(|| self.draw_plan());
+        let key = self.new_key(ordering_id, at);
+        self.produced.sequence.insert(key.clone(), self.next_unique);
+        self.shared
+            .plans
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(key.clone(), plan);
+        for version in 1..=versions {
+            self.append(Record::Task(versioned(&key, version)));
+        }
+        if versions > 1 {
+            self.produced.double_versions.insert(key.clone());
+        }
+        self.produced.tasks.insert(key.clone(), (plan, versions));
+        key
+    }
+
+    pub(super) fn produce(&mut self) {
+        let now = self.now();
+        let ordering = |rng: &mut fastrand::Rng| format!("o{}", rng.usize(0..ORDERING_IDS));
+        let roll = self.rng.u32(0..1000);
+        match roll {
+            // A flood: many due tasks at once.
+            0..=9 => {
+                for _ in 0..30 {
+                    let o = ordering(&mut self.rng);
+                    self.produce_task(&o, now, 1);
+                }
+            }
+            // Two records of one new key in one batch: the last must win.
+            10..=29 => {
+                let o = ordering(&mut self.rng);
+                let at = now + TimeDelta::milliseconds(self.rng.i64(1_000..5_000));
+                self.produce_task(&o, at, 2);
+            }
+            // A duplicate delivery of an earlier record.
+            30..=59 => {
+                let keys: Vec<TaskKey> = self.produced.tasks.keys().cloned().collect();
+                if !keys.is_empty() {
+                    let key = keys[self.rng.usize(0..keys.len())].clone();
+                    let version = self.produced.tasks.get(&key).map_or(1, |(_, v)| *v);
+                    self.produced.redelivered.insert(key.clone());
+                    self.append(Record::Task(versioned(&key, version)));
+                }
+            }
+            // A cancellation.
+            60..=79 => {
+                let keys: Vec<TaskKey> = self.produced.tasks.keys().cloned().collect();
+                if !keys.is_empty() {
+                    let key = keys[self.rng.usize(0..keys.len())].clone();
+                    self.produced.cancelled.insert(key.clone());
+                    self.append(Record::Cancel(key));
+                }
+            }
+            80..=399 => {
+                let o = ordering(&mut self.rng);
+                let at = now + TimeDelta::milliseconds(self.rng.i64(-500..8_000));
+                self.produce_task(&o, at, 1);
+            }
+            _ => {}
+        }
+    }
+
+    /// A calm end: one orderingId stuck on tasks that keep failing, more of them than a tree
+    /// may hold, beside another orderingId of its partition whose tasks must start on time.
+    pub(super) async fn probe_a_stuck_ordering_id(&mut self) {
+        let partition = self.rng.i32(0..PARTITIONS as i32);
+        let mut names = (0..)
+            .map(|i| format!("probe{i}"))
+            .filter(|o| partition_for(o, PARTITIONS) == partition);
+        let (Some(stuck), Some(free)) = (names.next(), names.next()) else {
+            return;
+        };
+        let now = self.now();
+        for _ in 0..settings().max_in_flight_tasks + 4 {
+            self.produce_planned(&stuck, now, 1, Some(Plan::FailAlways));
+        }
+        for second in 1..=3 {
+            let at = now + TimeDelta::seconds(second);
+            let plan = Some(Plan::Succeed(Duration::from_millis(10)));
+            let key = self.produce_planned(&free, at, 1, plan);
+            self.probes.push(key);
+        }
+        let end = Instant::now() + PROBE_PHASE;
+        while Instant::now() < end {
+            self.poll().await;
+            self.sample_memory();
+            tokio::time::sleep(STEP).await;
+        }
+    }
+}
