@@ -1,0 +1,128 @@
+//! Cancellations, parked tasks and the stale-task gauge.
+
+use super::*;
+
+#[test]
+fn a_cancelled_task_never_runs_and_a_finished_one_keeps_its_status() {
+    run_paused(|| async {
+        let h = Harness::new(SchedulingSettings::default(), Duration::ZERO, &[]);
+        h.assign().await;
+        let cancelled = task("c", t0() + ms(10_000), "1");
+        let finished = task("f", t0() + ms(1_000), "1");
+        h.enqueue(vec![cancelled.clone(), finished.clone()]).await;
+        advance(Duration::from_secs(2)).await;
+        // The first is held in memory, waiting for its time; the second already ran.
+        h.cancel(vec![cancelled.key(), finished.key()]).await;
+        advance(Duration::from_secs(30)).await;
+        assert!(
+            h.recorder.call_times("c").is_empty(),
+            "a cancelled task never runs"
+        );
+        assert_eq!(
+            h.store.status_of(P, &cancelled.key()).map(|s| s.status),
+            Some(TaskStatus::Cancelled)
+        );
+        assert_eq!(
+            h.store.status_of(P, &finished.key()).map(|s| s.status),
+            Some(TaskStatus::Completed)
+        );
+        assert!(h.store.scheduled(P).is_empty());
+        assert_eq!(
+            h.in_flight.get(P).map(|g| g.current()),
+            Some(0),
+            "dropped from memory"
+        );
+
+        // Cancelling is final: scheduling the same key again does not run it.
+        h.enqueue(vec![cancelled.clone()]).await;
+        advance(Duration::from_secs(30)).await;
+        assert!(h.recorder.call_times("c").is_empty());
+    });
+}
+
+#[test]
+fn a_task_cancelled_in_its_own_batch_does_not_run() {
+    run_paused(|| async {
+        let h = Harness::new(SchedulingSettings::default(), Duration::ZERO, &[]);
+        h.assign().await;
+        advance(Duration::from_secs(1)).await;
+        let due_now = task("now", t0() + ms(1_000), "1");
+        h.process(PolledTasks {
+            tasks: vec![due_now.clone()],
+            cancels: vec![due_now.key()],
+        })
+        .await;
+        advance(Duration::from_secs(10)).await;
+        assert!(h.recorder.call_times("now").is_empty());
+        assert_eq!(
+            h.store.status_of(P, &due_now.key()).map(|s| s.status),
+            Some(TaskStatus::Cancelled)
+        );
+    });
+}
+
+#[test]
+fn overdue_incomplete_tasks_show_in_the_stale_gauge() {
+    run_paused(|| async {
+        let settings = SchedulingSettings {
+            stale_after: Duration::from_secs(10),
+            backoff_factor: Duration::from_secs(3600),
+            max_backoff: Duration::from_secs(3600),
+            ..SchedulingSettings::default()
+        };
+        let h = Harness::new(
+            settings,
+            Duration::ZERO,
+            &[("stuck", Behaviour::FailAlways)],
+        );
+        h.assign().await;
+        h.enqueue(vec![task("stuck", t0(), "1"), task("fine", t0(), "1")])
+            .await;
+        advance(Duration::from_secs(45)).await;
+        let text = h.metrics.encode(&h.in_flight);
+        assert!(
+            text.contains("scheduler_stale_tasks{partition=\"0\"} 1"),
+            "one task is 45 s overdue (stale after 10 s) and still incomplete:\n{text}"
+        );
+    });
+}
+
+#[test]
+fn a_task_cassandra_refuses_is_parked_and_the_partition_goes_on() {
+    run_paused(|| async {
+        let h = Harness::new(SchedulingSettings::default(), Duration::ZERO, &[]);
+        h.assign().await;
+        let poison = task(&"x".repeat(70_000), t0(), "1");
+        let fine = task("fine", t0(), "1");
+        // `process` asserts that the batch counts as persisted (its offsets are committed).
+        h.enqueue(vec![poison, fine.clone()]).await;
+        advance(Duration::from_secs(1)).await;
+        assert_eq!(h.recorder.call_times("fine"), [t0()]);
+        let text = h.metrics.encode(&h.in_flight);
+        assert!(
+            text.contains(
+                "scheduler_parked_records_total{partition=\"0\",reason=\"refused_by_store\"} 1"
+            ),
+            "{text}"
+        );
+    });
+}
+
+#[test]
+fn a_batch_of_5000_cancels_completes_within_the_persist_timeout() {
+    run_paused(|| async {
+        let h = Harness::new(SchedulingSettings::default(), Duration::ZERO, &[]);
+        h.assign().await;
+        let tasks: Vec<Task> = (0..5_000)
+            .map(|i| task(&format!("o{}", i % 50), t0() + ms(600_000), &i.to_string()))
+            .collect();
+        h.enqueue(tasks.clone()).await;
+        // Each cancellation is a lightweight transaction of a few ms.
+        h.store.set_latency("cancel", Duration::from_millis(5));
+        h.store
+            .set_latency("status write", Duration::from_millis(5));
+        h.cancel(tasks.iter().map(Task::key).collect()).await;
+        advance(Duration::from_secs(700)).await;
+        assert!(h.recorder.calls().is_empty(), "every task was cancelled");
+    });
+}

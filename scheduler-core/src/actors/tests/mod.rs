@@ -1,0 +1,316 @@
+//! Unit tests of the actor tree: a real actix system on a paused tokio runtime (time moves only
+//! when every task waits, so timings are exact and the tests take milliseconds), the in-memory
+//! store, and an executor that records every call.
+
+mod cancels;
+mod memory;
+mod one_run_at_a_time;
+mod ownership;
+mod retries;
+mod scheduling;
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::atomic::{AtomicI64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use actix::{Actor, Addr};
+use chrono::{DateTime, TimeDelta, TimeZone, Utc};
+use scheduler_client::{Task, TaskKey};
+
+use super::topic_supervisor::{
+    AssignPartitions, OwnedPartitions, ProcessTaskBatch, RevokePartitions, TaskBatchProcessed,
+    TopicSupervisor,
+};
+use super::{PartitionDeps, PolledTasks};
+use crate::clock::{Clock, TokioClock};
+use crate::executor::{CallPool, TaskContext, TaskError, TaskExecutor};
+use crate::in_flight::InFlightGauges;
+use crate::settings::SchedulingSettings;
+use crate::store::memory::MemoryStore;
+use crate::store::{AttemptOutcome, OwnershipStore, ScheduleStore, TaskStatus};
+
+const P: i32 = 0;
+
+fn t0() -> DateTime<Utc> {
+    Utc.with_ymd_and_hms(2030, 1, 1, 12, 0, 0)
+        .single()
+        .expect("valid time")
+}
+
+fn ms(n: i64) -> TimeDelta {
+    TimeDelta::milliseconds(n)
+}
+
+fn task(ordering_id: &str, at: DateTime<Utc>, unique: &str) -> Task {
+    Task::new(ordering_id, at, unique, Default::default())
+}
+
+/// Runs `test` inside an actix system whose tokio runtime starts paused. Paused time only moves
+/// when the runtime is idle, so an actor that spins would hang the test: a watchdog fails it.
+fn run_paused<F: Future<Output = ()>>(test: impl FnOnce() -> F) {
+    let (done, finished) = std::sync::mpsc::channel::<()>();
+    std::thread::spawn(move || {
+        if finished.recv_timeout(Duration::from_secs(60))
+            == Err(std::sync::mpsc::RecvTimeoutError::Timeout)
+        {
+            eprintln!("actor test still running after 60 s of real time: an actor is spinning");
+            std::process::exit(101);
+        }
+    });
+    let system = actix::System::with_tokio_rt(|| {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .start_paused(true)
+            .build()
+            .expect("tokio runtime")
+    });
+    system.block_on(test());
+    let _ = done.send(());
+}
+
+/// What the recording executor does with a call.
+#[derive(Clone, Copy)]
+enum Behaviour {
+    Succeed,
+    /// Fail (retryably) this many times, then succeed.
+    FailTimes(u32),
+    FailAlways,
+    GiveUp,
+    /// Panic on the first call, then succeed.
+    PanicOnce,
+    /// Never return from the first call, then succeed.
+    HangOnce,
+}
+
+struct Recorder {
+    clock: TokioClock,
+    store: MemoryStore,
+    work: Duration,
+    behaviours: HashMap<String, Behaviour>,
+    calls: Mutex<Vec<(TaskKey, DateTime<Utc>)>>,
+    running: Mutex<HashMap<String, usize>>,
+    overlaps: AtomicUsize,
+    completed: AtomicUsize,
+    peak_in_flight: AtomicUsize,
+    /// The partition's next offset: the harness enqueues like the consumer, offsets rising.
+    next_offset: AtomicI64,
+}
+
+impl Recorder {
+    fn calls(&self) -> Vec<(TaskKey, DateTime<Utc>)> {
+        self.calls.lock().expect("lock").clone()
+    }
+
+    fn call_times(&self, ordering_id: &str) -> Vec<DateTime<Utc>> {
+        self.calls()
+            .into_iter()
+            .filter(|(k, _)| k.ordering_id == ordering_id)
+            .map(|(_, at)| at)
+            .collect()
+    }
+}
+
+impl TaskExecutor for Arc<Recorder> {
+    async fn execute(&self, task: &Task, _: &TaskContext) -> Result<(), TaskError> {
+        let previous_calls = {
+            let mut calls = self.calls.lock().expect("lock");
+            calls.push((task.key(), self.clock.now()));
+            calls.iter().filter(|(k, _)| *k == task.key()).count() - 1
+        };
+        // Tasks loaded but not finished: bounded by max_in_flight_tasks.
+        let in_flight = self
+            .store
+            .loaded_tasks()
+            .saturating_sub(self.completed.load(Ordering::SeqCst));
+        self.peak_in_flight.fetch_max(in_flight, Ordering::SeqCst);
+        {
+            let mut running = self.running.lock().expect("lock");
+            let n = running.entry(task.ordering_id.clone()).or_default();
+            *n += 1;
+            if *n > 1 {
+                self.overlaps.fetch_add(1, Ordering::SeqCst);
+            }
+        }
+        tokio::time::sleep(self.work).await;
+        *self
+            .running
+            .lock()
+            .expect("lock")
+            .entry(task.ordering_id.clone())
+            .or_default() -= 1;
+        let result = match self
+            .behaviours
+            .get(&task.ordering_id)
+            .copied()
+            .unwrap_or(Behaviour::Succeed)
+        {
+            Behaviour::Succeed => Ok(()),
+            Behaviour::FailTimes(n) if previous_calls as u32 >= n => Ok(()),
+            Behaviour::FailTimes(_) | Behaviour::FailAlways => Err(TaskError::retry("flaky")),
+            Behaviour::GiveUp => Err(TaskError::give_up("invalid payload")),
+            Behaviour::PanicOnce if previous_calls == 0 => panic!("executor bug"),
+            Behaviour::HangOnce if previous_calls == 0 => std::future::pending().await,
+            Behaviour::PanicOnce | Behaviour::HangOnce => Ok(()),
+        };
+        self.completed.fetch_add(1, Ordering::SeqCst);
+        result
+    }
+}
+
+struct Harness {
+    store: MemoryStore,
+    recorder: Arc<Recorder>,
+    topic: Addr<TopicSupervisor>,
+    in_flight: InFlightGauges,
+    metrics: Arc<crate::metrics::Metrics>,
+}
+
+impl Harness {
+    /// A node's actors with one executor; call inside [`run_paused`].
+    fn new(
+        settings: SchedulingSettings,
+        work: Duration,
+        behaviours: &[(&str, Behaviour)],
+    ) -> Harness {
+        let clock = TokioClock::starting_at(t0());
+        let store = MemoryStore::new();
+        let recorder = Arc::new(Recorder {
+            clock: clock.clone(),
+            store: store.clone(),
+            work,
+            behaviours: behaviours
+                .iter()
+                .map(|(o, b)| (o.to_string(), *b))
+                .collect(),
+            calls: Mutex::default(),
+            running: Mutex::default(),
+            overlaps: AtomicUsize::new(0),
+            completed: AtomicUsize::new(0),
+            peak_in_flight: AtomicUsize::new(0),
+            next_offset: AtomicI64::new(0),
+        });
+        Harness::node("test-node", settings, store, recorder)
+    }
+
+    /// Another node of the same cluster: the same store, executor recorder and clock.
+    fn second_node(&self, settings: SchedulingSettings) -> Harness {
+        Harness::node(
+            "test-node-2",
+            settings,
+            self.store.clone(),
+            Arc::clone(&self.recorder),
+        )
+    }
+
+    fn node(
+        node_id: &str,
+        settings: SchedulingSettings,
+        store: MemoryStore,
+        recorder: Arc<Recorder>,
+    ) -> Harness {
+        let pool = CallPool::new(
+            Arc::clone(&recorder),
+            tokio::runtime::Handle::current(),
+            settings.executor_concurrency,
+            settings.execution_timeout,
+        );
+        let deps = PartitionDeps {
+            node_id: Arc::from(node_id),
+            store: Arc::new(store.clone()),
+            leases: Arc::new(store.clone()),
+            clock: Arc::new(recorder.clock.clone()),
+            pool,
+            settings: Arc::new(settings),
+            in_flight: InFlightGauges::default(),
+            metrics: Arc::new(crate::metrics::Metrics::new()),
+            events: None,
+        };
+        let in_flight = deps.in_flight.clone();
+        let metrics = Arc::clone(&deps.metrics);
+        let topic = TopicSupervisor::new(deps).start();
+        Harness {
+            store,
+            recorder,
+            topic,
+            in_flight,
+            metrics,
+        }
+    }
+
+    async fn assign(&self) {
+        self.topic
+            .send(AssignPartitions(vec![P]))
+            .await
+            .expect("assign");
+    }
+
+    /// Consumes `tasks` as the next records of the partition: each at the next offset.
+    async fn enqueue(&self, tasks: Vec<Task>) {
+        let tasks = tasks.into_iter().map(|t| self.enqueued(t)).collect();
+        self.process(PolledTasks {
+            tasks,
+            cancels: vec![],
+        })
+        .await;
+    }
+
+    fn enqueued(&self, task: Task) -> Task {
+        task.enqueued_at(self.recorder.next_offset.fetch_add(1, Ordering::SeqCst))
+    }
+
+    async fn cancel(&self, cancels: Vec<TaskKey>) {
+        self.process(PolledTasks {
+            tasks: vec![],
+            cancels,
+        })
+        .await;
+    }
+
+    async fn process(&self, batch: PolledTasks) {
+        let reply = self.offer(batch).await;
+        assert_eq!(reply.persisted, vec![P], "{:?}", reply.failed);
+    }
+
+    /// Hands the tree a polled batch, as the consumer does, and returns what became durable.
+    async fn offer(&self, batch: PolledTasks) -> TaskBatchProcessed {
+        self.topic
+            .send(ProcessTaskBatch(std::collections::BTreeMap::from([(
+                P, batch,
+            )])))
+            .await
+            .expect("batch")
+    }
+}
+
+async fn advance(d: Duration) {
+    tokio::time::sleep(d).await;
+}
+
+fn overlaps(h: &Harness) -> usize {
+    h.recorder.overlaps.load(Ordering::SeqCst)
+}
+
+/// Tasks of one orderingId due at one time, enqueued in the reverse of their uniqueness keys'
+/// order (`z…` first): they must run in enqueue order.
+fn tied(ordering_id: &str, at: DateTime<Utc>, count: usize) -> Vec<Task> {
+    (0..count)
+        .map(|i| {
+            task(
+                ordering_id,
+                at,
+                &format!("{}-{i:03}", (b'z' - (i % 26) as u8) as char),
+            )
+        })
+        .collect()
+}
+
+fn ran(h: &Harness, ordering_id: &str) -> Vec<TaskKey> {
+    h.recorder
+        .calls()
+        .into_iter()
+        .map(|(k, _)| k)
+        .filter(|k| k.ordering_id == ordering_id)
+        .collect()
+}

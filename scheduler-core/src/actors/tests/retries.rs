@@ -1,0 +1,161 @@
+//! Failed attempts: backoff, exhausted retries, panics and hangs, and the counters they leave.
+
+use super::*;
+
+#[test]
+fn failures_retry_after_jittered_exponential_backoff_then_complete() {
+    run_paused(|| async {
+        let h = Harness::new(
+            SchedulingSettings::default(),
+            Duration::ZERO,
+            &[("flaky", Behaviour::FailTimes(3))],
+        );
+        h.assign().await;
+        let flaky = task("flaky", t0(), "1");
+        h.enqueue(vec![flaky.clone()]).await;
+        advance(Duration::from_secs(600)).await;
+        let times = h.recorder.call_times("flaky");
+        assert_eq!(times.len(), 4);
+        // Factor 20 s: retry n waits between half and all of 20 s * 2^(n-1).
+        for (n, pair) in times.windows(2).enumerate() {
+            let gap = (pair[1] - pair[0]).num_milliseconds();
+            let period = 20_000 << n;
+            assert!(
+                (period / 2..=period).contains(&gap),
+                "retry {} after {gap} ms",
+                n + 1
+            );
+        }
+        let status = h.store.status_of(P, &flaky.key()).expect("status");
+        assert_eq!((status.status, status.attempts), (TaskStatus::Completed, 4));
+        let outcomes: Vec<AttemptOutcome> = h
+            .store
+            .attempts(P, &flaky.key())
+            .iter()
+            .map(|a| a.outcome)
+            .collect();
+        assert_eq!(
+            outcomes,
+            [
+                AttemptOutcome::Failed,
+                AttemptOutcome::Failed,
+                AttemptOutcome::Failed,
+                AttemptOutcome::Succeeded
+            ]
+        );
+    });
+}
+
+#[test]
+fn exhausted_retries_record_failure_and_the_task_never_runs_again() {
+    run_paused(|| async {
+        let settings = SchedulingSettings {
+            max_task_retries: 2,
+            backoff_factor: Duration::from_secs(1),
+            max_backoff: Duration::from_secs(2),
+            ..SchedulingSettings::default()
+        };
+        let h = Harness::new(
+            settings,
+            Duration::ZERO,
+            &[
+                ("doomed", Behaviour::FailAlways),
+                ("bad", Behaviour::GiveUp),
+            ],
+        );
+        h.assign().await;
+        let doomed = task("doomed", t0(), "1");
+        let bad = task("bad", t0(), "1");
+        h.enqueue(vec![doomed.clone(), bad.clone()]).await;
+        advance(Duration::from_secs(60)).await;
+        assert_eq!(
+            h.recorder.call_times("doomed").len(),
+            3,
+            "first attempt plus 2 retries"
+        );
+        let failed = h.store.status_of(P, &doomed.key()).expect("status");
+        assert_eq!((failed.status, failed.attempts), (TaskStatus::Failed, 3));
+        assert_eq!(failed.last_error.as_deref(), Some("flaky"));
+        assert_eq!(
+            h.recorder.call_times("bad").len(),
+            1,
+            "a give-up is not retried"
+        );
+        assert_eq!(
+            h.store.status_of(P, &bad.key()).map(|s| s.status),
+            Some(TaskStatus::Dropped)
+        );
+
+        // Scheduling them again (same keys) does not run them again.
+        h.enqueue(vec![doomed, bad]).await;
+        advance(Duration::from_secs(60)).await;
+        assert_eq!(h.recorder.call_times("doomed").len(), 3);
+        assert_eq!(h.recorder.call_times("bad").len(), 1);
+    });
+}
+
+#[test]
+fn a_panicking_or_hanging_executor_is_a_failed_attempt_that_is_retried() {
+    run_paused(|| async {
+        let settings = SchedulingSettings {
+            execution_timeout: Duration::from_secs(5),
+            backoff_factor: Duration::from_secs(1),
+            ..SchedulingSettings::default()
+        };
+        let h = Harness::new(
+            settings,
+            Duration::ZERO,
+            &[
+                ("panics", Behaviour::PanicOnce),
+                ("hangs", Behaviour::HangOnce),
+            ],
+        );
+        h.assign().await;
+        let panics = task("panics", t0(), "1");
+        let hangs = task("hangs", t0(), "1");
+        h.enqueue(vec![panics.clone(), hangs.clone()]).await;
+        advance(Duration::from_secs(60)).await;
+        for (t, error) in [
+            (&panics, "the executor panicked"),
+            (&hangs, "timed out after 5s"),
+        ] {
+            let status = h.store.status_of(P, &t.key()).expect("finished");
+            assert_eq!((status.status, status.attempts), (TaskStatus::Completed, 2));
+            let first = &h.store.attempts(P, &t.key())[0];
+            assert_eq!(first.outcome, AttemptOutcome::Failed);
+            let recorded = first.error.as_deref().unwrap_or_default();
+            assert!(recorded.starts_with(error), "{recorded}");
+        }
+        let hang_calls = h.recorder.call_times("hangs");
+        assert!(
+            hang_calls[1] >= t0() + ms(5_500),
+            "retried after the timeout and a backoff: {hang_calls:?}"
+        );
+    });
+}
+
+#[test]
+fn counters_are_kept_across_revokes_for_the_life_of_the_node() {
+    run_paused(|| async {
+        let h = Harness::new(SchedulingSettings::default(), Duration::ZERO, &[]);
+        let completed = |h: &Harness| -> f64 {
+            h.metrics
+                .encode(&h.in_flight)
+                .lines()
+                .filter_map(|l| {
+                    l.strip_prefix(
+                        "scheduler_executions_total{partition=\"0\",outcome=\"completed\"} ",
+                    )
+                })
+                .filter_map(|v| v.parse::<f64>().ok())
+                .sum()
+        };
+        for round in 1..=2 {
+            h.assign().await;
+            h.enqueue(vec![task("a", t0(), &round.to_string())]).await;
+            advance(Duration::from_secs(1)).await;
+            h.topic.send(RevokePartitions).await.expect("revoke");
+            assert_eq!(completed(&h), f64::from(round));
+        }
+    });
+}

@@ -1,0 +1,261 @@
+//! When tasks run: on time, in order per orderingId, ties in enqueue order, loaded or pushed.
+
+use super::*;
+
+#[test]
+fn due_tasks_run_at_once_and_future_tasks_at_their_exact_time() {
+    run_paused(|| async {
+        let h = Harness::new(SchedulingSettings::default(), Duration::ZERO, &[]);
+        h.assign().await;
+        h.enqueue(vec![
+            task("b", t0() + ms(10_000), "1"),
+            task("a", t0(), "1"),
+            task("c", t0() + ms(10_500), "1"),
+        ])
+        .await;
+        advance(Duration::from_secs(30)).await;
+        let calls = h.recorder.calls();
+        let got: Vec<(&str, i64)> = calls
+            .iter()
+            .map(|(k, at)| (k.ordering_id.as_str(), (*at - t0()).num_milliseconds()))
+            .collect();
+        assert_eq!(got, [("a", 0), ("b", 10_000), ("c", 10_500)]);
+        for (key, _) in &calls {
+            let status = h.store.status_of(P, key).expect("status recorded");
+            assert_eq!((status.status, status.attempts), (TaskStatus::Completed, 1));
+        }
+        assert!(
+            h.store.scheduled(P).is_empty(),
+            "completed tasks leave the schedule"
+        );
+    });
+}
+
+#[test]
+fn a_task_beyond_the_look_ahead_is_loaded_in_time_and_runs_on_time() {
+    run_paused(|| async {
+        let settings = SchedulingSettings {
+            max_look_ahead: Duration::from_secs(15),
+            prefetch_window: Duration::from_secs(5),
+            ..SchedulingSettings::default()
+        };
+        let h = Harness::new(settings, Duration::ZERO, &[]);
+        h.assign().await;
+        h.enqueue(vec![task("far", t0() + ms(20_000), "1")]).await;
+        advance(Duration::from_secs(1)).await;
+        assert_eq!(
+            h.store.loaded_rows(),
+            0,
+            "20 s ahead is past the 15 s look-ahead: not loaded yet"
+        );
+        advance(Duration::from_secs(30)).await;
+        assert_eq!(h.recorder.call_times("far"), [t0() + ms(20_000)]);
+    });
+}
+
+#[test]
+fn tasks_enqueued_before_assignment_load_and_overdue_ones_run_at_once() {
+    run_paused(|| async {
+        let h = Harness::new(SchedulingSettings::default(), Duration::ZERO, &[]);
+        // Persisted while no node owned the partition: one overdue by an hour, one in 3 s.
+        h.store
+            .persist(
+                P,
+                vec![
+                    task("late", t0() - ms(3_600_000), "1"),
+                    task("soon", t0() + ms(3_000), "1"),
+                ],
+            )
+            .await
+            .expect("persist");
+        h.assign().await;
+        advance(Duration::from_secs(10)).await;
+        assert_eq!(h.recorder.call_times("late"), [t0()]);
+        assert_eq!(h.recorder.call_times("soon"), [t0() + ms(3_000)]);
+    });
+}
+
+#[test]
+fn one_ordering_id_runs_its_tasks_in_schedule_order_one_at_a_time() {
+    run_paused(|| async {
+        let h = Harness::new(SchedulingSettings::default(), Duration::from_millis(7), &[]);
+        h.assign().await;
+        let tasks: Vec<Task> = (0..200)
+            .map(|i| task("serial", t0() + ms(i), &format!("{i:03}")))
+            .collect();
+        let expected: Vec<TaskKey> = tasks.iter().map(Task::key).collect();
+        // Two batches, and other ordering ids interleaved, to show order is per ordering id.
+        h.enqueue(tasks[..120].to_vec()).await;
+        h.enqueue(
+            (0..50)
+                .map(|i| task(&format!("other-{i}"), t0() + ms(i), "x"))
+                .collect(),
+        )
+        .await;
+        h.enqueue(tasks[120..].to_vec()).await;
+        advance(Duration::from_secs(10)).await;
+        let serial: Vec<TaskKey> = h
+            .recorder
+            .calls()
+            .into_iter()
+            .map(|(k, _)| k)
+            .filter(|k| k.ordering_id == "serial")
+            .collect();
+        assert_eq!(serial, expected);
+        assert_eq!(
+            h.recorder.overlaps.load(Ordering::SeqCst),
+            0,
+            "never two at once for one ordering id"
+        );
+        assert_eq!(h.recorder.calls().len(), 250);
+    });
+}
+
+#[test]
+fn the_same_task_scheduled_twice_runs_once() {
+    run_paused(|| async {
+        let h = Harness::new(SchedulingSettings::default(), Duration::ZERO, &[]);
+        h.assign().await;
+        let twice = task("dup", t0() + ms(2_000), "1");
+        h.enqueue(vec![twice.clone()]).await;
+        h.enqueue(vec![twice.clone()]).await;
+        advance(Duration::from_secs(5)).await;
+        h.enqueue(vec![twice]).await;
+        advance(Duration::from_secs(5)).await;
+        assert_eq!(h.recorder.call_times("dup"), [t0() + ms(2_000)]);
+    });
+}
+
+#[test]
+fn a_task_scheduled_slightly_in_the_past_after_others_ran_still_runs() {
+    run_paused(|| async {
+        let h = Harness::new(SchedulingSettings::default(), Duration::ZERO, &[]);
+        h.assign().await;
+        h.enqueue(vec![task("o", t0() + ms(1_000), "first")]).await;
+        advance(Duration::from_secs(5)).await;
+        // Now t0 + 5 s; a task 3 s in the past (within a grace window) for the same ordering id.
+        h.enqueue(vec![task("o", t0() + ms(2_000), "late")]).await;
+        advance(Duration::from_secs(1)).await;
+        assert_eq!(
+            h.recorder.call_times("o"),
+            [t0() + ms(1_000), t0() + ms(5_000)]
+        );
+    });
+}
+
+#[test]
+fn a_far_past_task_does_not_send_loading_back_years() {
+    run_paused(|| async {
+        let settings = SchedulingSettings {
+            max_in_flight_tasks: 4,
+            ..SchedulingSettings::default()
+        };
+        let h = Harness::new(settings, Duration::ZERO, &[]);
+        h.assign().await;
+        // Memory full of tasks not due yet; then a foreign producer's task due five years ago.
+        let future: Vec<Task> = (0..4)
+            .map(|i| task(&format!("f{i}"), t0() + ms(60_000), "1"))
+            .collect();
+        h.enqueue(future).await;
+        advance(Duration::from_secs(1)).await;
+        let before = h.store.buckets_read();
+        let ancient = task("ancient", t0() - TimeDelta::days(5 * 365), "1");
+        h.enqueue(vec![ancient]).await;
+        advance(Duration::from_secs(120)).await;
+        assert_eq!(h.recorder.call_times("ancient").len(), 1, "it runs");
+        let walked = h.store.buckets_read() - before;
+        assert!(walked < 1_000, "loading walked {walked} hour buckets");
+    });
+}
+
+#[test]
+fn a_node_is_ready_once_it_owns_partitions_and_loaded_each() {
+    run_paused(|| async {
+        let h = Harness::new(SchedulingSettings::default(), Duration::ZERO, &[]);
+        assert!(!h.in_flight.ready(&[]), "owning nothing is not ready");
+        h.store.set_latency("schedule load", Duration::from_secs(1));
+        h.assign().await;
+        advance(Duration::from_millis(500)).await;
+        assert!(!h.in_flight.ready(&[P]), "the first load is under way");
+        advance(Duration::from_secs(1)).await;
+        assert!(h.in_flight.ready(&[P]));
+    });
+}
+
+#[test]
+fn tasks_due_at_one_time_run_in_enqueue_order_when_pushed() {
+    run_paused(|| async {
+        let h = Harness::new(SchedulingSettings::default(), Duration::from_millis(3), &[]);
+        h.assign().await;
+        // Due now (run as they come) and due in 2 s (held, then dispatched together).
+        let now = tied("now", t0(), 10);
+        let soon = tied("soon", t0() + ms(2_000), 10);
+        for (a, b) in now.chunks(3).zip(soon.chunks(3)) {
+            h.enqueue(a.iter().chain(b).cloned().collect()).await;
+        }
+        advance(Duration::from_secs(5)).await;
+        assert_eq!(
+            ran(&h, "now"),
+            now.iter().map(Task::key).collect::<Vec<_>>()
+        );
+        assert_eq!(
+            ran(&h, "soon"),
+            soon.iter().map(Task::key).collect::<Vec<_>>()
+        );
+    });
+}
+
+#[test]
+fn tasks_due_at_one_time_run_in_enqueue_order_when_loaded_in_small_pages() {
+    run_paused(|| async {
+        // Pages of 4 rows split each group of ties; an orderingId may hold 2 tasks, so most
+        // of them are deferred and read back.
+        let settings = SchedulingSettings {
+            fetch_batch_size: 4,
+            max_in_flight_tasks: 8,
+            max_queued_per_ordering: 2,
+            ..SchedulingSettings::default()
+        };
+        let h = Harness::new(settings, Duration::from_millis(3), &[]);
+        let mut expected = Vec::new();
+        let mut all = Vec::new();
+        for (i, o) in ["a", "b", "c"].into_iter().enumerate() {
+            for step in 0..3 {
+                let group = tied(o, t0() + ms(100 * step + i as i64), 7);
+                expected.extend(group.iter().filter(|t| t.ordering_id == "b").map(Task::key));
+                all.extend(group);
+            }
+        }
+        // Persisted in this order while no node owned the partition, then loaded.
+        let all: Vec<Task> = all.into_iter().map(|t| h.enqueued(t)).collect();
+        h.store.persist(P, all).await.expect("persist");
+        h.assign().await;
+        advance(Duration::from_secs(10)).await;
+        assert_eq!(ran(&h, "b"), expected);
+        for o in ["a", "c"] {
+            assert_eq!(ran(&h, o).len(), 21);
+        }
+    });
+}
+
+#[test]
+fn tasks_due_at_one_time_beyond_the_in_flight_room_run_in_enqueue_order() {
+    run_paused(|| async {
+        // A push beyond the room leaves the rest for loading.
+        let settings = SchedulingSettings {
+            fetch_batch_size: 5,
+            max_in_flight_tasks: 6,
+            max_queued_per_ordering: 6,
+            ..SchedulingSettings::default()
+        };
+        let h = Harness::new(settings, Duration::from_millis(3), &[]);
+        h.assign().await;
+        let ties = tied("deep", t0() + ms(1_000), 26);
+        h.enqueue(ties.clone()).await;
+        advance(Duration::from_secs(10)).await;
+        assert_eq!(
+            ran(&h, "deep"),
+            ties.iter().map(Task::key).collect::<Vec<_>>()
+        );
+    });
+}
