@@ -1,7 +1,18 @@
 //! The simulated user executor: each task's plan (succeed, fail, give up, panic, hang) and
 //! the log of every call, shared by all nodes.
 
-use super::*;
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use scheduler_client::{Task, TaskKey};
+use tokio::time::Instant;
+
+use super::pausable_store::Pause;
+use crate::clock::{Clock, TokioClock};
+use crate::executor::{TaskContext, TaskError, TaskExecutor};
+use crate::store::TaskStatus;
 
 /// What a task's calls do.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -39,7 +39,7 @@ use crate::actors::topic_supervisor::{
 use crate::actors::PartitionDeps;
 use crate::actors::PolledTasks;
 use crate::clock::{Clock, TokioClock};
-use crate::executor::{CallPool, TaskContext, TaskError, TaskExecutor};
+use crate::executor::CallPool;
 use crate::in_flight::InFlightGauges;
 use crate::settings::SchedulingSettings;
 use crate::store::memory::MemoryStore;
