@@ -13,8 +13,14 @@ use std::time::Duration;
 use chrono::{DateTime, TimeDelta, Utc};
 use clap::{Args, Parser, Subcommand};
 use scheduler_client::{wire, Scheduler, SchedulerConfig, Task, TaskData};
+use scheduler_core::admin_api::{
+    CancelResponse, ErrorResponse, ListQuery, ListResponse, StatusResponse, TaskKeyBody, TaskQuery,
+    TaskResponse,
+};
 use scheduler_core::settings::duration_text;
 use scheduler_core::{SchedulerNode, Settings, TaskContext, TaskError, TaskExecutor};
+use serde::de::DeserializeOwned;
+use serde::Serialize;
 use serde_json::Value;
 
 /// Sets up logging to stderr: `RUST_LOG` filters (default: warnings, and the node's info), and
@@ -340,91 +346,178 @@ fn tasks_from_file(path: &PathBuf) -> Result<Vec<Task>, Failure> {
         .collect()
 }
 
-/// One call of the admin API; 404 maps to the not-found exit code.
-fn admin_call(
-    admin: &AdminArgs,
-    method: &str,
-    path: &str,
-    body: Option<Value>,
-) -> Result<Value, Failure> {
-    let url = format!("{}{path}", admin.admin.trim_end_matches('/'));
-    let agent: ureq::Agent = ureq::Agent::config_builder()
-        .timeout_global(Some(Duration::from_secs(30)))
-        .http_status_as_error(false)
-        .build()
-        .into();
-    let auth = admin.token.as_ref().map(|t| format!("Bearer {t}"));
-    let response = match (method, body) {
-        ("POST", Some(body)) => {
-            let mut request = agent.post(&url);
-            if let Some(auth) = &auth {
-                request = request.header("Authorization", auth);
-            }
-            request.send_json(body)
+/// Why a call of the admin API failed.
+#[derive(Debug, thiserror::Error)]
+enum AdminError {
+    /// No answer: the node is down, or the address is wrong.
+    #[error("admin API at {admin} unreachable: {source}")]
+    Unreachable {
+        /// The admin API's address.
+        admin: String,
+        /// What the HTTP client saw.
+        #[source]
+        source: ureq::Error,
+    },
+    /// The answer broke off.
+    #[error("reading the admin API's answer: {0}")]
+    Read(#[source] ureq::Error),
+    /// 404: no such task (or endpoint); the API's error message.
+    #[error("{0}")]
+    NotFound(String),
+    /// Another 4xx: the request is at fault.
+    #[error("{status}: {message}")]
+    Refused {
+        /// The HTTP status.
+        status: u16,
+        /// The API's error message.
+        message: String,
+    },
+    /// Any other status: the node or a service behind it failed.
+    #[error("{status}: {message}")]
+    Failed {
+        /// The HTTP status.
+        status: u16,
+        /// The API's error message.
+        message: String,
+    },
+    /// A success whose body is not the answer this command knows (a node of another version).
+    #[error("the admin API's answer is not what this command expects: {0}")]
+    Unexpected(#[source] serde_json::Error),
+    /// The query could not be encoded.
+    #[error("cannot encode the query: {0}")]
+    Query(#[source] serde_urlencoded::ser::Error),
+}
+
+impl From<AdminError> for Failure {
+    fn from(error: AdminError) -> Self {
+        let code = match &error {
+            AdminError::NotFound(_) => EXIT_NOT_FOUND,
+            AdminError::Refused { .. } => EXIT_USAGE,
+            AdminError::Unreachable { .. }
+            | AdminError::Read(_)
+            | AdminError::Failed { .. }
+            | AdminError::Unexpected(_)
+            | AdminError::Query(_) => EXIT_FAILURE,
+        };
+        Failure {
+            code,
+            message: error.to_string(),
         }
-        _ => {
-            let mut request = agent.get(&url);
-            if let Some(auth) = &auth {
-                request = request.header("Authorization", auth);
-            }
-            request.call()
-        }
-    };
-    let mut response = response
-        .map_err(|e| Failure::service(format!("admin API at {} unreachable: {e}", admin.admin)))?;
-    let status = response.status().as_u16();
-    let text = response
-        .body_mut()
-        .read_to_string()
-        .map_err(|e| Failure::service(format!("reading the admin API's answer: {e}")))?;
-    let value: Value = serde_json::from_str(&text).unwrap_or(Value::String(text));
-    let error = || {
-        value
-            .get("error")
-            .and_then(Value::as_str)
-            .unwrap_or("")
-            .to_string()
-    };
-    match status {
-        200..=299 => Ok(value),
-        404 => Err(Failure {
-            code: EXIT_NOT_FOUND,
-            message: error(),
-        }),
-        400..=499 => Err(Failure::usage(format!("{status}: {}", error()))),
-        _ => Err(Failure::service(format!("{status}: {}", error()))),
     }
 }
 
-/// Encodes a query parameter value (the API's values are ids and RFC 3339 times).
-fn encode(value: &str) -> String {
-    value
-        .bytes()
-        .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' | b':' => {
-                (b as char).to_string()
-            }
-            _ => format!("%{b:02X}"),
+/// One node's admin API, with the request and answer types the node itself uses.
+struct AdminClient<'a> {
+    args: &'a AdminArgs,
+    agent: ureq::Agent,
+}
+
+impl<'a> AdminClient<'a> {
+    fn new(args: &'a AdminArgs) -> Self {
+        let agent = ureq::Agent::config_builder()
+            .timeout_global(Some(Duration::from_secs(30)))
+            // Error statuses carry the API's message, read by `answer`.
+            .http_status_as_error(false)
+            .build()
+            .into();
+        AdminClient { args, agent }
+    }
+
+    fn status(&self) -> Result<StatusResponse, AdminError> {
+        self.get("/api/v1/status", &())
+    }
+
+    fn task(&self, query: &TaskQuery) -> Result<TaskResponse, AdminError> {
+        self.get("/api/v1/task", query)
+    }
+
+    fn tasks(&self, query: &ListQuery) -> Result<ListResponse, AdminError> {
+        self.get("/api/v1/tasks", query)
+    }
+
+    fn cancel(&self, key: &TaskKeyBody) -> Result<CancelResponse, AdminError> {
+        let mut request = self.agent.post(self.url("/api/v1/task/cancel"));
+        if let Some(auth) = self.authorization() {
+            request = request.header("Authorization", auth);
+        }
+        self.answer(request.send_json(key))
+    }
+
+    fn get<T: DeserializeOwned>(
+        &self,
+        path: &str,
+        query: &impl Serialize,
+    ) -> Result<T, AdminError> {
+        let query = serde_urlencoded::to_string(query).map_err(AdminError::Query)?;
+        let mut url = self.url(path);
+        if !query.is_empty() {
+            url = format!("{url}?{query}");
+        }
+        let mut request = self.agent.get(url);
+        if let Some(auth) = self.authorization() {
+            request = request.header("Authorization", auth);
+        }
+        self.answer(request.call())
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.args.admin.trim_end_matches('/'))
+    }
+
+    fn authorization(&self) -> Option<String> {
+        self.args.token.as_ref().map(|t| format!("Bearer {t}"))
+    }
+
+    /// The answer's body as `T`, or the API's error message with what its status means.
+    fn answer<T: DeserializeOwned>(
+        &self,
+        response: Result<ureq::http::Response<ureq::Body>, ureq::Error>,
+    ) -> Result<T, AdminError> {
+        let mut response = response.map_err(|source| AdminError::Unreachable {
+            admin: self.args.admin.clone(),
+            source,
+        })?;
+        let status = response.status().as_u16();
+        let text = response
+            .body_mut()
+            .read_to_string()
+            .map_err(AdminError::Read)?;
+        if (200..300).contains(&status) {
+            return serde_json::from_str(&text).map_err(AdminError::Unexpected);
+        }
+        // An error answer that is not the API's JSON (a proxy's page, say) has no message.
+        let message = serde_json::from_str::<ErrorResponse>(&text)
+            .map(|e| e.error)
+            .unwrap_or_default();
+        Err(match status {
+            404 => AdminError::NotFound(message),
+            400..=499 => AdminError::Refused { status, message },
+            _ => AdminError::Failed { status, message },
         })
-        .collect()
-}
-
-fn key_query(args: &GetArgs) -> Result<String, Failure> {
-    let at = parse_time(&args.at, "--at")?;
-    Ok(format!(
-        "orderingId={}&scheduledTime={}&uniquenessKey={}",
-        encode(&args.ordering_id),
-        encode(&wire::format_time(at)),
-        encode(&args.unique)
-    ))
-}
-
-fn text(value: &Value) -> String {
-    match value {
-        Value::String(s) => s.clone(),
-        Value::Null => "-".into(),
-        other => other.to_string(),
     }
+}
+
+/// The key of `args` as the API takes it.
+fn key_body(args: &GetArgs) -> Result<TaskKeyBody, Failure> {
+    let at = parse_time(&args.at, "--at")?;
+    Ok(TaskKeyBody {
+        ordering_id: Some(args.ordering_id.clone()),
+        scheduled_time: Some(wire::format_time(at)),
+        uniqueness_key: Some(args.unique.clone()),
+    })
+}
+
+/// An optional value as a table prints it: `-` when absent.
+fn or_dash<T: std::fmt::Display>(value: Option<T>) -> String {
+    value.map_or_else(|| "-".to_string(), |v| v.to_string())
+}
+
+/// Prints `answer` as one line of JSON with its keys sorted, as this command always printed
+/// the API's answers (through a `serde_json::Value`, whose keys are sorted).
+fn print_json(out: &mut dyn Write, answer: &impl Serialize) -> Outcome {
+    let value = serde_json::to_value(answer)
+        .map_err(|e| Failure::service(format!("cannot print the answer as JSON: {e}")))?;
+    writeln!(out, "{value}").map_err(io_failure)
 }
 
 fn io_failure(e: std::io::Error) -> Failure {
@@ -432,52 +525,51 @@ fn io_failure(e: std::io::Error) -> Failure {
 }
 
 fn get(args: GetArgs, json: bool, out: &mut dyn Write) -> Outcome {
-    let task = admin_call(
-        &args.admin,
-        "GET",
-        &format!("/api/v1/task?{}", key_query(&args)?),
-        None,
-    )?;
+    let key = key_body(&args)?;
+    let query = TaskQuery {
+        ordering_id: key.ordering_id,
+        scheduled_time: key.scheduled_time,
+        uniqueness_key: key.uniqueness_key,
+        history: None,
+    };
+    let task = AdminClient::new(&args.admin).task(&query)?;
     if json {
-        return writeln!(out, "{task}").map_err(io_failure);
+        return print_json(out, &task);
     }
     let rows = [
         (
             "task",
             format!(
                 "{}/{}/{}",
-                text(&task["orderingId"]),
-                text(&task["scheduledTime"]),
-                text(&task["uniquenessKey"])
+                task.ordering_id, task.scheduled_time, task.uniqueness_key
             ),
         ),
-        ("partition", text(&task["partition"])),
-        ("status", text(&task["status"])),
-        ("attempts", text(&task["attempts"])),
-        ("last error", text(&task["lastError"])),
-        ("updated at", text(&task["updatedAt"])),
-        ("data", text(&task["taskData"])),
+        ("partition", task.partition.to_string()),
+        ("status", task.status),
+        ("attempts", task.attempts.to_string()),
+        ("last error", or_dash(task.last_error)),
+        ("updated at", or_dash(task.updated_at)),
+        ("data", or_dash(task.task_data)),
     ];
     for (name, value) in rows {
         writeln!(out, "{name:<11} {value}").map_err(io_failure)?;
     }
-    let history = task["history"].as_array().cloned().unwrap_or_default();
-    if !history.is_empty() {
+    if !task.history.is_empty() {
         writeln!(
             out,
             "\n{:<8} {:<25} {:<25} {:<10} ERROR",
             "ATTEMPT", "STARTED", "FINISHED", "OUTCOME"
         )
         .map_err(io_failure)?;
-        for a in history {
+        for a in task.history {
             writeln!(
                 out,
                 "{:<8} {:<25} {:<25} {:<10} {}",
-                text(&a["attempt"]),
-                text(&a["startedAt"]),
-                text(&a["finishedAt"]),
-                text(&a["outcome"]),
-                text(&a["error"])
+                a.attempt,
+                a.started_at,
+                a.finished_at,
+                a.outcome,
+                or_dash(a.error)
             )
             .map_err(io_failure)?;
         }
@@ -486,34 +578,30 @@ fn get(args: GetArgs, json: bool, out: &mut dyn Write) -> Outcome {
 }
 
 fn list(args: ListArgs, json: bool, out: &mut dyn Write) -> Outcome {
-    let from = wire::format_time(parse_time(&args.from, "--from")?);
-    let to = wire::format_time(parse_time(&args.to, "--to")?);
-    let mut page_from = from;
-    let mut after = String::new();
+    let admin = AdminClient::new(&args.admin);
+    let mut query = ListQuery {
+        from: Some(wire::format_time(parse_time(&args.from, "--from")?)),
+        to: Some(wire::format_time(parse_time(&args.to, "--to")?)),
+        limit: Some(args.limit),
+        from_ordering_id: None,
+        from_uniqueness_key: None,
+    };
     let mut all = Vec::new();
     let next = loop {
-        let path = format!(
-            "/api/v1/tasks?from={}&to={}&limit={}{after}",
-            encode(&page_from),
-            encode(&to),
-            args.limit
-        );
-        let page = admin_call(&args.admin, "GET", &path, None)?;
-        all.extend(page["tasks"].as_array().cloned().unwrap_or_default());
-        let next = page["next"].clone();
-        if next.is_null() || !args.all {
-            break next;
+        let page = admin.tasks(&query)?;
+        all.extend(page.tasks);
+        match page.next {
+            Some(next) if args.all => {
+                query.from = Some(next.from);
+                query.from_ordering_id = Some(next.from_ordering_id);
+                query.from_uniqueness_key = Some(next.from_uniqueness_key);
+            }
+            last => break last,
         }
-        page_from = text(&next["from"]);
-        after = format!(
-            "&fromOrderingId={}&fromUniquenessKey={}",
-            encode(&text(&next["fromOrderingId"])),
-            encode(&text(&next["fromUniquenessKey"]))
-        );
     };
+    let page = ListResponse { tasks: all, next };
     if json {
-        return writeln!(out, "{}", serde_json::json!({ "tasks": all, "next": next }))
-            .map_err(io_failure);
+        return print_json(out, &page);
     }
     writeln!(
         out,
@@ -521,25 +609,19 @@ fn list(args: ListArgs, json: bool, out: &mut dyn Write) -> Outcome {
         "SCHEDULED", "ORDERING ID", "UNIQUENESS KEY", "PARTITION"
     )
     .map_err(io_failure)?;
-    for t in &all {
+    for t in &page.tasks {
         writeln!(
             out,
             "{:<25} {:<24} {:<24} {:>9}  {}",
-            text(&t["scheduledTime"]),
-            text(&t["orderingId"]),
-            text(&t["uniquenessKey"]),
-            text(&t["partition"]),
-            text(&t["taskData"])
+            t.scheduled_time, t.ordering_id, t.uniqueness_key, t.partition, t.task_data
         )
         .map_err(io_failure)?;
     }
-    if !next.is_null() {
+    if let Some(next) = &page.next {
         writeln!(
             out,
             "more: --from {} and fromOrderingId={} fromUniquenessKey={} (or --all)",
-            text(&next["from"]),
-            text(&next["fromOrderingId"]),
-            text(&next["fromUniquenessKey"])
+            next.from, next.from_ordering_id, next.from_uniqueness_key
         )
         .map_err(io_failure)?;
     }
@@ -547,39 +629,22 @@ fn list(args: ListArgs, json: bool, out: &mut dyn Write) -> Outcome {
 }
 
 fn cancel(args: GetArgs, json: bool, out: &mut dyn Write) -> Outcome {
-    let at = parse_time(&args.at, "--at")?;
-    let body = serde_json::json!({
-        "orderingId": args.ordering_id,
-        "scheduledTime": wire::format_time(at),
-        "uniquenessKey": args.unique,
-    });
-    let answer = admin_call(&args.admin, "POST", "/api/v1/task/cancel", Some(body))?;
+    let answer = AdminClient::new(&args.admin).cancel(&key_body(&args)?)?;
     if json {
-        writeln!(out, "{answer}")
-    } else {
-        writeln!(
-            out,
-            "{}: {}\n{}",
-            text(&answer["result"]),
-            text(&answer["task"]),
-            text(&answer["note"])
-        )
+        return print_json(out, &answer);
     }
-    .map_err(io_failure)
+    writeln!(out, "{}: {}\n{}", answer.result, answer.task, answer.note).map_err(io_failure)
 }
 
 fn status(args: AdminArgs, json: bool, out: &mut dyn Write) -> Outcome {
-    let status = admin_call(&args, "GET", "/api/v1/status", None)?;
+    let status = AdminClient::new(&args).status()?;
     if json {
-        return writeln!(out, "{status}").map_err(io_failure);
+        return print_json(out, &status);
     }
     writeln!(
         out,
         "node {} (version {}), topic {} with {} partitions",
-        text(&status["nodeId"]),
-        text(&status["version"]),
-        text(&status["topic"]),
-        text(&status["partitionCount"])
+        status.node_id, status.version, status.topic, status.partition_count
     )
     .map_err(io_failure)?;
     writeln!(
@@ -588,14 +653,14 @@ fn status(args: AdminArgs, json: bool, out: &mut dyn Write) -> Outcome {
         "PARTITION", "SCHEDULED", "EXECUTING", "KAFKA LAG"
     )
     .map_err(io_failure)?;
-    for p in status["partitions"].as_array().cloned().unwrap_or_default() {
+    for p in &status.partitions {
         writeln!(
             out,
             "{:>9} {:>10} {:>10} {:>10}",
-            text(&p["partition"]),
-            text(&p["tasksScheduled"]),
-            text(&p["tasksExecuting"]),
-            text(&p["kafkaLag"])
+            p.partition,
+            p.tasks_scheduled,
+            p.tasks_executing,
+            or_dash(p.kafka_lag)
         )
         .map_err(io_failure)?;
     }
