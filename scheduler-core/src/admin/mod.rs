@@ -25,6 +25,7 @@ use axum::{Json, Router};
 use chrono::{DateTime, Utc};
 use scheduler_client::{partition_for, wire, Task, TaskKey};
 use serde_json::Value;
+use subtle::ConstantTimeEq;
 
 use crate::store::PartitionId;
 
@@ -73,7 +74,7 @@ async fn require_token(
             .get(header::AUTHORIZATION)
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.strip_prefix("Bearer "));
-        if !presented.is_some_and(|t| constant_time_eq(t.as_bytes(), expected.as_bytes())) {
+        if !presented.is_some_and(|t| token_matches(t, expected)) {
             return ApiError {
                 status: StatusCode::UNAUTHORIZED,
                 message: "missing or wrong bearer token (send Authorization: Bearer <token>)"
@@ -85,9 +86,10 @@ async fn require_token(
     next.run(request).await
 }
 
-/// Compares without stopping at the first difference, so timing does not reveal the token.
-fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+/// Whether `presented` is the token. Compared in constant time (`subtle`), so how long the
+/// answer takes does not reveal how much of a guess was right (only its length shows).
+fn token_matches(presented: &str, expected: &str) -> bool {
+    presented.as_bytes().ct_eq(expected.as_bytes()).into()
 }
 
 /// 200 once the node owns partitions and has loaded each one's schedule, else 503: for load
@@ -287,10 +289,12 @@ mod tests {
 
     #[test]
     fn token_comparison_needs_the_whole_token() {
-        assert!(constant_time_eq(b"secret", b"secret"));
-        assert!(!constant_time_eq(b"secret", b"secreT"));
-        assert!(!constant_time_eq(b"secret", b"secret2"));
-        assert!(!constant_time_eq(b"", b"secret"));
+        assert!(token_matches("secret", "secret"));
+        assert!(!token_matches("secreT", "secret"), "last byte differs");
+        assert!(!token_matches("Secret", "secret"), "first byte differs");
+        assert!(!token_matches("secret2", "secret"), "a longer guess");
+        assert!(!token_matches("secre", "secret"), "a prefix");
+        assert!(!token_matches("", "secret"));
     }
 
     #[test]
