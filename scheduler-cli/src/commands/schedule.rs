@@ -13,7 +13,7 @@ use crate::args::ScheduleArgs;
 use crate::output::{io_failure, Failure, Outcome};
 
 pub(crate) fn schedule(args: ScheduleArgs, json: bool, out: &mut dyn Write) -> Outcome {
-    let grace = duration_text::parse(&args.grace).map_err(Failure::usage)?;
+    let grace = duration_text::parse(&args.grace).map_err(|e| Failure::usage(e.to_string()))?;
     let tasks = match &args.file {
         Some(path) => tasks_from_file(path)?,
         None => vec![task_from_flags(&args)?],
@@ -62,7 +62,7 @@ fn task_from_flags(args: &ScheduleArgs) -> Result<Task, Failure> {
     let at = match (&args.at, &args.delay) {
         (Some(at), _) => parse_time(at, "--at")?,
         (None, Some(delay)) => {
-            let delay = duration_text::parse(delay).map_err(Failure::usage)?;
+            let delay = duration_text::parse(delay).map_err(|e| Failure::usage(e.to_string()))?;
             Utc::now() + TimeDelta::from_std(delay).unwrap_or_default()
         }
         (None, None) => Utc::now(),

@@ -1,47 +1,42 @@
-//! Serde support for durations written as text with a unit (`"250ms"`, `"10s"`, `"5m"`, `"2h"`).
+//! Durations written as text with a unit (`"500ms"`, `"10s"`, `"5m"`, `"2h"`), in settings files,
+//! environment overrides and on the command line; serde support for the settings' durations.
+//!
+//! The text is humantime's, which also reads combinations and longer names (`"1h 30m"`,
+//! `"2 days"`). humantime-serde would save the two serde functions below, but its errors would
+//! lose the hint naming the forms to write.
 
 use std::time::Duration;
 
 use serde::{Deserialize, Deserializer, Serializer};
 
-/// Parses `"<integer><unit>"` with unit `ms`, `s`, `m` or `h`.
-pub fn parse(text: &str) -> Result<Duration, String> {
-    let text = text.trim();
-    let split = text
-        .find(|c: char| !c.is_ascii_digit())
-        .unwrap_or(text.len());
-    let (number, unit) = text.split_at(split);
-    let n: u64 = number
-        .parse()
-        .map_err(|_| format!("duration {text:?} must be an integer followed by ms, s, m or h"))?;
-    let secs = |mult: u64| n.checked_mul(mult).map(Duration::from_secs);
-    match unit.trim() {
-        "ms" => Some(Duration::from_millis(n)),
-        "s" => secs(1),
-        "m" => secs(60),
-        "h" => secs(3600),
-        _ => None,
-    }
-    .ok_or_else(|| format!("duration {text:?} must be an integer followed by ms, s, m or h"))
+/// A duration's text could not be read.
+#[derive(Debug, thiserror::Error)]
+#[error("duration {text:?} must be an integer followed by ms, s, m or h")]
+pub struct DurationTextError {
+    /// The text, trimmed.
+    pub text: String,
+    /// Where humantime stopped, and why.
+    #[source]
+    pub source: humantime::DurationError,
 }
 
-/// Formats with the largest unit that represents the duration exactly.
+/// Parses a number and its unit, such as `"500ms"`, `"10s"`, `"5m"` or `"2h"`.
+pub fn parse(text: &str) -> Result<Duration, DurationTextError> {
+    let text = text.trim();
+    humantime::parse_duration(text).map_err(|source| DurationTextError {
+        text: text.to_string(),
+        source,
+    })
+}
+
+/// Formats so that [`parse`] reads the same duration back (`"90s"` as `"1m 30s"`).
 pub fn format(d: Duration) -> String {
-    let ms = d.as_millis();
-    if ms.is_multiple_of(3_600_000) && ms > 0 {
-        format!("{}h", ms / 3_600_000)
-    } else if ms.is_multiple_of(60_000) && ms > 0 {
-        format!("{}m", ms / 60_000)
-    } else if ms.is_multiple_of(1000) {
-        format!("{}s", ms / 1000)
-    } else {
-        format!("{ms}ms")
-    }
+    humantime::format_duration(d).to_string()
 }
 
 /// Serde serializer.
 pub fn serialize<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
-    s.serialize_str(&format(*d))
+    s.collect_str(&humantime::format_duration(*d))
 }
 
 /// Serde deserializer.
@@ -55,13 +50,45 @@ mod tests {
     use super::*;
 
     #[test]
-    fn durations_round_trip_through_text() {
-        for text in ["250ms", "10s", "5m", "2h", "0s", "90s"] {
-            let d = parse(text).unwrap();
-            assert_eq!(parse(&format(d)).unwrap(), d);
+    fn the_documented_forms_read_as_before() {
+        let cases = [
+            ("500ms", Duration::from_millis(500)),
+            ("250ms", Duration::from_millis(250)),
+            ("0s", Duration::ZERO),
+            ("10s", Duration::from_secs(10)),
+            ("30s", Duration::from_secs(30)),
+            ("90s", Duration::from_secs(90)),
+            ("5m", Duration::from_secs(300)),
+            ("2h", Duration::from_secs(7200)),
+            (" 10s ", Duration::from_secs(10)),
+            ("10 s", Duration::from_secs(10)),
+        ];
+        for (text, expected) in cases {
+            assert_eq!(parse(text).ok(), Some(expected), "{text:?}");
         }
-        assert_eq!(format(Duration::from_secs(90)), "90s");
-        assert!(parse("5 minutes").is_err());
-        assert!(parse("-1s").is_err());
+    }
+
+    #[test]
+    fn durations_round_trip_through_text() {
+        for text in ["250ms", "10s", "5m", "2h", "0s", "90s", "1h 30m 5s 20ms"] {
+            let d = parse(text).expect("a duration");
+            assert_eq!(parse(&format(d)).ok(), Some(d), "{text:?}");
+        }
+        assert_eq!(format(Duration::from_secs(7200)), "2h");
+        assert_eq!(format(Duration::from_millis(500)), "500ms");
+    }
+
+    #[test]
+    fn bad_text_names_the_forms_to_write_and_keeps_the_cause() {
+        for text in ["ten seconds", "-1s", "5 fortnights", "10", "", "s"] {
+            let error = parse(text).expect_err(text);
+            assert!(
+                error
+                    .to_string()
+                    .ends_with("must be an integer followed by ms, s, m or h"),
+                "{error}"
+            );
+            assert!(std::error::Error::source(&error).is_some());
+        }
     }
 }
