@@ -27,7 +27,7 @@ struct Args {
 fn parse_args() -> Result<Args, String> {
     let mut args = Args {
         bootstrap: Stack::from_env().kafka_bootstrap,
-        topic: "scheduled-tasks".into(),
+        topic: scheduler_client::defaults::TOPIC.into(),
         ordering_id: String::new(),
         delay: Duration::ZERO,
         data: TaskData::new(),

@@ -4,6 +4,7 @@
 use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
+use scheduler_client::defaults;
 
 #[derive(Parser)]
 #[command(
@@ -63,11 +64,11 @@ pub(crate) struct KafkaArgs {
     #[arg(
         long,
         env = "SCHEDULER_KAFKA_BOOTSTRAP",
-        default_value = "127.0.0.1:9092"
+        default_value = defaults::BOOTSTRAP_SERVERS
     )]
     pub(crate) bootstrap: String,
     /// The scheduler's topic.
-    #[arg(long, env = "SCHEDULER_TOPIC", default_value = "scheduled-tasks")]
+    #[arg(long, env = "SCHEDULER_TOPIC", default_value = defaults::TOPIC)]
     pub(crate) topic: String,
 }
 

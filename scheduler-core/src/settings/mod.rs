@@ -11,6 +11,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::Duration;
 
+use scheduler_client::defaults;
 use serde::{Deserialize, Deserializer, Serialize};
 
 pub mod duration_text;
@@ -143,7 +144,7 @@ pub struct SchedulingSettings {
 impl Default for SchedulingSettings {
     fn default() -> Self {
         SchedulingSettings {
-            scheduling_grace_window: Duration::from_secs(10),
+            scheduling_grace_window: defaults::SCHEDULING_GRACE_WINDOW,
             backoff_factor: Duration::from_secs(20),
             max_backoff: Duration::from_secs(120),
             max_task_retries: 100,
@@ -160,7 +161,7 @@ impl Default for SchedulingSettings {
             max_queued_per_ordering: 32,
             executor_concurrency: 64,
             execution_timeout: Duration::from_secs(300),
-            max_task_data_bytes: 512 * 1024,
+            max_task_data_bytes: defaults::MAX_TASK_BYTES,
         }
     }
 }
@@ -203,8 +204,8 @@ impl KafkaSettings {
 impl Default for KafkaSettings {
     fn default() -> Self {
         KafkaSettings {
-            bootstrap_servers: "127.0.0.1:9092".into(),
-            topic: "scheduled-tasks".into(),
+            bootstrap_servers: defaults::BOOTSTRAP_SERVERS.into(),
+            topic: defaults::TOPIC.into(),
             group_id: "scheduler".into(),
             create_topic_partitions: None,
             events_topic: None,
