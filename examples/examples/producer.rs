@@ -27,7 +27,7 @@ struct Args {
 fn parse_args() -> Result<Args, String> {
     let mut args = Args {
         bootstrap: Stack::from_env().kafka_bootstrap,
-        topic: "scheduled-tasks".into(),
+        topic: scheduler_client::defaults::TOPIC.into(),
         ordering_id: String::new(),
         delay: Duration::ZERO,
         data: TaskData::new(),
@@ -41,7 +41,7 @@ fn parse_args() -> Result<Args, String> {
             "--bootstrap" => args.bootstrap = value,
             "--topic" => args.topic = value,
             "--ordering-id" => args.ordering_id = value,
-            "--in" => args.delay = duration_text::parse(&value)?,
+            "--in" => args.delay = duration_text::parse(&value).map_err(|e| e.to_string())?,
             "--data" => {
                 args.data = serde_json::from_str(&value)
                     .map_err(|e| format!("--data must be a JSON object: {e}"))?

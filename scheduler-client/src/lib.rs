@@ -6,9 +6,11 @@
 //!   the node alike).
 //! - [`partition_for`]: the partition of an `orderingId`, Kafka's default keyed partitioner.
 //! - [`Scheduler`]: validates, encodes and enqueues tasks, resolving once Kafka acknowledged them.
+//! - [`defaults`]: the defaults the client and the node share.
 
 #![warn(missing_docs)]
 
+pub mod defaults;
 mod partitioner;
 mod scheduler;
 mod task;

@@ -16,6 +16,7 @@ use rdkafka::util::Timeout;
 use tokio::sync::OnceCell;
 use tracing::debug;
 
+use crate::defaults;
 use crate::partitioner::partition_for;
 use crate::task::{Task, TaskKey};
 use crate::wire::{self, ContentError};
@@ -43,9 +44,9 @@ impl SchedulerConfig {
         SchedulerConfig {
             bootstrap_servers: bootstrap_servers.into(),
             topic: topic.into(),
-            scheduling_grace_window: Duration::from_secs(10),
-            max_task_bytes: 512 * 1024,
-            delivery_timeout: Duration::from_secs(30),
+            scheduling_grace_window: defaults::SCHEDULING_GRACE_WINDOW,
+            max_task_bytes: defaults::MAX_TASK_BYTES,
+            delivery_timeout: defaults::DELIVERY_TIMEOUT,
             properties: BTreeMap::new(),
         }
     }
@@ -284,14 +285,14 @@ impl Scheduler {
     /// benchmarks to measure the raw produce rate with the client's own settings).
     pub fn producer_config(config: &SchedulerConfig) -> ClientConfig {
         let mut client = ClientConfig::new();
-        client
-            .set("bootstrap.servers", &config.bootstrap_servers)
-            .set("acks", "all")
-            .set("enable.idempotence", "true")
-            .set(
-                "message.timeout.ms",
-                config.delivery_timeout.as_millis().to_string(),
-            );
+        client.set("bootstrap.servers", &config.bootstrap_servers);
+        for (key, value) in defaults::DURABLE_PRODUCER {
+            client.set(key, value);
+        }
+        client.set(
+            "message.timeout.ms",
+            config.delivery_timeout.as_millis().to_string(),
+        );
         for (key, value) in &config.properties {
             client.set(key, value);
         }

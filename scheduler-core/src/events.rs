@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use rdkafka::util::Timeout;
-use scheduler_client::{wire, TaskKey};
+use scheduler_client::{defaults, wire, TaskKey};
 use tracing::warn;
 
 use crate::settings::KafkaSettings;
@@ -36,10 +36,11 @@ impl EventPublisher {
         topic: &str,
         runtime: tokio::runtime::Handle,
     ) -> Result<Self, rdkafka::error::KafkaError> {
+        let [acks, idempotence] = defaults::DURABLE_PRODUCER;
         let producer = kafka
             .client_config(&[
-                ("acks", "all"),
-                ("enable.idempotence", "true"),
+                acks,
+                idempotence,
                 // Keyed like the scheduler's own topic (Kafka's murmur2 partitioner).
                 ("partitioner", "murmur2_random"),
             ])

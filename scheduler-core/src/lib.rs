@@ -5,9 +5,10 @@
 //! - [`SchedulerNode`]: a running node, started with [`Settings`] and an executor.
 //! - [`settings`]: node settings (TOML and environment).
 //! - [`store`]: the schedule, task status and attempts in Cassandra, for tools that read them.
+//! - [`admin_api`]: the admin HTTP API's requests and answers, shared with its clients.
 //!
-//! The rest (the per-partition actor tree, leases, metrics, the admin API) is internal; see
-//! `design.md` for the architecture.
+//! The rest (the per-partition actor tree, leases, metrics, the admin API's server) is internal;
+//! see `design.md` for the architecture.
 
 #![warn(missing_docs)]
 
@@ -24,6 +25,10 @@ pub mod node;
 mod retry;
 pub mod settings;
 pub mod store;
+
+/// The admin HTTP API's requests and answers, for clients such as the `scheduler` command; the
+/// API itself is internal.
+pub use admin::api as admin_api;
 
 #[cfg(test)]
 mod simulation;

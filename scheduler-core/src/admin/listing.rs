@@ -11,9 +11,9 @@ use axum::Json;
 use chrono::{DateTime, TimeDelta, Utc};
 use futures::{StreamExt, TryStreamExt};
 use scheduler_client::{truncate_to_millis, wire, Task, TaskKey};
-use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use super::api::{ListQuery, ListResponse, ListedTask, PageCursor};
 use super::state::{store_error, AdminState, ApiError};
 use crate::store::{PartitionId, ReadCursor};
 
@@ -62,42 +62,6 @@ impl SmallestKeys {
     fn into_sorted(self) -> Vec<(PartitionId, Task)> {
         self.kept.into_values().collect()
     }
-}
-
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub(super) struct ListQuery {
-    from: Option<String>,
-    to: Option<String>,
-    limit: Option<usize>,
-    from_ordering_id: Option<String>,
-    from_uniqueness_key: Option<String>,
-}
-
-#[derive(Serialize)]
-#[serde(rename_all = "camelCase")]
-struct ListedTask {
-    ordering_id: String,
-    scheduled_time: String,
-    uniqueness_key: String,
-    partition: PartitionId,
-    task_data: Value,
-}
-
-#[derive(Serialize)]
-#[serde(rename_all = "camelCase")]
-struct PageCursor {
-    from: String,
-    from_ordering_id: String,
-    from_uniqueness_key: String,
-}
-
-#[derive(Serialize)]
-#[serde(rename_all = "camelCase")]
-pub(super) struct ListResponse {
-    tasks: Vec<ListedTask>,
-    /// Query parameters for the next page (with the same `to` and `limit`), or null at the end.
-    next: Option<PageCursor>,
 }
 
 fn parse_time(value: Option<String>, name: &str) -> Result<DateTime<Utc>, ApiError> {

@@ -8,6 +8,9 @@
 //! | `GET /api/v1/tasks?from=&to=&limit=[&fromOrderingId=&fromUniquenessKey=]` | incomplete tasks due in `[from, to)` across all partitions, in task-key order, with the cursor of the next page |
 //! | `POST /api/v1/task/cancel` with `{"orderingId","scheduledTime","uniquenessKey"}` | enqueue a cancellation on the task's partition |
 //! | `GET /metrics` | the node's metrics (OpenMetrics text) |
+//!
+//! The requests and answers are in [`api`], public as `scheduler_core::admin_api` so that
+//! clients (the `scheduler` command) read the types the handlers write.
 
 use std::collections::HashMap;
 use std::sync::{Arc, PoisonError};
@@ -21,13 +24,18 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use chrono::{DateTime, Utc};
 use scheduler_client::{partition_for, wire, Task, TaskKey};
-use serde::{Deserialize, Serialize};
 use serde_json::Value;
+use subtle::ConstantTimeEq;
 
 use crate::store::PartitionId;
 
+pub mod api;
 mod listing;
 mod state;
+use api::{
+    AttemptView, CancelResponse, PartitionStatus, ReadyResponse, StatusResponse, TaskKeyBody,
+    TaskQuery, TaskResponse,
+};
 use listing::tasks;
 use state::store_error;
 pub use state::{AdminState, ApiError};
@@ -66,7 +74,7 @@ async fn require_token(
             .get(header::AUTHORIZATION)
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.strip_prefix("Bearer "));
-        if !presented.is_some_and(|t| constant_time_eq(t.as_bytes(), expected.as_bytes())) {
+        if !presented.is_some_and(|t| token_matches(t, expected)) {
             return ApiError {
                 status: StatusCode::UNAUTHORIZED,
                 message: "missing or wrong bearer token (send Authorization: Bearer <token>)"
@@ -78,34 +86,15 @@ async fn require_token(
     next.run(request).await
 }
 
-/// Compares without stopping at the first difference, so timing does not reveal the token.
-fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
-}
-
-#[derive(Serialize)]
-#[serde(rename_all = "camelCase")]
-struct StatusResponse {
-    node_id: String,
-    version: &'static str,
-    topic: String,
-    partition_count: u32,
-    owned_partitions: Vec<PartitionId>,
-    partitions: Vec<PartitionStatus>,
-}
-
-#[derive(Serialize)]
-#[serde(rename_all = "camelCase")]
-struct PartitionStatus {
-    partition: PartitionId,
-    tasks_scheduled: usize,
-    tasks_executing: usize,
-    kafka_lag: Option<i64>,
+/// Whether `presented` is the token. Compared in constant time (`subtle`), so how long the
+/// answer takes does not reveal how much of a guess was right (only its length shows).
+fn token_matches(presented: &str, expected: &str) -> bool {
+    presented.as_bytes().ct_eq(expected.as_bytes()).into()
 }
 
 /// 200 once the node owns partitions and has loaded each one's schedule, else 503: for load
 /// balancers and deploy tooling.
-async fn ready(State(state): State<Arc<AdminState>>) -> (StatusCode, Json<Value>) {
+async fn ready(State(state): State<Arc<AdminState>>) -> (StatusCode, Json<ReadyResponse>) {
     let owned = state
         .owned
         .lock()
@@ -119,7 +108,10 @@ async fn ready(State(state): State<Arc<AdminState>>) -> (StatusCode, Json<Value>
     };
     (
         code,
-        Json(serde_json::json!({ "ready": ready, "ownedPartitions": owned })),
+        Json(ReadyResponse {
+            owned_partitions: owned,
+            ready,
+        }),
     )
 }
 
@@ -152,29 +144,12 @@ async fn status(State(state): State<Arc<AdminState>>) -> Json<StatusResponse> {
         .collect();
     Json(StatusResponse {
         node_id: state.node_id.clone(),
-        version: env!("CARGO_PKG_VERSION"),
+        version: env!("CARGO_PKG_VERSION").to_string(),
         topic: state.topic.clone(),
         partition_count: state.partition_count,
         owned_partitions: owned,
         partitions,
     })
-}
-
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct TaskQuery {
-    ordering_id: Option<String>,
-    scheduled_time: Option<String>,
-    uniqueness_key: Option<String>,
-    history: Option<usize>,
-}
-
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct TaskKeyBody {
-    ordering_id: Option<String>,
-    scheduled_time: Option<String>,
-    uniqueness_key: Option<String>,
 }
 
 fn parse_key(
@@ -204,33 +179,6 @@ fn parse_key(
         Default::default(),
     )
     .key())
-}
-
-#[derive(Serialize)]
-#[serde(rename_all = "camelCase")]
-struct TaskResponse {
-    ordering_id: String,
-    scheduled_time: String,
-    uniqueness_key: String,
-    partition: PartitionId,
-    /// pending, completed, failed, dropped or cancelled.
-    status: &'static str,
-    attempts: u32,
-    last_error: Option<String>,
-    updated_at: Option<String>,
-    /// Present while the task is in the schedule (it leaves it once finished).
-    task_data: Option<Value>,
-    history: Vec<AttemptView>,
-}
-
-#[derive(Serialize)]
-#[serde(rename_all = "camelCase")]
-struct AttemptView {
-    attempt: u32,
-    started_at: String,
-    finished_at: String,
-    outcome: &'static str,
-    error: Option<String>,
 }
 
 async fn task(
@@ -273,8 +221,8 @@ async fn task(
         partition,
         status: status
             .as_ref()
-            .map(|s| s.status.as_str())
-            .unwrap_or("pending"),
+            .map_or("pending", |s| s.status.as_str())
+            .to_string(),
         attempts: attempt_count,
         last_error: status.as_ref().and_then(|s| s.last_error.clone()),
         updated_at: status.as_ref().map(|s| wire::format_time(s.updated_at)),
@@ -286,7 +234,7 @@ async fn task(
                 attempt: a.attempt,
                 started_at: wire::format_time(a.started_at),
                 finished_at: wire::format_time(a.finished_at),
-                outcome: a.outcome.as_str(),
+                outcome: a.outcome.as_str().to_string(),
                 error: a.error,
             })
             .collect(),
@@ -296,7 +244,7 @@ async fn task(
 async fn cancel(
     State(state): State<Arc<AdminState>>,
     body: Result<Json<TaskKeyBody>, JsonRejection>,
-) -> Result<(StatusCode, Json<Value>), ApiError> {
+) -> Result<(StatusCode, Json<CancelResponse>), ApiError> {
     let Json(body) = body.map_err(|e| ApiError::bad_request(e.body_text()))?;
     let key = parse_key(body.ordering_id, body.scheduled_time, body.uniqueness_key)?;
     state
@@ -314,13 +262,14 @@ async fn cancel(
         })?;
     Ok((
         StatusCode::ACCEPTED,
-        Json(serde_json::json!({
-            "result": "cancellation enqueued",
-            "task": key.to_string(),
-            "partition": partition_for(&key.ordering_id, state.partition_count),
-            "note": "The owning node applies it in order with the partition's tasks: the task will not run. \
-                     A task already running is not interrupted, and a task that already finished keeps its status.",
-        })),
+        Json(CancelResponse {
+            note: "The owning node applies it in order with the partition's tasks: the task will not run. \
+                   A task already running is not interrupted, and a task that already finished keeps its status."
+                .to_string(),
+            partition: partition_for(&key.ordering_id, state.partition_count),
+            result: "cancellation enqueued".to_string(),
+            task: key.to_string(),
+        }),
     ))
 }
 
@@ -340,10 +289,12 @@ mod tests {
 
     #[test]
     fn token_comparison_needs_the_whole_token() {
-        assert!(constant_time_eq(b"secret", b"secret"));
-        assert!(!constant_time_eq(b"secret", b"secreT"));
-        assert!(!constant_time_eq(b"secret", b"secret2"));
-        assert!(!constant_time_eq(b"", b"secret"));
+        assert!(token_matches("secret", "secret"));
+        assert!(!token_matches("secreT", "secret"), "last byte differs");
+        assert!(!token_matches("Secret", "secret"), "first byte differs");
+        assert!(!token_matches("secret2", "secret"), "a longer guess");
+        assert!(!token_matches("secre", "secret"), "a prefix");
+        assert!(!token_matches("", "secret"));
     }
 
     #[test]

@@ -8,6 +8,7 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use scheduler_client::Scheduler;
 
+use super::api::ErrorResponse;
 use crate::in_flight::InFlightGauges;
 use crate::metrics::Metrics;
 use crate::store::{PartitionId, StoreError, TaskStore};
@@ -56,7 +57,9 @@ impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         (
             self.status,
-            Json(serde_json::json!({ "error": self.message })),
+            Json(ErrorResponse {
+                error: self.message,
+            }),
         )
             .into_response()
     }

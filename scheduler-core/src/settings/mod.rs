@@ -11,7 +11,12 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::Duration;
 
+use scheduler_client::defaults;
 use serde::{Deserialize, Deserializer, Serialize};
+
+pub mod duration_text;
+mod env;
+mod validate;
 
 /// Prefix of environment overrides.
 pub const ENV_PREFIX: &str = "SCHEDULER__";
@@ -139,7 +144,7 @@ pub struct SchedulingSettings {
 impl Default for SchedulingSettings {
     fn default() -> Self {
         SchedulingSettings {
-            scheduling_grace_window: Duration::from_secs(10),
+            scheduling_grace_window: defaults::SCHEDULING_GRACE_WINDOW,
             backoff_factor: Duration::from_secs(20),
             max_backoff: Duration::from_secs(120),
             max_task_retries: 100,
@@ -156,7 +161,7 @@ impl Default for SchedulingSettings {
             max_queued_per_ordering: 32,
             executor_concurrency: 64,
             execution_timeout: Duration::from_secs(300),
-            max_task_data_bytes: 512 * 1024,
+            max_task_data_bytes: defaults::MAX_TASK_BYTES,
         }
     }
 }
@@ -199,8 +204,8 @@ impl KafkaSettings {
 impl Default for KafkaSettings {
     fn default() -> Self {
         KafkaSettings {
-            bootstrap_servers: "127.0.0.1:9092".into(),
-            topic: "scheduled-tasks".into(),
+            bootstrap_servers: defaults::BOOTSTRAP_SERVERS.into(),
+            topic: defaults::TOPIC.into(),
             group_id: "scheduler".into(),
             create_topic_partitions: None,
             events_topic: None,
@@ -264,154 +269,12 @@ impl Settings {
         let mut table: toml::Table = text
             .parse()
             .map_err(|e: toml::de::Error| SettingsError::Parse(one_line(&e.to_string())))?;
-        for (name, value) in env {
-            let Some(path) = name.strip_prefix(ENV_PREFIX) else {
-                continue;
-            };
-            let keys: Vec<String> = path.split("__").map(str::to_ascii_lowercase).collect();
-            set_path(&mut table, &keys, parse_env_value(&value))
-                .map_err(|reason| SettingsError::Parse(format!("{name}: {reason}")))?;
-        }
+        env::apply_overrides(&mut table, env)?;
         let settings: Settings = table
             .try_into()
             .map_err(|e: toml::de::Error| SettingsError::Parse(one_line(&e.to_string())))?;
         settings.validate()?;
         Ok(settings)
-    }
-
-    /// Checks every value's range; the first problem found is returned.
-    pub fn validate(&self) -> Result<(), SettingsError> {
-        let s = &self.scheduling;
-        let invalid = |key, reason: &str| {
-            Err(SettingsError::Invalid {
-                key,
-                reason: reason.to_string(),
-            })
-        };
-        if s.backoff_factor.is_zero() {
-            return invalid("scheduling.backoff_factor", "must be greater than zero");
-        }
-        if s.max_backoff < s.backoff_factor {
-            return invalid(
-                "scheduling.max_backoff",
-                "must be at least scheduling.backoff_factor",
-            );
-        }
-        if s.max_in_flight_tasks == 0 {
-            return invalid("scheduling.max_in_flight_tasks", "must be at least 1");
-        }
-        if s.fetch_batch_size == 0 {
-            return invalid("scheduling.fetch_batch_size", "must be at least 1");
-        }
-        if s.max_look_ahead.is_zero() {
-            return invalid("scheduling.max_look_ahead", "must be greater than zero");
-        }
-        if s.prefetch_window >= s.max_look_ahead {
-            return invalid(
-                "scheduling.prefetch_window",
-                "must be shorter than scheduling.max_look_ahead",
-            );
-        }
-        if s.persist_timeout.is_zero() {
-            return invalid("scheduling.persist_timeout", "must be greater than zero");
-        }
-        if s.max_queued_per_ordering == 0 {
-            return invalid("scheduling.max_queued_per_ordering", "must be at least 1");
-        }
-        if s.executor_concurrency == 0 {
-            return invalid("scheduling.executor_concurrency", "must be at least 1");
-        }
-        if s.lease_ttl < Duration::from_secs(3) || s.lease_ttl.subsec_nanos() != 0 {
-            return invalid("scheduling.lease_ttl", "must be whole seconds, at least 3s");
-        }
-        if s.execution_timeout.is_zero() {
-            return invalid("scheduling.execution_timeout", "must be greater than zero");
-        }
-        if s.max_task_data_bytes < 64 {
-            return invalid(
-                "scheduling.max_task_data_bytes",
-                "must be at least 64 bytes",
-            );
-        }
-        let k = &self.kafka;
-        if k.bootstrap_servers.trim().is_empty() {
-            return invalid("kafka.bootstrap_servers", "must not be empty");
-        }
-        if k.topic.trim().is_empty() {
-            return invalid("kafka.topic", "must not be empty");
-        }
-        if k.group_id.trim().is_empty() {
-            return invalid("kafka.group_id", "must not be empty");
-        }
-        if k.events_topic
-            .as_deref()
-            .is_some_and(|t| t.trim().is_empty() || t == k.topic)
-        {
-            return invalid(
-                "kafka.events_topic",
-                "must name a topic other than kafka.topic",
-            );
-        }
-        if k.create_topic_partitions == Some(0) {
-            return invalid("kafka.create_topic_partitions", "must be at least 1");
-        }
-        // Nodes tear every partition tree down on a rebalance and build the assigned ones
-        // again; an incremental (cooperative) rebalance would leave retained partitions without
-        // a tree, so it is refused rather than half supported.
-        let incremental = k
-            .properties
-            .get("partition.assignment.strategy")
-            .is_some_and(|s| s.contains("cooperative"))
-            || k.properties
-                .get("group.protocol")
-                .is_some_and(|p| p.eq_ignore_ascii_case("consumer"));
-        if incremental {
-            return invalid(
-                "kafka.properties",
-                "incremental rebalancing (a cooperative assignor, group.protocol=consumer) is not supported: nodes rebuild every partition on a rebalance",
-            );
-        }
-        let c = &self.cassandra;
-        if c.contact_points.iter().all(|p| p.trim().is_empty()) {
-            return invalid(
-                "cassandra.contact_points",
-                "must name at least one host:port",
-            );
-        }
-        let keyspace_ok = c.keyspace.len() <= 48
-            && c.keyspace
-                .chars()
-                .next()
-                .is_some_and(|ch| ch.is_ascii_alphabetic())
-            && c.keyspace
-                .chars()
-                .all(|ch| ch.is_ascii_alphanumeric() || ch == '_');
-        if !keyspace_ok {
-            return invalid(
-                "cassandra.keyspace",
-                "must start with a letter and hold at most 48 letters, digits or underscores",
-            );
-        }
-        if !c.replication.trim_start().starts_with('{') {
-            return invalid(
-                "cassandra.replication",
-                "must be a CQL map such as {'class': 'SimpleStrategy', 'replication_factor': 1}",
-            );
-        }
-        if c.username.is_some() != c.password.is_some() {
-            return invalid("cassandra.password", "username and password go together");
-        }
-        let a = &self.admin;
-        if a.enabled && a.listen.parse::<std::net::SocketAddr>().is_err() {
-            return invalid(
-                "admin.listen",
-                "must be an IP address and port, such as 127.0.0.1:9464",
-            );
-        }
-        if a.token.as_deref().is_some_and(|t| t.trim().is_empty()) {
-            return invalid("admin.token", "must not be empty when set");
-        }
-        Ok(())
     }
 }
 
@@ -442,92 +305,11 @@ fn list_or_commas<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<String>, D::Err
     })
 }
 
-fn parse_env_value(value: &str) -> toml::Value {
-    // A bare TOML value parses as the right-hand side of an assignment.
-    format!("v = {value}")
-        .parse::<toml::Table>()
-        .ok()
-        .and_then(|mut t| t.remove("v"))
-        .unwrap_or_else(|| toml::Value::String(value.to_string()))
-}
-
-fn set_path(table: &mut toml::Table, keys: &[String], value: toml::Value) -> Result<(), String> {
-    match keys {
-        [] => Err("empty setting name".into()),
-        [last] => {
-            table.insert(last.clone(), value);
-            Ok(())
-        }
-        [first, rest @ ..] => {
-            let entry = table
-                .entry(first.clone())
-                .or_insert_with(|| toml::Value::Table(toml::Table::new()));
-            match entry {
-                toml::Value::Table(inner) => set_path(inner, rest, value),
-                _ => Err(format!("`{first}` is not a section")),
-            }
-        }
-    }
-}
-
-/// Serde support for durations written as text with a unit (`"250ms"`, `"10s"`, `"5m"`, `"2h"`).
-pub mod duration_text {
-    use std::time::Duration;
-
-    use serde::{Deserialize, Deserializer, Serializer};
-
-    /// Parses `"<integer><unit>"` with unit `ms`, `s`, `m` or `h`.
-    pub fn parse(text: &str) -> Result<Duration, String> {
-        let text = text.trim();
-        let split = text
-            .find(|c: char| !c.is_ascii_digit())
-            .unwrap_or(text.len());
-        let (number, unit) = text.split_at(split);
-        let n: u64 = number.parse().map_err(|_| {
-            format!("duration {text:?} must be an integer followed by ms, s, m or h")
-        })?;
-        let secs = |mult: u64| n.checked_mul(mult).map(Duration::from_secs);
-        match unit.trim() {
-            "ms" => Some(Duration::from_millis(n)),
-            "s" => secs(1),
-            "m" => secs(60),
-            "h" => secs(3600),
-            _ => None,
-        }
-        .ok_or_else(|| format!("duration {text:?} must be an integer followed by ms, s, m or h"))
-    }
-
-    /// Formats with the largest unit that represents the duration exactly.
-    pub fn format(d: Duration) -> String {
-        let ms = d.as_millis();
-        if ms.is_multiple_of(3_600_000) && ms > 0 {
-            format!("{}h", ms / 3_600_000)
-        } else if ms.is_multiple_of(60_000) && ms > 0 {
-            format!("{}m", ms / 60_000)
-        } else if ms.is_multiple_of(1000) {
-            format!("{}s", ms / 1000)
-        } else {
-            format!("{ms}ms")
-        }
-    }
-
-    /// Serde serializer.
-    pub fn serialize<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_str(&format(*d))
-    }
-
-    /// Serde deserializer.
-    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
-        let text = String::deserialize(d)?;
-        parse(&text).map_err(serde::de::Error::custom)
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn env(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+    pub(super) fn env(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
         pairs
             .iter()
             .map(|(k, v)| (k.to_string(), v.to_string()))
@@ -597,51 +379,6 @@ mod tests {
     }
 
     #[test]
-    fn bad_settings_name_the_key_and_the_reason() {
-        let cases = [
-            (
-                "[scheduling]\nmax_in_flight_tasks = 0",
-                "scheduling.max_in_flight_tasks",
-            ),
-            (
-                "[scheduling]\nprefetch_window = \"10m\"",
-                "scheduling.prefetch_window",
-            ),
-            (
-                "[scheduling]\nmax_backoff = \"1s\"",
-                "scheduling.max_backoff",
-            ),
-            (
-                "[scheduling]\nbackoff_factor = \"ten seconds\"",
-                "must be an integer followed by ms, s, m or h",
-            ),
-            (
-                "[cassandra]\nkeyspace = \"1bad-name\"",
-                "cassandra.keyspace",
-            ),
-            ("[cassandra]\nusername = \"u\"", "cassandra.password"),
-            ("[kafka]\ntopic = \"\"", "kafka.topic"),
-            ("[kafka]\ntopik = \"x\"", "unknown field `topik`"),
-            (
-                "[kafka.properties]\n\"partition.assignment.strategy\" = \"cooperative-sticky\"",
-                "kafka.properties",
-            ),
-            (
-                "[kafka.properties]\n\"group.protocol\" = \"consumer\"",
-                "incremental rebalancing",
-            ),
-            ("[admin]\nlisten = \"localhost\"", "admin.listen"),
-            ("not toml at all", "invalid settings"),
-        ];
-        for (text, expected) in cases {
-            let err = Settings::from_toml_with_env(text, env(&[]))
-                .unwrap_err()
-                .to_string();
-            assert!(err.contains(expected), "{text}: {err}");
-        }
-    }
-
-    #[test]
     fn every_kafka_client_gets_the_user_properties_last() {
         let kafka = KafkaSettings {
             properties: BTreeMap::from([
@@ -663,16 +400,5 @@ mod tests {
             "the user's value wins"
         );
         assert_eq!(consumer.get("group.id"), Some("g"));
-    }
-
-    #[test]
-    fn durations_round_trip_through_text() {
-        for text in ["250ms", "10s", "5m", "2h", "0s", "90s"] {
-            let d = duration_text::parse(text).unwrap();
-            assert_eq!(duration_text::parse(&duration_text::format(d)).unwrap(), d);
-        }
-        assert_eq!(duration_text::format(Duration::from_secs(90)), "90s");
-        assert!(duration_text::parse("5 minutes").is_err());
-        assert!(duration_text::parse("-1s").is_err());
     }
 }

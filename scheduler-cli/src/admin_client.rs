@@ -1,0 +1,165 @@
+//! The admin HTTP API of one node, called with the request and answer types the node itself
+//! uses (`scheduler_core::admin_api`).
+
+use std::time::Duration;
+
+use scheduler_core::admin_api::{
+    CancelResponse, ErrorResponse, ListQuery, ListResponse, StatusResponse, TaskKeyBody, TaskQuery,
+    TaskResponse,
+};
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+
+use crate::args::AdminArgs;
+use crate::output::{Failure, EXIT_FAILURE, EXIT_NOT_FOUND, EXIT_USAGE};
+
+/// Why a call of the admin API failed.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum AdminError {
+    /// No answer: the node is down, or the address is wrong.
+    #[error("admin API at {admin} unreachable: {source}")]
+    Unreachable {
+        /// The admin API's address.
+        admin: String,
+        /// What the HTTP client saw.
+        #[source]
+        source: ureq::Error,
+    },
+    /// The answer broke off.
+    #[error("reading the admin API's answer: {0}")]
+    Read(#[source] ureq::Error),
+    /// 404: no such task (or endpoint); the API's error message.
+    #[error("{0}")]
+    NotFound(String),
+    /// Another 4xx: the request is at fault.
+    #[error("{status}: {message}")]
+    Refused {
+        /// The HTTP status.
+        status: u16,
+        /// The API's error message.
+        message: String,
+    },
+    /// Any other status: the node or a service behind it failed.
+    #[error("{status}: {message}")]
+    Failed {
+        /// The HTTP status.
+        status: u16,
+        /// The API's error message.
+        message: String,
+    },
+    /// A success whose body is not the answer this command knows (a node of another version).
+    #[error("the admin API's answer is not what this command expects: {0}")]
+    Unexpected(#[source] serde_json::Error),
+    /// The query could not be encoded.
+    #[error("cannot encode the query: {0}")]
+    Query(#[source] serde_urlencoded::ser::Error),
+}
+
+impl From<AdminError> for Failure {
+    fn from(error: AdminError) -> Self {
+        let code = match &error {
+            AdminError::NotFound(_) => EXIT_NOT_FOUND,
+            AdminError::Refused { .. } => EXIT_USAGE,
+            AdminError::Unreachable { .. }
+            | AdminError::Read(_)
+            | AdminError::Failed { .. }
+            | AdminError::Unexpected(_)
+            | AdminError::Query(_) => EXIT_FAILURE,
+        };
+        Failure {
+            code,
+            message: error.to_string(),
+        }
+    }
+}
+
+/// One node's admin API, with the request and answer types the node itself uses.
+pub(crate) struct AdminClient<'a> {
+    args: &'a AdminArgs,
+    agent: ureq::Agent,
+}
+
+impl<'a> AdminClient<'a> {
+    pub(crate) fn new(args: &'a AdminArgs) -> Self {
+        let agent = ureq::Agent::config_builder()
+            .timeout_global(Some(Duration::from_secs(30)))
+            // Error statuses carry the API's message, read by `answer`.
+            .http_status_as_error(false)
+            .build()
+            .into();
+        AdminClient { args, agent }
+    }
+
+    pub(crate) fn status(&self) -> Result<StatusResponse, AdminError> {
+        self.get("/api/v1/status", &())
+    }
+
+    pub(crate) fn task(&self, query: &TaskQuery) -> Result<TaskResponse, AdminError> {
+        self.get("/api/v1/task", query)
+    }
+
+    pub(crate) fn tasks(&self, query: &ListQuery) -> Result<ListResponse, AdminError> {
+        self.get("/api/v1/tasks", query)
+    }
+
+    pub(crate) fn cancel(&self, key: &TaskKeyBody) -> Result<CancelResponse, AdminError> {
+        let mut request = self.agent.post(self.url("/api/v1/task/cancel"));
+        if let Some(auth) = self.authorization() {
+            request = request.header("Authorization", auth);
+        }
+        self.answer(request.send_json(key))
+    }
+
+    fn get<T: DeserializeOwned>(
+        &self,
+        path: &str,
+        query: &impl Serialize,
+    ) -> Result<T, AdminError> {
+        let query = serde_urlencoded::to_string(query).map_err(AdminError::Query)?;
+        let mut url = self.url(path);
+        if !query.is_empty() {
+            url = format!("{url}?{query}");
+        }
+        let mut request = self.agent.get(url);
+        if let Some(auth) = self.authorization() {
+            request = request.header("Authorization", auth);
+        }
+        self.answer(request.call())
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.args.admin.trim_end_matches('/'))
+    }
+
+    fn authorization(&self) -> Option<String> {
+        self.args.token.as_ref().map(|t| format!("Bearer {t}"))
+    }
+
+    /// The answer's body as `T`, or the API's error message with what its status means.
+    fn answer<T: DeserializeOwned>(
+        &self,
+        response: Result<ureq::http::Response<ureq::Body>, ureq::Error>,
+    ) -> Result<T, AdminError> {
+        let mut response = response.map_err(|source| AdminError::Unreachable {
+            admin: self.args.admin.clone(),
+            source,
+        })?;
+        let status = response.status().as_u16();
+        let text = response
+            .body_mut()
+            .read_to_string()
+            .map_err(AdminError::Read)?;
+        if (200..300).contains(&status) {
+            return serde_json::from_str(&text).map_err(AdminError::Unexpected);
+        }
+        // An error answer that is not the API's JSON (a proxy's page, say) has no message.
+        let message = serde_json::from_str::<ErrorResponse>(&text)
+            .map(|e| e.error)
+            .unwrap_or_default();
+        Err(match status {
+            404 => AdminError::NotFound(message),
+            400..=499 => AdminError::Refused { status, message },
+            _ => AdminError::Failed { status, message },
+        })
+    }
+}

@@ -1,0 +1,165 @@
+//! `get`, `list`, `cancel` and `status`: the commands that ask a node's admin API, printing its
+//! answer as a table or, with `--json`, as JSON.
+
+use std::io::Write;
+
+use scheduler_client::wire;
+use scheduler_core::admin_api::{ListQuery, ListResponse, TaskKeyBody, TaskQuery};
+
+use super::parse_time;
+use crate::admin_client::AdminClient;
+use crate::args::{AdminArgs, GetArgs, ListArgs};
+use crate::output::{io_failure, or_dash, print_json, Failure, Outcome};
+
+/// The key of `args` as the API takes it.
+fn key_body(args: &GetArgs) -> Result<TaskKeyBody, Failure> {
+    let at = parse_time(&args.at, "--at")?;
+    Ok(TaskKeyBody {
+        ordering_id: Some(args.ordering_id.clone()),
+        scheduled_time: Some(wire::format_time(at)),
+        uniqueness_key: Some(args.unique.clone()),
+    })
+}
+
+pub(crate) fn get(args: GetArgs, json: bool, out: &mut dyn Write) -> Outcome {
+    let key = key_body(&args)?;
+    let query = TaskQuery {
+        ordering_id: key.ordering_id,
+        scheduled_time: key.scheduled_time,
+        uniqueness_key: key.uniqueness_key,
+        history: None,
+    };
+    let task = AdminClient::new(&args.admin).task(&query)?;
+    if json {
+        return print_json(out, &task);
+    }
+    let rows = [
+        (
+            "task",
+            format!(
+                "{}/{}/{}",
+                task.ordering_id, task.scheduled_time, task.uniqueness_key
+            ),
+        ),
+        ("partition", task.partition.to_string()),
+        ("status", task.status),
+        ("attempts", task.attempts.to_string()),
+        ("last error", or_dash(task.last_error)),
+        ("updated at", or_dash(task.updated_at)),
+        ("data", or_dash(task.task_data)),
+    ];
+    for (name, value) in rows {
+        writeln!(out, "{name:<11} {value}").map_err(io_failure)?;
+    }
+    if !task.history.is_empty() {
+        writeln!(
+            out,
+            "\n{:<8} {:<25} {:<25} {:<10} ERROR",
+            "ATTEMPT", "STARTED", "FINISHED", "OUTCOME"
+        )
+        .map_err(io_failure)?;
+        for a in task.history {
+            writeln!(
+                out,
+                "{:<8} {:<25} {:<25} {:<10} {}",
+                a.attempt,
+                a.started_at,
+                a.finished_at,
+                a.outcome,
+                or_dash(a.error)
+            )
+            .map_err(io_failure)?;
+        }
+    }
+    Ok(())
+}
+
+pub(crate) fn list(args: ListArgs, json: bool, out: &mut dyn Write) -> Outcome {
+    let admin = AdminClient::new(&args.admin);
+    let mut query = ListQuery {
+        from: Some(wire::format_time(parse_time(&args.from, "--from")?)),
+        to: Some(wire::format_time(parse_time(&args.to, "--to")?)),
+        limit: Some(args.limit),
+        from_ordering_id: None,
+        from_uniqueness_key: None,
+    };
+    let mut all = Vec::new();
+    let next = loop {
+        let page = admin.tasks(&query)?;
+        all.extend(page.tasks);
+        match page.next {
+            Some(next) if args.all => {
+                query.from = Some(next.from);
+                query.from_ordering_id = Some(next.from_ordering_id);
+                query.from_uniqueness_key = Some(next.from_uniqueness_key);
+            }
+            last => break last,
+        }
+    };
+    let page = ListResponse { tasks: all, next };
+    if json {
+        return print_json(out, &page);
+    }
+    writeln!(
+        out,
+        "{:<25} {:<24} {:<24} {:>9}  DATA",
+        "SCHEDULED", "ORDERING ID", "UNIQUENESS KEY", "PARTITION"
+    )
+    .map_err(io_failure)?;
+    for t in &page.tasks {
+        writeln!(
+            out,
+            "{:<25} {:<24} {:<24} {:>9}  {}",
+            t.scheduled_time, t.ordering_id, t.uniqueness_key, t.partition, t.task_data
+        )
+        .map_err(io_failure)?;
+    }
+    if let Some(next) = &page.next {
+        writeln!(
+            out,
+            "more: --from {} and fromOrderingId={} fromUniquenessKey={} (or --all)",
+            next.from, next.from_ordering_id, next.from_uniqueness_key
+        )
+        .map_err(io_failure)?;
+    }
+    Ok(())
+}
+
+pub(crate) fn cancel(args: GetArgs, json: bool, out: &mut dyn Write) -> Outcome {
+    let answer = AdminClient::new(&args.admin).cancel(&key_body(&args)?)?;
+    if json {
+        return print_json(out, &answer);
+    }
+    writeln!(out, "{}: {}\n{}", answer.result, answer.task, answer.note).map_err(io_failure)
+}
+
+pub(crate) fn status(args: AdminArgs, json: bool, out: &mut dyn Write) -> Outcome {
+    let status = AdminClient::new(&args).status()?;
+    if json {
+        return print_json(out, &status);
+    }
+    writeln!(
+        out,
+        "node {} (version {}), topic {} with {} partitions",
+        status.node_id, status.version, status.topic, status.partition_count
+    )
+    .map_err(io_failure)?;
+    writeln!(
+        out,
+        "{:>9} {:>10} {:>10} {:>10}",
+        "PARTITION", "SCHEDULED", "EXECUTING", "KAFKA LAG"
+    )
+    .map_err(io_failure)?;
+    for p in &status.partitions {
+        writeln!(
+            out,
+            "{:>9} {:>10} {:>10} {:>10}",
+            p.partition,
+            p.tasks_scheduled,
+            p.tasks_executing,
+            or_dash(p.kafka_lag)
+        )
+        .map_err(io_failure)?;
+    }
+    Ok(())
+}

@@ -1,0 +1,330 @@
+//! `get`, `list`, `cancel` and `status` against a canned admin API on loopback: what they ask,
+//! what they print (tables and `--json`), and the exit code each kind of answer gives. The
+//! it-tests run the same commands against a real node; these pin the output to the character.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpListener;
+use std::sync::{Arc, Mutex};
+
+/// A request as the canned API received it: the request line, its headers and its body.
+#[derive(Debug, Clone, Default)]
+struct Received {
+    line: String,
+    headers: Vec<String>,
+    body: String,
+}
+
+/// Serves `answer(request line) -> (status, body)` on a free loopback port until the test ends;
+/// returns its URL and what it received.
+fn canned_api(
+    answer: impl Fn(&str) -> (u16, String) + Send + 'static,
+) -> (String, Arc<Mutex<Vec<Received>>>) {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind a loopback port");
+    let url = format!("http://{}", listener.local_addr().expect("local address"));
+    let received = Arc::new(Mutex::new(Vec::new()));
+    let log = Arc::clone(&received);
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { return };
+            let mut reader = BufReader::new(stream.try_clone().expect("clone the stream"));
+            let mut request = Received::default();
+            reader.read_line(&mut request.line).expect("request line");
+            request.line = request.line.trim_end().to_string();
+            let mut length = 0;
+            loop {
+                let mut header = String::new();
+                reader.read_line(&mut header).expect("header");
+                let header = header.trim_end().to_string();
+                if header.is_empty() {
+                    break;
+                }
+                if let Some((name, value)) = header.split_once(':') {
+                    if name.eq_ignore_ascii_case("content-length") {
+                        length = value.trim().parse().expect("content length");
+                    }
+                }
+                request.headers.push(header);
+            }
+            let mut body = vec![0; length];
+            reader.read_exact(&mut body).expect("body");
+            request.body = String::from_utf8_lossy(&body).to_string();
+            let (status, payload) = answer(&request.line);
+            log.lock().expect("log").push(request);
+            let response = format!(
+                "HTTP/1.1 {status} X\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{payload}",
+                payload.len()
+            );
+            let _ = stream.write_all(response.as_bytes());
+        }
+    });
+    (url, received)
+}
+
+/// Runs the command line `args` (after the program name); returns the exit code and the output.
+fn scheduler(args: &[&str]) -> (i32, String) {
+    let mut argv = vec!["scheduler"];
+    argv.extend(args);
+    let mut out = Vec::new();
+    let code = scheduler_cli::run(argv, &mut out);
+    (code, String::from_utf8_lossy(&out).to_string())
+}
+
+/// The query parameters of a request line, decoded.
+fn query(line: &str) -> Vec<(String, String)> {
+    let target = line.split_whitespace().nth(1).unwrap_or_default();
+    let query = target.split_once('?').map_or("", |(_, q)| q);
+    serde_urlencoded::from_str(query).expect("a well-formed query")
+}
+
+const TASK: &str = r#"{"orderingId":"o 1","scheduledTime":"2026-11-22T09:00:00.000Z","uniquenessKey":"u&1","partition":2,"status":"failed","attempts":2,"lastError":"boom","updatedAt":"2026-11-22T09:00:03.000Z","taskData":null,"history":[{"attempt":2,"startedAt":"2026-11-22T09:00:02.000Z","finishedAt":"2026-11-22T09:00:03.000Z","outcome":"failed","error":"boom"},{"attempt":1,"startedAt":"2026-11-22T09:00:00.000Z","finishedAt":"2026-11-22T09:00:01.000Z","outcome":"failed","error":null}]}"#;
+
+#[test]
+fn get_asks_for_the_key_as_typed_and_prints_the_task_and_its_history() {
+    let (url, received) = canned_api(|_| (200, TASK.to_string()));
+    let key = [
+        "--ordering-id",
+        "o 1",
+        "--at",
+        "2026-11-22T10:00:00+01:00",
+        "--unique",
+        "u&1",
+    ];
+    let mut args = vec!["get", "--admin", url.as_str(), "--token", "t0ken"];
+    args.extend(key);
+    let (code, out) = scheduler(&args);
+    assert_eq!(code, 0, "{out}");
+    assert_eq!(
+        out,
+        "task        o 1/2026-11-22T09:00:00.000Z/u&1\n\
+         partition   2\n\
+         status      failed\n\
+         attempts    2\n\
+         last error  boom\n\
+         updated at  2026-11-22T09:00:03.000Z\n\
+         data        -\n\
+         \n\
+         ATTEMPT  STARTED                   FINISHED                  OUTCOME    ERROR\n\
+         2        2026-11-22T09:00:02.000Z  2026-11-22T09:00:03.000Z  failed     boom\n\
+         1        2026-11-22T09:00:00.000Z  2026-11-22T09:00:01.000Z  failed     -\n"
+    );
+    let request = received.lock().expect("log")[0].clone();
+    assert!(request.line.starts_with("GET /api/v1/task?"), "{request:?}");
+    assert_eq!(
+        query(&request.line),
+        [
+            ("orderingId".to_string(), "o 1".to_string()),
+            (
+                "scheduledTime".to_string(),
+                "2026-11-22T09:00:00.000Z".to_string()
+            ),
+            ("uniquenessKey".to_string(), "u&1".to_string()),
+        ]
+    );
+    assert!(
+        request
+            .headers
+            .iter()
+            .any(|h| h == "authorization: Bearer t0ken" || h == "Authorization: Bearer t0ken"),
+        "{request:?}"
+    );
+
+    let mut args = vec!["get", "--json", "--admin", url.as_str()];
+    args.extend(key);
+    let (code, out) = scheduler(&args);
+    assert_eq!(code, 0, "{out}");
+    // The answer's keys sorted, as the command has always printed it.
+    let sorted: serde_json::Value = serde_json::from_str(TASK).expect("JSON");
+    assert_eq!(out, format!("{sorted}\n"));
+    assert!(out.starts_with(r#"{"attempts":2,"history":[{"attempt":2,"error":"boom","#));
+}
+
+#[test]
+fn list_follows_the_pages_with_all_and_prints_one_row_per_task() {
+    let page = |n: u32, next: &str| {
+        format!(
+            r#"{{"tasks":[{{"orderingId":"o{n}","scheduledTime":"2026-11-22T09:00:0{n}.000Z","uniquenessKey":"u","partition":{n},"taskData":{{"n":{n}}}}}],"next":{next}}}"#
+        )
+    };
+    let first = page(
+        1,
+        r#"{"from":"2026-11-22T09:00:01.000Z","fromOrderingId":"o1","fromUniquenessKey":"u"}"#,
+    );
+    let last = page(2, "null");
+    let (url, received) = canned_api(move |line| {
+        if line.contains("fromOrderingId") {
+            (200, last.clone())
+        } else {
+            (200, first.clone())
+        }
+    });
+    let window = [
+        "--from",
+        "2026-11-22T09:00:00Z",
+        "--to",
+        "2026-11-22T10:00:00Z",
+        "--limit",
+        "1",
+    ];
+    let mut args = vec!["list", "--admin", url.as_str(), "--all"];
+    args.extend(window);
+    let (code, out) = scheduler(&args);
+    assert_eq!(code, 0, "{out}");
+    assert_eq!(
+        out,
+        "SCHEDULED                 ORDERING ID              UNIQUENESS KEY           PARTITION  DATA\n\
+         2026-11-22T09:00:01.000Z  o1                       u                                1  {\"n\":1}\n\
+         2026-11-22T09:00:02.000Z  o2                       u                                2  {\"n\":2}\n"
+    );
+    let requests: Vec<_> = received
+        .lock()
+        .expect("log")
+        .iter()
+        .map(|r| query(&r.line))
+        .collect();
+    let pair = |k: &str, v: &str| (k.to_string(), v.to_string());
+    assert_eq!(
+        requests,
+        [
+            vec![
+                pair("from", "2026-11-22T09:00:00.000Z"),
+                pair("to", "2026-11-22T10:00:00.000Z"),
+                pair("limit", "1"),
+            ],
+            vec![
+                pair("from", "2026-11-22T09:00:01.000Z"),
+                pair("to", "2026-11-22T10:00:00.000Z"),
+                pair("limit", "1"),
+                pair("fromOrderingId", "o1"),
+                pair("fromUniquenessKey", "u"),
+            ],
+        ]
+    );
+
+    // One page, with where the next one starts.
+    let mut args = vec!["list", "--admin", url.as_str()];
+    args.extend(window);
+    let (code, out) = scheduler(&args);
+    assert_eq!(code, 0, "{out}");
+    assert!(
+        out.ends_with(
+            "more: --from 2026-11-22T09:00:01.000Z and fromOrderingId=o1 fromUniquenessKey=u (or --all)\n"
+        ),
+        "{out}"
+    );
+    let mut args = vec!["list", "--json", "--admin", url.as_str()];
+    args.extend(window);
+    let (code, out) = scheduler(&args);
+    assert_eq!(code, 0, "{out}");
+    assert_eq!(
+        out,
+        "{\"next\":{\"from\":\"2026-11-22T09:00:01.000Z\",\"fromOrderingId\":\"o1\",\"fromUniquenessKey\":\"u\"},\
+         \"tasks\":[{\"orderingId\":\"o1\",\"partition\":1,\"scheduledTime\":\"2026-11-22T09:00:01.000Z\",\
+         \"taskData\":{\"n\":1},\"uniquenessKey\":\"u\"}]}\n"
+    );
+}
+
+#[test]
+fn cancel_posts_the_key_and_prints_the_answer() {
+    let answer = r#"{"note":"It will not run.","partition":3,"result":"cancellation enqueued","task":"o/2026-11-22T09:00:00.000Z/u"}"#;
+    let (url, received) = canned_api(move |_| (202, answer.to_string()));
+    let key = [
+        "--ordering-id",
+        "o",
+        "--at",
+        "2026-11-22T09:00:00Z",
+        "--unique",
+        "u",
+    ];
+    let mut args = vec!["cancel", "--admin", url.as_str()];
+    args.extend(key);
+    let (code, out) = scheduler(&args);
+    assert_eq!(code, 0, "{out}");
+    assert_eq!(
+        out,
+        "cancellation enqueued: o/2026-11-22T09:00:00.000Z/u\nIt will not run.\n"
+    );
+    let request = received.lock().expect("log")[0].clone();
+    assert_eq!(request.line, "POST /api/v1/task/cancel HTTP/1.1");
+    let body: serde_json::Value = serde_json::from_str(&request.body).expect("a JSON body");
+    assert_eq!(
+        body,
+        serde_json::json!({
+            "orderingId": "o",
+            "scheduledTime": "2026-11-22T09:00:00.000Z",
+            "uniquenessKey": "u",
+        })
+    );
+    let mut args = vec!["cancel", "--json", "--admin", url.as_str()];
+    args.extend(key);
+    assert_eq!(scheduler(&args), (0, format!("{answer}\n")));
+}
+
+#[test]
+fn status_prints_the_node_and_a_row_per_partition() {
+    let answer = r#"{"nodeId":"n1","version":"0.1.0","topic":"t","partitionCount":4,"ownedPartitions":[0,3],"partitions":[{"partition":0,"tasksScheduled":5,"tasksExecuting":1,"kafkaLag":0},{"partition":3,"tasksScheduled":0,"tasksExecuting":0,"kafkaLag":null}]}"#;
+    let (url, _) = canned_api(move |_| (200, answer.to_string()));
+    let (code, out) = scheduler(&["status", "--admin", &url]);
+    assert_eq!(code, 0, "{out}");
+    assert_eq!(
+        out,
+        "node n1 (version 0.1.0), topic t with 4 partitions\n\
+         PARTITION  SCHEDULED  EXECUTING  KAFKA LAG\n\
+         \x20       0          5          1          0\n\
+         \x20       3          0          0          -\n"
+    );
+    let (code, out) = scheduler(&["status", "--json", "--admin", &url]);
+    assert_eq!(code, 0, "{out}");
+    assert_eq!(
+        out,
+        "{\"nodeId\":\"n1\",\"ownedPartitions\":[0,3],\"partitionCount\":4,\"partitions\":[\
+         {\"kafkaLag\":0,\"partition\":0,\"tasksExecuting\":1,\"tasksScheduled\":5},\
+         {\"kafkaLag\":null,\"partition\":3,\"tasksExecuting\":0,\"tasksScheduled\":0}],\
+         \"topic\":\"t\",\"version\":\"0.1.0\"}\n"
+    );
+}
+
+#[test]
+fn error_answers_give_the_exit_code_scripts_rely_on() {
+    let (url, _) = canned_api(|line| match line.split_whitespace().nth(1) {
+        Some(p) if p.starts_with("/api/v1/task?") => (404, r#"{"error":"no task"}"#.into()),
+        Some(p) if p.starts_with("/api/v1/tasks?") => (400, r#"{"error":"bad limit"}"#.into()),
+        Some(p) if p.starts_with("/api/v1/status") => (503, "<html>down</html>".into()),
+        _ => (401, r#"{"error":"missing or wrong bearer token"}"#.into()),
+    });
+    let key = [
+        "--ordering-id",
+        "o",
+        "--at",
+        "2026-11-22T09:00:00Z",
+        "--unique",
+        "u",
+    ];
+    let mut get = vec!["get", "--admin", url.as_str()];
+    get.extend(key);
+    assert_eq!(scheduler(&get).0, scheduler_cli::EXIT_NOT_FOUND);
+    let list = [
+        "list",
+        "--admin",
+        &url,
+        "--from",
+        "2026-11-22T09:00:00Z",
+        "--to",
+        "2026-11-22T10:00:00Z",
+    ];
+    assert_eq!(scheduler(&list).0, scheduler_cli::EXIT_USAGE);
+    assert_eq!(
+        scheduler(&["status", "--admin", &url]).0,
+        scheduler_cli::EXIT_FAILURE
+    );
+    let mut cancel = vec!["cancel", "--admin", url.as_str()];
+    cancel.extend(key);
+    assert_eq!(scheduler(&cancel).0, scheduler_cli::EXIT_USAGE);
+    // Nothing listens on port 1.
+    assert_eq!(
+        scheduler(&["status", "--admin", "http://127.0.0.1:1"]).0,
+        scheduler_cli::EXIT_FAILURE
+    );
+    let mut bad_time = vec!["get", "--admin", url.as_str()];
+    bad_time.extend(["--ordering-id", "o", "--at", "noon", "--unique", "u"]);
+    assert_eq!(scheduler(&bad_time).0, scheduler_cli::EXIT_USAGE);
+}

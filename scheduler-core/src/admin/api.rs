@@ -1,0 +1,265 @@
+//! The admin HTTP API's requests and answers, shared by the node (which serializes them) and the
+//! `scheduler` command (which deserializes them), so the two cannot drift apart.
+//!
+//! Field names are camelCase on the wire. Times are strings in the wire format's RFC 3339 form
+//! (UTC, milliseconds: `2026-11-22T06:00:00.000Z`). Statuses and outcomes are strings, so a
+//! command older than the node still reads an answer carrying a status it does not know.
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::store::PartitionId;
+
+/// Every error answer: `{"error": "..."}`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ErrorResponse {
+    /// What went wrong, for a person.
+    pub error: String,
+}
+
+/// `GET /api/v1/ready`: 200 when ready, else 503, with the same body.
+///
+/// Fields are in alphabetical order: the answer was first built as a `serde_json::Value`, whose
+/// keys are sorted, and stays byte-for-byte what it was.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ReadyResponse {
+    /// Partitions the node owns now.
+    pub owned_partitions: Vec<PartitionId>,
+    /// Whether the node owns partitions and has loaded each one's schedule.
+    pub ready: bool,
+}
+
+/// `GET /api/v1/status`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct StatusResponse {
+    /// The node's id (its Kafka client id).
+    pub node_id: String,
+    /// The node's version.
+    pub version: String,
+    /// The scheduler's topic.
+    pub topic: String,
+    /// The topic's partition count.
+    pub partition_count: u32,
+    /// Partitions the node owns now.
+    pub owned_partitions: Vec<PartitionId>,
+    /// One entry per owned partition.
+    pub partitions: Vec<PartitionStatus>,
+}
+
+/// One owned partition in [`StatusResponse`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PartitionStatus {
+    /// The partition.
+    pub partition: PartitionId,
+    /// Tasks in memory waiting for their time.
+    pub tasks_scheduled: usize,
+    /// Tasks in memory that are due: queued or running.
+    pub tasks_executing: usize,
+    /// Consumer lag, from the Kafka client's statistics (every 5 s); null until known.
+    pub kafka_lag: Option<i64>,
+}
+
+/// `GET /api/v1/task`'s query. The key's parts are optional here so that a missing one is
+/// answered with its name ("orderingId is required"), not a generic parse error.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TaskQuery {
+    /// The task's orderingId.
+    pub ordering_id: Option<String>,
+    /// The task's scheduled time, RFC 3339.
+    pub scheduled_time: Option<String>,
+    /// The task's uniquenessKey.
+    pub uniqueness_key: Option<String>,
+    /// How many attempts to return, newest first (default 20, at most 100).
+    pub history: Option<usize>,
+}
+
+/// `GET /api/v1/task`'s answer.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TaskResponse {
+    /// The task's orderingId.
+    pub ordering_id: String,
+    /// The task's scheduled time.
+    pub scheduled_time: String,
+    /// The task's uniquenessKey.
+    pub uniqueness_key: String,
+    /// The partition the task belongs to.
+    pub partition: PartitionId,
+    /// pending, completed, failed, dropped or cancelled.
+    pub status: String,
+    /// Attempts made so far.
+    pub attempts: u32,
+    /// The last attempt's error, for failed and dropped tasks.
+    pub last_error: Option<String>,
+    /// When the final status was recorded.
+    pub updated_at: Option<String>,
+    /// Present while the task is in the schedule (it leaves it once finished).
+    pub task_data: Option<Value>,
+    /// The last attempts, newest first.
+    pub history: Vec<AttemptView>,
+}
+
+/// One attempt in [`TaskResponse::history`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AttemptView {
+    /// The attempt's number, from 1.
+    pub attempt: u32,
+    /// When the executor was called.
+    pub started_at: String,
+    /// When it returned.
+    pub finished_at: String,
+    /// succeeded, failed or gave_up.
+    pub outcome: String,
+    /// The executor's error, if it failed.
+    pub error: Option<String>,
+}
+
+/// `POST /api/v1/task/cancel`'s body: the task's key. Optional parts, as in [`TaskQuery`].
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TaskKeyBody {
+    /// The task's orderingId.
+    pub ordering_id: Option<String>,
+    /// The task's scheduled time, RFC 3339.
+    pub scheduled_time: Option<String>,
+    /// The task's uniquenessKey.
+    pub uniqueness_key: Option<String>,
+}
+
+/// `POST /api/v1/task/cancel`'s answer (202).
+///
+/// Fields are in alphabetical order, as in [`ReadyResponse`] and for the same reason.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CancelResponse {
+    /// What the cancellation does and does not do.
+    pub note: String,
+    /// The task's partition.
+    pub partition: PartitionId,
+    /// "cancellation enqueued".
+    pub result: String,
+    /// The task's key, `orderingId/scheduledTime/uniquenessKey`.
+    pub task: String,
+}
+
+/// `GET /api/v1/tasks`'s query: a window, a page size, and the key a page resumes after.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ListQuery {
+    /// Start of the window (RFC 3339, inclusive); on a later page, the time of the key it
+    /// resumes after.
+    pub from: Option<String>,
+    /// End of the window (RFC 3339, exclusive).
+    pub to: Option<String>,
+    /// Tasks per page, 1..1000 (default 100).
+    pub limit: Option<usize>,
+    /// With `from_uniqueness_key`, the key the previous page ended at.
+    pub from_ordering_id: Option<String>,
+    /// With `from_ordering_id`, the key the previous page ended at.
+    pub from_uniqueness_key: Option<String>,
+}
+
+/// `GET /api/v1/tasks`'s answer: a page.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ListResponse {
+    /// The page's tasks, in task-key order.
+    pub tasks: Vec<ListedTask>,
+    /// Query parameters for the next page (with the same `to` and `limit`), or null at the end.
+    pub next: Option<PageCursor>,
+}
+
+/// One task in [`ListResponse`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ListedTask {
+    /// The task's orderingId.
+    pub ordering_id: String,
+    /// The task's scheduled time.
+    pub scheduled_time: String,
+    /// The task's uniquenessKey.
+    pub uniqueness_key: String,
+    /// The partition the task belongs to.
+    pub partition: PartitionId,
+    /// The task's data.
+    pub task_data: Value,
+}
+
+/// Where the next page of a listing starts: the last key of this one.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PageCursor {
+    /// The next page's `from`.
+    pub from: String,
+    /// The next page's `fromOrderingId`.
+    pub from_ordering_id: String,
+    /// The next page's `fromUniquenessKey`.
+    pub from_uniqueness_key: String,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The answers that were built with `json!` (sorted keys) keep their bytes as structs.
+    #[test]
+    fn ready_cancel_and_error_answers_keep_their_bytes() {
+        let ready = ReadyResponse {
+            owned_partitions: vec![0, 3],
+            ready: true,
+        };
+        let before = serde_json::json!({ "ready": true, "ownedPartitions": [0, 3] });
+        assert_eq!(serde_json::to_string(&ready).ok(), Some(before.to_string()));
+
+        let cancel = CancelResponse {
+            note: "n".into(),
+            partition: 2,
+            result: "cancellation enqueued".into(),
+            task: "o/2026-11-22T06:00:00.000Z/u".into(),
+        };
+        let before = serde_json::json!({
+            "result": "cancellation enqueued",
+            "task": "o/2026-11-22T06:00:00.000Z/u",
+            "partition": 2,
+            "note": "n",
+        });
+        assert_eq!(
+            serde_json::to_string(&cancel).ok(),
+            Some(before.to_string())
+        );
+
+        let error = ErrorResponse { error: "e".into() };
+        assert_eq!(
+            serde_json::to_string(&error).ok().as_deref(),
+            Some(r#"{"error":"e"}"#)
+        );
+    }
+
+    #[test]
+    fn a_task_answer_is_camel_case_and_reads_back_as_it_was_written() {
+        let task = TaskResponse {
+            ordering_id: "o".into(),
+            scheduled_time: "2026-11-22T06:00:00.000Z".into(),
+            uniqueness_key: "u".into(),
+            partition: 1,
+            status: "pending".into(),
+            attempts: 0,
+            last_error: None,
+            updated_at: None,
+            task_data: Some(serde_json::json!({"a": 1})),
+            history: vec![],
+        };
+        let text = serde_json::to_string(&task).unwrap_or_default();
+        assert_eq!(
+            text,
+            r#"{"orderingId":"o","scheduledTime":"2026-11-22T06:00:00.000Z","uniquenessKey":"u","partition":1,"status":"pending","attempts":0,"lastError":null,"updatedAt":null,"taskData":{"a":1},"history":[]}"#
+        );
+        let back: Result<TaskResponse, _> = serde_json::from_str(&text);
+        assert_eq!(back.ok(), Some(task));
+    }
+}

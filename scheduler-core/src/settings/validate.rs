@@ -1,0 +1,194 @@
+//! [`Settings::validate`]: the range of every value, checked before anything starts.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use super::{KafkaSettings, Settings, SettingsError};
+
+const INCREMENTAL_REBALANCING: &str = "incremental rebalancing (a cooperative assignor, \
+    group.protocol=consumer) is not supported: nodes rebuild every partition on a rebalance";
+const KEYSPACE_NAME: &str =
+    "must start with a letter and hold at most 48 letters, digits or underscores";
+const CQL_MAP: &str =
+    "must be a CQL map such as {'class': 'SimpleStrategy', 'replication_factor': 1}";
+
+impl Settings {
+    /// Checks every value's range; the first broken rule, in the table's order, is returned.
+    pub fn validate(&self) -> Result<(), SettingsError> {
+        let (s, k, c, a) = (&self.scheduling, &self.kafka, &self.cassandra, &self.admin);
+        // One rule a line: the setting, when it is wrong, and what it must be. Every check is
+        // cheap and has no effect, so all are evaluated and the first broken one is reported.
+        #[rustfmt::skip]
+        let rules: &[(&'static str, bool, &str)] = &[
+            ("scheduling.backoff_factor", s.backoff_factor.is_zero(), "must be greater than zero"),
+            ("scheduling.max_backoff", s.max_backoff < s.backoff_factor, "must be at least scheduling.backoff_factor"),
+            ("scheduling.max_in_flight_tasks", s.max_in_flight_tasks == 0, "must be at least 1"),
+            ("scheduling.fetch_batch_size", s.fetch_batch_size == 0, "must be at least 1"),
+            ("scheduling.max_look_ahead", s.max_look_ahead.is_zero(), "must be greater than zero"),
+            ("scheduling.prefetch_window", s.prefetch_window >= s.max_look_ahead, "must be shorter than scheduling.max_look_ahead"),
+            ("scheduling.persist_timeout", s.persist_timeout.is_zero(), "must be greater than zero"),
+            ("scheduling.max_queued_per_ordering", s.max_queued_per_ordering == 0, "must be at least 1"),
+            ("scheduling.executor_concurrency", s.executor_concurrency == 0, "must be at least 1"),
+            ("scheduling.lease_ttl", !is_whole_seconds_from_3(s.lease_ttl), "must be whole seconds, at least 3s"),
+            ("scheduling.execution_timeout", s.execution_timeout.is_zero(), "must be greater than zero"),
+            ("scheduling.max_task_data_bytes", s.max_task_data_bytes < 64, "must be at least 64 bytes"),
+            ("kafka.bootstrap_servers", k.bootstrap_servers.trim().is_empty(), "must not be empty"),
+            ("kafka.topic", k.topic.trim().is_empty(), "must not be empty"),
+            ("kafka.group_id", k.group_id.trim().is_empty(), "must not be empty"),
+            ("kafka.events_topic", !events_topic_is_apart(k), "must name a topic other than kafka.topic"),
+            ("kafka.create_topic_partitions", k.create_topic_partitions == Some(0), "must be at least 1"),
+            ("kafka.properties", asks_for_incremental_rebalancing(k), INCREMENTAL_REBALANCING),
+            ("cassandra.contact_points", c.contact_points.iter().all(|p| p.trim().is_empty()), "must name at least one host:port"),
+            ("cassandra.keyspace", !is_keyspace_name(&c.keyspace), KEYSPACE_NAME),
+            ("cassandra.replication", !c.replication.trim_start().starts_with('{'), CQL_MAP),
+            ("cassandra.password", c.username.is_some() != c.password.is_some(), "username and password go together"),
+            ("admin.listen", a.enabled && a.listen.parse::<SocketAddr>().is_err(), "must be an IP address and port, such as 127.0.0.1:9464"),
+            ("admin.token", a.token.as_deref().is_some_and(|t| t.trim().is_empty()), "must not be empty when set"),
+        ];
+        match rules.iter().find(|(_, broken, _)| *broken) {
+            Some(&(key, _, reason)) => Err(SettingsError::Invalid {
+                key,
+                reason: reason.to_string(),
+            }),
+            None => Ok(()),
+        }
+    }
+}
+
+/// The lease is written with a Cassandra TTL, which counts whole seconds, and renewed every
+/// third of it; 3 s is the shortest allowed.
+fn is_whole_seconds_from_3(ttl: Duration) -> bool {
+    ttl >= Duration::from_secs(3) && ttl.subsec_nanos() == 0
+}
+
+/// No events topic, or one that is neither blank nor the scheduler's own topic.
+fn events_topic_is_apart(kafka: &KafkaSettings) -> bool {
+    kafka
+        .events_topic
+        .as_deref()
+        .is_none_or(|t| !t.trim().is_empty() && t != kafka.topic)
+}
+
+/// Nodes tear every partition tree down on a rebalance and build the assigned ones again; an
+/// incremental (cooperative) rebalance would leave retained partitions without a tree, so it is
+/// refused rather than half supported.
+fn asks_for_incremental_rebalancing(kafka: &KafkaSettings) -> bool {
+    let properties = &kafka.properties;
+    properties
+        .get("partition.assignment.strategy")
+        .is_some_and(|s| s.contains("cooperative"))
+        || properties
+            .get("group.protocol")
+            .is_some_and(|p| p.eq_ignore_ascii_case("consumer"))
+}
+
+/// A CQL identifier the engine can use unquoted: a letter, then letters, digits or
+/// underscores, 48 at most (Cassandra's limit).
+fn is_keyspace_name(name: &str) -> bool {
+    name.len() <= 48
+        && name
+            .chars()
+            .next()
+            .is_some_and(|ch| ch.is_ascii_alphabetic())
+        && name
+            .chars()
+            .all(|ch| ch.is_ascii_alphanumeric() || ch == '_')
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::settings::tests::env;
+
+    #[test]
+    fn bad_settings_name_the_key_and_the_reason() {
+        let cases = [
+            (
+                "[scheduling]\nmax_in_flight_tasks = 0",
+                "scheduling.max_in_flight_tasks",
+            ),
+            (
+                "[scheduling]\nprefetch_window = \"10m\"",
+                "scheduling.prefetch_window",
+            ),
+            (
+                "[scheduling]\nmax_backoff = \"1s\"",
+                "scheduling.max_backoff",
+            ),
+            (
+                "[scheduling]\nbackoff_factor = \"ten seconds\"",
+                "must be an integer followed by ms, s, m or h",
+            ),
+            (
+                "[cassandra]\nkeyspace = \"1bad-name\"",
+                "cassandra.keyspace",
+            ),
+            ("[cassandra]\nusername = \"u\"", "cassandra.password"),
+            ("[kafka]\ntopic = \"\"", "kafka.topic"),
+            ("[kafka]\ntopik = \"x\"", "unknown field `topik`"),
+            (
+                "[kafka.properties]\n\"partition.assignment.strategy\" = \"cooperative-sticky\"",
+                "kafka.properties",
+            ),
+            (
+                "[kafka.properties]\n\"group.protocol\" = \"consumer\"",
+                "incremental rebalancing",
+            ),
+            ("[admin]\nlisten = \"localhost\"", "admin.listen"),
+            ("not toml at all", "invalid settings"),
+        ];
+        for (text, expected) in cases {
+            let err = Settings::from_toml_with_env(text, env(&[]))
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains(expected), "{text}: {err}");
+        }
+    }
+
+    /// Every rule once, with its whole message: the table reports exactly what the checks
+    /// always reported.
+    #[test]
+    fn every_rule_names_its_key_and_reason() {
+        let cases = [
+            ("[scheduling]\nbackoff_factor = \"0s\"", "scheduling.backoff_factor", "must be greater than zero"),
+            ("[scheduling]\nmax_backoff = \"1s\"", "scheduling.max_backoff", "must be at least scheduling.backoff_factor"),
+            ("[scheduling]\nmax_in_flight_tasks = 0", "scheduling.max_in_flight_tasks", "must be at least 1"),
+            ("[scheduling]\nfetch_batch_size = 0", "scheduling.fetch_batch_size", "must be at least 1"),
+            ("[scheduling]\nmax_look_ahead = \"0s\"", "scheduling.max_look_ahead", "must be greater than zero"),
+            ("[scheduling]\nprefetch_window = \"5m\"", "scheduling.prefetch_window", "must be shorter than scheduling.max_look_ahead"),
+            ("[scheduling]\npersist_timeout = \"0s\"", "scheduling.persist_timeout", "must be greater than zero"),
+            ("[scheduling]\nmax_queued_per_ordering = 0", "scheduling.max_queued_per_ordering", "must be at least 1"),
+            ("[scheduling]\nexecutor_concurrency = 0", "scheduling.executor_concurrency", "must be at least 1"),
+            ("[scheduling]\nlease_ttl = \"2s\"", "scheduling.lease_ttl", "must be whole seconds, at least 3s"),
+            ("[scheduling]\nlease_ttl = \"3500ms\"", "scheduling.lease_ttl", "must be whole seconds, at least 3s"),
+            ("[scheduling]\nexecution_timeout = \"0s\"", "scheduling.execution_timeout", "must be greater than zero"),
+            ("[scheduling]\nmax_task_data_bytes = 63", "scheduling.max_task_data_bytes", "must be at least 64 bytes"),
+            ("[kafka]\nbootstrap_servers = \" \"", "kafka.bootstrap_servers", "must not be empty"),
+            ("[kafka]\ntopic = \"\"", "kafka.topic", "must not be empty"),
+            ("[kafka]\ngroup_id = \"\"", "kafka.group_id", "must not be empty"),
+            ("[kafka]\nevents_topic = \"scheduled-tasks\"", "kafka.events_topic", "must name a topic other than kafka.topic"),
+            ("[kafka]\nevents_topic = \" \"", "kafka.events_topic", "must name a topic other than kafka.topic"),
+            ("[kafka]\ncreate_topic_partitions = 0", "kafka.create_topic_partitions", "must be at least 1"),
+            ("[kafka.properties]\n\"group.protocol\" = \"CONSUMER\"", "kafka.properties", "incremental rebalancing (a cooperative assignor, group.protocol=consumer) is not supported: nodes rebuild every partition on a rebalance"),
+            ("[cassandra]\ncontact_points = [\" \"]", "cassandra.contact_points", "must name at least one host:port"),
+            ("[cassandra]\nkeyspace = \"k-1\"", "cassandra.keyspace", "must start with a letter and hold at most 48 letters, digits or underscores"),
+            ("[cassandra]\nkeyspace = \"\"", "cassandra.keyspace", "must start with a letter and hold at most 48 letters, digits or underscores"),
+            ("[cassandra]\nkeyspace = \"k234567890123456789012345678901234567890123456789\"", "cassandra.keyspace", "must start with a letter and hold at most 48 letters, digits or underscores"),
+            ("[cassandra]\nreplication = \"SimpleStrategy\"", "cassandra.replication", "must be a CQL map such as {'class': 'SimpleStrategy', 'replication_factor': 1}"),
+            ("[cassandra]\npassword = \"p\"", "cassandra.password", "username and password go together"),
+            ("[admin]\nlisten = \"localhost:9464\"", "admin.listen", "must be an IP address and port, such as 127.0.0.1:9464"),
+            ("[admin]\ntoken = \"  \"", "admin.token", "must not be empty when set"),
+        ];
+        for (text, key, reason) in cases {
+            let error = Settings::from_toml_with_env(text, env(&[])).map(|_| ());
+            assert_eq!(
+                error.map_err(|e| e.to_string()),
+                Err(format!("invalid setting `{key}`: {reason}")),
+                "{text}"
+            );
+        }
+        // What the rules allow.
+        let fine = "[kafka]\nevents_topic = \"events\"\n[cassandra]\nkeyspace = \"k_1\"\nusername = \"u\"\npassword = \"p\"\n[admin]\nenabled = false\nlisten = \"nowhere\"";
+        assert!(Settings::from_toml_with_env(fine, env(&[])).is_ok());
+    }
+}
