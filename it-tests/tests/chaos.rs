@@ -6,6 +6,9 @@
 //!
 //! It restarts the shared stack's services, so it lives in its own test binary (cargo runs test
 //! binaries one at a time) and is the only test in it.
+//!
+//! (Over 400 lines: the run and its checks are one scenario, read top to bottom; the node
+//! process it drives is `src/bin/chaos-node.rs`.)
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::PathBuf;

@@ -1,5 +1,6 @@
 //! The engine end to end on one node against the real stack: schedule_task → Kafka → the
-//! node's actor tree → Cassandra → the executor.
+//! node's actor tree → Cassandra → the executor. (Over 400 lines: independent tests, one per
+//! behaviour, sharing only the harness in `it-tests/src/engine.rs`.)
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;

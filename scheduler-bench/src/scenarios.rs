@@ -1,5 +1,7 @@
 //! The engine's figures: throughput, punctuality, handoff, cold load and backlog, each against
 //! the real stack with the engine's default settings unless a scenario says otherwise.
+//! (Over 400 lines: one function per scenario, each read on its own; what they share is in
+//! `ceilings.rs`, `child.rs` and `report.rs`.)
 
 use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;

@@ -1,5 +1,6 @@
 //! Wire format v1: the JSON record on the scheduler's topic, so that any language can enqueue by
-//! writing to the topic.
+//! writing to the topic. (One file over 400 lines: the format, its limits, its encoder and its
+//! decoder are one contract, read together; the tests are in `wire/tests.rs`.)
 //!
 //! ```json
 //! {"version":1,"orderingId":"...","scheduledTime":"2026-11-22T06:00:00.000Z","uniquenessKey":"...","taskData":{}}

@@ -1,20 +1,6 @@
 //! Node metrics, exposed in the Prometheus text format by [`crate::SchedulerNode::metrics`].
 //!
-//! | metric | labels | what |
-//! | --- | --- | --- |
-//! | `scheduler_tasks_persisted_total` | partition | tasks written to the schedule |
-//! | `scheduler_persist_duration_seconds` | partition | time to persist one polled batch of a partition |
-//! | `scheduler_executions_total` | partition, outcome | tasks done with: completed, failed, dropped, already_finished, abandoned |
-//! | `scheduler_execution_duration_seconds` | partition | one call of the user's executor |
-//! | `scheduler_execution_delay_seconds` | partition | first attempt's start minus the scheduled time |
-//! | `scheduler_retries_total` | partition | retries scheduled after a failed attempt |
-//! | `scheduler_retries_exhausted_total` | partition | tasks recorded failed after the last retry |
-//! | `scheduler_parked_records_total` | partition, reason ([`ParkReason`]) | records skipped: not valid tasks, or refused by Cassandra |
-//! | `scheduler_rebalances_total` | kind ([`RebalanceKind`]: revoked, assigned) | rebalance callbacks |
-//! | `scheduler_cancellations_total` | partition | tasks cancelled before they ran |
-//! | `scheduler_fencing_rejections_total` | partition | task starts or outcome records refused because another tree claimed the partition |
-//! | `scheduler_tasks_in_memory` | partition, stage (scheduled, executing) | tasks held in memory |
-//! | `scheduler_stale_tasks` | partition | incomplete tasks due longer ago than `stale_after` (sampled) |
+//! design.md's "Metrics" table lists every metric, its labels and what it counts.
 
 use std::fmt::Display;
 use std::time::Duration;
@@ -404,45 +390,4 @@ impl Metrics {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn encodes_counters_histograms_and_gauges_with_their_labels() {
-        let metrics = Metrics::new();
-        metrics.persisted(3, 10, Duration::from_millis(4));
-        metrics.executed(3, ExecutionOutcome::Completed);
-        metrics.executed(3, ExecutionOutcome::Completed);
-        metrics.attempt(3, Duration::from_millis(2), Some(Duration::from_millis(7)));
-        let key = TaskKey {
-            scheduled_time: chrono::DateTime::UNIX_EPOCH,
-            ordering_id: "o".into(),
-            uniqueness_key: "u".into(),
-        };
-        metrics.retry_scheduled(3, &key, 1, "boom", Duration::from_secs(1));
-        let record = Parked::Record {
-            topic: "t",
-            offset: 7,
-        };
-        metrics.parked(1, record, ParkReason::Invalid("json"), &"not JSON");
-        metrics.rebalanced(RebalanceKind::Assigned, &[3]);
-        let gauges = InFlightGauges::default();
-        let gauge = gauges.start(3);
-        let _held = gauge.reserve(5);
-        gauge.set_held(2);
-        let text = metrics.encode(&gauges);
-        for expected in [
-            "scheduler_tasks_persisted_total{partition=\"3\"} 10",
-            "scheduler_executions_total{partition=\"3\",outcome=\"completed\"} 2",
-            "scheduler_persist_duration_seconds_count{partition=\"3\"} 1",
-            "scheduler_execution_delay_seconds_count{partition=\"3\"} 1",
-            "scheduler_retries_total{partition=\"3\"} 1",
-            "scheduler_parked_records_total{partition=\"1\",reason=\"json\"} 1",
-            "scheduler_rebalances_total{kind=\"assigned\"} 1",
-            "scheduler_tasks_in_memory{partition=\"3\",stage=\"scheduled\"} 2",
-            "scheduler_tasks_in_memory{partition=\"3\",stage=\"executing\"} 3",
-        ] {
-            assert!(text.contains(expected), "missing {expected} in:\n{text}");
-        }
-    }
-}
+mod tests;
