@@ -3,10 +3,12 @@
 
 use chrono::{DateTime, TimeDelta, TimeZone, Utc};
 use it_tests::{unique_name, Stack};
-use scheduler_core::settings::CassandraSettings;
+use std::time::Duration;
+
+use scheduler_core::settings::{CassandraSettings, ConsistencyLevel, SerialConsistencyLevel};
 use scheduler_core::store::{
-    AttemptOutcome, AttemptRecord, AttemptStore, CassandraStore, ReadCursor, ScheduleStore,
-    StatusRecord, StatusStore, TaskStatus,
+    AttemptOutcome, AttemptRecord, AttemptStore, CassandraStore, OwnershipStore, ReadCursor,
+    ScheduleStore, StatusRecord, StatusStore, StoreLevels, TaskStatus,
 };
 use scheduler_core::{Task, TaskKey};
 
@@ -330,4 +332,124 @@ async fn a_keyspace_from_before_enqueue_offsets_is_migrated_and_its_rows_still_l
         .await
         .expect("read");
     assert_eq!(read.and_then(|t| t.enqueue_offset), Some(42));
+}
+
+/// The `[cassandra]` consistency settings reach the driver (read back from it), and the retention
+/// settings reach the schema (the tables' `default_time_to_live`, read from Cassandra's schema
+/// tables) and the rows written.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn consistency_and_retention_settings_reach_the_driver_and_the_schema() {
+    let stack = Stack::from_env();
+    let session = stack.require_cassandra().await;
+
+    let defaults = CassandraStore::connect(&settings(&unique_name("it_levels_default")))
+        .await
+        .expect("connect");
+    assert_eq!(
+        defaults.levels(),
+        StoreLevels {
+            consistency: Some(ConsistencyLevel::LocalQuorum),
+            serial_consistency: Some(SerialConsistencyLevel::LocalSerial),
+            request_timeout: Some(Duration::from_secs(30)),
+            claim_serial_consistency: Some(SerialConsistencyLevel::LocalSerial),
+            ownership_check_consistency: None,
+        }
+    );
+
+    let keyspace = unique_name("it_levels");
+    let chosen = CassandraSettings {
+        consistency: ConsistencyLevel::One,
+        serial_consistency: SerialConsistencyLevel::Serial,
+        ownership_serial_consistency: SerialConsistencyLevel::Serial,
+        request_timeout: Duration::from_secs(7),
+        status_ttl: Duration::from_secs(3600),
+        attempts_ttl: Duration::from_secs(7200),
+        ..settings(&keyspace)
+    };
+    let store = CassandraStore::connect(&chosen).await.expect("connect");
+    assert_eq!(
+        store.levels(),
+        StoreLevels {
+            consistency: Some(ConsistencyLevel::One),
+            serial_consistency: Some(SerialConsistencyLevel::Serial),
+            request_timeout: Some(Duration::from_secs(7)),
+            claim_serial_consistency: Some(SerialConsistencyLevel::Serial),
+            ownership_check_consistency: Some(ConsistencyLevel::Quorum),
+        }
+    );
+    // Claims and checks run at those levels.
+    let first = store
+        .claim_partition(3, "n1".into(), Utc::now())
+        .await
+        .expect("claim");
+    assert_eq!(store.partition_epoch(3).await.expect("epoch"), first);
+
+    // The schema keeps the retention (Cassandra 2.1 lists tables in system.schema_columnfamilies,
+    // later versions in system_schema.tables).
+    for (table, ttl) in [("task_status", 3600), ("task_attempts", 7200)] {
+        let read = session
+            .query_unpaged(
+                "SELECT default_time_to_live FROM system.schema_columnfamilies \
+                 WHERE keyspace_name = ? AND columnfamily_name = ?",
+                (&keyspace, table),
+            )
+            .await;
+        let read = match read {
+            Ok(result) => result,
+            Err(_) => session
+                .query_unpaged(
+                    "SELECT default_time_to_live FROM system_schema.tables \
+                     WHERE keyspace_name = ? AND table_name = ?",
+                    (&keyspace, table),
+                )
+                .await
+                .expect("schema read"),
+        };
+        let (found,): (i32,) = read
+            .into_rows_result()
+            .expect("rows")
+            .single_row()
+            .expect("one table");
+        assert_eq!(found, ttl, "{table}");
+    }
+
+    // A status written now expires after the retention.
+    let at = Utc::now();
+    let key = TaskKey {
+        scheduled_time: at,
+        ordering_id: "o".into(),
+        uniqueness_key: "kept".into(),
+    };
+    store
+        .record_status(
+            3,
+            key.clone(),
+            StatusRecord {
+                status: TaskStatus::Completed,
+                attempts: 1,
+                updated_at: at,
+                last_error: None,
+            },
+        )
+        .await
+        .expect("status");
+    let (left,): (Option<i32>,) = session
+        .query_unpaged(
+            format!(
+                "SELECT TTL(status) FROM {keyspace}.task_status WHERE partition_id = 3 \
+                 AND hour_bucket = ? AND scheduled_time = ? AND ordering_id = 'o' \
+                 AND uniqueness_key = 'kept'"
+            ),
+            (scheduler_core::store::hour_bucket(at), key.scheduled_time),
+        )
+        .await
+        .expect("ttl read")
+        .into_rows_result()
+        .expect("rows")
+        .single_row()
+        .expect("the status row");
+    assert!(
+        left.is_some_and(|s| (3500..=3600).contains(&s)),
+        "TTL left: {left:?}"
+    );
 }

@@ -14,9 +14,12 @@ use std::time::Duration;
 use scheduler_client::defaults;
 use serde::{Deserialize, Deserializer, Serialize};
 
+mod cassandra;
 pub mod duration_text;
 mod env;
 mod validate;
+
+pub use cassandra::{CassandraSettings, ConsistencyLevel, SerialConsistencyLevel};
 
 /// Prefix of environment overrides.
 pub const ENV_PREFIX: &str = "SCHEDULER__";
@@ -214,40 +217,6 @@ impl Default for KafkaSettings {
     }
 }
 
-/// Cassandra settings.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-#[serde(default, deny_unknown_fields)]
-pub struct CassandraSettings {
-    /// Contact points, `host:port`: a list, or one string separated by commas (handy in the
-    /// environment: `SCHEDULER__CASSANDRA__CONTACT_POINTS=10.0.0.1:9042,10.0.0.2:9042`).
-    #[serde(deserialize_with = "list_or_commas")]
-    pub contact_points: Vec<String>,
-    /// The keyspace; created with `replication` if absent.
-    pub keyspace: String,
-    /// The keyspace's replication map, in CQL.
-    pub replication: String,
-    /// User name, when the cluster requires authentication.
-    pub username: Option<String>,
-    /// Password, with `username`.
-    pub password: Option<String>,
-    /// Whether the driver reads schema metadata. Set `false` for Cassandra 2.1 (the development
-    /// stack), which has no `system_schema` keyspace.
-    pub fetch_schema_metadata: bool,
-}
-
-impl Default for CassandraSettings {
-    fn default() -> Self {
-        CassandraSettings {
-            contact_points: vec!["127.0.0.1:9042".into()],
-            keyspace: "scheduler".into(),
-            replication: "{'class': 'SimpleStrategy', 'replication_factor': 1}".into(),
-            username: None,
-            password: None,
-            fetch_schema_metadata: true,
-        }
-    }
-}
-
 impl Settings {
     /// Loads `path` (when given), applies the process environment's overrides, and validates.
     pub fn load(path: Option<&Path>) -> Result<Settings, SettingsError> {
@@ -288,7 +257,7 @@ fn one_line(text: &str) -> String {
 }
 
 /// A list of strings, or one string of comma-separated items.
-fn list_or_commas<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<String>, D::Error> {
+pub(super) fn list_or_commas<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<String>, D::Error> {
     #[derive(Deserialize)]
     #[serde(untagged)]
     enum ListOrCommas {

@@ -3,7 +3,7 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use super::{KafkaSettings, Settings, SettingsError};
+use super::{ConsistencyLevel, KafkaSettings, Settings, SettingsError};
 
 const INCREMENTAL_REBALANCING: &str = "incremental rebalancing (a cooperative assignor, \
     group.protocol=consumer) is not supported: nodes rebuild every partition on a rebalance";
@@ -11,6 +11,13 @@ const KEYSPACE_NAME: &str =
     "must start with a letter and hold at most 48 letters, digits or underscores";
 const CQL_MAP: &str =
     "must be a CQL map such as {'class': 'SimpleStrategy', 'replication_factor': 1}";
+
+const CASSANDRA_TTL: &str = "must be whole seconds, at most 20 years (0s: kept forever)";
+
+/// Cassandra counts a TTL in whole seconds, up to 20 years.
+fn is_cassandra_ttl(ttl: Duration) -> bool {
+    ttl.subsec_nanos() == 0 && ttl.as_secs() <= 20 * 365 * 24 * 3600
+}
 
 impl Settings {
     /// Checks every value's range; the first broken rule, in the table's order, is returned.
@@ -42,6 +49,10 @@ impl Settings {
             ("cassandra.keyspace", !is_keyspace_name(&c.keyspace), KEYSPACE_NAME),
             ("cassandra.replication", !c.replication.trim_start().starts_with('{'), CQL_MAP),
             ("cassandra.password", c.username.is_some() != c.password.is_some(), "username and password go together"),
+            ("cassandra.consistency", c.consistency == ConsistencyLevel::EachQuorum, "must be a level reads accept (EACH_QUORUM is for writes only)"),
+            ("cassandra.request_timeout", c.request_timeout.is_zero(), "must be greater than zero"),
+            ("cassandra.status_ttl", !is_cassandra_ttl(c.status_ttl), CASSANDRA_TTL),
+            ("cassandra.attempts_ttl", !is_cassandra_ttl(c.attempts_ttl), CASSANDRA_TTL),
             ("admin.listen", a.enabled && a.listen.parse::<SocketAddr>().is_err(), "must be an IP address and port, such as 127.0.0.1:9464"),
             ("admin.token", a.token.as_deref().is_some_and(|t| t.trim().is_empty()), "must not be empty when set"),
         ];
@@ -176,6 +187,10 @@ mod tests {
             ("[cassandra]\nkeyspace = \"k234567890123456789012345678901234567890123456789\"", "cassandra.keyspace", "must start with a letter and hold at most 48 letters, digits or underscores"),
             ("[cassandra]\nreplication = \"SimpleStrategy\"", "cassandra.replication", "must be a CQL map such as {'class': 'SimpleStrategy', 'replication_factor': 1}"),
             ("[cassandra]\npassword = \"p\"", "cassandra.password", "username and password go together"),
+            ("[cassandra]\nconsistency = \"EACH_QUORUM\"", "cassandra.consistency", "must be a level reads accept (EACH_QUORUM is for writes only)"),
+            ("[cassandra]\nrequest_timeout = \"0s\"", "cassandra.request_timeout", "must be greater than zero"),
+            ("[cassandra]\nstatus_ttl = \"1500ms\"", "cassandra.status_ttl", "must be whole seconds, at most 20 years (0s: kept forever)"),
+            ("[cassandra]\nattempts_ttl = \"200000h\"", "cassandra.attempts_ttl", "must be whole seconds, at most 20 years (0s: kept forever)"),
             ("[admin]\nlisten = \"localhost:9464\"", "admin.listen", "must be an IP address and port, such as 127.0.0.1:9464"),
             ("[admin]\ntoken = \"  \"", "admin.token", "must not be empty when set"),
         ];

@@ -12,7 +12,7 @@ use chrono::{DateTime, DurationRound, TimeDelta, Utc};
 use futures::future::BoxFuture;
 use scheduler_client::{Task, TaskKey};
 
-pub use cassandra::{CassandraStore, WRITE_CONCURRENCY};
+pub use cassandra::{CassandraStore, StoreLevels, WRITE_CONCURRENCY};
 
 /// A Kafka partition number, which is also the schedule's partition.
 pub type PartitionId = i32;

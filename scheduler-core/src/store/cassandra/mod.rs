@@ -14,6 +14,7 @@ use chrono::{DateTime, TimeDelta, Utc};
 use futures::future::BoxFuture;
 use futures::{FutureExt, StreamExt, TryStreamExt};
 use scheduler_client::{Task, TaskKey};
+use scylla::client::execution_profile::ExecutionProfile;
 use scylla::client::session::Session;
 use scylla::client::session_builder::SessionBuilder;
 use scylla::response::query_result::QueryResult;
@@ -27,9 +28,11 @@ use super::{
 };
 use crate::settings::CassandraSettings;
 
+mod levels;
 mod rows;
 mod schema;
 mod statements;
+pub use levels::StoreLevels;
 use rows::{
     applied, epoch_value, first_row_of, key_values, limit_value, query_error, rows_of,
     task_from_row, TaskRow,
@@ -48,6 +51,14 @@ pub struct CassandraStore {
 struct Inner {
     session: Session,
     statements: Statements,
+}
+
+impl CassandraStore {
+    /// The consistency levels and request timeout the driver runs this store's statements
+    /// with, read back from the driver.
+    pub fn levels(&self) -> StoreLevels {
+        StoreLevels::read(&self.inner.session, &self.inner.statements)
+    }
 }
 
 impl Inner {
@@ -76,7 +87,15 @@ impl CassandraStore {
             .fetch_schema_metadata(settings.fetch_schema_metadata)
             // Full schema metadata is only meaningful when schema metadata is fetched at all.
             .fetch_full_schema_metadata(settings.fetch_schema_metadata)
-            .connection_timeout(std::time::Duration::from_secs(5));
+            .connection_timeout(std::time::Duration::from_secs(5))
+            .default_execution_profile_handle(
+                ExecutionProfile::builder()
+                    .consistency(levels::consistency(settings.consistency))
+                    .serial_consistency(Some(levels::serial(settings.serial_consistency)))
+                    .request_timeout(Some(settings.request_timeout))
+                    .build()
+                    .into_handle(),
+            );
         if let (Some(user), Some(password)) = (&settings.username, &settings.password) {
             builder = builder.user(user, password);
         }
@@ -84,9 +103,13 @@ impl CassandraStore {
             contact_points: settings.contact_points.join(","),
             reason: e.to_string(),
         })?;
-        let ks = &settings.keyspace;
-        schema::create_or_migrate(&session, ks, &settings.replication).await?;
-        let statements = Statements::prepare(&session, ks).await?;
+        schema::create_or_migrate(&session, settings).await?;
+        let statements = Statements::prepare(
+            &session,
+            &settings.keyspace,
+            settings.ownership_serial_consistency,
+        )
+        .await?;
         let inner = Inner {
             session,
             statements,

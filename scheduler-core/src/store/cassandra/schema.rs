@@ -5,19 +5,32 @@ use scylla::client::session::Session;
 use tracing::warn;
 
 use super::query_error;
+use crate::settings::CassandraSettings;
 use crate::store::StoreResult;
 
-/// Creates the keyspace and tables if absent and adds columns added since they were created.
+/// Creates the keyspace and tables if absent, adds columns added since they were created, and
+/// sets the retention of statuses and attempts (tables' `default_time_to_live`, in seconds).
 pub(super) async fn create_or_migrate(
     session: &Session,
-    ks: &str,
-    replication: &str,
+    settings: &CassandraSettings,
 ) -> StoreResult<()> {
-    for ddl in schema(ks, replication) {
+    let ks = &settings.keyspace;
+    for ddl in schema(ks, &settings.replication) {
         create_if_absent(session, ddl).await?;
     }
     // Added after the first release: keyspaces created before lack it.
-    add_column_if_absent(session, ks, "scheduled_tasks", "enqueue_offset", "bigint").await
+    add_column_if_absent(session, ks, "scheduled_tasks", "enqueue_offset", "bigint").await?;
+    for (table, ttl) in [
+        ("task_status", settings.status_ttl),
+        ("task_attempts", settings.attempts_ttl),
+    ] {
+        let alter = format!(
+            "ALTER TABLE {ks}.{table} WITH default_time_to_live = {}",
+            ttl.as_secs()
+        );
+        create_if_absent(session, alter).await?;
+    }
+    Ok(())
 }
 
 /// Attempts at a schema statement: nodes starting together on a fresh keyspace race to create

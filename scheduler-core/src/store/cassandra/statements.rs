@@ -3,6 +3,8 @@
 use scylla::client::session::Session;
 use scylla::statement::prepared::PreparedStatement;
 
+use super::levels;
+use crate::settings::SerialConsistencyLevel;
 use crate::store::{StoreError, StoreResult};
 
 /// Every statement the store runs, prepared once per session.
@@ -27,8 +29,35 @@ pub(super) struct Statements {
 }
 
 impl Statements {
-    /// Prepares the statements on the tables of keyspace `ks`.
-    pub(super) async fn prepare(session: &Session, ks: &str) -> StoreResult<Statements> {
+    /// Prepares the statements on the tables of keyspace `ks`; ownership claims run at
+    /// `ownership` (see `CassandraSettings::ownership_serial_consistency`).
+    pub(super) async fn prepare(
+        session: &Session,
+        ks: &str,
+        ownership: SerialConsistencyLevel,
+    ) -> StoreResult<Statements> {
+        let mut statements = Statements::prepare_all(session, ks).await?;
+        statements
+            .select_epoch_serial
+            .set_consistency(levels::serial_read(ownership));
+        for claim in [&mut statements.claim_first, &mut statements.claim_next] {
+            claim.set_serial_consistency(Some(levels::serial(ownership)));
+        }
+        if ownership == SerialConsistencyLevel::Serial {
+            // Claims linearised across data centres: their commits, and the checks that must
+            // see them, reach a majority of all replicas.
+            for statement in [
+                &mut statements.claim_first,
+                &mut statements.claim_next,
+                &mut statements.select_epoch,
+            ] {
+                statement.set_consistency(scylla::statement::Consistency::Quorum);
+            }
+        }
+        Ok(statements)
+    }
+
+    async fn prepare_all(session: &Session, ks: &str) -> StoreResult<Statements> {
         let prepare = |cql: String, operation: &'static str| async move {
             session.prepare(cql).await.map_err(|e| StoreError::Query {
                 operation,
@@ -113,7 +142,8 @@ impl Statements {
                 "prepare attempt write",
             )
             .await?,
-            // At the session's consistency (LOCAL_QUORUM): a claim whose lightweight transaction
+            // At the session's consistency (LOCAL_QUORUM; QUORUM when claims are SERIAL): a
+            // claim whose lightweight transaction
             // completed was committed at that level, so a read that begins after it sees it. A
             // claim still in progress may be missed, which is safe: its tree starts nothing
             // before the claim completes, and reads the running-task leases only after (see
@@ -123,17 +153,13 @@ impl Statements {
                 "prepare epoch read",
             )
             .await?,
-            select_epoch_serial: {
-                let mut statement = prepare(
-                    format!("SELECT epoch FROM {ks}.partition_owners WHERE partition_id = ?"),
-                    "prepare epoch read",
-                )
-                .await?;
-                // Serial, for a claim: sees in-progress claims too, so the compare-and-set below
-                // rarely loses.
-                statement.set_consistency(scylla::statement::Consistency::Serial);
-                statement
-            },
+            // At the claims' serial level (set by `prepare`), for a claim: sees in-progress
+            // claims too, so the compare-and-set below rarely loses.
+            select_epoch_serial: prepare(
+                format!("SELECT epoch FROM {ks}.partition_owners WHERE partition_id = ?"),
+                "prepare epoch read",
+            )
+            .await?,
             claim_first: prepare(
                 format!(
                     "INSERT INTO {ks}.partition_owners (partition_id, epoch, owner, claimed_at) \
