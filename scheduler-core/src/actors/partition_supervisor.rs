@@ -206,6 +206,7 @@ impl Actor for PartitionSupervisor {
                 ownership: ownership.clone(),
                 lease,
                 stop: self.stop.subscribe(),
+                tree_started: deps.clock.now(),
             },
             controller.clone().recipient(),
             in_flight.clone(),

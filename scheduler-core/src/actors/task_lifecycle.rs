@@ -23,6 +23,7 @@
 use std::time::Duration;
 
 use actix::Addr;
+use chrono::{DateTime, TimeDelta, Utc};
 use scheduler_client::{Task, TaskKey};
 use tokio::sync::watch;
 use tracing::{debug, warn, Instrument};
@@ -48,7 +49,14 @@ pub struct ExecutionLinks {
     /// Set once the tree stops (revoke, rebuild, fence): tasks that have not called the
     /// executor yet give up, and running calls see it in their context.
     pub stop: tokio::sync::watch::Receiver<Option<StopReason>>,
+    /// When the tree started: a task due before it (give or take [`CLOCK_SKEW`]) may have been
+    /// attempted by an earlier tree, whose attempt numbers this one continues.
+    pub tree_started: DateTime<Utc>,
 }
+
+/// How far the clocks of the nodes may drift apart: an earlier tree on a node whose clock ran
+/// ahead may have attempted tasks due up to this long after this tree started.
+const CLOCK_SKEW: TimeDelta = TimeDelta::seconds(60);
 
 /// A step could not go on: the tree stops, or it lost the partition.
 enum Halt {
@@ -137,9 +145,31 @@ impl TaskRun {
             // steps above is seen.
             let store = self.deps.store.clone();
             let (partition, key) = (self.partition, self.key.clone());
-            let status = self
-                .store_step("status read", || store.status(partition, key.clone()))
+            // A task an earlier tree may have attempted: its last attempt is read beside the
+            // status (no round trip more), so attempt numbers and the retry budget go on.
+            let earlier = self.attempts == 0
+                && self.key.scheduled_time <= self.links.tree_started + CLOCK_SKEW;
+            let (status, last_attempt) = self
+                .store_step("status read", || {
+                    let status = store.status(partition, key.clone());
+                    let last = earlier.then(|| store.attempts(key.clone(), 1));
+                    async move {
+                        let last = async move {
+                            match last {
+                                Some(read) => read.await.map(|a| a.first().map(|a| a.attempt)),
+                                None => Ok(None),
+                            }
+                        };
+                        let (status, last) = futures::future::join(status, last).await;
+                        Ok::<_, crate::store::StoreError>((status?, last?))
+                    }
+                })
                 .await?;
+            if let Some(last) = last_attempt {
+                debug!(partition, task = %self.key, last_attempt = last,
+                    "attempted by an earlier tree; attempt numbers go on");
+                self.attempts = self.attempts.max(last);
+            }
             if let Some(status) = status {
                 debug!(partition, task = %self.key, status = status.status.as_str(), "task already finished; not running it again");
                 self.remove_from_schedule();

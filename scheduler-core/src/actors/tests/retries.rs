@@ -159,3 +159,44 @@ fn counters_are_kept_across_revokes_for_the_life_of_the_node() {
         }
     });
 }
+
+#[test]
+fn attempt_numbers_and_the_retry_budget_continue_in_the_next_tree() {
+    run_paused(|| async {
+        let settings = SchedulingSettings {
+            max_task_retries: 3,
+            backoff_factor: Duration::from_secs(10),
+            max_backoff: Duration::from_secs(10),
+            ..SchedulingSettings::default()
+        };
+        let h = Harness::new(
+            settings,
+            Duration::ZERO,
+            &[("doomed", Behaviour::FailAlways)],
+        );
+        h.assign().await;
+        let doomed = task("doomed", t0(), "1");
+        h.enqueue(vec![doomed.clone()]).await;
+        // The first attempt and the first retry (5-10 s later) fail in this tree.
+        advance(Duration::from_secs(11)).await;
+        assert_eq!(h.recorder.call_times("doomed").len(), 2);
+        h.topic.send(RevokePartitions).await.expect("revoke");
+        // The next tree loads the task again: it goes on from attempt 3, with one retry left.
+        h.assign().await;
+        advance(Duration::from_secs(120)).await;
+        assert_eq!(
+            h.recorder.call_times("doomed").len(),
+            4,
+            "the first attempt and 3 retries, across both trees"
+        );
+        let numbers: Vec<u32> = h
+            .store
+            .attempts(P, &doomed.key())
+            .iter()
+            .map(|a| a.attempt)
+            .collect();
+        assert_eq!(numbers, vec![1, 2, 3, 4], "no attempt overwritten");
+        let failed = h.store.status_of(P, &doomed.key()).expect("status");
+        assert_eq!((failed.status, failed.attempts), (TaskStatus::Failed, 4));
+    });
+}
