@@ -102,6 +102,8 @@ async fn run() -> DemoResult<()> {
             contact_points: vec![stack.cql_contact_point.clone()],
             keyspace: "scheduler_demo".into(),
             fetch_schema_metadata: false,
+            // A development keyspace: the first node creates its schema.
+            auto_migrate: true,
             ..CassandraSettings::default()
         },
         admin: AdminSettings {

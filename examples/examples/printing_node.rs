@@ -51,6 +51,7 @@ async fn main() -> std::process::ExitCode {
         settings.kafka.create_topic_partitions = Some(8);
         settings.cassandra.contact_points = vec![stack.cql_contact_point];
         settings.cassandra.fetch_schema_metadata = false;
+        settings.cassandra.auto_migrate = true;
     }
     let node = match SchedulerNode::start(settings, PrintingExecutor).await {
         Ok(node) => node,

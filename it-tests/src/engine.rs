@@ -86,6 +86,8 @@ impl TestEnv {
                 contact_points: vec![self.stack.cql_contact_point.clone()],
                 keyspace: self.keyspace.clone(),
                 fetch_schema_metadata: false,
+                // Each test's keyspace is fresh.
+                auto_migrate: true,
                 ..CassandraSettings::default()
             },
             admin: AdminSettings {

@@ -80,6 +80,8 @@ impl Nodes {
                 &settings.cassandra.keyspace,
             )
             .env("SCHEDULER__CASSANDRA__FETCH_SCHEMA_METADATA", "false")
+            // Three nodes start together on a fresh keyspace: the migration lock serialises them.
+            .env("SCHEDULER__CASSANDRA__AUTO_MIGRATE", "true")
             .env("SCHEDULER__SCHEDULING__ISOLATION_WAIT", "500ms")
             .env("SCHEDULER__SCHEDULING__DRAIN_TIMEOUT", "5s")
             .env("SCHEDULER__ADMIN__LISTEN", "127.0.0.1:0")

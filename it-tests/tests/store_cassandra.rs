@@ -18,6 +18,7 @@ fn settings(keyspace: &str) -> CassandraSettings {
         contact_points: vec![stack.cql_contact_point],
         keyspace: keyspace.to_string(),
         fetch_schema_metadata: false,
+        auto_migrate: true,
         ..CassandraSettings::default()
     }
 }

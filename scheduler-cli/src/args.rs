@@ -42,6 +42,15 @@ pub(crate) enum Command {
     Status(AdminArgs),
     /// Run a scheduler node from a settings file (TOML; SCHEDULER__SECTION__KEY variables override it).
     Node(NodeArgs),
+    /// Create or upgrade the keyspace's schema to this release's version (a no-op when current),
+    /// with the node's settings file. Run it before the nodes of a new release start.
+    Migrate(MigrateArgs),
+}
+
+#[derive(Args)]
+pub(crate) struct MigrateArgs {
+    /// The settings file (its [cassandra] section).
+    pub(crate) settings: Option<PathBuf>,
 }
 
 #[derive(Args)]

@@ -65,6 +65,7 @@ where
         Command::Cancel(args) => commands::cancel(args, json, out),
         Command::Status(args) => commands::status(args, json, out),
         Command::Node(args) => commands::node(args),
+        Command::Migrate(args) => commands::migrate(args, json, out),
     };
     match result {
         Ok(()) => 0,

@@ -17,6 +17,7 @@ fn node(env: &[(&str, &str)]) -> (Output, Duration) {
         .env_clear()
         .env("SCHEDULER__ADMIN__LISTEN", "127.0.0.1:0")
         .env("SCHEDULER__CASSANDRA__FETCH_SCHEMA_METADATA", "false")
+        .env("SCHEDULER__CASSANDRA__AUTO_MIGRATE", "true")
         .envs(env.iter().copied())
         .output()
         .expect("run scheduler");
@@ -27,7 +28,11 @@ fn node(env: &[(&str, &str)]) -> (Output, Duration) {
 fn one_line(output: &Output) -> String {
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(!stderr.contains("panicked"), "{stderr}");
-    let lines: Vec<&str> = stderr.lines().filter(|l| !l.trim().is_empty()).collect();
+    // Progress lines (INFO, such as a schema migration) may come first; one error line ends it.
+    let lines: Vec<&str> = stderr
+        .lines()
+        .filter(|l| !l.trim().is_empty() && !l.contains("INFO"))
+        .collect();
     assert_eq!(lines.len(), 1, "one error line, got: {stderr}");
     lines[0].to_string()
 }
@@ -63,4 +68,46 @@ fn an_unreachable_broker_fails_the_start_with_one_line() {
     let line = one_line(&output);
     assert!(line.contains("127.0.0.1:1"), "{line}");
     assert!(took < Duration::from_secs(60), "took {took:?}");
+}
+
+/// Runs `scheduler migrate` with `env`.
+fn migrate(env: &[(&str, &str)]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_scheduler"))
+        .arg("migrate")
+        .env_clear()
+        .env("SCHEDULER__CASSANDRA__FETCH_SCHEMA_METADATA", "false")
+        .envs(env.iter().copied())
+        .output()
+        .expect("run scheduler migrate")
+}
+
+#[test]
+fn a_keyspace_without_the_schema_fails_the_start_with_one_line_until_migrate_runs() {
+    let cql = cql_contact_point();
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or_default();
+    let keyspace = format!("cli_migrate_{nanos}");
+    let env = [
+        ("SCHEDULER__CASSANDRA__CONTACT_POINTS", cql.as_str()),
+        ("SCHEDULER__CASSANDRA__KEYSPACE", keyspace.as_str()),
+    ];
+    let (output, _) = node(&[
+        env[0],
+        env[1],
+        ("SCHEDULER__CASSANDRA__AUTO_MIGRATE", "false"),
+    ]);
+    assert_eq!(output.status.code(), Some(1));
+    let line = one_line(&output);
+    assert!(line.contains("run `scheduler migrate`"), "{line}");
+
+    let first = migrate(&env);
+    assert_eq!(first.status.code(), Some(0), "{first:?}");
+    let said = String::from_utf8_lossy(&first.stdout);
+    assert!(said.contains("migrated from schema version 0 to"), "{said}");
+    let again = migrate(&env);
+    assert_eq!(again.status.code(), Some(0), "{again:?}");
+    let said = String::from_utf8_lossy(&again.stdout);
+    assert!(said.contains("nothing to do"), "{said}");
 }

@@ -1,12 +1,14 @@
 //! One module per group of commands, and what they share: the runtime and time parsing.
 
 mod admin;
+mod migrate;
 mod node;
 mod schedule;
 
 use chrono::{DateTime, Utc};
 
 pub(crate) use admin::{cancel, get, list, status};
+pub(crate) use migrate::migrate;
 pub(crate) use node::node;
 pub(crate) use schedule::schedule;
 

@@ -84,6 +84,10 @@ pub struct CassandraSettings {
     /// How long a task's attempt history is kept (`0s`: forever).
     #[serde(with = "super::duration_text")]
     pub attempts_ttl: Duration,
+    /// Migrate the keyspace's schema when the node connects, if it is behind (for development
+    /// and tests). Off, a node refuses a keyspace that `scheduler migrate` has not brought to its
+    /// schema version.
+    pub auto_migrate: bool,
 }
 
 impl Default for CassandraSettings {
@@ -101,6 +105,7 @@ impl Default for CassandraSettings {
             request_timeout: Duration::from_secs(30),
             status_ttl: DEFAULT_RETENTION,
             attempts_ttl: DEFAULT_RETENTION,
+            auto_migrate: false,
         }
     }
 }

@@ -12,7 +12,9 @@ use chrono::{DateTime, DurationRound, TimeDelta, Utc};
 use futures::future::BoxFuture;
 use scheduler_client::{Task, TaskKey};
 
-pub use cassandra::{CassandraStore, StoreLevels, WRITE_CONCURRENCY};
+pub use cassandra::{
+    CassandraStore, Migration, StoreLevels, META_KEYSPACE, SCHEMA_VERSION, WRITE_CONCURRENCY,
+};
 
 /// A Kafka partition number, which is also the schedule's partition.
 pub type PartitionId = i32;
@@ -55,6 +57,33 @@ pub enum StoreError {
         operation: &'static str,
         /// Cassandra's message.
         reason: String,
+    },
+    /// The keyspace's schema is older than this node's (or absent): it must be migrated first.
+    #[error(
+        "keyspace `{keyspace}` is at schema version {found}, this node needs {needs}: run \
+         `scheduler migrate` with the node's settings (or set [cassandra] auto_migrate = true in \
+         development)"
+    )]
+    SchemaBehind {
+        /// The keyspace.
+        keyspace: String,
+        /// Its version (0: no schema).
+        found: u32,
+        /// This release's version.
+        needs: u32,
+    },
+    /// The keyspace's schema is newer than this node's: the node must be upgraded.
+    #[error(
+        "keyspace `{keyspace}` is at schema version {found}, newer than this node's {needs}: \
+         upgrade the node"
+    )]
+    SchemaAhead {
+        /// The keyspace.
+        keyspace: String,
+        /// Its version.
+        found: u32,
+        /// This release's version.
+        needs: u32,
     },
     /// A stored row could not be understood.
     #[error("corrupt {what} row: {reason}")]

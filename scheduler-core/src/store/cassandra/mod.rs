@@ -37,7 +37,14 @@ use rows::{
     applied, epoch_value, first_row_of, key_values, limit_value, query_error, rows_of,
     task_from_row, TaskRow,
 };
+pub use schema::{Migration, META_KEYSPACE, SCHEMA_VERSION};
 use statements::Statements;
+
+/// Who holds the migration lock: this process, and a random part so two stores of one process
+/// differ.
+fn migration_holder() -> String {
+    format!("pid {} #{:08x}", std::process::id(), fastrand::u32(..))
+}
 
 /// Concurrent writes while persisting one batch.
 pub const WRITE_CONCURRENCY: usize = 64;
@@ -80,8 +87,35 @@ impl Inner {
 const CLAIM_ATTEMPTS: u32 = 10;
 
 impl CassandraStore {
-    /// Connects, creates the keyspace and tables if absent, and prepares the statements.
+    /// Connects, checks that the keyspace is at this release's schema version (migrating it
+    /// first with `auto_migrate`), sets the retention and prepares the statements.
     pub async fn connect(settings: &CassandraSettings) -> StoreResult<CassandraStore> {
+        let session = Self::session(settings).await?;
+        schema::check_or_migrate(&session, settings, &migration_holder()).await?;
+        let statements = Statements::prepare(
+            &session,
+            &settings.keyspace,
+            settings.ownership_serial_consistency,
+        )
+        .await?;
+        let inner = Inner {
+            session,
+            statements,
+        };
+        Ok(CassandraStore {
+            inner: Arc::new(inner),
+        })
+    }
+
+    /// Brings the keyspace to this release's schema version (`scheduler migrate`): creates the
+    /// keyspace and tables, applies what an older keyspace lacks and records the version, under
+    /// a lock so that concurrent migrations wait for each other. A no-op on a current keyspace.
+    pub async fn migrate(settings: &CassandraSettings) -> StoreResult<Migration> {
+        let session = Self::session(settings).await?;
+        schema::migrate(&session, settings, &migration_holder()).await
+    }
+
+    async fn session(settings: &CassandraSettings) -> StoreResult<Session> {
         let mut builder = SessionBuilder::new()
             .known_nodes(&settings.contact_points)
             .fetch_schema_metadata(settings.fetch_schema_metadata)
@@ -99,23 +133,9 @@ impl CassandraStore {
         if let (Some(user), Some(password)) = (&settings.username, &settings.password) {
             builder = builder.user(user, password);
         }
-        let session = builder.build().await.map_err(|e| StoreError::Connect {
+        builder.build().await.map_err(|e| StoreError::Connect {
             contact_points: settings.contact_points.join(","),
             reason: e.to_string(),
-        })?;
-        schema::create_or_migrate(&session, settings).await?;
-        let statements = Statements::prepare(
-            &session,
-            &settings.keyspace,
-            settings.ownership_serial_consistency,
-        )
-        .await?;
-        let inner = Inner {
-            session,
-            statements,
-        };
-        Ok(CassandraStore {
-            inner: Arc::new(inner),
         })
     }
 }

@@ -1,25 +1,259 @@
-//! The keyspace and tables of the Cassandra store: created if absent, and migrated (columns added
-//! in later releases) on a keyspace created before.
+//! The keyspace's schema, a managed artefact: a list of versioned migrations, the version a
+//! keyspace is at, and `migrate`, which brings a keyspace to this release's version under a lock
+//! (a lightweight transaction) so that concurrent migrations (nodes starting together with
+//! `auto_migrate`) cannot race to create a table twice. Nodes check the version when they connect
+//! and refuse a keyspace behind or ahead of them.
+//!
+//! The version and the lock live apart, in the keyspace [`META_KEYSPACE`] (one row per data
+//! keyspace): the lock's own table has to be created before anything can be locked, so
+//! migrations starting together may race to create it, and Cassandra 2.1 then keeps two ids for
+//! that table and refuses later schema changes to its keyspace ("Column family ID mismatch"). Kept
+//! out of the data keyspace, such a race can only cost the meta rows (at Cassandra's next
+//! restart), and migrating again rebuilds them: every migration is idempotent.
 
+use std::time::Duration;
+
+use chrono::Utc;
 use scylla::client::session::Session;
-use tracing::warn;
+use tracing::{info, warn};
 
 use super::query_error;
+use super::rows::{applied, first_row_of};
 use crate::settings::CassandraSettings;
-use crate::store::StoreResult;
+use crate::store::{StoreError, StoreResult};
 
-/// Creates the keyspace and tables if absent, adds columns added since they were created, and
-/// sets the retention of statuses and attempts (tables' `default_time_to_live`, in seconds).
-pub(super) async fn create_or_migrate(
+/// The schema version this release runs on.
+pub const SCHEMA_VERSION: u32 = 1;
+
+/// Where every keyspace's schema version and migration lock are kept.
+pub const META_KEYSPACE: &str = "scheduler_meta";
+
+/// How long a migration may hold the lock before another may take it (a migrating process that
+/// died leaves it to expire).
+const LOCK_TTL_SECS: i32 = 120;
+
+/// How long a migration waits for another to finish.
+const LOCK_WAIT: Duration = Duration::from_secs(150);
+
+/// What `migrate` did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Migration {
+    /// The version the keyspace was at (0: no schema).
+    pub from: u32,
+    /// The version it is at now.
+    pub to: u32,
+    /// Whether this call applied the migrations (`false`: already current, or another process
+    /// migrated it meanwhile).
+    pub applied: bool,
+}
+
+/// The version `ks` is at: 0 when it has no schema (no keyspace, no version table, or no row).
+pub(super) async fn version(session: &Session, ks: &str) -> StoreResult<u32> {
+    let read = session
+        .query_unpaged(
+            format!("SELECT version FROM {META_KEYSPACE}.schema_version WHERE keyspace_name = ?"),
+            (ks,),
+        )
+        .await
+        .map_err(query_error("schema version read"));
+    let result = match read {
+        Ok(result) => result,
+        // An unconfigured table or a missing keyspace: no schema yet.
+        Err(StoreError::Refused { .. }) => return Ok(0),
+        Err(e) => return Err(e),
+    };
+    let row: Option<(Option<i32>,)> = first_row_of(result, "schema_version")?;
+    Ok(row
+        .and_then(|(v,)| v)
+        .and_then(|v| u32::try_from(v).ok())
+        .unwrap_or(0))
+}
+
+/// Checks that `settings.keyspace` is at [`SCHEMA_VERSION`], migrating it first when
+/// `auto_migrate` is set; then sets the retention of statuses and attempts.
+pub(super) async fn check_or_migrate(
     session: &Session,
     settings: &CassandraSettings,
+    holder: &str,
 ) -> StoreResult<()> {
     let ks = &settings.keyspace;
-    for ddl in schema(ks, &settings.replication) {
+    let found = version(session, ks).await?;
+    if found > SCHEMA_VERSION {
+        return Err(StoreError::SchemaAhead {
+            keyspace: ks.clone(),
+            found,
+            needs: SCHEMA_VERSION,
+        });
+    }
+    if found < SCHEMA_VERSION {
+        if !settings.auto_migrate {
+            return Err(StoreError::SchemaBehind {
+                keyspace: ks.clone(),
+                found,
+                needs: SCHEMA_VERSION,
+            });
+        }
+        migrate(session, settings, holder).await?;
+    }
+    apply_retention(session, settings).await
+}
+
+/// Brings `settings.keyspace` to [`SCHEMA_VERSION`]: creates the keyspace, applies the
+/// migrations it lacks under the lock and records the version. Idempotent.
+pub(super) async fn migrate(
+    session: &Session,
+    settings: &CassandraSettings,
+    holder: &str,
+) -> StoreResult<Migration> {
+    let ks = &settings.keyspace;
+    let from = version(session, ks).await?;
+    if from >= SCHEMA_VERSION {
+        return Ok(Migration {
+            from,
+            to: from,
+            applied: false,
+        });
+    }
+    create_meta(session, settings).await?;
+    let deadline = tokio::time::Instant::now() + LOCK_WAIT;
+    loop {
+        let at = version(session, ks).await?;
+        if at >= SCHEMA_VERSION {
+            return Ok(Migration {
+                from,
+                to: at,
+                applied: false,
+            });
+        }
+        let locked = session
+            .query_unpaged(
+                format!(
+                    "INSERT INTO {META_KEYSPACE}.schema_lock (keyspace_name, holder) VALUES (?, ?) \
+                     IF NOT EXISTS USING TTL {LOCK_TTL_SECS}"
+                ),
+                (ks, holder),
+            )
+            .await
+            .map_err(query_error("schema lock"))?;
+        if applied(locked, "schema lock")? {
+            let done = apply_migrations(session, settings, at, holder).await;
+            let unlock = session
+                .query_unpaged(
+                    format!(
+                        "DELETE FROM {META_KEYSPACE}.schema_lock WHERE keyspace_name = ? \
+                         IF holder = ?"
+                    ),
+                    (ks, holder),
+                )
+                .await;
+            if let Err(e) = unlock {
+                warn!(error = %e, "schema lock not released; it expires in {LOCK_TTL_SECS} s");
+            }
+            done?;
+            info!(keyspace = %ks, from = at, to = SCHEMA_VERSION, "schema migrated");
+            return Ok(Migration {
+                from,
+                to: SCHEMA_VERSION,
+                applied: true,
+            });
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return Err(StoreError::Query {
+                operation: "schema migration",
+                reason: format!(
+                    "another migration of {ks} has held the lock for over {} s",
+                    LOCK_WAIT.as_secs()
+                ),
+            });
+        }
+        info!(keyspace = %ks, "another process is migrating the schema; waiting");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+/// One creation of the meta keyspace at a time in this process (nodes and tests of one process
+/// would otherwise race to create its tables; see the module's doc for other processes).
+static META_CREATION: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// Creates [`META_KEYSPACE`] and its tables unless they are there.
+async fn create_meta(session: &Session, settings: &CassandraSettings) -> StoreResult<()> {
+    let _one_at_a_time = META_CREATION.lock().await;
+    let probe = session
+        .query_unpaged(
+            format!("SELECT keyspace_name FROM {META_KEYSPACE}.schema_lock LIMIT 1"),
+            &[],
+        )
+        .await
+        .map_err(query_error("schema lock read"));
+    match probe {
+        Ok(_) => return Ok(()),
+        Err(StoreError::Refused { .. }) => {}
+        Err(e) => return Err(e),
+    }
+    for ddl in [
+        format!(
+            "CREATE KEYSPACE IF NOT EXISTS {META_KEYSPACE} WITH replication = {}",
+            settings.replication
+        ),
+        format!(
+            "CREATE TABLE IF NOT EXISTS {META_KEYSPACE}.schema_version (keyspace_name text \
+             PRIMARY KEY, version int, migrated_at timestamp, migrated_by text)"
+        ),
+        format!(
+            "CREATE TABLE IF NOT EXISTS {META_KEYSPACE}.schema_lock (keyspace_name text \
+             PRIMARY KEY, holder text)"
+        ),
+    ] {
         create_if_absent(session, ddl).await?;
     }
-    // Added after the first release: keyspaces created before lack it.
-    add_column_if_absent(session, ks, "scheduled_tasks", "enqueue_offset", "bigint").await?;
+    // Every node of the cluster knows the tables before they are used.
+    session
+        .await_schema_agreement()
+        .await
+        .map_err(|e| StoreError::Query {
+            operation: "schema agreement",
+            reason: e.to_string(),
+        })?;
+    Ok(())
+}
+
+/// Applies the migrations after version `at`, then records the version.
+async fn apply_migrations(
+    session: &Session,
+    settings: &CassandraSettings,
+    at: u32,
+    holder: &str,
+) -> StoreResult<()> {
+    let ks = &settings.keyspace;
+    if at < 1 {
+        let keyspace = format!(
+            "CREATE KEYSPACE IF NOT EXISTS {ks} WITH replication = {}",
+            settings.replication
+        );
+        create_if_absent(session, keyspace).await?;
+        for ddl in tables_v1(ks) {
+            create_if_absent(session, ddl).await?;
+        }
+        // Keyspaces created before versioning may lack it.
+        add_column_if_absent(session, ks, "scheduled_tasks", "enqueue_offset", "bigint").await?;
+    }
+    session
+        .query_unpaged(
+            format!(
+                "INSERT INTO {META_KEYSPACE}.schema_version (keyspace_name, version, migrated_at, \
+                 migrated_by) VALUES (?, ?, ?, ?)"
+            ),
+            (ks, SCHEMA_VERSION as i32, Utc::now(), holder),
+        )
+        .await
+        .map_err(query_error("schema version write"))?;
+    Ok(())
+}
+
+/// Sets the retention of statuses and attempts: the tables' `default_time_to_live`, from the
+/// settings (a table option, not the schema's structure, so each node applies its own).
+async fn apply_retention(session: &Session, settings: &CassandraSettings) -> StoreResult<()> {
+    let ks = &settings.keyspace;
     for (table, ttl) in [
         ("task_status", settings.status_ttl),
         ("task_attempts", settings.attempts_ttl),
@@ -84,12 +318,11 @@ async fn add_column_if_absent(
     }
 }
 
-/// The keyspace and tables, created if absent.
-fn schema(ks: &str, replication: &str) -> Vec<String> {
+/// Version 1: the tables, created if absent.
+fn tables_v1(ks: &str) -> Vec<String> {
     let key = "scheduled_time timestamp, ordering_id text, uniqueness_key text";
     let clustering = "scheduled_time, ordering_id, uniqueness_key";
     vec![
-        format!("CREATE KEYSPACE IF NOT EXISTS {ks} WITH replication = {replication}"),
         // The schedule: one wide row per partition and hour, sorted by task key.
         format!(
             "CREATE TABLE IF NOT EXISTS {ks}.scheduled_tasks (partition_id int, hour_bucket timestamp, {key}, \
