@@ -2,7 +2,7 @@
 //! each figure beside the raw ceiling of the same services measured in the same run.
 //!
 //! ```text
-//! scheduler-bench run [--quick] [--out FILE] [--only ceilings,throughput,handoff,cold,backlog]
+//! scheduler-bench run [--quick] [--out FILE] [--only ceilings,throughput,handoff,cold,backlog,tombstones]
 //! ```
 //!
 //! Prints a table and writes the figures as JSON. `--quick` runs every scenario small (under
@@ -13,6 +13,7 @@ mod child;
 mod probe;
 mod report;
 mod scenarios;
+mod tombstones;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -83,6 +84,9 @@ enum Scenario {
     Handoff,
     Cold,
     Backlog,
+    /// Issue 12's baseline: a restart after many tasks finished in one partition (not in
+    /// `--quick` unless asked for).
+    Tombstones,
 }
 
 /// How big each scenario is.
@@ -95,6 +99,7 @@ struct Sizes {
     handoff_window: Duration,
     cold_tasks: usize,
     backlog_tasks: usize,
+    finished_tasks: usize,
 }
 
 impl Sizes {
@@ -109,6 +114,7 @@ impl Sizes {
                 handoff_window: Duration::from_secs(20),
                 cold_tasks: 10_000,
                 backlog_tasks: 20_000,
+                finished_tasks: 20_000,
             }
         } else {
             Sizes {
@@ -120,6 +126,7 @@ impl Sizes {
                 handoff_window: Duration::from_secs(20),
                 cold_tasks: 100_000,
                 backlog_tasks: 1_000_000,
+                finished_tasks: 300_000,
             }
         }
     }
@@ -196,6 +203,10 @@ async fn run(args: RunArgs) -> Result<(), BenchError> {
     if wanted(Scenario::Backlog) {
         step("backlog");
         figures.backlog = Some(scenarios::backlog(sizes.backlog_tasks).await?);
+    }
+    if wanted(Scenario::Tombstones) && (!args.quick || args.only.contains(&Scenario::Tombstones)) {
+        step("tombstones: a restart after many tasks finished in one partition");
+        figures.tombstones = Some(tombstones::tombstones(sizes.finished_tasks).await?);
     }
     step("done");
 

@@ -5,6 +5,7 @@ use serde_json::{json, Value};
 
 use crate::ceilings::{Ceilings, CQL_WRITES_PER_TASK};
 use crate::scenarios::{Backlog, ColdLoad, Handoff, Leave, Punctuality, Throughput};
+use crate::tombstones::Tombstones;
 
 /// Seconds of the group session timeout (the node's consumer setting `session.timeout.ms`).
 pub const SESSION_TIMEOUT_S: f64 = 6.0;
@@ -24,6 +25,8 @@ pub struct Figures {
     pub cold_load: Option<ColdLoad>,
     /// Backlog drain.
     pub backlog: Option<Backlog>,
+    /// A restart among many finished tasks.
+    pub tombstones: Option<Tombstones>,
 }
 
 /// A target of the engine and how far the run is from it.
@@ -90,6 +93,14 @@ impl Figures {
                 met: (b.peak_rss_bytes as f64) < 256.0 * MB,
             });
         }
+        if let Some(t) = &self.tombstones {
+            targets.push(Target {
+                name: "new task after a restart among finished ones",
+                goal: "< 5 s".into(),
+                value: format!("{:.2} s after {}", t.new_task_ran_s, t.finished),
+                met: t.new_task_ran_s < 5.0,
+            });
+        }
         targets
     }
 
@@ -132,6 +143,13 @@ impl Figures {
         if let Some(b) = &self.backlog {
             check(&mut problems, "backlog drain rate", b.tasks_per_s);
             check(&mut problems, "backlog RSS", b.peak_rss_bytes as f64);
+        }
+        if let Some(t) = &self.tombstones {
+            check(
+                &mut problems,
+                "restart time",
+                t.new_task_ran_s.max(f64::MIN_POSITIVE),
+            );
         }
         problems
     }
@@ -226,6 +244,16 @@ impl Figures {
                 format!("peak RSS {:.0} MB{ratio}", b.peak_rss_bytes as f64 / MB),
             );
         }
+        if let Some(t) = &self.tombstones {
+            row(
+                format!("restart after {} finished in one partition", t.finished),
+                format!("new task ran {:.2} s", t.new_task_ran_s),
+                t.tombstones_read.map_or_else(
+                    || "tombstones read: log not found".into(),
+                    |n| format!("{n} tombstoned cells read (Cassandra's log)"),
+                ),
+            );
+        }
         let mut out = String::new();
         let width = rows.iter().map(|r| r.0.len()).max().unwrap_or(0);
         let width2 = rows.iter().map(|r| r.1.len()).max().unwrap_or(0);
@@ -287,6 +315,10 @@ impl Figures {
                 "tasks_per_s": b.tasks_per_s, "duplicates": b.duplicates,
                 "peak_rss_bytes": b.peak_rss_bytes,
                 "ratio_to_ceiling": self.ceilings.map(|c| b.tasks_per_s / c.tasks_per_s()),
+            })),
+            "tombstones": self.tombstones.as_ref().map(|t| json!({
+                "finished": t.finished, "new_task_ran_s": t.new_task_ran_s,
+                "tombstones_read": t.tombstones_read,
             })),
             "targets": targets,
         })
