@@ -84,8 +84,8 @@ enum Scenario {
     Handoff,
     Cold,
     Backlog,
-    /// Issue 12's baseline: a restart after many tasks finished in one partition (not in
-    /// `--quick` unless asked for).
+    /// Issue 12's baseline: a restart after many tasks finished in one partition (run only
+    /// when named in `--only`).
     Tombstones,
 }
 
@@ -204,7 +204,9 @@ async fn run(args: RunArgs) -> Result<(), BenchError> {
         step("backlog");
         figures.backlog = Some(scenarios::backlog(sizes.backlog_tasks).await?);
     }
-    if wanted(Scenario::Tombstones) && (!args.quick || args.only.contains(&Scenario::Tombstones)) {
+    // Only when asked for by name: until issue 12's loading lands it does not finish (see
+    // BENCHMARKS.md), and it would end every full run.
+    if args.only.contains(&Scenario::Tombstones) {
         step("tombstones: a restart after many tasks finished in one partition");
         figures.tombstones = Some(tombstones::tombstones(sizes.finished_tasks).await?);
     }
