@@ -204,7 +204,7 @@ async fn create_meta(session: &Session, settings: &CassandraSettings) -> StoreRe
              PRIMARY KEY, holder text)"
         ),
     ] {
-        create_if_absent(session, ddl).await?;
+        run_schema_statement(session, ddl).await?;
     }
     // Every node of the cluster knows the tables before they are used.
     session
@@ -230,9 +230,9 @@ async fn apply_migrations(
             "CREATE KEYSPACE IF NOT EXISTS {ks} WITH replication = {}",
             settings.replication
         );
-        create_if_absent(session, keyspace).await?;
+        run_schema_statement(session, keyspace).await?;
         for ddl in tables_v1(ks) {
-            create_if_absent(session, ddl).await?;
+            run_schema_statement(session, ddl).await?;
         }
         // Keyspaces created before versioning may lack it.
         add_column_if_absent(session, ks, "scheduled_tasks", "enqueue_offset", "bigint").await?;
@@ -251,28 +251,53 @@ async fn apply_migrations(
 }
 
 /// Sets the retention of statuses and attempts: the tables' `default_time_to_live`, from the
-/// settings (a table option, not the schema's structure, so each node applies its own).
+/// settings (a table option, not the schema's structure, so each node applies its own). Altered
+/// only when it differs, so a node's start makes no schema change in the usual case.
 async fn apply_retention(session: &Session, settings: &CassandraSettings) -> StoreResult<()> {
     let ks = &settings.keyspace;
     for (table, ttl) in [
         ("task_status", settings.status_ttl),
         ("task_attempts", settings.attempts_ttl),
     ] {
-        let alter = format!(
-            "ALTER TABLE {ks}.{table} WITH default_time_to_live = {}",
-            ttl.as_secs()
-        );
-        create_if_absent(session, alter).await?;
+        let wanted = i32::try_from(ttl.as_secs()).unwrap_or(i32::MAX);
+        if table_ttl(session, ks, table).await? == Some(wanted) {
+            continue;
+        }
+        let alter = format!("ALTER TABLE {ks}.{table} WITH default_time_to_live = {wanted}");
+        run_schema_statement(session, alter).await?;
     }
     Ok(())
 }
 
-/// Attempts at a schema statement: nodes starting together on a fresh keyspace race to create
-/// the same tables, and Cassandra can refuse the loser ("Column family ID mismatch"); once the
-/// winner's table exists, `IF NOT EXISTS` succeeds.
+/// The table's `default_time_to_live`, from the schema tables of modern Cassandra and ScyllaDB
+/// (`system_schema.tables`) or of Cassandra 2.1 (`system.schema_columnfamilies`); `None` when
+/// neither answers.
+async fn table_ttl(session: &Session, ks: &str, table: &str) -> StoreResult<Option<i32>> {
+    for cql in [
+        "SELECT default_time_to_live FROM system_schema.tables \
+         WHERE keyspace_name = ? AND table_name = ?",
+        "SELECT default_time_to_live FROM system.schema_columnfamilies \
+         WHERE keyspace_name = ? AND columnfamily_name = ?",
+    ] {
+        match session.query_unpaged(cql, (ks, table)).await {
+            Ok(result) => {
+                let row: Option<(Option<i32>,)> = first_row_of(result, "table options")?;
+                return Ok(row.and_then(|(ttl,)| ttl));
+            }
+            // This version keeps its schema in the other table.
+            Err(_) => continue,
+        }
+    }
+    Ok(None)
+}
+
+/// Attempts at a schema statement. Migrations hold the lock, but the meta tables may be created
+/// by several processes at once (Cassandra can refuse the loser; once the winner's table exists,
+/// `IF NOT EXISTS` succeeds), and a statement can fail while an earlier change settles.
 const SCHEMA_ATTEMPTS: u32 = 5;
 
-async fn create_if_absent(session: &Session, ddl: String) -> StoreResult<()> {
+/// Runs one schema statement (`CREATE ... IF NOT EXISTS`, `ALTER`), retried as above.
+async fn run_schema_statement(session: &Session, ddl: String) -> StoreResult<()> {
     let mut attempt = 1;
     loop {
         match session.query_unpaged(ddl.as_str(), &[]).await {
