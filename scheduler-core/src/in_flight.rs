@@ -5,11 +5,16 @@
 //! a read under way as a [`Held`]; dropping either gives its count back. So a task stops counting
 //! however it leaves memory (run, replaced, cancelled, deferred to Cassandra, or dropped with an
 //! actor that stopped), and no path has to remember to subtract it.
+//!
+//! A held task also **pins** its due time (a [`Pin`]) until it is done with, and so do the
+//! deferred tasks of an orderingId: the earliest pinned time bounds the partition's low-water
+//! mark (TaskPersistence), which must never pass a task without a final status.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
+use chrono::{DateTime, Utc};
 use scheduler_client::Task;
 
 use crate::store::PartitionId;
@@ -23,6 +28,12 @@ pub struct InFlight {
     peak: AtomicUsize,
     held: AtomicUsize,
     loaded: std::sync::atomic::AtomicBool,
+    /// Due times pinned by tasks not done with, with how many pin each.
+    pins: Mutex<BTreeMap<DateTime<Utc>, usize>>,
+    /// The latest due time of a pin released so far (a task done with).
+    latest_released: Mutex<Option<DateTime<Utc>>>,
+    /// The partition's low-water mark as TaskPersistence last recorded it.
+    low_water: Mutex<Option<DateTime<Utc>>>,
 }
 
 impl InFlight {
@@ -32,13 +43,57 @@ impl InFlight {
         tasks
             .into_iter()
             .map(|task| HeldTask {
-                task,
                 held: Held {
                     gauge: Arc::clone(self),
                     count: 1,
+                    _pin: Some(self.pin(task.scheduled_time)),
                 },
+                task,
             })
             .collect()
+    }
+
+    /// Pins `at` until the result is dropped: the low-water mark stays at or before it.
+    pub fn pin(self: &Arc<Self>, at: DateTime<Utc>) -> Pin {
+        *self.pins().entry(at).or_default() += 1;
+        Pin {
+            gauge: Arc::clone(self),
+            at,
+        }
+    }
+
+    fn pins(&self) -> std::sync::MutexGuard<'_, BTreeMap<DateTime<Utc>, usize>> {
+        self.pins.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The earliest time pinned now.
+    pub fn earliest_pinned(&self) -> Option<DateTime<Utc>> {
+        self.pins().keys().next().copied()
+    }
+
+    /// Publishes the low-water mark TaskPersistence recorded (or read at the tree's start).
+    pub fn set_low_water(&self, at: DateTime<Utc>) {
+        *self
+            .low_water
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = Some(at);
+    }
+
+    /// The partition's low-water mark, once TaskPersistence knows it: every task due before it
+    /// is final.
+    pub fn low_water(&self) -> Option<DateTime<Utc>> {
+        *self
+            .low_water
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The latest due time of the tasks done with so far (of every released pin).
+    pub fn latest_released(&self) -> Option<DateTime<Utc>> {
+        *self
+            .latest_released
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
     }
 
     /// Counts room for `n` tasks (a read under way) until the result is dropped, so that other
@@ -48,6 +103,7 @@ impl InFlight {
         Held {
             gauge: Arc::clone(self),
             count: n,
+            _pin: None,
         }
     }
 
@@ -102,11 +158,40 @@ impl InFlight {
 pub struct Held {
     gauge: Arc<InFlight>,
     count: usize,
+    /// A task's pin (none for reserved room).
+    _pin: Option<Pin>,
 }
 
 impl Drop for Held {
     fn drop(&mut self) {
         self.gauge.remove(self.count);
+    }
+}
+
+/// A due time pinned in a partition's gauge (see the module's doc), released when dropped.
+#[derive(Debug)]
+#[must_use = "the pin is released as soon as this is dropped"]
+pub struct Pin {
+    gauge: Arc<InFlight>,
+    at: DateTime<Utc>,
+}
+
+impl Drop for Pin {
+    fn drop(&mut self) {
+        let mut pins = self.gauge.pins();
+        if let Some(n) = pins.get_mut(&self.at) {
+            *n -= 1;
+            if *n == 0 {
+                pins.remove(&self.at);
+            }
+        }
+        drop(pins);
+        let mut latest = self
+            .gauge
+            .latest_released
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        *latest = (*latest).max(Some(self.at));
     }
 }
 

@@ -28,7 +28,7 @@ use super::ordering_executor::{
 };
 use super::task_lifecycle::ExecutionLinks;
 use super::{PartitionDeps, StopActor};
-use crate::in_flight::{HeldTask, InFlight};
+use crate::in_flight::{HeldTask, InFlight, Pin};
 use crate::store::{PartitionId, ReadCursor, ScheduleStore, StoreResult};
 
 /// A task that is due, from the PartitionScheduler.
@@ -64,6 +64,8 @@ struct OrderingQueue {
 struct Deferred {
     /// The earliest of them in run order: reading back starts there.
     from: RunOrder,
+    /// Pins `from`'s time: the partition's low-water mark stays at or before it.
+    pin: Pin,
     /// A read-back is under way.
     reading: bool,
     /// The earliest task deferred while a read-back was under way (it may have missed it).
@@ -125,6 +127,7 @@ impl PartitionExecutor {
                     deferred.missed = Some(key.clone());
                 }
                 if key < deferred.from {
+                    deferred.pin = self.in_flight.pin(key.scheduled_time);
                     deferred.from = key;
                 }
             }
@@ -134,6 +137,7 @@ impl PartitionExecutor {
                 self.deferred.insert(
                     task.ordering_id.clone(),
                     Deferred {
+                        pin: self.in_flight.pin(key.scheduled_time),
                         from: key,
                         reading: false,
                         missed: None,
@@ -217,8 +221,15 @@ impl PartitionExecutor {
                 let after_last = tasks.last().map(|t| t.run_order().successor());
                 after_last.into_iter().chain(missed).min()
             };
+            // The reservation becomes the tasks read, pinned before the deferred pin moves
+            // past them.
+            drop(reserved);
+            let held = act.in_flight.hold(tasks);
             match next {
-                Some(from) => deferred.from = from,
+                Some(from) => {
+                    deferred.pin = act.in_flight.pin(from.scheduled_time);
+                    deferred.from = from;
+                }
                 None => {
                     act.deferred.remove(&ordering_id);
                 }
@@ -226,9 +237,7 @@ impl PartitionExecutor {
             if act.draining {
                 return;
             }
-            // The reservation becomes the tasks read.
-            drop(reserved);
-            for task in act.in_flight.hold(tasks) {
+            for task in held {
                 act.enqueue(task, ctx);
             }
             // Tasks deferred during the read, or more after it, with no task of the

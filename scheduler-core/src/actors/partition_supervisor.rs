@@ -10,6 +10,7 @@ use actix::{
     ResponseActFuture, WrapFuture,
 };
 use chrono::TimeDelta;
+use std::sync::Arc;
 use std::time::Duration;
 use tracing::{info, warn};
 
@@ -22,6 +23,7 @@ use super::throughput_controller::{EscalateFailure, ThroughputController};
 use super::{PartitionDeps, StopActor};
 use crate::epoch::EpochCell;
 use crate::executor::StopReason;
+use crate::in_flight::InFlight;
 use crate::lease::TreeLease;
 use crate::store::{PartitionId, ReadCursor};
 
@@ -85,6 +87,8 @@ pub struct PartitionSupervisor {
     lease: Option<TreeLease>,
     /// Where the next stale-task sample starts.
     stale_scan_from: Option<chrono::DateTime<chrono::Utc>>,
+    /// The tree's in-flight gauge, which carries its low-water mark.
+    in_flight: Option<Arc<InFlight>>,
     /// TaskPersistence's context until the tree starts: its address exists from the start, so
     /// the TopicSupervisor can send polled tasks to it directly.
     persistence_ctx: Option<Context<TaskPersistence>>,
@@ -112,6 +116,7 @@ impl PartitionSupervisor {
             stop: tokio::sync::watch::channel(None).0,
             lease: None,
             stale_scan_from: None,
+            in_flight: None,
         }
     }
 
@@ -129,12 +134,15 @@ impl PartitionSupervisor {
     fn sample_stale_tasks(&mut self, ctx: &mut Context<Self>) {
         let deps = &self.deps;
         let now = deps.clock.now();
-        let look_back = TimeDelta::from_std(deps.settings.look_back_on_restart).unwrap_or_default();
         let stale_after = TimeDelta::from_std(deps.settings.stale_after).unwrap_or_default();
         let until = now - stale_after;
+        // Nothing before the low-water mark is incomplete.
+        let Some(low_water) = self.in_flight.as_ref().and_then(|g| g.low_water()) else {
+            return;
+        };
         let from = self
             .stale_scan_from
-            .map_or(now - look_back, |from| from.max(now - look_back));
+            .map_or(low_water, |from| from.max(low_water));
         let count = deps.store.load(
             self.partition,
             ReadCursor::From(from),
@@ -164,8 +172,6 @@ impl Actor for PartitionSupervisor {
     fn started(&mut self, ctx: &mut Context<Self>) {
         let p = self.partition;
         let deps = &self.deps;
-        let look_back = TimeDelta::from_std(deps.settings.look_back_on_restart).unwrap_or_default();
-        let load_from = deps.clock.now() - look_back;
 
         // The actors reference each other; their addresses exist before they start.
         let scheduler_ctx = Context::<PartitionScheduler>::new();
@@ -191,6 +197,7 @@ impl Actor for PartitionSupervisor {
         )
         .start();
         let in_flight = deps.in_flight.start(p);
+        self.in_flight = Some(in_flight.clone());
         let lease = TreeLease::start(
             p,
             &deps.node_id,
@@ -228,8 +235,8 @@ impl Actor for PartitionSupervisor {
                 metrics: deps.metrics.clone(),
                 clock: deps.clock.clone(),
                 stop: self.stop.subscribe(),
+                ownership: ownership.clone(),
             },
-            load_from,
             deps.settings.persist_timeout,
         ));
         controller_ctx.run(ThroughputController::new(
@@ -247,7 +254,7 @@ impl Actor for PartitionSupervisor {
             persistence,
             controller,
         });
-        info!(partition = p, load_from = %load_from, "partition started");
+        info!(partition = p, "partition started");
         ctx.run_interval(STALE_SAMPLE_INTERVAL, |act, ctx| {
             act.sample_stale_tasks(ctx)
         });

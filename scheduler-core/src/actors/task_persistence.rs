@@ -9,6 +9,15 @@
 //! Writes and loads are serialised (each waits for the previous to finish), so a task is either
 //! behind the cursor when its write completes (pushed) or ahead of it (loaded later), never both
 //! or neither.
+//!
+//! It also keeps the partition's **low-water mark** (stored with the partition's owner): every
+//! task due before it has a final status, so a new tree loads from there, however long ago that
+//! is, and never reads the tombstones of the tasks finished before it. The tree's first load
+//! waits for its claim and reads the mark. The mark advances every few seconds to the earliest
+//! of: the earliest task the tree holds or has deferred (their pins), the read cursor, and now
+//! less a margin, when a task done with lies after it; each advance is a lightweight transaction on the tree's epoch (a fenced tree
+//! cannot move it), and forgets the hour buckets that end before it. A polled batch holding a
+//! task due before the mark lowers the mark first, before the batch is acknowledged.
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -17,24 +26,38 @@ use std::time::Duration;
 use futures::{StreamExt, TryStreamExt};
 
 use actix::{
-    Actor, ActorContext, ActorFutureExt, Addr, AtomicResponse, Context, Handler, Message,
-    Recipient, WrapFuture,
+    Actor, ActorContext, ActorFutureExt, Addr, AsyncContext, AtomicResponse, Context, Handler,
+    Message, Recipient, WrapFuture,
 };
-use chrono::{DateTime, Utc};
+use chrono::{DateTime, TimeDelta, Utc};
 use scheduler_client::{Task, TaskKey};
 use tracing::{debug, info, warn};
 
+use super::partition_ownership::{CheckOwnership, Ownership, PartitionOwnership};
 use super::partition_scheduler::{PartitionScheduler, ScheduleTasks, UnscheduleTasks};
 use super::{PolledTasks, StopActor, TreeError, TreeResult};
 use crate::clock::Clock;
 use crate::executor::StopReason;
 use crate::in_flight::InFlight;
 use crate::metrics::{Metrics, ParkReason, Parked};
+use crate::retry::exponential_period;
 use crate::store::pages::{load_whole_ties, TieCursor};
 use crate::store::{
-    last_of_each_key, PartitionId, ReadCursor, ScheduleStore, StoreError, StoreResult, TaskStore,
-    WRITE_CONCURRENCY,
+    last_of_each_key, schedule_start, PartitionId, ReadCursor, ScheduleStore, StoreError,
+    StoreResult, TaskStore, WRITE_CONCURRENCY,
 };
+
+/// How often the low-water mark is considered for advancing.
+const LOW_WATER_INTERVAL: Duration = Duration::from_secs(5);
+/// The mark stays this far behind now, so that a task arriving a little after its time (a
+/// producer's clock, a short consumer lag) is not behind it: only a task later than this makes
+/// its batch lower the mark first.
+const LOW_WATER_MARGIN: TimeDelta = TimeDelta::seconds(10);
+/// The mark of a partition with nothing done since it moved still follows now this closely (so
+/// the stale-task count and a new tree start near now).
+const LOW_WATER_IDLE_STEP: TimeDelta = TimeDelta::hours(1);
+/// First wait before reading the mark again after a failed read.
+const LOW_WATER_RETRY: Duration = Duration::from_millis(500);
 
 /// To the ThroughputController: there is more to load than the loaded horizon suggests (this
 /// actor moved its cursor back after pushing only part of a batch): load as soon as there is
@@ -81,11 +104,15 @@ pub struct TaskPersistence {
     cursor: ReadCursor,
     /// Set while loading a group of ties too large for one page (the cursor is before it).
     ties: Option<TieCursor>,
-    /// Where the tree's first load started: the cursor never moves back before it.
-    start: DateTime<Utc>,
     persist_timeout: Duration,
     /// Raised when the tree winds down.
     stop: tokio::sync::watch::Receiver<Option<StopReason>>,
+    /// Answers once the tree's claim completed, with its epoch.
+    ownership: Addr<PartitionOwnership>,
+    /// The tree's epoch (0 until its claim completed: nothing is written or loaded before).
+    epoch: u64,
+    /// The low-water mark as stored.
+    low_water: DateTime<Utc>,
 }
 
 /// Where a partition's persistence sends tasks, and the limit on what it may hold in memory.
@@ -104,17 +131,19 @@ pub struct PersistenceLinks {
     pub clock: Arc<dyn Clock>,
     /// The tree's stop signal: batches are refused once it is raised.
     pub stop: tokio::sync::watch::Receiver<Option<StopReason>>,
+    /// The tree's ownership: the first load waits for its claim.
+    pub ownership: Addr<PartitionOwnership>,
 }
 
 impl TaskPersistence {
-    /// Persistence for `partition` whose first load starts at `load_from`.
+    /// Persistence for `partition`; its first load starts at the partition's low-water mark.
     pub fn new(
         partition: PartitionId,
         store: Arc<dyn TaskStore>,
         links: PersistenceLinks,
-        load_from: DateTime<Utc>,
         persist_timeout: Duration,
     ) -> Self {
+        let start = schedule_start();
         TaskPersistence {
             partition,
             store,
@@ -124,11 +153,13 @@ impl TaskPersistence {
             max_in_flight: links.max_in_flight,
             metrics: links.metrics,
             clock: links.clock,
-            cursor: ReadCursor::From(load_from),
+            cursor: ReadCursor::From(start),
             ties: None,
-            start: load_from,
             persist_timeout,
             stop: links.stop,
+            ownership: links.ownership,
+            epoch: 0,
+            low_water: start,
         }
     }
 
@@ -151,13 +182,137 @@ impl TaskPersistence {
 
 impl Actor for TaskPersistence {
     type Context = Context<Self>;
+
+    fn started(&mut self, ctx: &mut Context<Self>) {
+        // Nothing is written or loaded until the claim completed and the mark is read: the
+        // mark read then is the newest (older trees can no longer move it).
+        let start = claim_and_low_water(
+            self.partition,
+            self.ownership.clone(),
+            Arc::clone(&self.store),
+            self.stop.clone(),
+        );
+        ctx.wait(start.into_actor(self).map(|started, act, _| {
+            let Some((epoch, low_water)) = started else {
+                return;
+            };
+            let start = low_water.unwrap_or_else(schedule_start);
+            act.epoch = epoch;
+            (act.low_water, act.cursor) = (start, ReadCursor::From(start));
+            act.in_flight.set_low_water(start);
+            info!(partition = act.partition, epoch, low_water = ?low_water, "loading from the low-water mark");
+        }));
+        ctx.run_interval(LOW_WATER_INTERVAL, |act, ctx| act.advance_low_water(ctx));
+    }
+}
+
+/// Waits for the tree's claim, then reads the partition's low-water mark (again and again while
+/// the store fails); `None` if the tree stops or is fenced first.
+async fn claim_and_low_water(
+    partition: PartitionId,
+    ownership: Addr<PartitionOwnership>,
+    store: Arc<dyn TaskStore>,
+    stop: tokio::sync::watch::Receiver<Option<StopReason>>,
+) -> Option<(u64, Option<DateTime<Utc>>)> {
+    let epoch = match ownership.send(CheckOwnership { read_after: None }).await {
+        Ok(Ok(Ownership::Owner(epoch))) => epoch,
+        Ok(Ok(Ownership::Fenced)) | Ok(Err(_)) | Err(_) => return None,
+    };
+    let mut failures = 0;
+    loop {
+        if stop.borrow().is_some() {
+            return None;
+        }
+        match store.low_water(partition).await {
+            Ok(at) => return Some((epoch, at)),
+            Err(e) => {
+                failures += 1;
+                warn!(partition, error = %e, "low-water mark not read; trying again");
+                let max = Duration::from_secs(10);
+                tokio::time::sleep(exponential_period(failures, LOW_WATER_RETRY, max)).await;
+            }
+        }
+    }
+}
+
+impl TaskPersistence {
+    /// Moves the low-water mark up to the earliest task that may still be incomplete (see the
+    /// module's doc), when it has moved far enough or enough tasks were done with since.
+    fn advance_low_water(&mut self, ctx: &mut Context<Self>) {
+        if self.epoch == 0 || self.stop.borrow().is_some() {
+            return;
+        }
+        let now = self.clock.now();
+        let mark = [
+            self.in_flight.earliest_pinned(),
+            Some(self.cursor.time()),
+            Some(now - LOW_WATER_MARGIN),
+        ]
+        .into_iter()
+        .flatten()
+        .min()
+        .unwrap_or(self.low_water);
+        // Worth a write when a task done with lies at or after the mark (a new tree would read
+        // its tombstone), or the mark lags far behind.
+        let done_after_mark = self
+            .in_flight
+            .latest_released()
+            .is_some_and(|at| at >= self.low_water);
+        let worth_it = done_after_mark || mark - self.low_water >= LOW_WATER_IDLE_STEP;
+        if mark <= self.low_water || !worth_it {
+            return;
+        }
+        let (partition, epoch) = (self.partition, self.epoch);
+        // Buckets are forgotten with writes stamped before this mark was recorded: a task a
+        // newer tree writes into one of them afterwards survives.
+        let stamp = self.store.write_stamp();
+        let write = tokio::time::timeout(
+            self.persist_timeout,
+            self.store.set_low_water(partition, epoch, mark),
+        );
+        // Waited for: a batch persisted meanwhile compares its tasks with the new mark.
+        ctx.wait(write.into_actor(self).map(move |result, act, ctx| {
+            match result {
+                Ok(Ok(true)) => {}
+                Ok(Ok(false)) => {
+                    debug!(
+                        partition,
+                        "low-water mark not moved: a newer tree claimed the partition"
+                    );
+                    return;
+                }
+                Ok(Err(e)) => {
+                    debug!(partition, error = %e, "low-water mark not moved");
+                    return;
+                }
+                Err(_) => {
+                    debug!(partition, "low-water mark not moved: the write timed out");
+                    return;
+                }
+            }
+            act.low_water = mark;
+            act.in_flight.set_low_water(mark);
+            let forget = act.store.forget_buckets(partition, mark, stamp);
+            ctx.spawn(
+                forget
+                    .into_actor(act)
+                    .map(move |result, _, _| match result {
+                        Ok(0) => {}
+                        Ok(buckets) => debug!(partition, buckets, "finished hour buckets removed"),
+                        Err(e) => {
+                            debug!(partition, error = %e, "finished hour buckets not removed yet")
+                        }
+                    }),
+            );
+        }));
+    }
 }
 
 impl Handler<PersistTasks> for TaskPersistence {
     type Result = AtomicResponse<Self, TreeResult<()>>;
 
     fn handle(&mut self, msg: PersistTasks, _: &mut Context<Self>) -> Self::Result {
-        if self.stop.borrow().is_some() {
+        if self.stop.borrow().is_some() || self.epoch == 0 {
             return AtomicResponse::new(Box::pin(actix::fut::ready(Err(TreeError::Stopping {
                 doing: "persisting a polled batch",
             }))));
@@ -166,6 +321,14 @@ impl Handler<PersistTasks> for TaskPersistence {
         // Of several records of one key in a batch, the last in partition order wins, in the
         // store and in memory alike.
         let tasks = last_of_each_key(tasks);
+        // A task due before the low-water mark lowers it first: were the tree to stop before
+        // running it, the next tree must load it.
+        let lower = tasks
+            .iter()
+            .map(|t| t.scheduled_time)
+            .min()
+            .filter(|earliest| *earliest < self.low_water);
+        let lowering = lower.map(|at| self.store.set_low_water(self.partition, self.epoch, at));
         let started = std::time::Instant::now();
         let partition = self.partition;
         let store = Arc::clone(&self.store);
@@ -174,6 +337,13 @@ impl Handler<PersistTasks> for TaskPersistence {
         let cancelled_at = self.clock.now();
         let timeout = self.persist_timeout;
         let work = async move {
+            if let Some(lowering) = lowering {
+                if !lowering.await? {
+                    return Err(TreeError::Stopping {
+                        doing: "lowering the low-water mark (a newer tree claimed the partition)",
+                    });
+                }
+            }
             let refused = match write {
                 Some(write) => write.await?,
                 None => Vec::new(),
@@ -185,14 +355,18 @@ impl Handler<PersistTasks> for TaskPersistence {
         let bounded = async move {
             tokio::time::timeout(timeout, work)
                 .await
-                .unwrap_or(Err(StoreError::Timeout {
+                .unwrap_or(Err(TreeError::Store(StoreError::Timeout {
                     operation: "persisting a polled batch",
                     after: timeout,
-                }))
+                })))
         };
         AtomicResponse::new(Box::pin(bounded.into_actor(self).map(
             move |result, act, _| {
                 let (refused, cancelled) = result?;
+                if let Some(at) = lower {
+                    act.low_water = at;
+                    act.in_flight.set_low_water(at);
+                }
                 if !tasks.is_empty() {
                     act.metrics
                         .persisted(act.partition, tasks.len(), started.elapsed());
@@ -266,29 +440,15 @@ async fn apply_cancels(
 impl TaskPersistence {
     /// Pushes tasks persisted behind the read cursor to the scheduler, as many as fit under
     /// `max_in_flight_tasks`; the cursor moves back to the first of the rest, so loading reads
-    /// them once there is room. It never moves back before the tree's start (a far-past time
-    /// from a foreign producer would otherwise make loading walk years of empty hour buckets):
-    /// a task due before the tree started is pushed even beyond the limit.
-    fn push(&mut self, behind: Vec<Task>) {
-        let (mut behind, before_start): (Vec<Task>, Vec<Task>) = behind
-            .into_iter()
-            .partition(|t| t.scheduled_time >= self.start);
-        if !before_start.is_empty() {
-            warn!(
-                partition = self.partition,
-                count = before_start.len(),
-                "tasks due before this partition's tree started: run at once, beyond the in-flight limit"
-            );
-        }
+    /// them once there is room (however far back: loading jumps between the indexed hour
+    /// buckets, so a far-past time does not make it walk years of empty hours).
+    fn push(&mut self, mut behind: Vec<Task>) {
         let room = self.max_in_flight.saturating_sub(self.in_flight.current());
         if behind.len() > room {
             // In run order: what is left runs after what is pushed, ties included.
             behind.sort_by_cached_key(Task::run_order);
             let left = behind.split_off(room);
-            let from = left[0]
-                .scheduled_time
-                .min(self.cursor.time())
-                .max(self.start);
+            let from = left[0].scheduled_time.min(self.cursor.time());
             self.cursor = ReadCursor::From(from);
             self.ties = None;
             self.controller.do_send(LoadMore);
@@ -300,10 +460,9 @@ impl TaskPersistence {
         }
         debug!(
             partition = self.partition,
-            pushed = behind.len() + before_start.len(),
+            pushed = behind.len(),
             "tasks persisted"
         );
-        behind.extend(before_start);
         self.send_to_scheduler(behind);
     }
 }
@@ -312,6 +471,13 @@ impl Handler<LoadTasks> for TaskPersistence {
     type Result = AtomicResponse<Self, StoreResult<TasksLoaded>>;
 
     fn handle(&mut self, msg: LoadTasks, _: &mut Context<Self>) -> Self::Result {
+        if self.epoch == 0 {
+            let stopping = StoreError::Query {
+                operation: "schedule load",
+                reason: "the partition is stopping".into(),
+            };
+            return AtomicResponse::new(Box::pin(actix::fut::ready(Err(stopping))));
+        }
         // The room may have shrunk since the controller asked (a push came first).
         let limit = msg
             .limit

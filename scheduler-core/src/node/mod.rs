@@ -84,6 +84,10 @@ impl SchedulerNode {
         executor: E,
         runtime: &tokio::runtime::Runtime,
     ) -> Result<StartedParts, NodeError> {
+        if let Some(ignored) = &settings.scheduling.look_back_on_restart {
+            tracing::warn!(look_back_on_restart = %ignored,
+                "[scheduling] look_back_on_restart is ignored: a partition loads from its low-water mark, however far back");
+        }
         // The driver's connections live on the node's runtime, whichever runtime called start.
         let cassandra = settings.cassandra.clone();
         let store = runtime

@@ -99,9 +99,10 @@ pub struct SchedulingSettings {
     pub max_backoff: Duration,
     /// Retries after the first attempt before a task is recorded as failed.
     pub max_task_retries: u32,
-    /// On assignment, how far back from now the schedule is loaded.
-    #[serde(with = "duration_text")]
-    pub look_back_on_restart: Duration,
+    /// Ignored, kept so that settings files of earlier releases still load: a new tree loads
+    /// from its partition's low-water mark, however far back that is (a warning at start).
+    #[serde(skip_serializing)]
+    pub look_back_on_restart: Option<String>,
     /// Tasks held in memory per partition (loaded, queued or running) at most.
     pub max_in_flight_tasks: usize,
     /// Rows read from Cassandra per load.
@@ -151,7 +152,7 @@ impl Default for SchedulingSettings {
             backoff_factor: Duration::from_secs(20),
             max_backoff: Duration::from_secs(120),
             max_task_retries: 100,
-            look_back_on_restart: Duration::from_secs(2 * 3600),
+            look_back_on_restart: None,
             max_in_flight_tasks: 1000,
             fetch_batch_size: 1000,
             max_look_ahead: Duration::from_secs(300),
@@ -307,7 +308,7 @@ mod tests {
         assert_eq!(s.backoff_factor, Duration::from_secs(20));
         assert_eq!(s.max_backoff, Duration::from_secs(120));
         assert_eq!(s.max_task_retries, 100);
-        assert_eq!(s.look_back_on_restart, Duration::from_secs(7200));
+        assert_eq!(s.look_back_on_restart, None);
         assert_eq!((s.max_in_flight_tasks, s.fetch_batch_size), (1000, 1000));
         assert_eq!(s.max_look_ahead, Duration::from_secs(300));
         assert_eq!(s.prefetch_window, Duration::from_secs(5));

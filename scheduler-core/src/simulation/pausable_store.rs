@@ -15,7 +15,7 @@ use tokio::sync::watch;
 use crate::store::memory::MemoryStore;
 use crate::store::{
     AttemptRecord, AttemptStore, LeaseRecord, LeaseStore, OwnershipStore, PartitionId, ReadCursor,
-    RefusedTask, ScheduleStore, StatusRecord, StatusStore, StoreError, StoreResult,
+    RefusedTask, ScheduleStore, StatusRecord, StatusStore, StoreError, StoreResult, WriteStamp,
 };
 
 /// Whether a node's process is paused (and how many pauses began so far): shared by its store
@@ -123,6 +123,21 @@ impl ScheduleStore for PausableStore {
     ) -> BoxFuture<'static, StoreResult<Option<Task>>> {
         self.send("task read", |s| s.scheduled_task(partition, key))
     }
+
+    fn write_stamp(&self) -> WriteStamp {
+        self.store.write_stamp()
+    }
+
+    fn forget_buckets(
+        &self,
+        partition: PartitionId,
+        before: DateTime<Utc>,
+        stamp: WriteStamp,
+    ) -> BoxFuture<'static, StoreResult<usize>> {
+        self.send("bucket delete", |s| {
+            s.forget_buckets(partition, before, stamp)
+        })
+    }
 }
 
 impl StatusStore for PausableStore {
@@ -188,6 +203,22 @@ impl OwnershipStore for PausableStore {
 
     fn partition_epoch(&self, partition: PartitionId) -> BoxFuture<'static, StoreResult<u64>> {
         self.send("epoch read", |s| s.partition_epoch(partition))
+    }
+
+    fn low_water(
+        &self,
+        partition: PartitionId,
+    ) -> BoxFuture<'static, StoreResult<Option<DateTime<Utc>>>> {
+        self.send("low-water read", |s| s.low_water(partition))
+    }
+
+    fn set_low_water(
+        &self,
+        partition: PartitionId,
+        epoch: u64,
+        at: DateTime<Utc>,
+    ) -> BoxFuture<'static, StoreResult<bool>> {
+        self.send("low-water write", |s| s.set_low_water(partition, epoch, at))
     }
 }
 

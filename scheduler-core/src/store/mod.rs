@@ -286,19 +286,34 @@ pub fn hour_bucket(time: DateTime<Utc>) -> DateTime<Utc> {
     time.duration_trunc(TimeDelta::hours(1)).unwrap_or(time)
 }
 
+/// The earliest time a schedule can hold: where loading starts when a partition has no low-water
+/// mark (the index of hour buckets makes it jump straight to the first bucket in use).
+pub fn schedule_start() -> DateTime<Utc> {
+    DateTime::<Utc>::UNIX_EPOCH - TimeDelta::days(365 * 100)
+}
+
+/// When a store was written to, for [`ScheduleStore::forget_buckets`]: a forget removes only
+/// what was written before its stamp (Cassandra's `USING TIMESTAMP`, in microseconds), so a task
+/// written into a forgotten bucket by a newer tree meanwhile survives.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub struct WriteStamp(pub i64);
+
 /// The schedule (`scheduled_tasks`): tasks waiting for their time, one wide row per partition
-/// and hour.
+/// and hour, and the index of the hour buckets in use (`schedule_buckets`), so that loading
+/// jumps from one bucket in use to the next instead of walking every hour.
 pub trait ScheduleStore: Send + Sync + 'static {
     /// Writes tasks to the schedule of `partition`, overwriting tasks with the same key; of
-    /// several tasks with one key in `tasks`, the last wins. Tasks the database refuses as
-    /// invalid (retrying cannot help) are not written and are returned with the reason.
+    /// several tasks with one key in `tasks`, the last wins. Each task's hour bucket is indexed
+    /// before the task is written. Tasks the database refuses as invalid (retrying cannot help)
+    /// are not written and are returned with the reason.
     fn persist(
         &self,
         partition: PartitionId,
         tasks: Vec<Task>,
     ) -> BoxFuture<'static, StoreResult<Vec<RefusedTask>>>;
 
-    /// Reads up to `limit` tasks of `partition` after `cursor` and before `until`, in key order.
+    /// Reads up to `limit` tasks of `partition` after `cursor` and before `until`, in key order,
+    /// from the indexed hour buckets.
     fn load(
         &self,
         partition: PartitionId,
@@ -320,6 +335,19 @@ pub trait ScheduleStore: Send + Sync + 'static {
         partition: PartitionId,
         key: TaskKey,
     ) -> BoxFuture<'static, StoreResult<Option<Task>>>;
+
+    /// A stamp of now, for [`ScheduleStore::forget_buckets`].
+    fn write_stamp(&self) -> WriteStamp;
+
+    /// Removes the hour buckets of `partition` that end at or before `before` (every task in
+    /// them is final): each bucket's rows with one partition-level delete, and its index row.
+    /// Only what was written before `stamp` is removed. Returns how many buckets were removed.
+    fn forget_buckets(
+        &self,
+        partition: PartitionId,
+        before: DateTime<Utc>,
+        stamp: WriteStamp,
+    ) -> BoxFuture<'static, StoreResult<usize>>;
 }
 
 /// Final states (`task_status`): what became of each task.
@@ -384,6 +412,23 @@ pub trait OwnershipStore: Send + Sync + 'static {
     /// The partition's current ownership epoch (0: never claimed), read serially so that every
     /// completed claim is seen.
     fn partition_epoch(&self, partition: PartitionId) -> BoxFuture<'static, StoreResult<u64>>;
+
+    /// The partition's low-water mark: every task of it due before this time has a final
+    /// status. `None` when none was recorded (loading starts at the first indexed bucket).
+    fn low_water(
+        &self,
+        partition: PartitionId,
+    ) -> BoxFuture<'static, StoreResult<Option<DateTime<Utc>>>>;
+
+    /// Records the low-water mark `at` if the partition's epoch is still `epoch` (a
+    /// lightweight transaction, so a fenced tree cannot move it). Returns whether it was
+    /// recorded.
+    fn set_low_water(
+        &self,
+        partition: PartitionId,
+        epoch: u64,
+        at: DateTime<Utc>,
+    ) -> BoxFuture<'static, StoreResult<bool>>;
 }
 
 /// Every table of the store but the leases ([`LeaseStore`]): what a node's partition trees are

@@ -3,6 +3,7 @@
 //! store, and an executor that records every call.
 
 mod cancels;
+mod low_water;
 mod memory;
 mod one_run_at_a_time;
 mod ownership;

@@ -24,7 +24,7 @@ use scylla::statement::prepared::PreparedStatement;
 use super::{
     hour_bucket, last_of_each_key, AttemptOutcome, AttemptRecord, AttemptStore, LeaseRecord,
     LeaseStore, OwnershipStore, PartitionId, ReadCursor, RefusedTask, ScheduleStore, StatusRecord,
-    StatusStore, StoreError, StoreResult, TaskStatus,
+    StatusStore, StoreError, StoreResult, TaskStatus, WriteStamp,
 };
 use crate::settings::CassandraSettings;
 
@@ -148,6 +148,26 @@ impl ScheduleStore for CassandraStore {
     ) -> BoxFuture<'static, StoreResult<Vec<RefusedTask>>> {
         let inner = Arc::clone(&self.inner);
         async move {
+            // Each bucket is indexed before its first task is written, so a load that sees the
+            // task finds its bucket (one write per bucket of the batch, usually one or two).
+            let buckets: std::collections::BTreeSet<_> = tasks
+                .iter()
+                .map(|t| hour_bucket(t.scheduled_time))
+                .collect();
+            futures::future::try_join_all(buckets.into_iter().map(|bucket| {
+                let inner = &inner;
+                async move {
+                    let values = (partition, bucket);
+                    inner
+                        .run(
+                            &inner.statements.insert_bucket,
+                            values,
+                            "bucket index write",
+                        )
+                        .await
+                }
+            }))
+            .await?;
             // Concurrent inserts of one key land in any order: write only the last.
             futures::stream::iter(last_of_each_key(tasks))
                 .map(|task| {
@@ -198,8 +218,14 @@ impl ScheduleStore for CassandraStore {
         async move {
             let mut tasks = Vec::new();
             let mut cursor = cursor;
-            let mut bucket = hour_bucket(cursor.time());
-            while bucket < until && tasks.len() < limit {
+            let mut buckets = IndexedBuckets::new(partition, hour_bucket(cursor.time()), until);
+            while tasks.len() < limit {
+                let Some(bucket) = buckets.next(&inner).await? else {
+                    break;
+                };
+                if bucket > hour_bucket(cursor.time()) {
+                    cursor = ReadCursor::From(bucket);
+                }
                 let remaining = limit_value(limit - tasks.len());
                 let statements = &inner.statements;
                 let result = match &cursor {
@@ -227,8 +253,6 @@ impl ScheduleStore for CassandraStore {
                 for row in rows_of::<TaskRow>(result, "schedule")? {
                     tasks.extend(task_from_row(partition, row));
                 }
-                bucket += TimeDelta::hours(1);
-                cursor = ReadCursor::From(bucket);
             }
             Ok(tasks)
         }
@@ -283,6 +307,92 @@ impl ScheduleStore for CassandraStore {
             }))
         }
         .boxed()
+    }
+
+    fn write_stamp(&self) -> WriteStamp {
+        WriteStamp(Utc::now().timestamp_micros())
+    }
+
+    fn forget_buckets(
+        &self,
+        partition: PartitionId,
+        before: DateTime<Utc>,
+        stamp: WriteStamp,
+    ) -> BoxFuture<'static, StoreResult<usize>> {
+        let inner = Arc::clone(&self.inner);
+        async move {
+            // Buckets that end at or before `before`.
+            let until = hour_bucket(before) - TimeDelta::hours(1) + TimeDelta::milliseconds(1);
+            let mut buckets = IndexedBuckets::new(partition, super::schedule_start(), until);
+            let mut forgotten = 0;
+            while let Some(bucket) = buckets.next(&inner).await? {
+                // The rows first: a bucket whose rows are gone but not its index row is only
+                // read once more; the other way round would hide live rows from loading.
+                let values = (stamp.0, partition, bucket);
+                let statements = &inner.statements;
+                inner
+                    .run(&statements.forget_bucket_rows, values, "bucket delete")
+                    .await?;
+                inner
+                    .run(&statements.forget_bucket, values, "bucket delete")
+                    .await?;
+                forgotten += 1;
+            }
+            Ok(forgotten)
+        }
+        .boxed()
+    }
+}
+
+/// Index rows read per query while loading.
+const BUCKET_PAGE: usize = 100;
+
+/// The indexed hour buckets of a partition from `from` (inclusive) to `until` (exclusive), read
+/// from `schedule_buckets` a page at a time.
+struct IndexedBuckets {
+    partition: PartitionId,
+    from: DateTime<Utc>,
+    until: DateTime<Utc>,
+    page: std::collections::VecDeque<DateTime<Utc>>,
+    exhausted: bool,
+}
+
+impl IndexedBuckets {
+    fn new(partition: PartitionId, from: DateTime<Utc>, until: DateTime<Utc>) -> Self {
+        IndexedBuckets {
+            partition,
+            from,
+            until,
+            page: Default::default(),
+            exhausted: false,
+        }
+    }
+
+    async fn next(&mut self, inner: &Inner) -> StoreResult<Option<DateTime<Utc>>> {
+        if self.page.is_empty() && !self.exhausted && self.from < self.until {
+            let values = (
+                self.partition,
+                self.from,
+                self.until,
+                limit_value(BUCKET_PAGE),
+            );
+            let result = inner
+                .run(
+                    &inner.statements.select_buckets,
+                    values,
+                    "bucket index read",
+                )
+                .await?;
+            self.page = rows_of::<(DateTime<Utc>,)>(result, "bucket index")?
+                .into_iter()
+                .map(|(bucket,)| bucket)
+                .collect();
+            self.exhausted = self.page.len() < BUCKET_PAGE;
+            if let Some(last) = self.page.back() {
+                self.from = *last + TimeDelta::hours(1);
+            }
+        }
+        Ok(self.page.pop_front())
     }
 }
 
@@ -491,6 +601,38 @@ impl OwnershipStore for CassandraStore {
 
     fn partition_epoch(&self, partition: PartitionId) -> BoxFuture<'static, StoreResult<u64>> {
         self.read_epoch(partition, false)
+    }
+
+    fn low_water(
+        &self,
+        partition: PartitionId,
+    ) -> BoxFuture<'static, StoreResult<Option<DateTime<Utc>>>> {
+        let inner = Arc::clone(&self.inner);
+        async move {
+            let statement = &inner.statements.select_low_water;
+            let result = inner.run(statement, (partition,), "low-water read").await?;
+            Ok(
+                first_row_of::<(Option<DateTime<Utc>>,)>(result, "partition owner")?
+                    .and_then(|(at,)| at),
+            )
+        }
+        .boxed()
+    }
+
+    fn set_low_water(
+        &self,
+        partition: PartitionId,
+        epoch: u64,
+        at: DateTime<Utc>,
+    ) -> BoxFuture<'static, StoreResult<bool>> {
+        let inner = Arc::clone(&self.inner);
+        async move {
+            let values = (at, partition, epoch_value(epoch));
+            let statement = &inner.statements.set_low_water;
+            let result = inner.run(statement, values, "low-water write").await?;
+            applied(result, "partition owner")
+        }
+        .boxed()
     }
 }
 

@@ -23,7 +23,7 @@ use crate::settings::CassandraSettings;
 use crate::store::{StoreError, StoreResult};
 
 /// The schema version this release runs on.
-pub const SCHEMA_VERSION: u32 = 1;
+pub const SCHEMA_VERSION: u32 = 2;
 
 /// Where every keyspace's schema version and migration lock are kept.
 pub const META_KEYSPACE: &str = "scheduler_meta";
@@ -237,6 +237,9 @@ async fn apply_migrations(
         // Keyspaces created before versioning may lack it.
         add_column_if_absent(session, ks, "scheduled_tasks", "enqueue_offset", "bigint").await?;
     }
+    if at < 2 {
+        migrate_v2(session, ks).await?;
+    }
     session
         .query_unpaged(
             format!(
@@ -340,6 +343,66 @@ async fn add_column_if_absent(
             }
             Err(e) => return Err(query_error("schema migration")(e)),
         }
+    }
+}
+
+/// Version 2: loading without a look-back window. The index of the hour buckets in use, filled
+/// from the buckets the schedule holds, and each partition's low-water mark.
+async fn migrate_v2(session: &Session, ks: &str) -> StoreResult<()> {
+    // One row per hour bucket of a partition that may hold tasks; loading jumps between them.
+    let index = format!(
+        "CREATE TABLE IF NOT EXISTS {ks}.schedule_buckets (partition_id int, \
+         hour_bucket timestamp, PRIMARY KEY ((partition_id), hour_bucket))"
+    );
+    run_schema_statement(session, index).await?;
+    // Every task due before it has a final status: a new tree loads from there.
+    add_column_if_absent(session, ks, "partition_owners", "low_water", "timestamp").await?;
+    session
+        .await_schema_agreement()
+        .await
+        .map_err(|e| StoreError::Query {
+            operation: "schema agreement",
+            reason: e.to_string(),
+        })?;
+    // The buckets a version-1 keyspace already holds (a scan of partition keys only).
+    let mut distinct = scylla::statement::unprepared::Statement::new(format!(
+        "SELECT DISTINCT partition_id, hour_bucket FROM {ks}.scheduled_tasks"
+    ));
+    distinct.set_page_size(1000);
+    let insert = session
+        .prepare(format!(
+            "INSERT INTO {ks}.schedule_buckets (partition_id, hour_bucket) VALUES (?, ?)"
+        ))
+        .await
+        .map_err(|e| migration_error(e.to_string()))?;
+    let mut rows = session
+        .query_iter(distinct, &[])
+        .await
+        .map_err(|e| migration_error(e.to_string()))?
+        .rows_stream::<(i32, chrono::DateTime<Utc>)>()
+        .map_err(|e| StoreError::Corrupt {
+            what: "scheduled_tasks",
+            reason: e.to_string(),
+        })?;
+    let mut indexed = 0u64;
+    while let Some(row) = futures::TryStreamExt::try_next(&mut rows)
+        .await
+        .map_err(|e| migration_error(e.to_string()))?
+    {
+        session
+            .execute_unpaged(&insert, row)
+            .await
+            .map_err(query_error("schema migration"))?;
+        indexed += 1;
+    }
+    info!(keyspace = %ks, buckets = indexed, "hour buckets indexed");
+    Ok(())
+}
+
+fn migration_error(reason: String) -> StoreError {
+    StoreError::Query {
+        operation: "schema migration",
+        reason,
     }
 }
 

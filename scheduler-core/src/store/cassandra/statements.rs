@@ -10,6 +10,12 @@ use crate::store::{StoreError, StoreResult};
 /// Every statement the store runs, prepared once per session.
 pub(super) struct Statements {
     pub(super) insert_task: PreparedStatement,
+    pub(super) insert_bucket: PreparedStatement,
+    pub(super) select_buckets: PreparedStatement,
+    pub(super) forget_bucket_rows: PreparedStatement,
+    pub(super) forget_bucket: PreparedStatement,
+    pub(super) select_low_water: PreparedStatement,
+    pub(super) set_low_water: PreparedStatement,
     pub(super) load_from: PreparedStatement,
     pub(super) load_after: PreparedStatement,
     pub(super) delete_task: PreparedStatement,
@@ -40,7 +46,11 @@ impl Statements {
         statements
             .select_epoch_serial
             .set_consistency(levels::serial_read(ownership));
-        for claim in [&mut statements.claim_first, &mut statements.claim_next] {
+        for claim in [
+            &mut statements.claim_first,
+            &mut statements.claim_next,
+            &mut statements.set_low_water,
+        ] {
             claim.set_serial_consistency(Some(levels::serial(ownership)));
         }
         if ownership == SerialConsistencyLevel::Serial {
@@ -50,6 +60,8 @@ impl Statements {
                 &mut statements.claim_first,
                 &mut statements.claim_next,
                 &mut statements.select_epoch,
+                &mut statements.set_low_water,
+                &mut statements.select_low_water,
             ] {
                 statement.set_consistency(scylla::statement::Consistency::Quorum);
             }
@@ -75,6 +87,51 @@ impl Statements {
                      enqueue_offset) VALUES (?, ?, ?, ?, ?, ?, ?)"
                 ),
                 "prepare insert",
+            )
+            .await?,
+            insert_bucket: prepare(
+                format!(
+                    "INSERT INTO {ks}.schedule_buckets (partition_id, hour_bucket) VALUES (?, ?)"
+                ),
+                "prepare bucket index write",
+            )
+            .await?,
+            select_buckets: prepare(
+                format!(
+                    "SELECT hour_bucket FROM {ks}.schedule_buckets WHERE partition_id = ? \
+                     AND hour_bucket >= ? AND hour_bucket < ? LIMIT ?"
+                ),
+                "prepare bucket index read",
+            )
+            .await?,
+            // A partition-level delete: one tombstone for the whole hour, whatever it held.
+            forget_bucket_rows: prepare(
+                format!(
+                    "DELETE FROM {ks}.scheduled_tasks USING TIMESTAMP ? \
+                     WHERE partition_id = ? AND hour_bucket = ?"
+                ),
+                "prepare bucket delete",
+            )
+            .await?,
+            forget_bucket: prepare(
+                format!(
+                    "DELETE FROM {ks}.schedule_buckets USING TIMESTAMP ? \
+                     WHERE partition_id = ? AND hour_bucket = ?"
+                ),
+                "prepare bucket delete",
+            )
+            .await?,
+            select_low_water: prepare(
+                format!("SELECT low_water FROM {ks}.partition_owners WHERE partition_id = ?"),
+                "prepare low-water read",
+            )
+            .await?,
+            set_low_water: prepare(
+                format!(
+                    "UPDATE {ks}.partition_owners SET low_water = ? WHERE partition_id = ? \
+                     IF epoch = ?"
+                ),
+                "prepare low-water write",
             )
             .await?,
             load_from: prepare(

@@ -5,6 +5,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
+use chrono::{DateTime, Utc};
 use futures::future::BoxFuture;
 use futures::FutureExt;
 use scheduler_client::{Task, TaskKey};
@@ -24,6 +25,16 @@ struct State {
     leases: BTreeMap<(PartitionId, String), (LeaseRecord, tokio::time::Instant)>,
     /// Deleted schedule rows: Cassandra keeps a tombstone a load must step over.
     tombstones: std::collections::BTreeSet<(PartitionId, TaskKey)>,
+    /// The index of hour buckets in use, with when each index row was written.
+    buckets: BTreeMap<(PartitionId, DateTime<Utc>), u64>,
+    /// When each schedule row was written (Cassandra's write timestamp).
+    row_stamps: HashMap<(PartitionId, TaskKey), u64>,
+    /// The clock of write timestamps: one tick per write.
+    stamp: u64,
+    /// Each partition's low-water mark.
+    low_water: HashMap<PartitionId, DateTime<Utc>>,
+    /// Tombstones loads have stepped over.
+    tombstones_read: usize,
     /// Every status write, in order, with when it was applied (the simulation checks that a
     /// final status never changes and that nothing starts after it).
     status_writes: Vec<(TaskKey, StatusRecord, tokio::time::Instant)>,
@@ -166,6 +177,26 @@ impl MemoryStore {
             .get(&(partition, key.clone()))
             .cloned()
             .unwrap_or_default()
+    }
+
+    /// Tombstones every load so far stepped over (what Cassandra would count).
+    pub fn tombstones_read(&self) -> usize {
+        self.lock().tombstones_read
+    }
+
+    /// The low-water mark recorded for `partition`.
+    pub fn low_water_of(&self, partition: PartitionId) -> Option<DateTime<Utc>> {
+        self.lock().low_water.get(&partition).copied()
+    }
+
+    /// Indexed hour buckets of `partition`.
+    pub fn indexed_buckets(&self, partition: PartitionId) -> Vec<DateTime<Utc>> {
+        self.lock()
+            .buckets
+            .keys()
+            .filter(|(p, _)| *p == partition)
+            .map(|(_, b)| *b)
+            .collect()
     }
 
     /// Claims `partition` as another node would: every tree holding an older epoch is fenced.

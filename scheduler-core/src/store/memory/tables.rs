@@ -11,9 +11,10 @@ use futures::FutureExt;
 use scheduler_client::{Task, TaskKey};
 
 use super::{MemoryStore, CLUSTERING_KEY_LIMIT, TOMBSTONE_FAILURE_THRESHOLD};
+use crate::store::hour_bucket;
 use crate::store::{
     AttemptRecord, AttemptStore, LeaseRecord, LeaseStore, OwnershipStore, PartitionId, ReadCursor,
-    RefusedTask, ScheduleStore, StatusRecord, StatusStore, StoreError, StoreResult,
+    RefusedTask, ScheduleStore, StatusRecord, StatusStore, StoreError, StoreResult, WriteStamp,
 };
 
 impl ScheduleStore for MemoryStore {
@@ -38,7 +39,13 @@ impl ScheduleStore for MemoryStore {
                     });
                     continue;
                 }
+                // The bucket is indexed before the row is written.
+                s.stamp += 1;
+                let stamp = s.stamp;
+                s.buckets
+                    .insert((partition, hour_bucket(key.scheduled_time)), stamp);
                 s.tombstones.remove(&(partition, key.clone()));
+                s.row_stamps.insert((partition, key.clone()), stamp);
                 s.schedule.insert((partition, key), task);
             }
             refused
@@ -54,13 +61,17 @@ impl ScheduleStore for MemoryStore {
     ) -> BoxFuture<'static, StoreResult<Vec<Task>>> {
         let loaded_rows = Arc::clone(&self.loaded_rows);
         let loaded_keys = Arc::clone(&self.loaded_keys);
-        let from_bucket = crate::store::hour_bucket(cursor.time());
-        let buckets = (crate::store::hour_bucket(until) - from_bucket)
-            .num_hours()
-            .max(0) as usize
-            + 1;
-        self.buckets_read.fetch_add(buckets, Ordering::SeqCst);
+        let from_bucket = hour_bucket(cursor.time());
+        let buckets_read = Arc::clone(&self.buckets_read);
         self.run("schedule load", move |s| {
+            // Only indexed buckets are read, as in Cassandra, where loading jumps between them.
+            let indexed: std::collections::BTreeSet<DateTime<Utc>> = s
+                .buckets
+                .range((partition, from_bucket)..)
+                .take_while(|((p, b), _)| *p == partition && *b < until)
+                .map(|((_, b), _)| *b)
+                .collect();
+            buckets_read.fetch_add(indexed.len(), Ordering::SeqCst);
             let lower = match cursor {
                 ReadCursor::From(t) => Bound::Included((
                     partition,
@@ -76,6 +87,7 @@ impl ScheduleStore for MemoryStore {
                 .schedule
                 .range((lower.clone(), Bound::Unbounded))
                 .take_while(|((p, k), _)| *p == partition && k.scheduled_time < until)
+                .filter(|((_, k), _)| indexed.contains(&hour_bucket(k.scheduled_time)))
                 .take(limit)
                 .map(|(_, t)| t.clone())
                 .collect::<Vec<Task>>();
@@ -92,7 +104,9 @@ impl ScheduleStore for MemoryStore {
                         && k.scheduled_time < until
                         && stopped_at.as_ref().is_none_or(|at| k < at)
                 })
+                .filter(|(_, k)| indexed.contains(&hour_bucket(k.scheduled_time)))
                 .count();
+            s.tombstones_read += stepped_over;
             if stepped_over > TOMBSTONE_FAILURE_THRESHOLD {
                 return Err(StoreError::Query {
                     operation: "schedule load",
@@ -132,6 +146,55 @@ impl ScheduleStore for MemoryStore {
     ) -> BoxFuture<'static, StoreResult<Option<Task>>> {
         self.run("task read", move |s| {
             s.schedule.get(&(partition, key)).cloned()
+        })
+    }
+
+    fn write_stamp(&self) -> WriteStamp {
+        let mut state = self.lock();
+        state.stamp += 1;
+        WriteStamp(i64::try_from(state.stamp).unwrap_or(i64::MAX))
+    }
+
+    fn forget_buckets(
+        &self,
+        partition: PartitionId,
+        before: DateTime<Utc>,
+        stamp: WriteStamp,
+    ) -> BoxFuture<'static, StoreResult<usize>> {
+        self.run("bucket delete", move |s| {
+            let stamp = u64::try_from(stamp.0).unwrap_or(0);
+            let ended = |b: &DateTime<Utc>| *b + chrono::TimeDelta::hours(1) <= before;
+            let buckets: Vec<DateTime<Utc>> = s
+                .buckets
+                .range((partition, crate::store::schedule_start())..)
+                .take_while(|((p, b), _)| *p == partition && ended(b))
+                .map(|((_, b), _)| *b)
+                .collect();
+            for bucket in &buckets {
+                // Like `USING TIMESTAMP`: what was written after the stamp survives.
+                let rows: Vec<TaskKey> = s
+                    .schedule
+                    .keys()
+                    .filter(|(p, k)| *p == partition && hour_bucket(k.scheduled_time) == *bucket)
+                    .map(|(_, k)| k.clone())
+                    .collect();
+                for key in rows {
+                    let at = (partition, key);
+                    if s.row_stamps.get(&at).is_none_or(|written| *written < stamp) {
+                        s.schedule.remove(&at);
+                        s.row_stamps.remove(&at);
+                    }
+                }
+                s.tombstones
+                    .retain(|(p, k)| *p != partition || hour_bucket(k.scheduled_time) != *bucket);
+                if s.buckets
+                    .get(&(partition, *bucket))
+                    .is_some_and(|w| *w < stamp)
+                {
+                    s.buckets.remove(&(partition, *bucket));
+                }
+            }
+            buckets.len()
         })
     }
 }
@@ -242,6 +305,30 @@ impl OwnershipStore for MemoryStore {
     fn partition_epoch(&self, partition: PartitionId) -> BoxFuture<'static, StoreResult<u64>> {
         let epoch = self.lock().epochs.get(&partition).copied().unwrap_or(0);
         self.delayed("epoch read", Ok(epoch))
+    }
+
+    fn low_water(
+        &self,
+        partition: PartitionId,
+    ) -> BoxFuture<'static, StoreResult<Option<DateTime<Utc>>>> {
+        let at = self.lock().low_water.get(&partition).copied();
+        self.delayed("low-water read", Ok(at))
+    }
+
+    fn set_low_water(
+        &self,
+        partition: PartitionId,
+        epoch: u64,
+        at: DateTime<Utc>,
+    ) -> BoxFuture<'static, StoreResult<bool>> {
+        let mut state = self.lock();
+        let current = state.epochs.get(&partition).copied().unwrap_or(0);
+        let applied = current == epoch && epoch > 0;
+        if applied {
+            state.low_water.insert(partition, at);
+        }
+        drop(state);
+        self.delayed("low-water write", Ok(applied))
     }
 }
 

@@ -1,0 +1,113 @@
+//! The low-water mark: a new tree loads from it instead of a look-back window, so it neither
+//! reads the tombstones of the tasks finished before it nor misses a task however old.
+
+use super::*;
+
+#[test]
+fn a_new_tree_loads_from_the_low_water_mark_not_through_finished_tasks() {
+    run_paused(|| async {
+        let h = Harness::new(SchedulingSettings::default(), Duration::ZERO, &[]);
+        h.assign().await;
+        let finished: Vec<Task> = (0..2_000)
+            .map(|i| task(&format!("o{}", i % 50), t0() + ms(i), &format!("{i}")))
+            .collect();
+        for chunk in finished.chunks(500) {
+            h.enqueue(chunk.to_vec()).await;
+        }
+        advance(Duration::from_secs(120)).await;
+        assert_eq!(h.recorder.calls().len(), 2_000);
+        let mark = h.store.low_water_of(P).expect("a mark is recorded");
+        assert!(
+            mark > t0() + ms(2_000),
+            "the mark passed the finished tasks: {mark}"
+        );
+        h.topic.send(RevokePartitions).await.expect("revoke");
+        let before = h.store.tombstones_read();
+        h.assign().await;
+        h.enqueue(vec![task("new", t0() + ms(125_000), "1")]).await;
+        advance(Duration::from_secs(10)).await;
+        assert_eq!(h.recorder.call_times("new").len(), 1, "the new task ran");
+        let read = h.store.tombstones_read() - before;
+        assert!(
+            read < 100,
+            "the new tree read {read} tombstones of finished tasks"
+        );
+    });
+}
+
+#[test]
+fn a_task_due_long_before_the_mark_lowers_it_before_its_batch_is_acknowledged() {
+    run_paused(|| async {
+        let h = Harness::new(
+            SchedulingSettings::default(),
+            Duration::ZERO,
+            &[("late", Behaviour::FailTimes(1))],
+        );
+        h.assign().await;
+        // Enough done with for the mark to move well past t0.
+        let done: Vec<Task> = (0..20)
+            .map(|i| task("o", t0() + ms(i), &format!("{i}")))
+            .collect();
+        h.enqueue(done).await;
+        advance(Duration::from_secs(120)).await;
+        let mark = h.store.low_water_of(P).expect("a mark is recorded");
+        assert!(mark > t0(), "{mark}");
+        // A task due three hours ago arrives (a producer's backfill, or a lagging consumer).
+        let late = task("late", t0() - TimeDelta::hours(3), "1");
+        h.enqueue(vec![late.clone()]).await;
+        let lowered = h.store.low_water_of(P).expect("a mark is recorded");
+        assert!(
+            lowered <= late.scheduled_time,
+            "acknowledged with the mark at {lowered}, after the task"
+        );
+        // Its first attempt fails; the tree is replaced while it waits for its retry.
+        advance(Duration::from_secs(1)).await;
+        h.topic.send(RevokePartitions).await.expect("revoke");
+        h.assign().await;
+        advance(Duration::from_secs(120)).await;
+        let attempts = h.store.attempts(P, &late.key());
+        assert_eq!(attempts.len(), 2, "{attempts:?}");
+        assert_eq!(
+            h.store
+                .status_of(P, &late.key())
+                .map(|s| (s.status, s.attempts)),
+            Some((TaskStatus::Completed, 2))
+        );
+    });
+}
+
+#[test]
+fn a_task_written_hours_before_any_node_ran_is_loaded() {
+    run_paused(|| async {
+        let h = Harness::new(SchedulingSettings::default(), Duration::ZERO, &[]);
+        // Persisted by a node that stopped before it ran; the cluster was down for hours.
+        let old = task("old", t0() - TimeDelta::hours(3), "1");
+        h.store
+            .persist(P, vec![old.clone()])
+            .await
+            .expect("persist");
+        h.assign().await;
+        advance(Duration::from_secs(1)).await;
+        assert_eq!(h.recorder.call_times("old").len(), 1);
+    });
+}
+
+#[test]
+fn finished_hour_buckets_are_forgotten_once_the_mark_passes_them() {
+    run_paused(|| async {
+        let h = Harness::new(SchedulingSettings::default(), Duration::ZERO, &[]);
+        let hours_ago = |n| t0() - TimeDelta::hours(n);
+        h.store
+            .persist(
+                P,
+                vec![task("a", hours_ago(5), "1"), task("b", hours_ago(3), "1")],
+            )
+            .await
+            .expect("persist");
+        assert_eq!(h.store.indexed_buckets(P).len(), 2);
+        h.assign().await;
+        advance(Duration::from_secs(30)).await;
+        assert_eq!(h.recorder.calls().len(), 2);
+        assert_eq!(h.store.indexed_buckets(P), Vec::<DateTime<Utc>>::new());
+    });
+}
