@@ -299,7 +299,9 @@ async fn a_keyspace_from_before_enqueue_offsets_is_migrated_and_its_rows_still_l
                 "INSERT INTO {keyspace}.scheduled_tasks (partition_id, hour_bucket, scheduled_time, \
                  ordering_id, uniqueness_key, task_data) VALUES (1, ?, ?, 'o', 'old', '{{}}')"
             ),
-            (at, at),
+            // Hours before the tasks written after the migration: only the index the migration
+            // fills makes loading find its bucket.
+            (at - TimeDelta::hours(3), at - TimeDelta::hours(3)),
         )
         .await
         .expect("old row");
@@ -317,7 +319,12 @@ async fn a_keyspace_from_before_enqueue_offsets_is_migrated_and_its_rows_still_l
         .await
         .expect("persist");
     let loaded = store
-        .load(1, ReadCursor::From(at), at + TimeDelta::seconds(1), 10)
+        .load(
+            1,
+            ReadCursor::From(at - TimeDelta::hours(3)),
+            at + TimeDelta::seconds(1),
+            10,
+        )
         .await
         .expect("load");
     let offsets: Vec<(String, Option<i64>)> = loaded
