@@ -30,6 +30,9 @@ pub struct Progress {
     pub executed: u64,
     /// When the node first owned a partition (ms since the epoch; 0: not yet).
     pub assigned_ms: i64,
+    /// When the node was first ready: it owned partitions and each one's tree had loaded its
+    /// schedule once (ms since the epoch; 0: not yet).
+    pub ready_ms: i64,
     /// When the first execution started (ms since the epoch; 0: none yet).
     pub first_ms: i64,
     /// When the latest execution started (ms since the epoch; 0: none yet).
@@ -56,6 +59,7 @@ impl Progress {
                 .unwrap_or_default(),
             executed: int("executed").max(0) as u64,
             assigned_ms: int("assigned_ms"),
+            ready_ms: int("ready_ms"),
             first_ms: int("first_ms"),
             last_ms: int("last_ms"),
             in_memory: int("in_memory").max(0) as u64,
@@ -68,6 +72,7 @@ impl Progress {
             "owned": self.owned,
             "executed": self.executed,
             "assigned_ms": self.assigned_ms,
+            "ready_ms": self.ready_ms,
             "first_ms": self.first_ms,
             "last_ms": self.last_ms,
             "in_memory": self.in_memory,
@@ -100,6 +105,11 @@ pub async fn run_child(settings_json: &str, partitions: u32) -> Result<(), Bench
         if progress.assigned_ms == 0 && !owned.is_empty() {
             progress.assigned_ms = Utc::now().timestamp_millis();
         }
+        let became_ready = progress.ready_ms == 0 && node.is_ready();
+        if became_ready {
+            progress.ready_ms = Utc::now().timestamp_millis();
+        }
+        let changed = changed || became_ready;
         progress.owned = owned;
         progress.executed = probe.executed();
         progress.first_ms = probe.first().map_or(0, |t| t.timestamp_millis());

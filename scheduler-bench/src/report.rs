@@ -246,8 +246,14 @@ impl Figures {
         }
         if let Some(t) = &self.tombstones {
             row(
-                format!("restart after {} finished in one partition", t.finished),
-                format!("new task ran {:.2} s", t.new_task_ran_s),
+                format!(
+                    "restart after {} finished in one partition ({:.0} s to run them)",
+                    t.finished, t.first_node_s
+                ),
+                format!(
+                    "first load {:.2} s, new task ran {:.2} s",
+                    t.load_s, t.new_task_ran_s
+                ),
                 t.tombstones_read.map_or_else(
                     || "tombstones read: log not found".into(),
                     |n| format!("{n} tombstoned cells read (Cassandra's log)"),
@@ -317,7 +323,8 @@ impl Figures {
                 "ratio_to_ceiling": self.ceilings.map(|c| b.tasks_per_s / c.tasks_per_s()),
             })),
             "tombstones": self.tombstones.as_ref().map(|t| json!({
-                "finished": t.finished, "new_task_ran_s": t.new_task_ran_s,
+                "finished": t.finished, "first_node_s": t.first_node_s, "load_s": t.load_s,
+                "new_task_ran_s": t.new_task_ran_s,
                 "tombstones_read": t.tombstones_read,
             })),
             "targets": targets,
