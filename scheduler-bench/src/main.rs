@@ -204,9 +204,7 @@ async fn run(args: RunArgs) -> Result<(), BenchError> {
         step("backlog");
         figures.backlog = Some(scenarios::backlog(sizes.backlog_tasks).await?);
     }
-    // Only when asked for by name: until issue 12's loading lands it does not finish (see
-    // BENCHMARKS.md), and it would end every full run.
-    if args.only.contains(&Scenario::Tombstones) {
+    if wanted(Scenario::Tombstones) {
         step("tombstones: a restart after many tasks finished in one partition");
         figures.tombstones = Some(tombstones::tombstones(sizes.finished_tasks).await?);
     }
