@@ -30,6 +30,9 @@ pub struct InFlight {
     loaded: std::sync::atomic::AtomicBool,
     /// Due times pinned by tasks not done with, with how many pin each.
     pins: Mutex<BTreeMap<DateTime<Utc>, usize>>,
+    /// Due times of tasks retrying (recorded in `retrying_tasks`): they do not hold the mark
+    /// back, but their hour buckets must not be forgotten.
+    retry_pins: Mutex<BTreeMap<DateTime<Utc>, usize>>,
     /// The latest due time of a pin released so far (a task done with).
     latest_released: Mutex<Option<DateTime<Utc>>>,
     /// The partition's low-water mark as TaskPersistence last recorded it.
@@ -46,7 +49,7 @@ impl InFlight {
                 held: Held {
                     gauge: Arc::clone(self),
                     count: 1,
-                    _pin: Some(self.pin(task.scheduled_time)),
+                    pin: Some(self.pin(task.scheduled_time)),
                 },
                 task,
             })
@@ -55,20 +58,40 @@ impl InFlight {
 
     /// Pins `at` until the result is dropped: the low-water mark stays at or before it.
     pub fn pin(self: &Arc<Self>, at: DateTime<Utc>) -> Pin {
-        *self.pins().entry(at).or_default() += 1;
+        self.pin_as(at, false)
+    }
+
+    fn pin_as(self: &Arc<Self>, at: DateTime<Utc>, retrying: bool) -> Pin {
+        *self.pins_of(retrying).entry(at).or_default() += 1;
         Pin {
             gauge: Arc::clone(self),
             at,
+            retrying,
         }
     }
 
-    fn pins(&self) -> std::sync::MutexGuard<'_, BTreeMap<DateTime<Utc>, usize>> {
-        self.pins.lock().unwrap_or_else(PoisonError::into_inner)
+    fn pins_of(&self, retrying: bool) -> std::sync::MutexGuard<'_, BTreeMap<DateTime<Utc>, usize>> {
+        let pins = if retrying {
+            &self.retry_pins
+        } else {
+            &self.pins
+        };
+        pins.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// The earliest time pinned now.
+    /// The earliest time pinned now (retrying tasks aside).
     pub fn earliest_pinned(&self) -> Option<DateTime<Utc>> {
-        self.pins().keys().next().copied()
+        self.pins_of(false).keys().next().copied()
+    }
+
+    /// How many tasks retrying now are due before `t`.
+    pub fn retrying_before(&self, t: DateTime<Utc>) -> usize {
+        self.pins_of(true).range(..t).map(|(_, n)| n).sum()
+    }
+
+    /// The earliest due time of the tasks retrying now.
+    pub fn earliest_retrying(&self) -> Option<DateTime<Utc>> {
+        self.pins_of(true).keys().next().copied()
     }
 
     /// Publishes the low-water mark TaskPersistence recorded (or read at the tree's start).
@@ -103,7 +126,7 @@ impl InFlight {
         Held {
             gauge: Arc::clone(self),
             count: n,
-            _pin: None,
+            pin: None,
         }
     }
 
@@ -158,8 +181,8 @@ impl InFlight {
 pub struct Held {
     gauge: Arc<InFlight>,
     count: usize,
-    /// A task's pin (none for reserved room).
-    _pin: Option<Pin>,
+    /// A task's pin (none for reserved room, or once taken by [`HeldTask::into_parts`]).
+    pin: Option<Pin>,
 }
 
 impl Drop for Held {
@@ -174,11 +197,28 @@ impl Drop for Held {
 pub struct Pin {
     gauge: Arc<InFlight>,
     at: DateTime<Utc>,
+    retrying: bool,
+}
+
+impl Pin {
+    /// Whether it pins a retrying task (see [`Pin::into_retrying`]).
+    pub fn is_retrying(&self) -> bool {
+        self.retrying
+    }
+
+    /// The same task, now recorded as retrying: it no longer holds the low-water mark back
+    /// (a new tree loads it from `retrying_tasks`), but keeps its hour bucket.
+    pub fn into_retrying(self) -> Pin {
+        if self.retrying {
+            return self;
+        }
+        self.gauge.pin_as(self.at, true)
+    }
 }
 
 impl Drop for Pin {
     fn drop(&mut self) {
-        let mut pins = self.gauge.pins();
+        let mut pins = self.gauge.pins_of(self.retrying);
         if let Some(n) = pins.get_mut(&self.at) {
             *n -= 1;
             if *n == 0 {
@@ -203,9 +243,11 @@ pub struct HeldTask {
 }
 
 impl HeldTask {
-    /// The task and its count: the count lives as long as the returned [`Held`].
-    pub fn into_parts(self) -> (Task, Held) {
-        (self.task, self.held)
+    /// The task, its pin and its count: the count lives as long as the returned [`Held`], the
+    /// pin as long as the returned [`Pin`].
+    pub fn into_parts(self) -> (Task, Option<Pin>, Held) {
+        let mut held = self.held;
+        (self.task, held.pin.take(), held)
     }
 }
 

@@ -74,8 +74,14 @@ impl OrderingExecutor {
             return;
         }
         if let Some(task) = self.queue.pop_front() {
-            let (task, held) = task.into_parts();
-            let life = run_task(self.partition, task, self.deps.clone(), self.links.clone());
+            let (task, pin, held) = task.into_parts();
+            let life = run_task(
+                self.partition,
+                task,
+                pin,
+                self.deps.clone(),
+                self.links.clone(),
+            );
             let handle = ctx.spawn(life.into_actor(self).map(move |_outcome, act, ctx| {
                 // Done with: it no longer counts in flight, before the PartitionExecutor hears.
                 drop(held);

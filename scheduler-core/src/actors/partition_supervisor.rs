@@ -156,7 +156,14 @@ impl PartitionSupervisor {
                     Ok(stale) => {
                         act.stale_scan_from =
                             Some(stale.first().map_or(until, |t| t.scheduled_time));
-                        act.deps.metrics.stale_tasks(act.partition, stale.len());
+                        // Tasks retrying behind the sample's start (the mark passed them).
+                        let retrying = act
+                            .in_flight
+                            .as_ref()
+                            .map_or(0, |g| g.retrying_before(from.min(until)));
+                        act.deps
+                            .metrics
+                            .stale_tasks(act.partition, stale.len() + retrying);
                     }
                     Err(e) => {
                         warn!(partition = act.partition, error = %e, "stale-task sample failed")

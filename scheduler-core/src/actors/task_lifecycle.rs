@@ -31,9 +31,11 @@ use tracing::{debug, warn, Instrument};
 use super::partition_ownership::{CheckOwnership, Ownership, PartitionOwnership};
 use super::{PartitionDeps, TreeError};
 use crate::executor::{ExecutionOutcome, StopReason, TaskContext, TaskError};
+use crate::in_flight::Pin;
 use crate::lease::TreeLease;
 use crate::retry::{backoff_delay, exponential_period};
 use crate::store::{AttemptOutcome, AttemptRecord, PartitionId, StatusRecord, TaskStatus};
+use futures::future::OptionFuture;
 
 /// First wait before retrying a store step (status read, lease write, record) that failed.
 const STORE_RETRY_BASE: Duration = Duration::from_millis(500);
@@ -73,10 +75,12 @@ impl From<Halt> for ExecutionOutcome {
     }
 }
 
-/// Runs `task` to its outcome in the tree of `links`.
+/// Runs `task` to its outcome in the tree of `links`; `pin` holds the partition's low-water
+/// mark at or before the task until it is final or recorded as retrying.
 pub(crate) async fn run_task(
     partition: PartitionId,
     task: Task,
+    pin: Option<Pin>,
     deps: PartitionDeps,
     links: ExecutionLinks,
 ) -> ExecutionOutcome {
@@ -95,6 +99,7 @@ pub(crate) async fn run_task(
         deps,
         links,
         attempts: 0,
+        pin,
         called: false,
         store_failures: 0,
         rng: fastrand::Rng::new(),
@@ -116,6 +121,9 @@ struct TaskRun {
     links: ExecutionLinks,
     stop: watch::Receiver<Option<StopReason>>,
     attempts: u32,
+    /// Holds the low-water mark back (or, once the task is recorded as retrying, only its hour
+    /// bucket) until the task is final.
+    pin: Option<Pin>,
     /// The executor has been called in this tree (the stop signal no longer interrupts).
     called: bool,
     store_failures: u32,
@@ -243,6 +251,7 @@ impl TaskRun {
             self.deps
                 .metrics
                 .retry_scheduled(partition, &self.key, self.attempts, &reason, delay);
+            self.record_retrying().await?;
             self.called = false;
             drop(hold);
             self.unless_stopped(tokio::time::sleep(delay)).await?;
@@ -270,6 +279,21 @@ impl TaskRun {
                 Err(Halt::Fenced)
             }
         }
+    }
+
+    /// Records the task as retrying (once per tree), so that it no longer holds the partition's
+    /// low-water mark back: a new tree loads it from `retrying_tasks`.
+    async fn record_retrying(&mut self) -> Result<(), Halt> {
+        if self.pin.as_ref().is_none_or(Pin::is_retrying) {
+            return Ok(());
+        }
+        let (store, partition, key) = (self.deps.store.clone(), self.partition, self.key.clone());
+        self.store_step("retrying write", || {
+            store.mark_retrying(partition, key.clone())
+        })
+        .await?;
+        self.pin = self.pin.take().map(Pin::into_retrying);
+        Ok(())
     }
 
     /// Appends the attempt to the task's history, as owner (best effort: a failed write is
@@ -329,16 +353,21 @@ impl TaskRun {
     }
 
     /// Deletes the finished task from the schedule (an optimisation: a row left behind is
-    /// skipped by the status check when loaded again).
+    /// skipped by the status check when loaded again), and from the retrying tasks unless this
+    /// was its first and only attempt.
     fn remove_from_schedule(&self) {
-        let delete = self
-            .deps
-            .store
-            .remove_scheduled(self.partition, self.key.clone());
+        let store = &self.deps.store;
+        // A first attempt's success was never recorded as retrying (the usual case: no delete).
+        let unmark =
+            (self.attempts != 1).then(|| store.unmark_retrying(self.partition, self.key.clone()));
+        let delete = store.remove_scheduled(self.partition, self.key.clone());
         let (partition, key) = (self.partition, self.key.to_string());
         tokio::spawn(async move {
             if let Err(e) = delete.await {
                 warn!(partition, task = %key, error = %e, "finished task left in the schedule (it will be skipped when loaded)");
+            }
+            if let Some(Err(e)) = OptionFuture::from(unmark).await {
+                debug!(partition, task = %key, error = %e, "finished task left among the retrying (it will be skipped when loaded)");
             }
         });
     }

@@ -17,7 +17,9 @@
 //! of: the earliest task the tree holds or has deferred (their pins), the read cursor, and now
 //! less a margin, when a task done with lies after it; each advance is a lightweight transaction on the tree's epoch (a fenced tree
 //! cannot move it), and forgets the hour buckets that end before it. A polled batch holding a
-//! task due before the mark lowers the mark first, before the batch is acknowledged.
+//! task due before the mark lowers the mark first, before the batch is acknowledged. A task
+//! retrying is recorded in `retrying_tasks` and no longer holds the mark back (only its bucket):
+//! a new tree reads those due before the mark with the mark.
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -193,27 +195,50 @@ impl Actor for TaskPersistence {
             self.stop.clone(),
         );
         ctx.wait(start.into_actor(self).map(|started, act, _| {
-            let Some((epoch, low_water)) = started else {
+            let Some(Start {
+                epoch,
+                low_water,
+                mut retrying,
+            }) = started
+            else {
                 return;
             };
             let start = low_water.unwrap_or_else(schedule_start);
             act.epoch = epoch;
             (act.low_water, act.cursor) = (start, ReadCursor::From(start));
             act.in_flight.set_low_water(start);
-            info!(partition = act.partition, epoch, low_water = ?low_water, "loading from the low-water mark");
+            info!(partition = act.partition, epoch, low_water = ?low_water,
+                retrying = retrying.len(), "loading from the low-water mark");
+            // Tasks retrying from before the mark: as many as memory takes now; for the rest
+            // (a mass failure), loading starts back at the first of them.
+            retrying.sort_by_cached_key(Task::run_order);
+            if retrying.len() > act.max_in_flight {
+                let left = retrying.split_off(act.max_in_flight);
+                act.cursor = ReadCursor::From(left[0].scheduled_time);
+            }
+            act.send_to_scheduler(retrying);
         }));
         ctx.run_interval(LOW_WATER_INTERVAL, |act, ctx| act.advance_low_water(ctx));
     }
 }
 
-/// Waits for the tree's claim, then reads the partition's low-water mark (again and again while
-/// the store fails); `None` if the tree stops or is fenced first.
+/// Where a tree starts: its epoch, the partition's low-water mark, and the tasks recorded as
+/// retrying that are due before the mark.
+struct Start {
+    epoch: u64,
+    low_water: Option<DateTime<Utc>>,
+    retrying: Vec<Task>,
+}
+
+/// Waits for the tree's claim, then reads the partition's low-water mark and the retrying
+/// tasks due before it (again and again while the store fails); `None` if the tree stops or is
+/// fenced first.
 async fn claim_and_low_water(
     partition: PartitionId,
     ownership: Addr<PartitionOwnership>,
     store: Arc<dyn TaskStore>,
     stop: tokio::sync::watch::Receiver<Option<StopReason>>,
-) -> Option<(u64, Option<DateTime<Utc>>)> {
+) -> Option<Start> {
     let epoch = match ownership.send(CheckOwnership { read_after: None }).await {
         Ok(Ok(Ownership::Owner(epoch))) => epoch,
         Ok(Ok(Ownership::Fenced)) | Ok(Err(_)) | Err(_) => return None,
@@ -223,8 +248,14 @@ async fn claim_and_low_water(
         if stop.borrow().is_some() {
             return None;
         }
-        match store.low_water(partition).await {
-            Ok(at) => return Some((epoch, at)),
+        match read_start(partition, &store).await {
+            Ok((low_water, retrying)) => {
+                return Some(Start {
+                    epoch,
+                    low_water,
+                    retrying,
+                })
+            }
             Err(e) => {
                 failures += 1;
                 warn!(partition, error = %e, "low-water mark not read; trying again");
@@ -233,6 +264,36 @@ async fn claim_and_low_water(
             }
         }
     }
+}
+
+/// The partition's low-water mark, and the tasks recorded as retrying that are due before it
+/// (a retrying task whose row is gone finished: it is forgotten).
+async fn read_start(
+    partition: PartitionId,
+    store: &Arc<dyn TaskStore>,
+) -> StoreResult<(Option<DateTime<Utc>>, Vec<Task>)> {
+    let low_water = store.low_water(partition).await?;
+    let Some(mark) = low_water else {
+        // Loading starts at the first bucket: it finds them.
+        return Ok((None, Vec::new()));
+    };
+    let keys = store.retrying(partition).await?;
+    let rows = futures::stream::iter(keys.into_iter().filter(|k| k.scheduled_time < mark))
+        .map(|key| {
+            let store = Arc::clone(store);
+            async move {
+                let task = store.scheduled_task(partition, key.clone()).await?;
+                if task.is_none() {
+                    store.unmark_retrying(partition, key).await?;
+                }
+                Ok::<_, StoreError>(task)
+            }
+        })
+        .buffer_unordered(WRITE_CONCURRENCY)
+        .try_filter_map(|task| futures::future::ready(Ok(task)))
+        .try_collect()
+        .await?;
+    Ok((low_water, rows))
 }
 
 impl TaskPersistence {
@@ -292,7 +353,12 @@ impl TaskPersistence {
             }
             act.low_water = mark;
             act.in_flight.set_low_water(mark);
-            let forget = act.store.forget_buckets(partition, mark, stamp);
+            // Not the buckets of tasks retrying behind the mark.
+            let keep_from = act
+                .in_flight
+                .earliest_retrying()
+                .map_or(mark, |r| r.min(mark));
+            let forget = act.store.forget_buckets(partition, keep_from, stamp);
             ctx.spawn(
                 forget
                     .into_actor(act)

@@ -124,6 +124,26 @@ impl ScheduleStore for PausableStore {
         self.send("task read", |s| s.scheduled_task(partition, key))
     }
 
+    fn mark_retrying(
+        &self,
+        partition: PartitionId,
+        key: TaskKey,
+    ) -> BoxFuture<'static, StoreResult<()>> {
+        self.send("retrying write", |s| s.mark_retrying(partition, key))
+    }
+
+    fn unmark_retrying(
+        &self,
+        partition: PartitionId,
+        key: TaskKey,
+    ) -> BoxFuture<'static, StoreResult<()>> {
+        self.send("retrying delete", |s| s.unmark_retrying(partition, key))
+    }
+
+    fn retrying(&self, partition: PartitionId) -> BoxFuture<'static, StoreResult<Vec<TaskKey>>> {
+        self.send("retrying read", |s| s.retrying(partition))
+    }
+
     fn write_stamp(&self) -> WriteStamp {
         self.store.write_stamp()
     }

@@ -336,6 +336,24 @@ pub trait ScheduleStore: Send + Sync + 'static {
         key: TaskKey,
     ) -> BoxFuture<'static, StoreResult<Option<Task>>>;
 
+    /// Records that a task is retrying (`retrying_tasks`): a new tree loads it from there, so
+    /// it does not hold the partition's low-water mark back for as long as it retries.
+    fn mark_retrying(
+        &self,
+        partition: PartitionId,
+        key: TaskKey,
+    ) -> BoxFuture<'static, StoreResult<()>>;
+
+    /// Forgets a retrying task once it is final.
+    fn unmark_retrying(
+        &self,
+        partition: PartitionId,
+        key: TaskKey,
+    ) -> BoxFuture<'static, StoreResult<()>>;
+
+    /// The partition's tasks recorded as retrying.
+    fn retrying(&self, partition: PartitionId) -> BoxFuture<'static, StoreResult<Vec<TaskKey>>>;
+
     /// A stamp of now, for [`ScheduleStore::forget_buckets`].
     fn write_stamp(&self) -> WriteStamp;
 

@@ -111,3 +111,51 @@ fn finished_hour_buckets_are_forgotten_once_the_mark_passes_them() {
         assert_eq!(h.store.indexed_buckets(P), Vec::<DateTime<Utc>>::new());
     });
 }
+
+#[test]
+fn a_task_retrying_for_long_does_not_hold_the_mark_back_and_survives_a_restart() {
+    run_paused(|| async {
+        let settings = SchedulingSettings {
+            backoff_factor: Duration::from_secs(100),
+            max_backoff: Duration::from_secs(200),
+            ..SchedulingSettings::default()
+        };
+        let h = Harness::new(
+            settings,
+            Duration::ZERO,
+            &[("stuck", Behaviour::FailTimes(2))],
+        );
+        h.assign().await;
+        let stuck = task("stuck", t0() - TimeDelta::hours(2), "1");
+        h.enqueue(vec![stuck.clone()]).await;
+        let others: Vec<Task> = (0..200)
+            .map(|i| task(&format!("o{i}"), t0() + ms(i * 100), "1"))
+            .collect();
+        h.enqueue(others).await;
+        advance(Duration::from_secs(40)).await;
+        assert_eq!(
+            h.recorder.call_times("stuck").len(),
+            1,
+            "waiting for its retry"
+        );
+        let mark = h.store.low_water_of(P).expect("a mark is recorded");
+        assert!(mark > t0(), "the retrying task holds the mark at {mark}");
+        assert!(
+            h.store
+                .indexed_buckets(P)
+                .contains(&crate::store::hour_bucket(stuck.scheduled_time)),
+            "its bucket is kept"
+        );
+        h.topic.send(RevokePartitions).await.expect("revoke");
+        h.assign().await;
+        advance(Duration::from_secs(600)).await;
+        assert_eq!(h.recorder.call_times("stuck").len(), 3);
+        assert_eq!(
+            h.store
+                .status_of(P, &stuck.key())
+                .map(|s| (s.status, s.attempts)),
+            Some((TaskStatus::Completed, 3))
+        );
+        assert_eq!(h.store.retrying(P).await.expect("read"), Vec::new());
+    });
+}

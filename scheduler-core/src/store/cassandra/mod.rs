@@ -309,6 +309,69 @@ impl ScheduleStore for CassandraStore {
         .boxed()
     }
 
+    fn mark_retrying(
+        &self,
+        partition: PartitionId,
+        key: TaskKey,
+    ) -> BoxFuture<'static, StoreResult<()>> {
+        let inner = Arc::clone(&self.inner);
+        async move {
+            let values = (
+                partition,
+                key.scheduled_time,
+                key.ordering_id,
+                key.uniqueness_key,
+            );
+            let statement = &inner.statements.insert_retrying;
+            inner
+                .run(statement, values, "retrying write")
+                .await
+                .map(|_| ())
+        }
+        .boxed()
+    }
+
+    fn unmark_retrying(
+        &self,
+        partition: PartitionId,
+        key: TaskKey,
+    ) -> BoxFuture<'static, StoreResult<()>> {
+        let inner = Arc::clone(&self.inner);
+        async move {
+            let values = (
+                partition,
+                key.scheduled_time,
+                key.ordering_id,
+                key.uniqueness_key,
+            );
+            let statement = &inner.statements.delete_retrying;
+            inner
+                .run(statement, values, "retrying delete")
+                .await
+                .map(|_| ())
+        }
+        .boxed()
+    }
+
+    fn retrying(&self, partition: PartitionId) -> BoxFuture<'static, StoreResult<Vec<TaskKey>>> {
+        let inner = Arc::clone(&self.inner);
+        async move {
+            let statement = &inner.statements.select_retrying;
+            let result = inner.run(statement, (partition,), "retrying read").await?;
+            Ok(
+                rows_of::<(DateTime<Utc>, String, String)>(result, "retrying")?
+                    .into_iter()
+                    .map(|(scheduled_time, ordering_id, uniqueness_key)| TaskKey {
+                        scheduled_time,
+                        ordering_id,
+                        uniqueness_key,
+                    })
+                    .collect(),
+            )
+        }
+        .boxed()
+    }
+
     fn write_stamp(&self) -> WriteStamp {
         WriteStamp(Utc::now().timestamp_micros())
     }

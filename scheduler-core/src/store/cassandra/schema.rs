@@ -347,7 +347,7 @@ async fn add_column_if_absent(
 }
 
 /// Version 2: loading without a look-back window. The index of the hour buckets in use, filled
-/// from the buckets the schedule holds, and each partition's low-water mark.
+/// from the buckets the schedule holds, each partition's low-water mark, and the retrying tasks.
 async fn migrate_v2(session: &Session, ks: &str) -> StoreResult<()> {
     // One row per hour bucket of a partition that may hold tasks; loading jumps between them.
     let index = format!(
@@ -355,6 +355,14 @@ async fn migrate_v2(session: &Session, ks: &str) -> StoreResult<()> {
          hour_bucket timestamp, PRIMARY KEY ((partition_id), hour_bucket))"
     );
     run_schema_statement(session, index).await?;
+    // Tasks retrying: a new tree loads them from here, not from the low-water mark, so a task
+    // that retries for hours does not hold the mark back.
+    let retrying = format!(
+        "CREATE TABLE IF NOT EXISTS {ks}.retrying_tasks (partition_id int, \
+         scheduled_time timestamp, ordering_id text, uniqueness_key text, \
+         PRIMARY KEY ((partition_id), scheduled_time, ordering_id, uniqueness_key))"
+    );
+    run_schema_statement(session, retrying).await?;
     // Every task due before it has a final status: a new tree loads from there.
     add_column_if_absent(session, ks, "partition_owners", "low_water", "timestamp").await?;
     session

@@ -15,6 +15,9 @@ pub(super) struct Statements {
     pub(super) forget_bucket_rows: PreparedStatement,
     pub(super) forget_bucket: PreparedStatement,
     pub(super) select_low_water: PreparedStatement,
+    pub(super) insert_retrying: PreparedStatement,
+    pub(super) delete_retrying: PreparedStatement,
+    pub(super) select_retrying: PreparedStatement,
     pub(super) set_low_water: PreparedStatement,
     pub(super) load_from: PreparedStatement,
     pub(super) load_after: PreparedStatement,
@@ -119,6 +122,27 @@ impl Statements {
                      WHERE partition_id = ? AND hour_bucket = ?"
                 ),
                 "prepare bucket delete",
+            )
+            .await?,
+            insert_retrying: prepare(
+                format!(
+                    "INSERT INTO {ks}.retrying_tasks (partition_id, {key_columns}) \
+                     VALUES (?, ?, ?, ?)"
+                ),
+                "prepare retrying write",
+            )
+            .await?,
+            delete_retrying: prepare(
+                format!(
+                    "DELETE FROM {ks}.retrying_tasks WHERE partition_id = ? \
+                     AND scheduled_time = ? AND ordering_id = ? AND uniqueness_key = ?"
+                ),
+                "prepare retrying delete",
+            )
+            .await?,
+            select_retrying: prepare(
+                format!("SELECT {key_columns} FROM {ks}.retrying_tasks WHERE partition_id = ?"),
+                "prepare retrying read",
             )
             .await?,
             select_low_water: prepare(

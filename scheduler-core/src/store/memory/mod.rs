@@ -33,6 +33,8 @@ struct State {
     stamp: u64,
     /// Each partition's low-water mark.
     low_water: HashMap<PartitionId, DateTime<Utc>>,
+    /// Tasks recorded as retrying.
+    retrying: std::collections::BTreeSet<(PartitionId, TaskKey)>,
     /// Tombstones loads have stepped over.
     tombstones_read: usize,
     /// Every status write, in order, with when it was applied (the simulation checks that a

@@ -149,6 +149,36 @@ impl ScheduleStore for MemoryStore {
         })
     }
 
+    fn mark_retrying(
+        &self,
+        partition: PartitionId,
+        key: TaskKey,
+    ) -> BoxFuture<'static, StoreResult<()>> {
+        self.run("retrying write", move |s| {
+            s.retrying.insert((partition, key));
+        })
+    }
+
+    fn unmark_retrying(
+        &self,
+        partition: PartitionId,
+        key: TaskKey,
+    ) -> BoxFuture<'static, StoreResult<()>> {
+        self.run("retrying delete", move |s| {
+            s.retrying.remove(&(partition, key));
+        })
+    }
+
+    fn retrying(&self, partition: PartitionId) -> BoxFuture<'static, StoreResult<Vec<TaskKey>>> {
+        self.run("retrying read", move |s| {
+            s.retrying
+                .iter()
+                .filter(|(p, _)| *p == partition)
+                .map(|(_, k)| k.clone())
+                .collect()
+        })
+    }
+
     fn write_stamp(&self) -> WriteStamp {
         let mut state = self.lock();
         state.stamp += 1;
