@@ -14,7 +14,8 @@
 //!    entry until it returns, even if this function is dropped with its tree.
 //! 7. **Record, as owner.** The attempt, then the final status (completed, dropped, failed once
 //!    retries are exhausted), each only after ownership is confirmed, and again before every
-//!    retried write. A retryable failure waits out its backoff and goes back to 2.
+//!    retried write. A retryable failure is recorded as retrying (so the task no longer holds
+//!    its partition's low-water mark back), waits out its backoff and goes back to 2.
 //!
 //! Before the call, the tree's stop signal (revoke, rebuild, fence) abandons the task at once:
 //! it stays in Cassandra for the next tree. After the call, the outcome is recorded if the tree

@@ -13,13 +13,13 @@
 //! It also keeps the partition's **low-water mark** (stored with the partition's owner): every
 //! task due before it has a final status, so a new tree loads from there, however long ago that
 //! is, and never reads the tombstones of the tasks finished before it. The tree's first load
-//! waits for its claim and reads the mark. The mark advances every few seconds to the earliest
-//! of: the earliest task the tree holds or has deferred (their pins), the read cursor, and now
-//! less a margin, when a task done with lies after it; each advance is a lightweight transaction on the tree's epoch (a fenced tree
-//! cannot move it), and forgets the hour buckets that end before it. A polled batch holding a
-//! task due before the mark lowers the mark first, before the batch is acknowledged. A task
-//! retrying is recorded in `retrying_tasks` and no longer holds the mark back (only its bucket):
-//! a new tree reads those due before the mark with the mark.
+//! waits for its claim and reads the mark. Every few seconds, when a task done with lies after
+//! the mark, the mark advances to the earliest of: the earliest task the tree holds or has
+//! deferred (their pins), the read cursor, and now less a margin. Each advance is a lightweight
+//! transaction on the tree's epoch (a fenced tree cannot move it) and forgets the hour buckets
+//! that end before it. A polled batch holding a task due before the mark lowers the mark first,
+//! before the batch is acknowledged. A task retrying is recorded in `retrying_tasks` and no
+//! longer holds the mark back (only its bucket): a new tree reads those due before the mark.
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -298,7 +298,7 @@ async fn read_start(
 
 impl TaskPersistence {
     /// Moves the low-water mark up to the earliest task that may still be incomplete (see the
-    /// module's doc), when it has moved far enough or enough tasks were done with since.
+    /// module's doc), when a task done with lies after it (or once an hour).
     fn advance_low_water(&mut self, ctx: &mut Context<Self>) {
         if self.epoch == 0 || self.stop.borrow().is_some() {
             return;
@@ -342,12 +342,19 @@ impl TaskPersistence {
                     );
                     return;
                 }
+                // The write may still apply: later batches compare with the higher mark (a
+                // needless lowering costs one transaction), but nothing is forgotten.
                 Ok(Err(e)) => {
-                    debug!(partition, error = %e, "low-water mark not moved");
+                    debug!(partition, error = %e, "low-water mark may not have moved");
+                    act.low_water = mark;
                     return;
                 }
                 Err(_) => {
-                    debug!(partition, "low-water mark not moved: the write timed out");
+                    debug!(
+                        partition,
+                        "low-water mark may not have moved: the write timed out"
+                    );
+                    act.low_water = mark;
                     return;
                 }
             }

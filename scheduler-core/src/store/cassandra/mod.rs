@@ -314,21 +314,7 @@ impl ScheduleStore for CassandraStore {
         partition: PartitionId,
         key: TaskKey,
     ) -> BoxFuture<'static, StoreResult<()>> {
-        let inner = Arc::clone(&self.inner);
-        async move {
-            let values = (
-                partition,
-                key.scheduled_time,
-                key.ordering_id,
-                key.uniqueness_key,
-            );
-            let statement = &inner.statements.insert_retrying;
-            inner
-                .run(statement, values, "retrying write")
-                .await
-                .map(|_| ())
-        }
-        .boxed()
+        self.run_on_retrying(partition, key, |s| &s.insert_retrying, "retrying write")
     }
 
     fn unmark_retrying(
@@ -336,21 +322,7 @@ impl ScheduleStore for CassandraStore {
         partition: PartitionId,
         key: TaskKey,
     ) -> BoxFuture<'static, StoreResult<()>> {
-        let inner = Arc::clone(&self.inner);
-        async move {
-            let values = (
-                partition,
-                key.scheduled_time,
-                key.ordering_id,
-                key.uniqueness_key,
-            );
-            let statement = &inner.statements.delete_retrying;
-            inner
-                .run(statement, values, "retrying delete")
-                .await
-                .map(|_| ())
-        }
-        .boxed()
+        self.run_on_retrying(partition, key, |s| &s.delete_retrying, "retrying delete")
     }
 
     fn retrying(&self, partition: PartitionId) -> BoxFuture<'static, StoreResult<Vec<TaskKey>>> {
@@ -700,6 +672,28 @@ impl OwnershipStore for CassandraStore {
 }
 
 impl CassandraStore {
+    /// Runs the statement `pick` chooses on the `retrying_tasks` row of `key`.
+    fn run_on_retrying(
+        &self,
+        partition: PartitionId,
+        key: TaskKey,
+        pick: fn(&Statements) -> &PreparedStatement,
+        operation: &'static str,
+    ) -> BoxFuture<'static, StoreResult<()>> {
+        let inner = Arc::clone(&self.inner);
+        async move {
+            let TaskKey {
+                scheduled_time,
+                ordering_id,
+                uniqueness_key,
+            } = key;
+            let values = (partition, scheduled_time, ordering_id, uniqueness_key);
+            let statement = pick(&inner.statements);
+            inner.run(statement, values, operation).await.map(|_| ())
+        }
+        .boxed()
+    }
+
     /// The partition's epoch, read serially (`serial`, for a claim) or at the session's
     /// consistency (for ownership checks).
     fn read_epoch(

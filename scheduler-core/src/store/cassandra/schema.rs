@@ -207,13 +207,7 @@ async fn create_meta(session: &Session, settings: &CassandraSettings) -> StoreRe
         run_schema_statement(session, ddl).await?;
     }
     // Every node of the cluster knows the tables before they are used.
-    session
-        .await_schema_agreement()
-        .await
-        .map_err(|e| StoreError::Query {
-            operation: "schema agreement",
-            reason: e.to_string(),
-        })?;
+    await_agreement(session).await?;
     Ok(())
 }
 
@@ -365,13 +359,7 @@ async fn migrate_v2(session: &Session, ks: &str) -> StoreResult<()> {
     run_schema_statement(session, retrying).await?;
     // Every task due before it has a final status: a new tree loads from there.
     add_column_if_absent(session, ks, "partition_owners", "low_water", "timestamp").await?;
-    session
-        .await_schema_agreement()
-        .await
-        .map_err(|e| StoreError::Query {
-            operation: "schema agreement",
-            reason: e.to_string(),
-        })?;
+    await_agreement(session).await?;
     // The buckets a version-1 keyspace already holds (a scan of partition keys only).
     let mut distinct = scylla::statement::unprepared::Statement::new(format!(
         "SELECT DISTINCT partition_id, hour_bucket FROM {ks}.scheduled_tasks"
@@ -405,6 +393,18 @@ async fn migrate_v2(session: &Session, ks: &str) -> StoreResult<()> {
     }
     info!(keyspace = %ks, buckets = indexed, "hour buckets indexed");
     Ok(())
+}
+
+/// Waits until every node of the cluster knows the schema changes made so far.
+async fn await_agreement(session: &Session) -> StoreResult<()> {
+    session
+        .await_schema_agreement()
+        .await
+        .map(|_| ())
+        .map_err(|e| StoreError::Query {
+            operation: "schema agreement",
+            reason: e.to_string(),
+        })
 }
 
 fn migration_error(reason: String) -> StoreError {
