@@ -198,6 +198,18 @@ impl Figures {
                 format!("{:.1} s / {:.1} s", t.enqueue_s, t.total_s),
                 format!("{} duplicates", t.duplicates),
             );
+            let total: f64 = t.statements_per_task.iter().map(|(_, n)| n).sum();
+            let top: Vec<String> = t
+                .statements_per_task
+                .iter()
+                .take(6)
+                .map(|(operation, n)| format!("{operation} {n:.2}"))
+                .collect();
+            row(
+                "  CQL statements per task (node's count)".into(),
+                format!("{total:.2}"),
+                top.join(", "),
+            );
         }
         if let Some(p) = &self.punctuality {
             row(
@@ -301,6 +313,9 @@ impl Figures {
             "throughput": self.throughput.as_ref().map(|t| json!({
                 "tasks": t.tasks, "ordering_ids": t.ordering_ids, "enqueue_s": t.enqueue_s,
                 "total_s": t.total_s, "tasks_per_s": t.tasks_per_s, "duplicates": t.duplicates,
+                "statements_per_task": t.statements_per_task.iter()
+                    .map(|(operation, n)| json!({"operation": operation, "per_task": n}))
+                    .collect::<Vec<_>>(),
                 "ratio_to_ceiling": self.ceilings.map(|c| t.tasks_per_s / c.tasks_per_s()),
             })),
             "punctuality": self.punctuality.as_ref().map(|p| json!({

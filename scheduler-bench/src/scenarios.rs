@@ -42,6 +42,9 @@ pub struct Throughput {
     pub tasks_per_s: f64,
     /// Executions beyond one per task.
     pub duplicates: u64,
+    /// CQL statements the node ran per task (its own `scheduler_cql_statements_total`, over
+    /// everything it did until the last task ran), by operation, most first.
+    pub statements_per_task: Vec<(String, f64)>,
 }
 
 /// Lateness at a steady rate.
@@ -205,6 +208,10 @@ pub async fn throughput_and_punctuality(
         total_s,
         tasks_per_s: tasks as f64 / total_s,
         duplicates: (samples.len() - distinct.len()) as u64,
+        statements_per_task: statements_by_operation(&node.metrics())
+            .into_iter()
+            .map(|(operation, n)| (operation, n as f64 / tasks.max(1) as f64))
+            .collect(),
     };
 
     let punctuality = punctuality(
@@ -477,4 +484,21 @@ pub async fn backlog(tasks: usize) -> Result<Backlog, BenchError> {
         duplicates: done.executed.saturating_sub(tasks as u64),
         peak_rss_bytes,
     })
+}
+
+/// The node's `scheduler_cql_statements_total` by operation, most first.
+fn statements_by_operation(metrics: &str) -> Vec<(String, u64)> {
+    let mut counts: Vec<(String, u64)> = metrics
+        .lines()
+        .filter_map(|line| {
+            let rest = line.strip_prefix("scheduler_cql_statements_total{operation=\"")?;
+            let (operation, value) = rest.split_once("\"}")?;
+            Some((
+                operation.to_string(),
+                value.trim().parse::<f64>().ok()? as u64,
+            ))
+        })
+        .collect();
+    counts.sort_by_key(|(_, n)| std::cmp::Reverse(*n));
+    counts
 }

@@ -103,7 +103,14 @@ fn long_durations() -> Histogram {
 }
 
 /// The node's metrics. Shared by the actors and the consumer; cheap to update.
-#[derive(Debug)]
+/// Reads how many statements the store has run, by operation.
+pub type StatementSource = Box<dyn Fn() -> Vec<(&'static str, u64)> + Send + Sync>;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct OperationLabel {
+    operation: &'static str,
+}
+
 pub struct Metrics {
     registry: Registry,
     persisted: Family<PartitionLabel, Counter>,
@@ -119,6 +126,14 @@ pub struct Metrics {
     fencing_rejections: Family<PartitionLabel, Counter>,
     in_memory: Family<StageLabels, Gauge>,
     stale: Family<PartitionLabel, Gauge>,
+    statements: Family<OperationLabel, Counter>,
+    statement_source: std::sync::OnceLock<StatementSource>,
+}
+
+impl std::fmt::Debug for Metrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Metrics").finish_non_exhaustive()
+    }
 }
 
 impl Default for Metrics {
@@ -144,6 +159,7 @@ impl Metrics {
         let fencing_rejections = Family::default();
         let in_memory = Family::default();
         let stale = Family::default();
+        let statements = Family::default();
         registry.register(
             "scheduler_tasks_persisted",
             "Tasks written to the schedule",
@@ -209,8 +225,15 @@ impl Metrics {
             "Incomplete tasks due longer ago than stale_after (sampled every 30 s, at most 1000 counted)",
             stale.clone(),
         );
+        registry.register(
+            "scheduler_cql_statements",
+            "Statements the node ran on Cassandra, by operation (read when scraped)",
+            statements.clone(),
+        );
         Metrics {
             registry,
+            statements,
+            statement_source: std::sync::OnceLock::new(),
             persisted,
             persist_duration,
             executions,
@@ -364,8 +387,20 @@ impl Metrics {
         self.rebalances.get_or_create(&KindLabel { kind }).inc();
     }
 
+    /// Where the statement counts come from (the node's store); set once.
+    pub fn count_statements_from(&self, source: StatementSource) {
+        let _ = self.statement_source.set(source);
+    }
+
     /// The metrics in the Prometheus text format, with the in-memory gauges read from `in_flight`.
     pub fn encode(&self, in_flight: &InFlightGauges) -> String {
+        if let Some(source) = self.statement_source.get() {
+            for (operation, count) in source() {
+                let counter = self.statements.get_or_create(&OperationLabel { operation });
+                // The store's counts only grow: the counter catches up with them.
+                counter.inc_by(count.saturating_sub(counter.get()));
+            }
+        }
         self.in_memory.clear();
         for (partition, gauge) in in_flight.all() {
             let held = gauge.held();

@@ -40,3 +40,27 @@ fn encodes_counters_histograms_and_gauges_with_their_labels() {
         assert!(text.contains(expected), "missing {expected} in:\n{text}");
     }
 }
+
+#[test]
+fn statement_counts_are_read_from_the_store_when_scraped() {
+    let metrics = Metrics::new();
+    let counts = std::sync::Arc::new(std::sync::Mutex::new(vec![("task insert", 5u64)]));
+    let source = std::sync::Arc::clone(&counts);
+    metrics.count_statements_from(Box::new(move || {
+        source.lock().map(|c| c.clone()).unwrap_or_default()
+    }));
+    let gauges = InFlightGauges::default();
+    assert!(metrics
+        .encode(&gauges)
+        .contains("scheduler_cql_statements_total{operation=\"task insert\"} 5"));
+    *counts.lock().expect("lock") = vec![("task insert", 12), ("status read", 3)];
+    let text = metrics.encode(&gauges);
+    assert!(
+        text.contains("scheduler_cql_statements_total{operation=\"task insert\"} 12"),
+        "{text}"
+    );
+    assert!(
+        text.contains("scheduler_cql_statements_total{operation=\"status read\"} 3"),
+        "{text}"
+    );
+}

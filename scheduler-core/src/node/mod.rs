@@ -108,6 +108,9 @@ impl SchedulerNode {
             scheduling.executor_concurrency,
             scheduling.execution_timeout,
         );
+        let metrics = Arc::new(Metrics::new());
+        let counted = store.clone();
+        metrics.count_statements_from(Box::new(move || counted.statements_run()));
         let leases: Arc<dyn LeaseStore> = Arc::new(store.clone());
         let store: Arc<dyn TaskStore> = Arc::new(store);
         let node_id = node_id();
@@ -119,7 +122,7 @@ impl SchedulerNode {
             pool,
             settings: Arc::clone(&scheduling),
             in_flight: InFlightGauges::default(),
-            metrics: Arc::new(Metrics::new()),
+            metrics,
             events: match &settings.kafka.events_topic {
                 Some(topic) => Some(
                     EventPublisher::new(&settings.kafka, topic, runtime.handle().clone())

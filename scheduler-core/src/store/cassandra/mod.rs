@@ -58,6 +58,8 @@ pub struct CassandraStore {
 struct Inner {
     session: Session,
     statements: Statements,
+    /// Statements run so far, by operation.
+    counts: std::sync::Mutex<std::collections::BTreeMap<&'static str, u64>>,
 }
 
 impl CassandraStore {
@@ -65,6 +67,17 @@ impl CassandraStore {
     /// with, read back from the driver.
     pub fn levels(&self) -> StoreLevels {
         StoreLevels::read(&self.inner.session, &self.inner.statements)
+    }
+
+    /// How many statements this store has run, by operation (e.g. "task insert"): what a task
+    /// costs in Cassandra, counted rather than assumed.
+    pub fn statements_run(&self) -> Vec<(&'static str, u64)> {
+        let counts = self
+            .inner
+            .counts
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        counts.iter().map(|(op, n)| (*op, *n)).collect()
     }
 }
 
@@ -76,6 +89,12 @@ impl Inner {
         values: impl SerializeRow,
         operation: &'static str,
     ) -> StoreResult<QueryResult> {
+        *self
+            .counts
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .entry(operation)
+            .or_default() += 1;
         self.session
             .execute_unpaged(statement, values)
             .await
@@ -101,6 +120,7 @@ impl CassandraStore {
         let inner = Inner {
             session,
             statements,
+            counts: Default::default(),
         };
         Ok(CassandraStore {
             inner: Arc::new(inner),
