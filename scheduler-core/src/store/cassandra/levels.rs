@@ -76,22 +76,20 @@ pub struct StoreLevels {
 }
 
 impl StoreLevels {
-    /// Reads the levels back from the session's profile and the ownership statements.
+    /// Reads the levels back from the session's profile and the ownership statements (the
+    /// claim's compare-and-set and the ownership check's read).
     pub(super) fn read(
         session: &scylla::client::session::Session,
-        statements: &super::statements::Statements,
+        claim: &scylla::statement::prepared::PreparedStatement,
+        ownership_check: &scylla::statement::prepared::PreparedStatement,
     ) -> StoreLevels {
         let profile = session.get_default_execution_profile_handle().to_profile();
         StoreLevels {
             consistency: consistency_level(profile.get_consistency()),
             serial_consistency: profile.get_serial_consistency().map(serial_level),
             request_timeout: profile.get_request_timeout(),
-            claim_serial_consistency: statements
-                .claim_next
-                .get_serial_consistency()
-                .map(serial_level),
-            ownership_check_consistency: statements
-                .select_epoch
+            claim_serial_consistency: claim.get_serial_consistency().map(serial_level),
+            ownership_check_consistency: ownership_check
                 .get_consistency()
                 .and_then(consistency_level),
         }

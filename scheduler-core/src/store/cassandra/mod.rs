@@ -66,7 +66,12 @@ impl CassandraStore {
     /// The consistency levels and request timeout the driver runs this store's statements
     /// with, read back from the driver.
     pub fn levels(&self) -> StoreLevels {
-        StoreLevels::read(&self.inner.session, &self.inner.statements)
+        let statements = &self.inner.statements;
+        StoreLevels::read(
+            &self.inner.session,
+            &statements.claim_next,
+            &statements.select_epoch,
+        )
     }
 
     /// How many statements this store has run, by operation (e.g. "task insert"): what a task
