@@ -109,6 +109,19 @@ impl LeaseHold {
         self.durable_since
     }
 
+    /// Whether the entry has been live without a break since [`Self::durable_since`]. Checks
+    /// made since then hold only while it is: once the lease lapsed (a pause of the process,
+    /// failed renewals), a newer tree may have taken the task over, even if the lease was
+    /// written again since.
+    pub fn unbroken(&self) -> bool {
+        let live = self
+            .state
+            .borrow()
+            .valid_until
+            .is_some_and(|until| Instant::now() < until);
+        live && self.inner.lock().durable.get(&self.ordering_id) == Some(&self.durable_since)
+    }
+
     /// What the call sees of the lease.
     pub fn watch(&self) -> watch::Receiver<LeaseState> {
         self.state.clone()

@@ -9,7 +9,8 @@
 //! 3. **Lease.** The orderingId's entry in the tree's running-task lease is durable.
 //! 4. **Ownership, read after the lease.** A stale tree is fenced here; a newer one waits at 1.
 //! 5. **Status.** A task with a final status (completed, failed, dropped, cancelled) is not
-//!    run. The last check before the call, so a cancel recorded meanwhile is seen.
+//!    run. The last check before the call, so a cancel recorded meanwhile is seen. If the lease
+//!    lapsed while these steps ran (a pause of the process), they are taken again from 3.
 //! 6. **Call.** The user's executor, with a [`TaskContext`]; the call keeps its slot and lease
 //!    entry until it returns, even if this function is dropped with its tree.
 //! 7. **Record, as owner.** The attempt, then the final status (completed, dropped, failed once
@@ -183,6 +184,13 @@ impl TaskRun {
                 debug!(partition, task = %self.key, status = status.status.as_str(), "task already finished; not running it again");
                 self.remove_from_schedule();
                 return Ok(ExecutionOutcome::AlreadyFinished);
+            }
+            // The checks above hold only while the lease is live: if it lapsed during them (a
+            // pause of the process, a status read retried past the TTL), a newer tree may have
+            // taken the task over. Take the steps again from the lease write.
+            if !hold.unbroken() {
+                debug!(partition, task = %self.key, "lease lapsed before the call; checking again");
+                continue;
             }
             // 6. The call.
             self.attempts += 1;

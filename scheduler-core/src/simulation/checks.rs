@@ -91,8 +91,13 @@ impl World {
                     let (a_end, b_end) = (a.ended.unwrap_or(end), b.ended.unwrap_or(end));
                     if a.started < b_end && b.started < a_end && !lease_lost(&self.nodes, a, b) {
                         v.push(format!(
-                            "overlap: {} (node {}) and {} (node {}) of {ordering_id}",
-                            a.key, a.node, b.key, b.node
+                            "overlap: {} (node {}, {}) and {} (node {}, {}) of {ordering_id}",
+                            a.key,
+                            a.node,
+                            span(self.origin, a),
+                            b.key,
+                            b.node,
+                            span(self.origin, b)
                         ));
                     }
                 }
@@ -155,6 +160,52 @@ impl World {
                 }
             }
         }
+        // An attempt number is recorded once: a fenced tree records nothing (it would overwrite
+        // the history of the call that took its place).
+        for (key, history) in self.store.attempt_histories() {
+            let mut seen = BTreeSet::new();
+            for attempt in &history {
+                if !seen.insert(attempt.attempt) {
+                    v.push(format!(
+                        "attempt rewritten: {key} attempt {} recorded twice: {history:?}",
+                        attempt.attempt
+                    ));
+                }
+            }
+        }
+        // A call that succeeded while no fault touched its node or the store is not made again:
+        // its outcome is recorded before its tree lets the task go (a revoke or a rebuild
+        // drains its running calls).
+        let drain = settings().drain_timeout;
+        for (i, call) in calls.iter().enumerate().filter(|(_, c)| c.succeeded) {
+            let Some(ended) = call.ended else { continue };
+            if ended - call.started >= drain {
+                continue;
+            }
+            let window_end = ended + Duration::from_secs(3);
+            let disturbed = self.disturbances.iter().any(|d| {
+                d.node.is_none_or(|n| n == call.node)
+                    && d.from <= window_end
+                    && d.until.is_none_or(|until| until >= call.started)
+            });
+            if disturbed {
+                continue;
+            }
+            // Calls are logged as they start: a later call of the key is a later entry.
+            if let Some(again) = calls[i + 1..]
+                .iter()
+                .find(|c| c.key == call.key && c.started >= ended)
+            {
+                v.push(format!(
+                    "ran again: {} succeeded on node {} ({}) and ran again on node {} ({}), though no fault touched the first",
+                    call.key,
+                    call.node,
+                    span(self.origin, call),
+                    again.node,
+                    span(self.origin, again)
+                ));
+            }
+        }
         // The last record of a key in one batch is what runs.
         for call in &calls {
             if self.produced.double_versions.contains(&call.key) && call.version != Some(2) {
@@ -164,6 +215,15 @@ impl World {
                 ));
             }
         }
+    }
+}
+
+/// When `call` ran, in seconds since the seed began (as replayed logs stamp their lines).
+fn span(origin: Instant, call: &Call) -> String {
+    let at = |t: Instant| format!("{:.3}s", (t - origin).as_secs_f64());
+    match call.ended {
+        Some(ended) => format!("{} to {}", at(call.started), at(ended)),
+        None => format!("{} to the end", at(call.started)),
     }
 }
 

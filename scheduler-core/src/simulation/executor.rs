@@ -44,6 +44,8 @@ pub(super) struct Call {
     pub(super) started: Instant,
     pub(super) started_wall: DateTime<Utc>,
     pub(super) ended: Option<Instant>,
+    /// The call returned success.
+    pub(super) succeeded: bool,
 }
 
 /// What every node's executor shares: the plans and the log of calls.
@@ -104,6 +106,7 @@ impl TaskExecutor for SimExecutor {
                 started: Instant::now(),
                 started_wall: self.shared.clock.now(),
                 ended: None,
+                succeeded: false,
             });
             (calls.len() - 1, previous)
         };
@@ -135,6 +138,16 @@ impl TaskExecutor for SimExecutor {
             Plan::PanicOnce | Plan::HangOnce => Ok(()),
         };
         self.pause.resumed().await;
+        if result.is_ok() {
+            let mut calls = self
+                .shared
+                .calls
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            if let Some(call) = calls.get_mut(index) {
+                call.succeeded = true;
+            }
+        }
         result
     }
 }

@@ -3,7 +3,8 @@
 //! oversized keys), a simulated topic and consumer group of several nodes. Each seed draws a
 //! workload and faults: store errors and latency spikes, nodes joining, leaving, dropping out of
 //! the group past the session timeout, and pausing their whole process past the lease TTL
-//! ([`pausable_store`]), executor errors, panics, hangs and calls longer than the drain,
+//! ([`pausable_store`]; a pause may be set to spring on the node's next status or attempt
+//! write, and a woken node runs on briefly before it rejoins), executor errors, panics, hangs and calls longer than the drain,
 //! duplicate records, replaced records, cancels and floods. Then it heals everything, lets the
 //! nodes finish, and checks:
 //!
@@ -14,6 +15,9 @@
 //! - per orderingId, tasks (enqueued in schedule order) first start in that order;
 //! - nothing starts after its final status was stored, and a final status is never written
 //!   again (but for a retry of the same record by its own tree);
+//! - an attempt number is recorded once (a fenced tree records nothing);
+//! - a call that succeeded while no fault touched its node or the store is not made again (a
+//!   revoke or a rebuild lets it finish and records it);
 //! - of several records of one key in one batch, the last is what runs;
 //! - no tree holds more than `max_in_flight_tasks` tasks in memory;
 //! - at a calm end, one orderingId stuck on failing tasks does not hold up another of its
@@ -66,6 +70,9 @@ const POLL_BATCH: usize = 16;
 /// The calm end that checks one stuck orderingId does not hold up the others.
 const PROBE_PHASE: Duration = Duration::from_secs(60);
 const PROBE_MAX_LATENESS_MS: i64 = 1_000;
+/// How long after a store fault (failed or slow requests) its effects may still reach a call's
+/// recording: the slowest request plus the backoff before its retry.
+const STORE_FAULT_REACH: Duration = Duration::from_secs(6);
 
 fn settings() -> SchedulingSettings {
     SchedulingSettings {
@@ -99,6 +106,11 @@ enum Membership {
     Paused {
         until: Instant,
     },
+    /// Its process runs again after a pause, but its consumer has not yet found out that the
+    /// group moved on: its trees go on until it rejoins `at`.
+    Rejoining {
+        at: Instant,
+    },
     Gone,
 }
 
@@ -128,6 +140,15 @@ struct Produced {
     redelivered: BTreeSet<TaskKey>,
 }
 
+/// A time when a node (or, with no node, the store for every node) was disturbed by a fault:
+/// a call made then may lose its recorded outcome and run again, legitimately.
+struct Disturbance {
+    node: Option<usize>,
+    from: Instant,
+    /// `None` while it lasts (a node out of the group).
+    until: Option<Instant>,
+}
+
 struct World {
     rng: fastrand::Rng,
     store: MemoryStore,
@@ -143,6 +164,9 @@ struct World {
     violations: Vec<String>,
     /// Tasks that must start on time beside a stuck orderingId.
     probes: Vec<TaskKey>,
+    disturbances: Vec<Disturbance>,
+    /// When the seed began: violations name times as seconds since (as the replayed logs do).
+    origin: Instant,
 }
 
 impl World {
@@ -170,6 +194,8 @@ impl World {
             peak_in_flight: 0,
             violations: Vec::new(),
             probes: Vec::new(),
+            disturbances: Vec::new(),
+            origin: Instant::now(),
         };
         world.add_node();
         world.add_node();
@@ -224,15 +250,35 @@ impl World {
             .collect()
     }
 
+    /// Sends `message` to `node` and waits for the answer, unless the node's process pauses
+    /// meanwhile (a trap sprang while it handled the message): the group does not wait for a
+    /// paused member, it moves on once the session times out.
+    async fn ask<M>(&self, node: usize, message: M) -> Option<M::Result>
+    where
+        M: actix::Message + Send + 'static,
+        M::Result: Send,
+        TopicSupervisor: actix::Handler<M>,
+    {
+        let pause = self.nodes[node].pause.clone();
+        let reply = self.nodes[node].topic.send(message);
+        tokio::select! {
+            biased;
+            reply = reply => reply.ok(),
+            _ = pause.paused() => None,
+        }
+    }
+
     /// An eager rebalance: every member's trees are revoked (drained), then the range assignor
     /// splits the partitions among the members, which start from the committed offsets.
     async fn rebalance(&mut self) {
         for node in self.members() {
             if !self.nodes[node].owned.is_empty() {
-                let _ = self.nodes[node].topic.send(RevokePartitions).await;
+                self.ask(node, RevokePartitions).await;
                 self.nodes[node].owned.clear();
             }
         }
+        // A node whose process paused while it drained is out of the group, like any paused one.
+        self.absorb_sprung_traps();
         let members = self.members();
         if members.is_empty() {
             return;
@@ -242,10 +288,7 @@ impl World {
             let assigned: Vec<PartitionId> = (0..PARTITIONS as PartitionId)
                 .filter(|p| *p as usize / per == i)
                 .collect();
-            let _ = self.nodes[node]
-                .topic
-                .send(AssignPartitions(assigned.clone()))
-                .await;
+            self.ask(node, AssignPartitions(assigned.clone())).await;
             self.nodes[node].positions = assigned
                 .iter()
                 .map(|p| (*p, self.committed[*p as usize]))
@@ -276,11 +319,10 @@ impl World {
                         Record::Cancel(k) => batch.cancels.push(k.clone()),
                     }
                 }
-                let reply = self.nodes[node]
-                    .topic
-                    .send(ProcessTaskBatch(BTreeMap::from([(partition, batch)])))
+                let reply = self
+                    .ask(node, ProcessTaskBatch(BTreeMap::from([(partition, batch)])))
                     .await;
-                let durable = reply.is_ok_and(|r| r.persisted.contains(&partition));
+                let durable = reply.is_some_and(|r| r.persisted.contains(&partition));
                 if durable {
                     self.committed[p] = self.committed[p].max(to);
                     self.nodes[node].positions.insert(partition, to);
@@ -302,7 +344,11 @@ impl World {
             if self.latency_until.is_some_and(|t| t <= Instant::now()) {
                 self.clear_latency();
             }
+            self.notice_sprung_traps().await;
             self.wake_paused(false).await;
+            if self.store.fail_next_remaining() > 0 || self.latency_until.is_some() {
+                self.disturb(None, Instant::now(), Some(STORE_FAULT_REACH));
+            }
             self.poll().await;
             self.sample_memory();
             tokio::time::sleep(STEP).await;
@@ -311,6 +357,8 @@ impl World {
         self.store.fail_next(0);
         self.store.fail_op("schedule load", 0);
         self.clear_latency();
+        self.disarm_traps();
+        self.notice_sprung_traps().await;
         self.wake_paused(true).await;
         if self.members().is_empty() {
             self.add_node();
@@ -340,7 +388,7 @@ impl World {
             self.probe_a_stuck_ordering_id().await;
         }
         for node in self.members() {
-            let _ = self.nodes[node].topic.send(RevokePartitions).await;
+            self.ask(node, RevokePartitions).await;
         }
     }
 

@@ -5,12 +5,13 @@
 //! changes nothing meanwhile: its lease expires, and after the pause it must find out that it was
 //! fenced before it records anything.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 
 use chrono::{DateTime, Utc};
 use futures::future::BoxFuture;
 use scheduler_client::{Task, TaskKey};
-use tokio::sync::watch;
+use tokio::sync::Notify;
+use tokio::time::Instant;
 
 use crate::store::memory::MemoryStore;
 use crate::store::{
@@ -19,36 +20,97 @@ use crate::store::{
 };
 
 /// Whether a node's process is paused (and how many pauses began so far): shared by its store
-/// and its executor.
+/// and its executor. A pause may also be set to begin on the node's next request of one kind
+/// (a trap), so it falls where a step is most fragile: between two writes of one task's record.
+/// Waiters are woken in the order they began to wait (a `watch` channel would wake them in a
+/// random order, and a replayed seed would not run the same way).
 #[derive(Clone)]
-pub(super) struct Pause(Arc<watch::Sender<(bool, u64)>>);
+pub(super) struct Pause {
+    state: Arc<Mutex<(bool, u64)>>,
+    changed: Arc<Notify>,
+    /// The operation whose next request pauses the process, and when a trap last sprang.
+    trap: Arc<Mutex<Trap>>,
+}
+
+#[derive(Default)]
+struct Trap {
+    armed: Option<&'static str>,
+    sprung: Option<Instant>,
+}
 
 impl Pause {
     pub(super) fn new() -> Pause {
-        Pause(Arc::new(watch::channel((false, 0)).0))
+        Pause {
+            state: Arc::default(),
+            changed: Arc::new(Notify::new()),
+            trap: Arc::default(),
+        }
     }
 
     pub(super) fn set(&self, paused: bool) {
-        self.0.send_modify(|(now, began)| {
-            if paused && !*now {
-                *began += 1;
+        {
+            let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+            if paused && !state.0 {
+                state.1 += 1;
             }
-            *now = paused;
-        });
+            state.0 = paused;
+        }
+        self.changed.notify_waiters();
     }
 
-    fn is_paused(&self) -> bool {
-        self.0.borrow().0
+    pub(super) fn is_paused(&self) -> bool {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner).0
     }
 
     fn pauses_begun(&self) -> u64 {
-        self.0.borrow().1
+        self.state.lock().unwrap_or_else(PoisonError::into_inner).1
     }
 
     /// Resolves once the process runs again.
     pub(super) async fn resumed(&self) {
-        let mut running = self.0.subscribe();
-        let _ = running.wait_for(|(paused, _)| !*paused).await;
+        self.until(false).await;
+    }
+
+    /// Resolves once the process is paused.
+    pub(super) async fn paused(&self) {
+        self.until(true).await;
+    }
+
+    async fn until(&self, paused: bool) {
+        loop {
+            let changed = self.changed.notified();
+            tokio::pin!(changed);
+            changed.as_mut().enable();
+            if self.is_paused() == paused {
+                return;
+            }
+            changed.await;
+        }
+    }
+
+    /// Pauses the process as its next `operation` request is made (`None` disarms).
+    pub(super) fn arm(&self, operation: Option<&'static str>) {
+        self.trap().armed = operation;
+    }
+
+    /// When a trap sprang since the last call, if one did (the world then moves the node's
+    /// partitions on, as for any pause).
+    pub(super) fn take_sprung(&self) -> Option<Instant> {
+        self.trap().sprung.take()
+    }
+
+    /// Springs the trap if `operation` is what it waits for.
+    fn spring(&self, operation: &'static str) {
+        let mut trap = self.trap();
+        if trap.armed == Some(operation) && !self.is_paused() {
+            trap.armed = None;
+            trap.sprung = Some(Instant::now());
+            self.set(true);
+        }
+    }
+
+    fn trap(&self) -> std::sync::MutexGuard<'_, Trap> {
+        self.trap.lock().unwrap_or_else(PoisonError::into_inner)
     }
 }
 
@@ -71,6 +133,7 @@ impl PausableStore {
         request: impl FnOnce(&MemoryStore) -> BoxFuture<'static, StoreResult<T>>,
     ) -> BoxFuture<'static, StoreResult<T>> {
         let pause = self.pause.clone();
+        pause.spring(operation);
         let sent = (!pause.is_paused()).then(|| request(&self.store));
         let pauses = pause.pauses_begun();
         Box::pin(async move {

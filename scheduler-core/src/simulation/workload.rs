@@ -35,7 +35,10 @@ impl World {
 
     pub(super) fn draw_plan(&mut self) -> Plan {
         match self.rng.u32(0..100) {
-            0..=64 => Plan::Succeed(Duration::from_millis(self.rng.u64(5..300))),
+            0..=56 => Plan::Succeed(Duration::from_millis(self.rng.u64(5..300))),
+            // Long enough to be running when its tree is revoked or rebuilt, short enough to
+            // finish within the drain.
+            57..=64 => Plan::Succeed(Duration::from_millis(self.rng.u64(300..1_800))),
             65..=74 => Plan::FailTimes(self.rng.usize(1..3)),
             75..=77 => Plan::FailAlways,
             78..=80 => Plan::GiveUp,

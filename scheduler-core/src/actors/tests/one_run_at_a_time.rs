@@ -270,3 +270,44 @@ fn an_ownership_read_begun_before_a_lease_entry_was_written_does_not_confirm_its
         );
     });
 }
+
+#[test]
+fn a_task_whose_lease_lapsed_while_its_status_was_read_checks_ownership_again_before_the_call() {
+    run_paused(|| async {
+        // Lease TTL 6 s (renewed every 2 s); every call takes 20 s.
+        let h = Harness::new(SchedulingSettings::default(), Duration::from_secs(20), &[]);
+        let other = h.second_node(SchedulingSettings::default());
+        // The status read takes 10 s (a slow replica, or a pause of the process in it).
+        h.store.set_latency("status read", Duration::from_secs(10));
+        h.assign().await;
+        let t = task("a", t0(), "1");
+        h.enqueue(vec![t.clone()]).await;
+        advance(Duration::from_millis(500)).await;
+        // The lease entry is written and ownership confirmed. Now lease writes take 10 s: the
+        // renewal begun at 2 s lands at 12 s, so the lease lapses at 6 s, during the status read.
+        h.store.set_latency("lease write", Duration::from_secs(10));
+        advance(Duration::from_millis(500)).await;
+        // Another node claims the partition at 1 s, and may start the task once the lease lapsed.
+        other.assign().await;
+        // The first tree's background epoch read at 2 s answers at 32 s: it does not learn of the
+        // claim meanwhile (as if its process was paused).
+        advance(Duration::from_millis(500)).await;
+        h.store.set_latency("epoch read", Duration::from_secs(30));
+        advance(Duration::from_secs(1)).await;
+        h.store.set_latency("epoch read", Duration::ZERO);
+        advance(Duration::from_millis(9_500)).await;
+        h.store.set_latency("lease write", Duration::ZERO);
+        h.store.set_latency("status read", Duration::ZERO);
+        advance(Duration::from_secs(120)).await;
+        assert_eq!(overlaps(&h), 0, "calls: {:?}", h.recorder.calls());
+        assert_eq!(
+            h.recorder.call_times("a").len(),
+            1,
+            "only the new owner calls"
+        );
+        assert_eq!(
+            h.store.status_of(P, &t.key()).map(|s| s.status),
+            Some(TaskStatus::Completed)
+        );
+    });
+}

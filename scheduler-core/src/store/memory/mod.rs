@@ -88,6 +88,16 @@ impl MemoryStore {
         self.lock().status_writes.clone()
     }
 
+    /// Every task's attempt history as written (a write of an attempt number already there
+    /// is kept beside it: Cassandra would overwrite it, the simulation wants to see it).
+    pub fn attempt_histories(&self) -> Vec<(TaskKey, Vec<AttemptRecord>)> {
+        self.lock()
+            .attempts
+            .iter()
+            .map(|((_, k), a)| (k.clone(), a.clone()))
+            .collect()
+    }
+
     /// Every task's recorded final state.
     pub fn statuses(&self) -> Vec<((PartitionId, TaskKey), StatusRecord)> {
         self.lock()
