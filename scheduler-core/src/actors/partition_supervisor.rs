@@ -85,6 +85,8 @@ pub struct PartitionSupervisor {
     /// Raised when the tree winds down; running calls see it in their context.
     stop: tokio::sync::watch::Sender<Option<StopReason>>,
     lease: Option<TreeLease>,
+    /// Set once the tree has wound down, to whether every call finished.
+    wound_down: tokio::sync::watch::Sender<Option<bool>>,
     /// Where the next stale-task sample starts.
     stale_scan_from: Option<chrono::DateTime<chrono::Utc>>,
     /// The tree's in-flight gauge, which carries its low-water mark.
@@ -115,6 +117,7 @@ impl PartitionSupervisor {
             epoch,
             stop: tokio::sync::watch::channel(None).0,
             lease: None,
+            wound_down: tokio::sync::watch::channel(None).0,
             stale_scan_from: None,
             in_flight: None,
         }
@@ -278,10 +281,25 @@ impl PartitionSupervisor {
         reason: StopReason,
         drain_timeout: Duration,
     ) -> ResponseActFuture<Self, bool> {
-        self.stop.send_replace(Some(reason));
         let Some(children) = self.children.take() else {
-            return Box::pin(actix::fut::ready(true));
+            // A wind-down already under way (a rebuild, a fence) is waited for: a revoke must
+            // not answer before the calls it drains have recorded their outcomes, or the next
+            // owner's claim would fence them and run their tasks again.
+            let winding = self.stop.borrow().is_some();
+            let mut done = self.wound_down.subscribe();
+            return Box::pin(
+                async move {
+                    if !winding {
+                        return true;
+                    }
+                    done.wait_for(Option::is_some)
+                        .await
+                        .is_ok_and(|drained| drained.unwrap_or(false))
+                }
+                .into_actor(self),
+            );
         };
+        self.stop.send_replace(Some(reason));
         children.controller.do_send(StopActor);
         children.scheduler.do_send(StopActor);
         let drain = children.executor.send(DrainPartition {
@@ -294,7 +312,9 @@ impl PartitionSupervisor {
                 lease.close();
             }
             info!(partition, ?reason, "partition stopped");
-            drained.unwrap_or(false)
+            let drained = drained.unwrap_or(false);
+            act.wound_down.send_replace(Some(drained));
+            drained
         }))
     }
 }

@@ -165,11 +165,41 @@ impl TaskPersistence {
         }
     }
 
-    /// Whether loading has passed `key`: a task persisted there must be pushed.
+    /// Whether loading has passed `key`: a task persisted there must be pushed. That includes
+    /// every tie of the task the cursor stands after (same time and orderingId), whatever its
+    /// key: loading read that group whole, and a later tie runs after all of it in enqueue
+    /// order, so one sorting after the cursor must not wait for a load while one sorting before
+    /// it is pushed.
     fn has_passed(&self, key: &TaskKey) -> bool {
         match &self.ties {
             Some(ties) => ties.is_past(key),
-            None => self.cursor.has_passed(key),
+            None => self.cursor.has_passed(key) || self.in_cursor_group(key),
+        }
+    }
+
+    /// Whether `key` ties with the task the cursor stands after.
+    fn in_cursor_group(&self, key: &TaskKey) -> bool {
+        match (&self.ties, &self.cursor) {
+            (None, ReadCursor::After(k)) => {
+                k.scheduled_time == key.scheduled_time && k.ordering_id == key.ordering_id
+            }
+            _ => false,
+        }
+    }
+
+    /// Moves the cursor past the ties of its own group pushed now, so loading does not read
+    /// them again (every row of the group up to the last of them is in memory: loaded, or
+    /// pushed now or by an earlier batch).
+    fn step_past_pushed_ties(&mut self, pushed: &[Task]) {
+        let last = pushed
+            .iter()
+            .map(Task::key)
+            .filter(|k| self.in_cursor_group(k))
+            .max();
+        if let (Some(last), ReadCursor::After(k)) = (last, &self.cursor) {
+            if last > *k {
+                self.cursor = ReadCursor::After(last);
+            }
         }
     }
 
@@ -458,6 +488,7 @@ impl Handler<PersistTasks> for TaskPersistence {
                     .into_iter()
                     .filter(|t| act.has_passed(&t.key()) && !refused.contains(&t.key()))
                     .collect();
+                act.step_past_pushed_ties(&behind);
                 act.push(behind);
                 if !cancelled.is_empty() {
                     // After the push above, so a task cancelled in its own batch is dropped too.

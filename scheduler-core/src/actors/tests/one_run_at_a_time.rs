@@ -311,3 +311,38 @@ fn a_task_whose_lease_lapsed_while_its_status_was_read_checks_ownership_again_be
         );
     });
 }
+
+#[test]
+fn a_revoke_during_a_rebuild_waits_for_its_drain_so_the_call_is_recorded_before_the_next_owner_claims(
+) {
+    run_paused(|| async {
+        let settings = SchedulingSettings {
+            max_look_ahead: Duration::from_secs(2),
+            prefetch_window: Duration::from_secs(1),
+            drain_timeout: Duration::from_secs(30),
+            ..SchedulingSettings::default()
+        };
+        let h = Harness::new(settings.clone(), Duration::from_secs(20), &[]);
+        let other = h.second_node(settings);
+        h.assign().await;
+        let long = task("long", t0(), "1");
+        h.enqueue(vec![long.clone()]).await;
+        advance(Duration::from_secs(1)).await;
+        // Five loads fail while the call runs: the tree escalates and drains for its rebuild.
+        h.store.fail_op("schedule load", 5);
+        advance(Duration::from_secs(10)).await;
+        // The group takes the partition away meanwhile: the revoke waits for that drain.
+        h.topic.send(RevokePartitions).await.expect("revoke");
+        other.assign().await;
+        advance(Duration::from_secs(120)).await;
+        assert_eq!(
+            h.recorder.call_times("long").len(),
+            1,
+            "the call's outcome was recorded before the next owner claimed"
+        );
+        assert_eq!(
+            h.store.status_of(P, &long.key()).map(|s| s.status),
+            Some(TaskStatus::Completed)
+        );
+    });
+}

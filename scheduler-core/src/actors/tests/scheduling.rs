@@ -259,3 +259,32 @@ fn tasks_due_at_one_time_beyond_the_in_flight_room_run_in_enqueue_order() {
         );
     });
 }
+
+#[test]
+fn ties_enqueued_after_their_group_was_loaded_run_in_enqueue_order_whatever_their_keys() {
+    run_paused(|| async {
+        // Loads pause while more than 6 tasks are in memory.
+        let settings = SchedulingSettings {
+            fetch_batch_size: 8,
+            max_in_flight_tasks: 8,
+            ..SchedulingSettings::default()
+        };
+        let h = Harness::new(settings, Duration::from_secs(5), &[]);
+        // The first page reads six fillers, "o"/m and "p"/x; it ends before "p"'s ties, so the
+        // read cursor stands right after "o"/m, and seven tasks in memory stop further loads.
+        let mut rows: Vec<Task> = (1..=6).map(|i| task(&format!("f{i}"), t0(), "1")).collect();
+        let m = task("o", t0(), "m");
+        rows.push(m.clone());
+        rows.push(task("p", t0(), "x"));
+        let rows: Vec<Task> = rows.into_iter().map(|t| h.enqueued(t)).collect();
+        h.store.persist(P, rows).await.expect("persist");
+        h.assign().await;
+        advance(Duration::from_millis(100)).await;
+        // Two more ties of "o": the first sorts after the cursor, the second before it.
+        let (first, second) = (task("o", t0(), "z"), task("o", t0(), "c"));
+        h.enqueue(vec![first.clone()]).await;
+        h.enqueue(vec![second.clone()]).await;
+        advance(Duration::from_secs(60)).await;
+        assert_eq!(ran(&h, "o"), vec![m.key(), first.key(), second.key()]);
+    });
+}
