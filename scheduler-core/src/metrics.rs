@@ -102,7 +102,6 @@ fn long_durations() -> Histogram {
     Histogram::new(exponential_buckets(0.001, 2.0, 20))
 }
 
-/// The node's metrics. Shared by the actors and the consumer; cheap to update.
 /// Reads how many statements the store has run, by operation.
 pub type StatementSource = Box<dyn Fn() -> Vec<(&'static str, u64)> + Send + Sync>;
 
@@ -111,6 +110,7 @@ struct OperationLabel {
     operation: &'static str,
 }
 
+/// The node's metrics. Shared by the actors and the consumer; cheap to update.
 pub struct Metrics {
     registry: Registry,
     persisted: Family<PartitionLabel, Counter>,
