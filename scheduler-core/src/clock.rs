@@ -3,11 +3,19 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use chrono::{DateTime, Utc};
+use futures::future::BoxFuture;
 
 /// The source of "now" for scheduling decisions.
 pub trait Clock: Send + Sync + 'static {
     /// The current time.
     fn now(&self) -> DateTime<Utc>;
+
+    /// Resolves at `at` or a little after (a task's time: callers check [`Clock::now`] again).
+    /// The default waits on tokio's timer.
+    fn sleep_until(&self, at: DateTime<Utc>) -> BoxFuture<'static, ()> {
+        let wait = (at - self.now()).to_std().unwrap_or_default();
+        Box::pin(tokio::time::sleep(wait))
+    }
 }
 
 /// The system's wall clock.

@@ -6,12 +6,14 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
+use chrono::TimeDelta;
 use futures::future::BoxFuture;
 use futures::FutureExt;
 use scheduler_client::Task;
 use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
 use tracing::Instrument;
 
+use crate::clock::Clock;
 use crate::lease::LeaseState;
 
 /// Runs tasks. Implement it with
@@ -187,36 +189,39 @@ impl<E: TaskExecutor> DynTaskExecutor for E {
 }
 
 /// Runs the user's executor on a tokio runtime separate from the actors, at most `concurrency`
-/// calls at once, each cut off after `timeout`. A panic or a timeout is a retryable failure.
+/// calls at once, each cut off after `timeout` (by the node's clock). A panic or a timeout is a
+/// retryable failure.
 #[derive(Clone)]
 pub struct CallPool {
     runtime: tokio::runtime::Handle,
     permits: Arc<Semaphore>,
     executor: Arc<dyn DynTaskExecutor>,
     timeout: Duration,
+    clock: Arc<dyn Clock>,
 }
 
 /// One of the pool's `concurrency` slots, given back when dropped.
 pub(crate) struct Slot(#[allow(dead_code)] OwnedSemaphorePermit);
 
 impl CallPool {
-    /// A pool running `executor` on `runtime`.
+    /// A pool running `executor` on `runtime`, timing calls out by `clock`.
     pub fn new<E: TaskExecutor>(
         executor: E,
         runtime: tokio::runtime::Handle,
         concurrency: usize,
         timeout: Duration,
+        clock: Arc<dyn Clock>,
     ) -> Self {
         CallPool {
             runtime,
             permits: Arc::new(Semaphore::new(concurrency.max(1))),
             executor: Arc::new(executor),
             timeout,
+            clock,
         }
     }
 
-    /// Waits for a free slot. A task takes its slot before its last checks (status, ownership),
-    /// so nothing that waited for a slot runs on checks made before the wait.
+    /// Waits for a free slot.
     pub(crate) async fn slot(&self) -> Slot {
         match Arc::clone(&self.permits).acquire_owned().await {
             Ok(permit) => Slot(permit),
@@ -239,16 +244,14 @@ impl CallPool {
     ) -> impl Future<Output = (Result<(), TaskError>, Option<H>)> + 'static {
         let executor = Arc::clone(&self.executor);
         let timeout = self.timeout;
+        let expired = self
+            .clock
+            .sleep_until(self.clock.now() + TimeDelta::from_std(timeout).unwrap_or(TimeDelta::MAX));
         let handle = self.runtime.spawn(async move {
             let _slot = slot;
-            let result = match tokio::time::timeout(
-                timeout,
-                executor.execute_boxed(task, ctx).instrument(span),
-            )
-            .await
-            {
-                Ok(result) => result,
-                Err(_) => Err(TaskError::retry(format!("timed out after {timeout:?}"))),
+            let result = tokio::select! {
+                result = executor.execute_boxed(task, ctx).instrument(span) => result,
+                () = expired => Err(TaskError::retry(format!("timed out after {timeout:?}"))),
             };
             (result, held)
         });
@@ -312,6 +315,7 @@ mod tests {
             tokio::runtime::Handle::current(),
             3,
             Duration::from_secs(5),
+            Arc::new(crate::clock::TokioClock::starting_at(Utc::now())),
         );
         let run = |t: Task| {
             let pool = pool.clone();

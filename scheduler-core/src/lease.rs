@@ -70,6 +70,9 @@ struct Inner {
     /// Wakes the writer: the running set grew, or the tree closed.
     wake: Notify,
     written: watch::Sender<LeaseState>,
+    /// Woken after each update of `written`. Holds wait on this rather than on the watch,
+    /// which wakes its waiters in a random order (the simulation's replays must be exact).
+    updated: Notify,
     /// Earlier trees' entries, read once after the claim.
     predecessors: tokio::sync::Mutex<Predecessors>,
 }
@@ -139,14 +142,6 @@ impl Drop for LeaseHold {
     }
 }
 
-/// Why a lease could not be taken.
-#[derive(Debug, Clone, thiserror::Error)]
-pub enum LeaseError {
-    /// The lease writer stopped (the node is shutting down).
-    #[error("the running-task lease of partition {0} is no longer kept")]
-    Stopped(PartitionId),
-}
-
 impl TreeLease {
     /// Starts keeping the lease of a new tree of `partition` on node `node`; `epoch` is the
     /// tree's ownership epoch (recorded with the lease for operators). The writer runs on the
@@ -175,6 +170,7 @@ impl TreeLease {
             state: Mutex::new(Running::default()),
             wake: Notify::new(),
             written,
+            updated: Notify::new(),
             predecessors: tokio::sync::Mutex::new(Predecessors::default()),
         });
         tokio::spawn(write_lease(Arc::clone(&inner)));
@@ -182,9 +178,10 @@ impl TreeLease {
     }
 
     /// Records that a call of `ordering_id` (task `task`) is about to run; resolves once that
-    /// is durable. Hold the returned entry for as long as the call runs.
-    pub async fn hold(&self, ordering_id: &str, task: &str) -> Result<LeaseHold, LeaseError> {
-        let mut state = self.inner.written.subscribe();
+    /// is durable (the writer retries failed writes until then). Hold the returned entry for as
+    /// long as the call runs.
+    pub async fn hold(&self, ordering_id: &str, task: &str) -> LeaseHold {
+        let state = self.inner.written.subscribe();
         let version = {
             let mut running = self.inner.lock();
             running
@@ -201,16 +198,19 @@ impl TreeLease {
             durable_since: Stamp::now(),
         };
         self.inner.wake.notify_one();
-        state
-            .wait_for(|s| s.written >= version)
-            .await
-            .map_err(|_| LeaseError::Stopped(self.inner.partition))?;
+        loop {
+            let updated = self.inner.updated.notified();
+            if self.inner.written.borrow().written >= version {
+                break;
+            }
+            updated.await;
+        }
         // An orderingId already in the written row (its previous call ended moments ago) needs
         // no new write; a fresh entry was written just now.
         if let Some(since) = self.inner.lock().durable.get(ordering_id) {
             hold.durable_since = *since;
         }
-        Ok(hold)
+        hold
     }
 
     /// Resolves once no earlier tree of the partition holds a live lease entry for
@@ -360,6 +360,7 @@ async fn write_lease(inner: Arc<Inner>) {
             valid_until,
             lost,
         });
+        inner.updated.notify_waiters();
         let now = Instant::now();
         let next = if retry_soon {
             now + WRITE_RETRY

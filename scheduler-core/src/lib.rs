@@ -14,6 +14,7 @@
 
 mod actors;
 mod admin;
+mod cancel_gate;
 mod clock;
 mod epoch;
 mod events;

@@ -43,7 +43,6 @@ use crate::clock::Clock;
 use crate::events::EventPublisher;
 use crate::executor::CallPool;
 use crate::in_flight::InFlightGauges;
-use crate::lease::LeaseError;
 use crate::metrics::Metrics;
 use crate::settings::SchedulingSettings;
 use crate::store::{LeaseStore, StoreError, TaskStore};
@@ -107,9 +106,6 @@ pub enum TreeError {
         /// The epoch stored now.
         current: u64,
     },
-    /// The tree's running-task lease is no longer kept.
-    #[error(transparent)]
-    Lease(#[from] LeaseError),
 }
 
 /// The result of a request to a partition tree.

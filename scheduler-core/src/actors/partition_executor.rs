@@ -186,6 +186,8 @@ impl PartitionExecutor {
         }
         deferred.reading = true;
         deferred.missed = None;
+        let lead =
+            TimeDelta::from_std(self.deps.settings.dispatch_lead).unwrap_or(TimeDelta::zero());
         // Reserved now, so loads and pushes meanwhile cannot take the room.
         let reserved = self.in_flight.reserve(room);
         let read = load_ordering(
@@ -193,7 +195,8 @@ impl PartitionExecutor {
             self.partition,
             ordering_id.clone(),
             deferred.from.clone(),
-            self.deps.clock.now(),
+            // Deferred tasks were dispatched up to `dispatch_lead` before their time.
+            self.deps.clock.now() + lead,
             room,
             self.deps.settings.fetch_batch_size,
         );

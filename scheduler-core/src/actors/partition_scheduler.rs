@@ -1,7 +1,8 @@
 //! PartitionScheduler: holds the loaded tasks of one partition that are not yet due and
 //! dispatches each to the PartitionExecutor at its time, tasks due together in run order (time,
 //! then enqueue order: [`scheduler_client::Task::run_order`]). One timer is armed for the
-//! next due task (not a periodic tick), so a task starts within the timer's resolution of its time.
+//! next due task (not a periodic tick). A task is dispatched `dispatch_lead` before its time:
+//! its lifecycle makes its checks meanwhile and calls the executor at the time itself.
 //! Every task sent to it is a [`HeldTask`]: it counts in the partition's in-flight gauge until
 //! it is dropped (replaced, cancelled, or done with by the executors).
 
@@ -9,7 +10,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use actix::{Actor, ActorContext, AsyncContext, Context, Handler, Message, Recipient, SpawnHandle};
-use chrono::{DateTime, Utc};
+use chrono::{DateTime, TimeDelta, Utc};
 use scheduler_client::TaskKey;
 
 use super::partition_executor::ExecutePartitionTask;
@@ -35,23 +36,28 @@ pub struct PartitionScheduler {
     clock: Arc<dyn Clock>,
     executor: Recipient<ExecutePartitionTask>,
     in_flight: Arc<InFlight>,
+    /// How long before its time a task is dispatched.
+    lead: TimeDelta,
     pending: BTreeMap<TaskKey, HeldTask>,
     timer: Option<(DateTime<Utc>, SpawnHandle)>,
 }
 
 impl PartitionScheduler {
-    /// A scheduler dispatching to `executor`; its tasks count in `in_flight`.
+    /// A scheduler dispatching to `executor` `lead` before each task's time; its tasks count in
+    /// `in_flight`.
     pub fn new(
         partition: PartitionId,
         clock: Arc<dyn Clock>,
         executor: Recipient<ExecutePartitionTask>,
         in_flight: Arc<InFlight>,
+        lead: std::time::Duration,
     ) -> Self {
         PartitionScheduler {
             partition,
             clock,
             executor,
             in_flight,
+            lead: TimeDelta::from_std(lead).unwrap_or(TimeDelta::zero()),
             pending: BTreeMap::new(),
             timer: None,
         }
@@ -59,10 +65,11 @@ impl PartitionScheduler {
 
     /// Dispatches every due task, then arms the timer for the next one.
     fn dispatch_due(&mut self, ctx: &mut Context<Self>) {
-        let now = self.clock.now();
+        // Tasks due before this are dispatched now.
+        let horizon = self.clock.now() + self.lead;
         let mut due = Vec::new();
         while let Some(entry) = self.pending.first_entry() {
-            if entry.key().scheduled_time > now {
+            if entry.key().scheduled_time > horizon {
                 break;
             }
             due.push(entry.remove());
@@ -86,7 +93,7 @@ impl PartitionScheduler {
         if let Some((_, handle)) = self.timer.take() {
             ctx.cancel_future(handle);
         }
-        let wait = (next - now).to_std().unwrap_or_default();
+        let wait = (next - horizon).to_std().unwrap_or_default();
         let handle = ctx.run_later(wait, |act, ctx| {
             act.timer = None;
             act.dispatch_due(ctx);

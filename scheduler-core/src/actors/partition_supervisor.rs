@@ -21,6 +21,7 @@ use super::task_lifecycle::ExecutionLinks;
 use super::task_persistence::{PersistenceLinks, TaskPersistence};
 use super::throughput_controller::{EscalateFailure, ThroughputController};
 use super::{PartitionDeps, StopActor};
+use crate::cancel_gate::CancelGate;
 use crate::epoch::EpochCell;
 use crate::executor::StopReason;
 use crate::in_flight::InFlight;
@@ -216,6 +217,7 @@ impl Actor for PartitionSupervisor {
             deps.settings.lease_ttl,
         );
         self.lease = Some(lease.clone());
+        let cancels = CancelGate::new();
         executor_ctx.run(PartitionExecutor::new(
             p,
             deps.clone(),
@@ -224,6 +226,7 @@ impl Actor for PartitionSupervisor {
                 lease,
                 stop: self.stop.subscribe(),
                 tree_started: deps.clock.now(),
+                cancels: cancels.clone(),
             },
             controller.clone().recipient(),
             in_flight.clone(),
@@ -233,6 +236,7 @@ impl Actor for PartitionSupervisor {
             deps.clock.clone(),
             executor.clone().recipient(),
             in_flight.clone(),
+            deps.settings.dispatch_lead,
         ));
         persistence_ctx.run(TaskPersistence::new(
             p,
@@ -246,6 +250,7 @@ impl Actor for PartitionSupervisor {
                 clock: deps.clock.clone(),
                 stop: self.stop.subscribe(),
                 ownership: ownership.clone(),
+                cancels,
             },
             deps.settings.persist_timeout,
         ));

@@ -4,13 +4,16 @@
 //! 1. **Owner and predecessors.** The tree's claim has completed (an ownership check), and no
 //!    earlier tree of the partition still runs a call of this orderingId (its lease entry is
 //!    gone: see [`crate::lease`]).
-//! 2. **Slot.** A slot of the execution pool. Everything below is checked after the wait, so a
-//!    task that waited for a slot never runs on checks made before it.
-//! 3. **Lease.** The orderingId's entry in the tree's running-task lease is durable.
-//! 4. **Ownership, read after the lease.** A stale tree is fenced here; a newer one waits at 1.
-//! 5. **Status.** A task with a final status (completed, failed, dropped, cancelled) is not
-//!    run. The last check before the call, so a cancel recorded meanwhile is seen. If the lease
-//!    lapsed while these steps ran (a pause of the process), they are taken again from 3.
+//! 2. **Lease.** The orderingId's entry in the tree's running-task lease is durable.
+//! 3. **Ownership, read after the lease.** A stale tree is fenced here; a newer one waits at 1.
+//! 4. **Status.** A task with a final status (completed, failed, dropped, cancelled) is not
+//!    run. The task arms the tree's [`CancelGate`] first, so a cancel applied after the read
+//!    is seen too.
+//! 5. **Time, then slot.** The task was dispatched `dispatch_lead` before its time, so steps
+//!    1-4 are done by then: it waits for its time, then for a slot of the execution pool. The
+//!    checks still hold if the lease stayed live without a break (no newer tree can have
+//!    started the task: it waits at 1 for the entry) and no cancel of the task was applied
+//!    meanwhile; otherwise they are taken again from 2.
 //! 6. **Call.** The user's executor, with a [`TaskContext`]; the call keeps its slot and lease
 //!    entry until it returns, even if this function is dropped with its tree.
 //! 7. **Record, as owner.** The attempt, then the final status (completed, dropped, failed once
@@ -32,6 +35,7 @@ use tracing::{debug, warn, Instrument};
 
 use super::partition_ownership::{CheckOwnership, Ownership, PartitionOwnership};
 use super::{PartitionDeps, TreeError};
+use crate::cancel_gate::CancelGate;
 use crate::executor::{ExecutionOutcome, StopReason, TaskContext, TaskError};
 use crate::in_flight::Pin;
 use crate::lease::TreeLease;
@@ -53,6 +57,8 @@ pub struct ExecutionLinks {
     /// Set once the tree stops (revoke, rebuild, fence): tasks that have not called the
     /// executor yet give up, and running calls see it in their context.
     pub stop: tokio::sync::watch::Receiver<Option<StopReason>>,
+    /// Cancels the tree is applying, seen by tasks already checked.
+    pub cancels: CancelGate,
     /// When the tree started: a task due before it (give or take [`CLOCK_SKEW`]) may have been
     /// attempted by an earlier tree, whose attempt numbers this one continues.
     pub tree_started: DateTime<Utc>,
@@ -142,17 +148,14 @@ impl TaskRun {
         self.store_step("lease read", || lease.wait_for_predecessors(&ordering_id))
             .await?;
         loop {
-            // 2. A slot.
-            let pool = self.deps.pool.clone();
-            let slot = self.unless_stopped(pool.slot()).await?;
-            // 3. The lease entry, then 4. ownership read after it.
+            // 2. The lease entry, then 3. ownership read after it.
             let task_text = self.key.to_string();
             let hold = self
-                .store_step("lease write", || lease.hold(&ordering_id, &task_text))
+                .unless_stopped(lease.hold(&ordering_id, &task_text))
                 .await?;
             let epoch = self.owner(Some(hold.durable_since())).await?;
-            // 5. Not finished or cancelled: the last check, so a cancel recorded during the
-            // steps above is seen.
+            // 4. Not finished or cancelled.
+            let armed = self.links.cancels.arm(&self.key);
             let store = self.deps.store.clone();
             let (partition, key) = (self.partition, self.key.clone());
             // A task an earlier tree may have attempted: its last attempt is read beside the
@@ -185,13 +188,23 @@ impl TaskRun {
                 self.remove_from_schedule();
                 return Ok(ExecutionOutcome::AlreadyFinished);
             }
-            // The checks above hold only while the lease is live: if it lapsed during them (a
-            // pause of the process, a status read retried past the TTL), a newer tree may have
-            // taken the task over. Take the steps again from the lease write.
+            // 5. Its time, then a slot.
+            self.until_due().await?;
+            let pool = self.deps.pool.clone();
+            let slot = self.unless_stopped(pool.slot()).await?;
+            if armed.touched() {
+                debug!(partition, task = %self.key, "a cancel was applied after the status read; checking again once it is recorded");
+                drop(slot);
+                self.unless_stopped(armed.settled()).await?;
+                continue;
+            }
+            // If the lease lapsed since step 2 (a pause of the process, a step retried past the
+            // TTL), a newer tree may have taken the task over.
             if !hold.unbroken() {
                 debug!(partition, task = %self.key, "lease lapsed before the call; checking again");
                 continue;
             }
+            drop(armed);
             // 6. The call.
             self.attempts += 1;
             self.called = true;
@@ -265,6 +278,16 @@ impl TaskRun {
             drop(hold);
             self.unless_stopped(tokio::time::sleep(delay)).await?;
         }
+    }
+
+    /// Waits until the task's time (by the engine's clock; a lifecycle begins `dispatch_lead`
+    /// early), unless the tree stops first.
+    async fn until_due(&mut self) -> Result<(), Halt> {
+        while self.deps.clock.now() < self.key.scheduled_time {
+            let sleep = self.deps.clock.sleep_until(self.key.scheduled_time);
+            self.unless_stopped(sleep).await?;
+        }
+        Ok(())
     }
 
     /// The tree's epoch, if it still owns the partition (by a read begun after `read_after`).

@@ -38,6 +38,7 @@ use tracing::{debug, info, warn};
 use super::partition_ownership::{CheckOwnership, Ownership, PartitionOwnership};
 use super::partition_scheduler::{PartitionScheduler, ScheduleTasks, UnscheduleTasks};
 use super::{PolledTasks, StopActor, TreeError, TreeResult};
+use crate::cancel_gate::CancelGate;
 use crate::clock::Clock;
 use crate::executor::StopReason;
 use crate::in_flight::InFlight;
@@ -111,6 +112,8 @@ pub struct TaskPersistence {
     stop: tokio::sync::watch::Receiver<Option<StopReason>>,
     /// Answers once the tree's claim completed, with its epoch.
     ownership: Addr<PartitionOwnership>,
+    /// Cancels being applied, seen by tasks already checked.
+    cancels: CancelGate,
     /// The tree's epoch (0 until its claim completed: nothing is written or loaded before).
     epoch: u64,
     /// The low-water mark as stored.
@@ -135,6 +138,8 @@ pub struct PersistenceLinks {
     pub stop: tokio::sync::watch::Receiver<Option<StopReason>>,
     /// The tree's ownership: the first load waits for its claim.
     pub ownership: Addr<PartitionOwnership>,
+    /// Tells tasks already checked that a cancel of theirs is being applied.
+    pub cancels: CancelGate,
 }
 
 impl TaskPersistence {
@@ -160,6 +165,7 @@ impl TaskPersistence {
             persist_timeout,
             stop: links.stop,
             ownership: links.ownership,
+            cancels: links.cancels,
             epoch: 0,
             low_water: start,
         }
@@ -439,7 +445,10 @@ impl Handler<PersistTasks> for TaskPersistence {
         let write = (!tasks.is_empty()).then(|| self.store.persist(partition, tasks.clone()));
         let cancelled_at = self.clock.now();
         let timeout = self.persist_timeout;
+        // Until the cancels are recorded (or failed), a task already checked does not call.
+        let applying = self.cancels.applying(&cancels);
         let work = async move {
+            let _applying = applying;
             if let Some(lowering) = lowering {
                 if !lowering.await? {
                     return Err(TreeError::Stopping {

@@ -107,6 +107,7 @@ impl SchedulerNode {
             runtime.handle().clone(),
             scheduling.executor_concurrency,
             scheduling.execution_timeout,
+            Arc::new(SystemClock),
         );
         let metrics = Arc::new(Metrics::new());
         let counted = store.clone();

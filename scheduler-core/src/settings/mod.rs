@@ -138,6 +138,11 @@ pub struct SchedulingSettings {
     pub max_queued_per_ordering: usize,
     /// User executor calls running at once on this node.
     pub executor_concurrency: usize,
+    /// A task is dispatched this long before its time: its checks (lease write, ownership and
+    /// status reads) are done by then and it is called at its time, not a few round trips
+    /// after. Zero dispatches at the time.
+    #[serde(with = "duration_text")]
+    pub dispatch_lead: Duration,
     /// An executor call running longer is cut off and counts as a retryable failure.
     #[serde(with = "duration_text")]
     pub execution_timeout: Duration,
@@ -164,6 +169,7 @@ impl Default for SchedulingSettings {
             lease_ttl: Duration::from_secs(6),
             max_queued_per_ordering: 32,
             executor_concurrency: 64,
+            dispatch_lead: Duration::from_secs(1),
             execution_timeout: Duration::from_secs(300),
             max_task_data_bytes: defaults::MAX_TASK_BYTES,
         }

@@ -56,7 +56,7 @@ mod pausable_store;
 mod runner;
 mod workload;
 use executor::{Call, Plan, Shared, SimExecutor};
-use pausable_store::{PausableStore, Pause};
+use pausable_store::{PausableClock, PausableStore, Pause};
 
 const PARTITIONS: u32 = 4;
 const ORDERING_IDS: usize = 8;
@@ -211,6 +211,10 @@ impl World {
         let settings = settings();
         let pause = Pause::new();
         let store = Arc::new(PausableStore::new(self.store.clone(), pause.clone()));
+        let clock = Arc::new(PausableClock {
+            clock: self.shared.clock.clone(),
+            pause: pause.clone(),
+        });
         let pool = CallPool::new(
             SimExecutor {
                 node: id,
@@ -220,12 +224,13 @@ impl World {
             tokio::runtime::Handle::current(),
             settings.executor_concurrency,
             settings.execution_timeout,
+            clock.clone(),
         );
         let deps = PartitionDeps {
             node_id: Arc::from(format!("sim-node-{id}").as_str()),
             store: store.clone(),
             leases: store,
-            clock: Arc::new(self.shared.clock.clone()),
+            clock,
             pool,
             settings: Arc::new(settings),
             in_flight: InFlightGauges::default(),

@@ -333,3 +333,26 @@ impl LeaseStore for PausableStore {
         self.send("lease read", |s| s.leases(partition))
     }
 }
+
+/// The clock as one simulated node sees it: a timer that falls due while the node's process is
+/// paused fires once the process runs again (as a real process's timers do), so a node never
+/// acts on a timer during its pause.
+pub(super) struct PausableClock {
+    pub(super) clock: crate::clock::TokioClock,
+    pub(super) pause: Pause,
+}
+
+impl crate::clock::Clock for PausableClock {
+    fn now(&self) -> DateTime<Utc> {
+        self.clock.now()
+    }
+
+    fn sleep_until(&self, at: DateTime<Utc>) -> BoxFuture<'static, ()> {
+        let sleep = self.clock.sleep_until(at);
+        let pause = self.pause.clone();
+        Box::pin(async move {
+            sleep.await;
+            pause.resumed().await;
+        })
+    }
+}

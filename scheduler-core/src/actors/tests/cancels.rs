@@ -126,3 +126,80 @@ fn a_batch_of_5000_cancels_completes_within_the_persist_timeout() {
         assert!(h.recorder.calls().is_empty(), "every task was cancelled");
     });
 }
+
+#[test]
+fn a_cancel_applied_while_a_checked_task_waits_for_its_time_stops_the_call() {
+    run_paused(|| async {
+        let settings = SchedulingSettings {
+            dispatch_lead: Duration::from_secs(2),
+            ..SchedulingSettings::default()
+        };
+        let h = Harness::new(settings, Duration::ZERO, &[]);
+        h.assign().await;
+        let due = task("c", t0() + ms(10_000), "1");
+        h.enqueue(vec![due.clone()]).await;
+        // Dispatched at 8 s, its status read already found it pending.
+        advance(Duration::from_millis(9_000)).await;
+        h.cancel(vec![due.key()]).await;
+        advance(Duration::from_secs(10)).await;
+        assert!(
+            h.recorder.call_times("c").is_empty(),
+            "cancelled: never called"
+        );
+        assert_eq!(
+            h.store.status_of(P, &due.key()).map(|s| s.status),
+            Some(TaskStatus::Cancelled)
+        );
+    });
+}
+
+#[test]
+fn a_cancel_applied_while_a_checked_task_waits_for_a_slot_stops_the_call() {
+    run_paused(|| async {
+        let settings = SchedulingSettings {
+            executor_concurrency: 1,
+            ..SchedulingSettings::default()
+        };
+        let h = Harness::new(settings, Duration::from_secs(5), &[]);
+        h.assign().await;
+        let waiting = task("c", t0() + ms(2_000), "1");
+        h.enqueue(vec![task("a", t0() + ms(1_000), "1"), waiting.clone()])
+            .await;
+        // `a` holds the only slot until 6 s; `c` is checked and waits for it.
+        advance(Duration::from_secs(3)).await;
+        h.cancel(vec![waiting.key()]).await;
+        advance(Duration::from_secs(20)).await;
+        assert_eq!(h.recorder.call_times("a"), [t0() + ms(1_000)]);
+        assert!(
+            h.recorder.call_times("c").is_empty(),
+            "cancelled: never called"
+        );
+    });
+}
+
+#[test]
+fn a_cancel_that_could_not_be_recorded_does_not_stop_a_checked_task() {
+    run_paused(|| async {
+        let settings = SchedulingSettings {
+            dispatch_lead: Duration::from_secs(2),
+            ..SchedulingSettings::default()
+        };
+        let h = Harness::new(settings, Duration::ZERO, &[]);
+        h.assign().await;
+        let due = task("c", t0() + ms(10_000), "1");
+        h.enqueue(vec![due.clone()]).await;
+        advance(Duration::from_millis(9_000)).await;
+        // The cancellation's write fails: the batch is not persisted (the consumer offers it
+        // again later); meanwhile the task, touched by it, checks again and runs.
+        h.store.fail_op("cancel", 1);
+        let reply = h
+            .offer(PolledTasks {
+                tasks: vec![],
+                cancels: vec![due.key()],
+            })
+            .await;
+        assert!(reply.persisted.is_empty());
+        advance(Duration::from_secs(10)).await;
+        assert_eq!(h.recorder.call_times("c").len(), 1);
+    });
+}

@@ -216,6 +216,7 @@ impl Harness {
             tokio::runtime::Handle::current(),
             settings.executor_concurrency,
             settings.execution_timeout,
+            Arc::new(recorder.clock.clone()),
         );
         let deps = PartitionDeps {
             node_id: Arc::from(node_id),

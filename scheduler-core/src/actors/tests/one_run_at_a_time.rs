@@ -67,10 +67,11 @@ fn a_task_waiting_for_an_executor_slot_does_not_run_after_revoke_or_cancel() {
         };
         let h = Harness::new(settings, Duration::from_secs(5), &[]);
         h.assign().await;
+        // "a" takes the slot first (tasks due together race for it).
         let (a, b, c) = (
             task("a", t0(), "1"),
-            task("b", t0(), "1"),
-            task("c", t0(), "1"),
+            task("b", t0() + ms(100), "1"),
+            task("c", t0() + ms(100), "1"),
         );
         h.enqueue(vec![a.clone(), b.clone(), c.clone()]).await;
         advance(Duration::from_secs(1)).await;
@@ -104,7 +105,7 @@ fn a_task_waiting_for_an_executor_slot_does_not_run_after_its_tree_is_fenced() {
         };
         let h = Harness::new(settings, Duration::from_secs(5), &[]);
         h.assign().await;
-        h.enqueue(vec![task("a", t0(), "1"), task("b", t0(), "1")])
+        h.enqueue(vec![task("a", t0(), "1"), task("b", t0() + ms(100), "1")])
             .await;
         advance(Duration::from_secs(1)).await;
         h.store.claim_elsewhere(P);
@@ -258,7 +259,7 @@ fn an_ownership_read_begun_before_a_lease_entry_was_written_does_not_confirm_its
         // All at one instant of the clock: the read above began, a newer tree claimed the
         // partition (and read no entry of this tree), then a call wrote its entry.
         store.claim_elsewhere(P);
-        let hold = lease.hold("o", "o/task").await.expect("lease entry");
+        let hold = lease.hold("o", "o/task").await;
         let answer = ownership
             .send(CheckOwnership {
                 read_after: Some(hold.durable_since()),

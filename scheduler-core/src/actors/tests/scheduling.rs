@@ -288,3 +288,45 @@ fn ties_enqueued_after_their_group_was_loaded_run_in_enqueue_order_whatever_thei
         assert_eq!(ran(&h, "o"), vec![m.key(), first.key(), second.key()]);
     });
 }
+
+#[test]
+fn a_task_is_called_at_its_time_although_its_checks_take_long() {
+    run_paused(|| async {
+        let h = Harness::new(SchedulingSettings::default(), Duration::ZERO, &[]);
+        h.assign().await;
+        advance(Duration::from_secs(1)).await;
+        // A slow Cassandra: the lease write, the ownership read after it and the status read
+        // take 600 ms in all. They are done before the task's time (the default 1 s lead).
+        for operation in ["lease write", "epoch read", "status read"] {
+            h.store.set_latency(operation, Duration::from_millis(200));
+        }
+        h.enqueue(vec![task("a", t0() + ms(10_000), "1")]).await;
+        advance(Duration::from_secs(20)).await;
+        assert_eq!(h.recorder.call_times("a"), [t0() + ms(10_000)]);
+    });
+}
+
+#[test]
+fn a_task_waiting_for_an_executor_slot_is_called_as_soon_as_one_frees() {
+    run_paused(|| async {
+        let settings = SchedulingSettings {
+            executor_concurrency: 1,
+            ..SchedulingSettings::default()
+        };
+        let h = Harness::new(settings, Duration::from_secs(2), &[]);
+        h.assign().await;
+        advance(Duration::from_secs(1)).await;
+        for operation in ["lease write", "epoch read", "status read"] {
+            h.store.set_latency(operation, Duration::from_millis(200));
+        }
+        // `b` is due while `a` holds the only slot: its checks are made meanwhile, not after.
+        h.enqueue(vec![
+            task("a", t0() + ms(10_000), "1"),
+            task("b", t0() + ms(11_000), "1"),
+        ])
+        .await;
+        advance(Duration::from_secs(20)).await;
+        assert_eq!(h.recorder.call_times("a"), [t0() + ms(10_000)]);
+        assert_eq!(h.recorder.call_times("b"), [t0() + ms(12_000)]);
+    });
+}
