@@ -33,6 +33,7 @@ use tracing::{debug, warn};
 use crate::clock::Stamp;
 use crate::epoch::EpochCell;
 use crate::store::{LeaseRecord, LeaseStore, PartitionId, StoreResult};
+use scheduler_client::TaskKey;
 
 /// How often a tree waiting for an earlier tree's lease reads the leases again.
 const PREDECESSOR_POLL: Duration = Duration::from_millis(500);
@@ -94,6 +95,11 @@ struct Running {
 struct Predecessors {
     read_at: Option<Instant>,
     blocked: HashSet<String>,
+    /// The orderingIds blocked at the first read, right after the claim: their calls in
+    /// earlier trees may record attempts until they end.
+    at_claim: Option<HashSet<String>>,
+    /// The tasks recorded as retrying when the tree started (read after `at_claim`).
+    retrying: Option<HashSet<TaskKey>>,
 }
 
 /// One orderingId's entry in the lease, held by a running call. Dropping it takes the entry out
@@ -227,26 +233,65 @@ impl TreeLease {
                     }
                 };
                 if stale {
-                    let leases = self.inner.store.leases(self.inner.partition).await?;
-                    predecessors.blocked = leases
-                        .into_iter()
-                        .filter(|(holder, _)| *holder != self.inner.holder)
-                        .flat_map(|(_, lease)| lease.running.into_iter().map(|(o, _)| o))
-                        .collect();
-                    predecessors.read_at = Some(Instant::now());
-                    if !predecessors.blocked.is_empty() {
-                        debug!(
-                            partition = self.inner.partition,
-                            blocked = predecessors.blocked.len(),
-                            "orderingIds still running in an earlier tree of this partition"
-                        );
-                    }
+                    self.read_predecessors(&mut predecessors).await?;
                 }
                 if !predecessors.blocked.contains(ordering_id) {
                     return Ok(());
                 }
             }
             tokio::time::sleep(PREDECESSOR_POLL).await;
+        }
+    }
+
+    /// Reads earlier trees' lease entries if no read was made yet. Call it once the claim
+    /// completed and before reading the retrying tasks ([`Self::started_with`]).
+    pub async fn read_predecessors_once(&self) -> StoreResult<()> {
+        let mut predecessors = self.inner.predecessors.lock().await;
+        if predecessors.read_at.is_none() {
+            self.read_predecessors(&mut predecessors).await?;
+        }
+        Ok(())
+    }
+
+    async fn read_predecessors(&self, predecessors: &mut Predecessors) -> StoreResult<()> {
+        let leases = self.inner.store.leases(self.inner.partition).await?;
+        predecessors.blocked = leases
+            .into_iter()
+            .filter(|(holder, _)| *holder != self.inner.holder)
+            .flat_map(|(_, lease)| lease.running.into_iter().map(|(o, _)| o))
+            .collect();
+        predecessors.read_at = Some(Instant::now());
+        if predecessors.at_claim.is_none() {
+            predecessors.at_claim = Some(predecessors.blocked.clone());
+        }
+        if !predecessors.blocked.is_empty() {
+            debug!(
+                partition = self.inner.partition,
+                blocked = predecessors.blocked.len(),
+                "orderingIds still running in an earlier tree of this partition"
+            );
+        }
+        Ok(())
+    }
+
+    /// Records the tasks marked as retrying when the tree started, read after
+    /// [`Self::read_predecessors_once`].
+    pub async fn started_with(&self, retrying: HashSet<TaskKey>) {
+        self.inner.predecessors.lock().await.retrying = Some(retrying);
+    }
+
+    /// Whether an earlier tree may have recorded attempts of `key`. Attempts are recorded
+    /// only after a failure, which marks the task as retrying first; so an earlier tree's
+    /// attempt of a task neither marked when this tree started nor of an orderingId still
+    /// running in an earlier tree at its claim would have been recorded after both reads, by a
+    /// call that started after the claim: one that ownership fenced. (Unknown: yes.)
+    pub async fn may_have_earlier_attempts(&self, key: &TaskKey) -> bool {
+        let predecessors = self.inner.predecessors.lock().await;
+        match (&predecessors.at_claim, &predecessors.retrying) {
+            (Some(at_claim), Some(retrying)) => {
+                at_claim.contains(&key.ordering_id) || retrying.contains(key)
+            }
+            _ => true,
         }
     }
 

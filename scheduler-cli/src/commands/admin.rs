@@ -63,7 +63,7 @@ pub(crate) fn get(args: GetArgs, json: bool, out: &mut dyn Write) -> Outcome {
                 out,
                 "{:<8} {:<25} {:<25} {:<10} {}",
                 a.attempt,
-                a.started_at,
+                or_dash(a.started_at),
                 a.finished_at,
                 a.outcome,
                 or_dash(a.error)

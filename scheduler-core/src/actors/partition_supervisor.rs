@@ -223,9 +223,8 @@ impl Actor for PartitionSupervisor {
             deps.clone(),
             ExecutionLinks {
                 ownership: ownership.clone(),
-                lease,
+                lease: lease.clone(),
                 stop: self.stop.subscribe(),
-                tree_started: deps.clock.now(),
                 cancels: cancels.clone(),
             },
             controller.clone().recipient(),
@@ -251,6 +250,7 @@ impl Actor for PartitionSupervisor {
                 stop: self.stop.subscribe(),
                 ownership: ownership.clone(),
                 cancels,
+                lease,
             },
             deps.settings.persist_timeout,
         ));

@@ -28,7 +28,6 @@
 use std::time::Duration;
 
 use actix::Addr;
-use chrono::{DateTime, TimeDelta, Utc};
 use scheduler_client::{Task, TaskKey};
 use tokio::sync::watch;
 use tracing::{debug, warn, Instrument};
@@ -59,14 +58,7 @@ pub struct ExecutionLinks {
     pub stop: tokio::sync::watch::Receiver<Option<StopReason>>,
     /// Cancels the tree is applying, seen by tasks already checked.
     pub cancels: CancelGate,
-    /// When the tree started: a task due before it (give or take [`CLOCK_SKEW`]) may have been
-    /// attempted by an earlier tree, whose attempt numbers this one continues.
-    pub tree_started: DateTime<Utc>,
 }
-
-/// How far the clocks of the nodes may drift apart: an earlier tree on a node whose clock ran
-/// ahead may have attempted tasks due up to this long after this tree started.
-const CLOCK_SKEW: TimeDelta = TimeDelta::seconds(60);
 
 /// A step could not go on: the tree stops, or it lost the partition.
 enum Halt {
@@ -160,8 +152,7 @@ impl TaskRun {
             let (partition, key) = (self.partition, self.key.clone());
             // A task an earlier tree may have attempted: its last attempt is read beside the
             // status (no round trip more), so attempt numbers and the retry budget go on.
-            let earlier = self.attempts == 0
-                && self.key.scheduled_time <= self.links.tree_started + CLOCK_SKEW;
+            let earlier = self.attempts == 0 && lease.may_have_earlier_attempts(&self.key).await;
             let (status, last_attempt) = self
                 .store_step("status read", || {
                     let status = store.status(partition, key.clone());
@@ -235,20 +226,31 @@ impl TaskRun {
             self.deps
                 .metrics
                 .attempt(self.partition, started.elapsed(), first_delay);
-            // 7. Record, as owner.
+            // 7. Record, as owner. A first attempt that ends the task is recorded by its
+            // status alone (the usual case: one write per task less). Any other attempt follows
+            // a failure, and a failure marks the task as retrying before its attempt is
+            // recorded, so a later tree knows to continue the attempt numbers (see
+            // `TreeLease::may_have_earlier_attempts`).
             let (outcome, error) = match &result {
                 Ok(()) => (AttemptOutcome::Succeeded, None),
                 Err(TaskError::Retry(reason)) => (AttemptOutcome::Failed, Some(reason.clone())),
                 Err(TaskError::GiveUp(reason)) => (AttemptOutcome::GaveUp, Some(reason.clone())),
             };
-            self.record_attempt(AttemptRecord {
-                attempt: self.attempts,
-                started_at,
-                finished_at: self.deps.clock.now(),
-                outcome,
-                error,
-            })
-            .await?;
+            let retrying = matches!(result, Err(TaskError::Retry(_)))
+                && self.attempts <= self.deps.settings.max_task_retries;
+            if retrying {
+                self.record_retrying().await?;
+            }
+            if retrying || self.attempts > 1 {
+                self.record_attempt(AttemptRecord {
+                    attempt: self.attempts,
+                    started_at,
+                    finished_at: self.deps.clock.now(),
+                    outcome,
+                    error,
+                })
+                .await?;
+            }
             let reason = match result {
                 Ok(()) => return self.record_final(TaskStatus::Completed, None).await,
                 Err(TaskError::GiveUp(reason)) => {
@@ -273,7 +275,6 @@ impl TaskRun {
             self.deps
                 .metrics
                 .retry_scheduled(partition, &self.key, self.attempts, &reason, delay);
-            self.record_retrying().await?;
             self.called = false;
             drop(hold);
             self.unless_stopped(tokio::time::sleep(delay)).await?;

@@ -42,6 +42,7 @@ use crate::cancel_gate::CancelGate;
 use crate::clock::Clock;
 use crate::executor::StopReason;
 use crate::in_flight::InFlight;
+use crate::lease::TreeLease;
 use crate::metrics::{Metrics, ParkReason, Parked};
 use crate::retry::exponential_period;
 use crate::store::pages::{load_whole_ties, TieCursor};
@@ -114,6 +115,7 @@ pub struct TaskPersistence {
     ownership: Addr<PartitionOwnership>,
     /// Cancels being applied, seen by tasks already checked.
     cancels: CancelGate,
+    lease: TreeLease,
     /// The tree's epoch (0 until its claim completed: nothing is written or loaded before).
     epoch: u64,
     /// The low-water mark as stored.
@@ -140,6 +142,9 @@ pub struct PersistenceLinks {
     pub ownership: Addr<PartitionOwnership>,
     /// Tells tasks already checked that a cancel of theirs is being applied.
     pub cancels: CancelGate,
+    /// The tree's running-task lease: told, at the start, what earlier trees left (their
+    /// running calls, the tasks marked retrying), so tasks know whether to read attempts.
+    pub lease: TreeLease,
 }
 
 impl TaskPersistence {
@@ -166,6 +171,7 @@ impl TaskPersistence {
             stop: links.stop,
             ownership: links.ownership,
             cancels: links.cancels,
+            lease: links.lease,
             epoch: 0,
             low_water: start,
         }
@@ -228,6 +234,7 @@ impl Actor for TaskPersistence {
             self.partition,
             self.ownership.clone(),
             Arc::clone(&self.store),
+            self.lease.clone(),
             self.stop.clone(),
         );
         ctx.wait(start.into_actor(self).map(|started, act, _| {
@@ -266,13 +273,14 @@ struct Start {
     retrying: Vec<Task>,
 }
 
-/// Waits for the tree's claim, then reads the partition's low-water mark and the retrying
-/// tasks due before it (again and again while the store fails); `None` if the tree stops or is
-/// fenced first.
+/// Waits for the tree's claim, then reads earlier trees' leases, the partition's low-water mark
+/// and the retrying tasks (again and again while the store fails; the leases first, see
+/// [`TreeLease::may_have_earlier_attempts`]); `None` if the tree stops or is fenced first.
 async fn claim_and_low_water(
     partition: PartitionId,
     ownership: Addr<PartitionOwnership>,
     store: Arc<dyn TaskStore>,
+    lease: TreeLease,
     stop: tokio::sync::watch::Receiver<Option<StopReason>>,
 ) -> Option<Start> {
     let epoch = match ownership.send(CheckOwnership { read_after: None }).await {
@@ -284,13 +292,18 @@ async fn claim_and_low_water(
         if stop.borrow().is_some() {
             return None;
         }
-        match read_start(partition, &store).await {
-            Ok((low_water, retrying)) => {
+        let read = async {
+            lease.read_predecessors_once().await?;
+            read_start(partition, &store).await
+        };
+        match read.await {
+            Ok((low_water, retrying, marked)) => {
+                lease.started_with(marked).await;
                 return Some(Start {
                     epoch,
                     low_water,
                     retrying,
-                })
+                });
             }
             Err(e) => {
                 failures += 1;
@@ -302,18 +315,20 @@ async fn claim_and_low_water(
     }
 }
 
-/// The partition's low-water mark, and the tasks recorded as retrying that are due before it
-/// (a retrying task whose row is gone finished: it is forgotten).
+/// The partition's low-water mark, the tasks recorded as retrying that are due before it (a
+/// retrying task whose row is gone finished: it is forgotten), and the keys of all tasks
+/// recorded as retrying.
 async fn read_start(
     partition: PartitionId,
     store: &Arc<dyn TaskStore>,
-) -> StoreResult<(Option<DateTime<Utc>>, Vec<Task>)> {
+) -> StoreResult<(Option<DateTime<Utc>>, Vec<Task>, HashSet<TaskKey>)> {
     let low_water = store.low_water(partition).await?;
+    let keys = store.retrying(partition).await?;
+    let marked: HashSet<TaskKey> = keys.iter().cloned().collect();
     let Some(mark) = low_water else {
         // Loading starts at the first bucket: it finds them.
-        return Ok((None, Vec::new()));
+        return Ok((None, Vec::new(), marked));
     };
-    let keys = store.retrying(partition).await?;
     let rows = futures::stream::iter(keys.into_iter().filter(|k| k.scheduled_time < mark))
         .map(|key| {
             let store = Arc::clone(store);
@@ -329,7 +344,7 @@ async fn read_start(
         .try_filter_map(|task| futures::future::ready(Ok(task)))
         .try_collect()
         .await?;
-    Ok((low_water, rows))
+    Ok((low_water, rows, marked))
 }
 
 impl TaskPersistence {

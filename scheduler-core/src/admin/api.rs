@@ -109,8 +109,9 @@ pub struct TaskResponse {
 pub struct AttemptView {
     /// The attempt's number, from 1.
     pub attempt: u32,
-    /// When the executor was called.
-    pub started_at: String,
+    /// When the executor was called; null for an attempt that ended its task on the first try,
+    /// which is recorded by the task's status alone (its end is `finishedAt`).
+    pub started_at: Option<String>,
     /// When it returned.
     pub finished_at: String,
     /// succeeded, failed or gave_up.

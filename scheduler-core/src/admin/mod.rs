@@ -27,7 +27,7 @@ use scheduler_client::{partition_for, wire, Task, TaskKey};
 use serde_json::Value;
 use subtle::ConstantTimeEq;
 
-use crate::store::PartitionId;
+use crate::store::{AttemptOutcome, PartitionId, StatusRecord, TaskStatus};
 
 pub mod api;
 mod listing;
@@ -227,18 +227,44 @@ async fn task(
         last_error: status.as_ref().and_then(|s| s.last_error.clone()),
         updated_at: status.as_ref().map(|s| wire::format_time(s.updated_at)),
         task_data: task.map(|t| Value::Object(t.task_data)),
-        history: attempts
-            .into_iter()
-            .take(history)
-            .map(|a| AttemptView {
-                attempt: a.attempt,
-                started_at: wire::format_time(a.started_at),
-                finished_at: wire::format_time(a.finished_at),
-                outcome: a.outcome.as_str().to_string(),
-                error: a.error,
-            })
-            .collect(),
+        history: if attempts.is_empty() {
+            status
+                .as_ref()
+                .and_then(first_and_final)
+                .into_iter()
+                .collect()
+        } else {
+            attempts
+                .into_iter()
+                .take(history)
+                .map(|a| AttemptView {
+                    attempt: a.attempt,
+                    started_at: Some(wire::format_time(a.started_at)),
+                    finished_at: wire::format_time(a.finished_at),
+                    outcome: a.outcome.as_str().to_string(),
+                    error: a.error,
+                })
+                .collect()
+        },
     }))
+}
+
+/// The attempt a task finished on its first try, which has no attempt record: its status
+/// holds its end and outcome.
+fn first_and_final(status: &StatusRecord) -> Option<AttemptView> {
+    let outcome = match status.status {
+        TaskStatus::Completed => AttemptOutcome::Succeeded,
+        TaskStatus::Dropped => AttemptOutcome::GaveUp,
+        TaskStatus::Failed => AttemptOutcome::Failed,
+        TaskStatus::Cancelled => return None,
+    };
+    (status.attempts == 1).then(|| AttemptView {
+        attempt: 1,
+        started_at: None,
+        finished_at: wire::format_time(status.updated_at),
+        outcome: outcome.as_str().to_string(),
+        error: status.last_error.clone(),
+    })
 }
 
 async fn cancel(

@@ -202,3 +202,36 @@ fn attempt_numbers_and_the_retry_budget_continue_in_the_next_tree() {
         assert_eq!((failed.status, failed.attempts), (TaskStatus::Failed, 4));
     });
 }
+
+#[test]
+fn a_task_done_in_one_attempt_is_recorded_by_its_status_alone() {
+    run_paused(|| async {
+        let h = Harness::new(
+            SchedulingSettings::default(),
+            Duration::ZERO,
+            &[("invalid", Behaviour::GiveUp)],
+        );
+        h.assign().await;
+        let (fine, invalid) = (task("fine", t0(), "1"), task("invalid", t0(), "1"));
+        h.enqueue(vec![fine.clone(), invalid.clone()]).await;
+        advance(Duration::from_secs(5)).await;
+        for (t, status) in [
+            (&fine, TaskStatus::Completed),
+            (&invalid, TaskStatus::Dropped),
+        ] {
+            assert_eq!(
+                h.store
+                    .status_of(P, &t.key())
+                    .map(|s| (s.status, s.attempts)),
+                Some((status, 1))
+            );
+            assert!(h.store.attempts(P, &t.key()).is_empty(), "no attempt row");
+        }
+        assert_eq!(
+            h.store
+                .status_of(P, &invalid.key())
+                .and_then(|s| s.last_error),
+            Some("invalid payload".into())
+        );
+    });
+}
