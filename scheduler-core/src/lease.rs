@@ -76,6 +76,7 @@ struct Inner {
     updated: Notify,
     /// Earlier trees' entries, read once after the claim.
     predecessors: tokio::sync::Mutex<Predecessors>,
+    traces: Mutex<EarlierTraces>,
 }
 
 #[derive(Default)]
@@ -95,8 +96,14 @@ struct Running {
 struct Predecessors {
     read_at: Option<Instant>,
     blocked: HashSet<String>,
-    /// The orderingIds blocked at the first read, right after the claim: their calls in
-    /// earlier trees may record attempts until they end.
+}
+
+/// What earlier trees left that may have attempts recorded (see
+/// [`TreeLease::may_have_earlier_attempts`]).
+#[derive(Default)]
+struct EarlierTraces {
+    /// The orderingIds blocked at the first read of the leases, right after the claim: their
+    /// calls in earlier trees may record attempts until they end.
     at_claim: Option<HashSet<String>>,
     /// The tasks recorded as retrying when the tree started (read after `at_claim`).
     retrying: Option<HashSet<TaskKey>>,
@@ -178,6 +185,7 @@ impl TreeLease {
             written,
             updated: Notify::new(),
             predecessors: tokio::sync::Mutex::new(Predecessors::default()),
+            traces: Mutex::default(),
         });
         tokio::spawn(write_lease(Arc::clone(&inner)));
         TreeLease { inner }
@@ -261,9 +269,11 @@ impl TreeLease {
             .flat_map(|(_, lease)| lease.running.into_iter().map(|(o, _)| o))
             .collect();
         predecessors.read_at = Some(Instant::now());
-        if predecessors.at_claim.is_none() {
-            predecessors.at_claim = Some(predecessors.blocked.clone());
+        let mut traces = self.inner.traces();
+        if traces.at_claim.is_none() {
+            traces.at_claim = Some(predecessors.blocked.clone());
         }
+        drop(traces);
         if !predecessors.blocked.is_empty() {
             debug!(
                 partition = self.inner.partition,
@@ -276,8 +286,8 @@ impl TreeLease {
 
     /// Records the tasks marked as retrying when the tree started, read after
     /// [`Self::read_predecessors_once`].
-    pub async fn started_with(&self, retrying: HashSet<TaskKey>) {
-        self.inner.predecessors.lock().await.retrying = Some(retrying);
+    pub fn started_with(&self, retrying: HashSet<TaskKey>) {
+        self.inner.traces().retrying = Some(retrying);
     }
 
     /// Whether an earlier tree may have recorded attempts of `key`. Attempts are recorded
@@ -285,9 +295,9 @@ impl TreeLease {
     /// attempt of a task neither marked when this tree started nor of an orderingId still
     /// running in an earlier tree at its claim would have been recorded after both reads, by a
     /// call that started after the claim: one that ownership fenced. (Unknown: yes.)
-    pub async fn may_have_earlier_attempts(&self, key: &TaskKey) -> bool {
-        let predecessors = self.inner.predecessors.lock().await;
-        match (&predecessors.at_claim, &predecessors.retrying) {
+    pub fn may_have_earlier_attempts(&self, key: &TaskKey) -> bool {
+        let traces = self.inner.traces();
+        match (&traces.at_claim, &traces.retrying) {
             (Some(at_claim), Some(retrying)) => {
                 at_claim.contains(&key.ordering_id) || retrying.contains(key)
             }
@@ -305,6 +315,10 @@ impl TreeLease {
 impl Inner {
     fn lock(&self) -> MutexGuard<'_, Running> {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn traces(&self) -> MutexGuard<'_, EarlierTraces> {
+        self.traces.lock().unwrap_or_else(PoisonError::into_inner)
     }
 }
 

@@ -6,9 +6,10 @@
 //!    gone: see [`crate::lease`]).
 //! 2. **Lease.** The orderingId's entry in the tree's running-task lease is durable.
 //! 3. **Ownership, read after the lease.** A stale tree is fenced here; a newer one waits at 1.
-//! 4. **Status.** A task with a final status (completed, failed, dropped, cancelled) is not
-//!    run. The task arms the tree's [`CancelGate`] first, so a cancel applied after the read
-//!    is seen too.
+//! 4. **Status**, read while 2 and 3 are under way. A task with a final status (completed,
+//!    failed, dropped, cancelled) is not run. Earlier trees recorded their outcomes before 1
+//!    let the task on, and a newer tree's fences this one at 3. The task arms the tree's
+//!    [`CancelGate`] first, so a cancel applied after the read is seen too.
 //! 5. **Time, then slot.** The task was dispatched `dispatch_lead` before its time, so steps
 //!    1-4 are done by then: it waits for its time, then for a slot of the execution pool. The
 //!    checks still hold if the lease stayed live without a break (no newer tree can have
@@ -16,10 +17,12 @@
 //!    meanwhile; otherwise they are taken again from 2.
 //! 6. **Call.** The user's executor, with a [`TaskContext`]; the call keeps its slot and lease
 //!    entry until it returns, even if this function is dropped with its tree.
-//! 7. **Record, as owner.** The attempt, then the final status (completed, dropped, failed once
-//!    retries are exhausted), each only after ownership is confirmed, and again before every
-//!    retried write. A retryable failure is recorded as retrying (so the task no longer holds
-//!    its partition's low-water mark back), waits out its backoff and goes back to 2.
+//! 7. **Record, as owner.** A retryable failure marks the task as retrying (so it no longer
+//!    holds its partition's low-water mark back, and a later tree knows to continue its attempt
+//!    numbers), then records the attempt, waits out its backoff and goes back to 2. A final
+//!    outcome records its attempt (none for a first attempt: the status says it all), then the
+//!    final status (completed, dropped, failed once retries are exhausted). Each record only
+//!    after ownership is confirmed, and again before every retried write.
 //!
 //! Before the call, the tree's stop signal (revoke, rebuild, fence) abandons the task at once:
 //! it stays in Cassandra for the next tree. After the call, the outcome is recorded if the tree
@@ -39,7 +42,9 @@ use crate::executor::{ExecutionOutcome, StopReason, TaskContext, TaskError};
 use crate::in_flight::Pin;
 use crate::lease::TreeLease;
 use crate::retry::{backoff_delay, exponential_period};
-use crate::store::{AttemptOutcome, AttemptRecord, PartitionId, StatusRecord, TaskStatus};
+use crate::store::{
+    AttemptOutcome, AttemptRecord, PartitionId, StatusRecord, StoreResult, TaskStatus,
+};
 use futures::future::OptionFuture;
 
 /// First wait before retrying a store step (status read, lease write, record) that failed.
@@ -140,35 +145,39 @@ impl TaskRun {
         self.store_step("lease read", || lease.wait_for_predecessors(&ordering_id))
             .await?;
         loop {
-            // 2. The lease entry, then 3. ownership read after it.
-            let task_text = self.key.to_string();
-            let hold = self
-                .unless_stopped(lease.hold(&ordering_id, &task_text))
-                .await?;
-            let epoch = self.owner(Some(hold.durable_since())).await?;
-            // 4. Not finished or cancelled.
+            // 2. The lease entry, then 3. ownership read after it; 4. meanwhile, whether the
+            // task is finished or cancelled (armed first, see step 5). The status read needs
+            // no lease: earlier trees recorded their outcomes before step 1 let this task on,
+            // and a newer tree's outcome fences this one at 3.
             let armed = self.links.cancels.arm(&self.key);
-            let store = self.deps.store.clone();
-            let (partition, key) = (self.partition, self.key.clone());
-            // A task an earlier tree may have attempted: its last attempt is read beside the
-            // status (no round trip more), so attempt numbers and the retry budget go on.
-            let earlier = self.attempts == 0 && lease.may_have_earlier_attempts(&self.key).await;
-            let (status, last_attempt) = self
-                .store_step("status read", || {
-                    let status = store.status(partition, key.clone());
-                    let last = earlier.then(|| store.attempts(key.clone(), 1));
-                    async move {
-                        let last = async move {
-                            match last {
-                                Some(read) => read.await.map(|a| a.first().map(|a| a.attempt)),
-                                None => Ok(None),
-                            }
-                        };
-                        let (status, last) = futures::future::join(status, last).await;
-                        Ok::<_, crate::store::StoreError>((status?, last?))
-                    }
-                })
-                .await?;
+            let earlier = self.attempts == 0 && lease.may_have_earlier_attempts(&self.key);
+            let status_read = read_status(
+                self.deps.store.clone(),
+                self.partition,
+                self.key.clone(),
+                earlier,
+                self.stop.clone(),
+            );
+            let task_text = self.key.to_string();
+            let lease_and_owner = async {
+                let hold = self
+                    .unless_stopped(lease.hold(&ordering_id, &task_text))
+                    .await?;
+                let epoch = self.owner(Some(hold.durable_since())).await?;
+                Ok::<_, Halt>((hold, epoch))
+            };
+            let (held, status) = futures::future::join(lease_and_owner, status_read).await;
+            let (hold, epoch) = held?;
+            let (status, last_attempt) = match status {
+                Some(Ok(read)) => read,
+                Some(Err(e)) => {
+                    self.store_failed("status read", &e.into()).await?;
+                    continue;
+                }
+                None => return Err(Halt::Abandoned),
+            };
+            self.store_failures = 0;
+            let partition = self.partition;
             if let Some(last) = last_attempt {
                 debug!(partition, task = %self.key, last_attempt = last,
                     "attempted by an earlier tree; attempt numbers go on");
@@ -457,5 +466,33 @@ impl TaskRun {
             _ = stop.wait_for(Option::is_some) => Err(Halt::Abandoned),
             value = work => Ok(value),
         }
+    }
+}
+
+/// The task's final status and, if an earlier tree may have attempted it (`earlier`), its last
+/// attempt number, read concurrently; `None` if the tree stops first.
+async fn read_status(
+    store: std::sync::Arc<dyn crate::store::TaskStore>,
+    partition: PartitionId,
+    key: TaskKey,
+    earlier: bool,
+    mut stop: watch::Receiver<Option<StopReason>>,
+) -> Option<StoreResult<(Option<StatusRecord>, Option<u32>)>> {
+    let status = store.status(partition, key.clone());
+    let last = async {
+        if !earlier {
+            return Ok(None);
+        }
+        let attempts = store.attempts(key.clone(), 1).await?;
+        Ok(attempts.first().map(|a| a.attempt))
+    };
+    let read = async {
+        let (status, last) = futures::future::join(status, last).await;
+        Ok((status?, last?))
+    };
+    tokio::select! {
+        biased;
+        _ = stop.wait_for(Option::is_some) => None,
+        read = read => Some(read),
     }
 }

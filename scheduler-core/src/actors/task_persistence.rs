@@ -298,7 +298,7 @@ async fn claim_and_low_water(
         };
         match read.await {
             Ok((low_water, retrying, marked)) => {
-                lease.started_with(marked).await;
+                lease.started_with(marked);
                 return Some(Start {
                     epoch,
                     low_water,
