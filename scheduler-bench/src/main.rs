@@ -2,7 +2,7 @@
 //! each figure beside the raw ceiling of the same services measured in the same run.
 //!
 //! ```text
-//! scheduler-bench run [--quick] [--out FILE] [--only ceilings,throughput,handoff,cold,backlog,tombstones]
+//! scheduler-bench run [--quick] [--out FILE] [--only ceilings,throughput,handoff,cold,backlog,tombstones,peers]
 //! ```
 //!
 //! Prints a table and writes the figures as JSON. `--quick` runs every scenario small (under
@@ -10,6 +10,7 @@
 
 mod ceilings;
 mod child;
+mod peers;
 mod probe;
 mod report;
 mod scenarios;
@@ -87,6 +88,8 @@ enum Scenario {
     /// Issue 12's baseline: a restart after many tasks finished in one partition (run only
     /// when named in `--only`).
     Tombstones,
+    /// The same workload on peer libraries (graphile_worker on PostgreSQL), side by side.
+    Peers,
 }
 
 /// How big each scenario is.
@@ -204,9 +207,26 @@ async fn run(args: RunArgs) -> Result<(), BenchError> {
         step("backlog");
         figures.backlog = Some(scenarios::backlog(sizes.backlog_tasks).await?);
     }
-    if wanted(Scenario::Tombstones) {
+    if args.only.contains(&Scenario::Tombstones) {
         step("tombstones: a restart after many tasks finished in one partition");
         figures.tombstones = Some(tombstones::tombstones(sizes.finished_tasks).await?);
+    }
+    if wanted(Scenario::Peers) && args.quick {
+        eprintln!(
+            "peers: skipped in the quick run (a comparison, not a check of the engine); \
+             run dev/bench --only throughput,peers"
+        );
+    } else if wanted(Scenario::Peers) {
+        // At the engine's half-load rate when this run measured it.
+        let rate = figures
+            .punctuality
+            .as_ref()
+            .map_or(peers::DEFAULT_RATE, |p| p.rate_per_s);
+        step(&format!(
+            "peers: the same workload on graphile_worker (dev/postgres), {rate:.0} tasks/s"
+        ));
+        let measured = peers::measure(rate, sizes.punctual_for).await;
+        figures.peers = Some(measured.map_err(|e| e.to_string()));
     }
     step("done");
 

@@ -4,6 +4,7 @@
 use serde_json::{json, Value};
 
 use crate::ceilings::{Ceilings, CQL_WRITES_PER_TASK};
+use crate::peers::{self, Peers};
 use crate::scenarios::{Backlog, ColdLoad, Handoff, Leave, Punctuality, Throughput};
 use crate::tombstones::Tombstones;
 
@@ -27,6 +28,8 @@ pub struct Figures {
     pub backlog: Option<Backlog>,
     /// A restart among many finished tasks.
     pub tombstones: Option<Tombstones>,
+    /// The same workload on peer libraries (or why it could not run).
+    pub peers: Option<Result<Peers, String>>,
 }
 
 /// A target of the engine and how far the run is from it.
@@ -150,6 +153,9 @@ impl Figures {
                 "restart time",
                 t.new_task_ran_s.max(f64::MIN_POSITIVE),
             );
+        }
+        if let Some(Err(e)) = &self.peers {
+            problems.push(format!("peers: {e}"));
         }
         problems
     }
@@ -278,6 +284,7 @@ impl Figures {
         for (a, b, c) in rows {
             out.push_str(&format!("{a:<width$}  {b:>width2$}  {c}\n"));
         }
+        out.push_str(&self.peers_table());
         let targets = self.targets();
         if !targets.is_empty() {
             out.push_str("\ntargets:\n");
@@ -290,6 +297,114 @@ impl Figures {
             }
         }
         out
+    }
+
+    /// Our figures beside the peers' (lateness from punctuality, throughput from throughput).
+    fn ours(&self) -> PeerFigures {
+        PeerFigures {
+            p50_ms: self.punctuality.as_ref().map(|p| p.p50_ms),
+            p99_ms: self.punctuality.as_ref().map(|p| p.p99_ms),
+            p999_ms: self.punctuality.as_ref().map(|p| p.p999_ms),
+            per_s: self.throughput.as_ref().map(|t| t.tasks_per_s),
+        }
+    }
+
+    /// The side-by-side table: ours, then each peer with its ratio to ours.
+    fn peers_table(&self) -> String {
+        let peers = match &self.peers {
+            None => return String::new(),
+            Some(Err(e)) => return format!("\nside by side with peers: failed: {e}\n"),
+            Some(Ok(peers)) => peers,
+        };
+        let ours = self.ours();
+        let mut out = format!(
+            "\nside by side: {:.0} tasks/s 2 s ahead for {:.0} s (lateness); {} due now over {} \
+             queues (throughput; ours: the throughput run above, same 20 per orderingId)\n",
+            peers.rate_per_s,
+            peers.steady_s,
+            peers::BURST,
+            peers::QUEUES
+        );
+        let cell = |value: Option<f64>, ours: Option<f64>, unit: &str| match (value, ours) {
+            (None, _) => "never ran".to_string(),
+            (Some(v), Some(o)) if o > 0.0 => format!("{v:.1}{unit} ({:.2}x)", v / o),
+            (Some(v), _) => format!("{v:.1}{unit}"),
+        };
+        out.push_str(&format!(
+            "  {:<34} {:>20} {:>20} {:>20} {:>22}  {}\n",
+            "",
+            "p50 lateness",
+            "p99 lateness",
+            "p99.9 lateness",
+            "max throughput",
+            "dup/missing/order"
+        ));
+        let mine = |v: Option<f64>, unit: &str| {
+            v.map_or("not measured".into(), |v| format!("{v:.1}{unit}"))
+        };
+        out.push_str(&format!(
+            "  {:<34} {:>20} {:>20} {:>20} {:>22}\n",
+            "ours (one node)",
+            mine(ours.p50_ms, " ms"),
+            mine(ours.p99_ms, " ms"),
+            mine(ours.p999_ms, " ms"),
+            mine(ours.per_s, "/s"),
+        ));
+        for run in &peers.runs {
+            out.push_str(&format!(
+                "  {:<34} {:>20} {:>20} {:>20} {:>22}  {}/{}/{}\n",
+                format!("{} {}", run.system, run.profile),
+                cell(run.p50_ms, ours.p50_ms, " ms"),
+                cell(run.p99_ms, ours.p99_ms, " ms"),
+                cell(run.p999_ms, ours.p999_ms, " ms"),
+                run.jobs_per_s.map_or_else(
+                    || format!("not drained in {}s", run.document["burst"]["wait_limit_s"]),
+                    |v| cell(Some(v), ours.per_s, "/s"),
+                ),
+                run.duplicates,
+                run.missing,
+                run.out_of_order,
+            ));
+        }
+        out
+    }
+
+    fn peers_json(&self) -> Value {
+        let peers = match &self.peers {
+            None => return Value::Null,
+            Some(Err(e)) => return json!({"error": e}),
+            Some(Ok(peers)) => peers,
+        };
+        let ours = self.ours();
+        let ratio = |v: Option<f64>, o: Option<f64>| match (v, o) {
+            (Some(v), Some(o)) if o > 0.0 => Some(v / o),
+            _ => None,
+        };
+        let rows: Vec<Value> = peers
+            .runs
+            .iter()
+            .map(|r| {
+                json!({
+                    "system": r.system, "profile": r.profile, "p50_ms": r.p50_ms,
+                    "p99_ms": r.p99_ms, "p999_ms": r.p999_ms, "jobs_per_s": r.jobs_per_s,
+                    "duplicates": r.duplicates, "missing": r.missing,
+                    "out_of_order": r.out_of_order,
+                    "ratio_to_ours": {
+                        "p50": ratio(r.p50_ms, ours.p50_ms), "p99": ratio(r.p99_ms, ours.p99_ms),
+                        "p999": ratio(r.p999_ms, ours.p999_ms),
+                        "throughput": ratio(r.jobs_per_s, ours.per_s),
+                    },
+                })
+            })
+            .collect();
+        json!({
+            "rate_per_s": peers.rate_per_s, "steady_s": peers.steady_s,
+            "burst": peers::BURST, "queues": peers::QUEUES,
+            "ours": {"p50_ms": ours.p50_ms, "p99_ms": ours.p99_ms, "p999_ms": ours.p999_ms,
+                     "tasks_per_s": ours.per_s},
+            "rows": rows,
+            "runs": peers.runs.iter().map(|r| r.document.clone()).collect::<Vec<_>>(),
+        })
     }
 
     /// The JSON document.
@@ -320,7 +435,7 @@ impl Figures {
             })),
             "punctuality": self.punctuality.as_ref().map(|p| json!({
                 "rate_per_s": p.rate_per_s, "tasks": p.tasks, "p50_ms": p.p50_ms,
-                "p99_ms": p.p99_ms, "max_ms": p.max_ms,
+                "p99_ms": p.p99_ms, "p999_ms": p.p999_ms, "max_ms": p.max_ms,
             })),
             "handoffs": self.handoffs.iter().map(|h| json!({
                 "leave": match h.leave { Leave::Clean => "clean", Leave::Kill => "kill" },
@@ -342,9 +457,18 @@ impl Figures {
                 "new_task_ran_s": t.new_task_ran_s,
                 "tombstones_read": t.tombstones_read,
             })),
+            "peers": self.peers_json(),
             "targets": targets,
         })
     }
+}
+
+/// Lateness percentiles and throughput, as compared in the peers' table.
+struct PeerFigures {
+    p50_ms: Option<f64>,
+    p99_ms: Option<f64>,
+    p999_ms: Option<f64>,
+    per_s: Option<f64>,
 }
 
 fn rate(per_s: f64, unit: &str) -> String {

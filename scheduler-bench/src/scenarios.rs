@@ -58,6 +58,8 @@ pub struct Punctuality {
     pub p50_ms: f64,
     /// 99th percentile.
     pub p99_ms: f64,
+    /// 99.9th percentile (compared with the peers').
+    pub p999_ms: f64,
     /// Maximum.
     pub max_ms: f64,
 }
@@ -287,6 +289,7 @@ async fn punctuality(
         tasks: lateness.len(),
         p50_ms: quantile(&lateness, 0.50),
         p99_ms: quantile(&lateness, 0.99),
+        p999_ms: quantile(&lateness, 0.999),
         max_ms: lateness.last().copied().unwrap_or(f64::NAN),
     })
 }
