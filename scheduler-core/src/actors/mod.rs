@@ -8,13 +8,14 @@
 //!     ├── ThroughputController  keeps in-flight tasks under the maximum by asking for loads
 //!     ├── PartitionExecutor     routes due tasks to one OrderingExecutor per orderingId
 //!     │   └── OrderingExecutor  runs its orderingId's tasks one at a time, in order, each
-//!     │                         through its lifecycle (task_lifecycle: slot, status, lease,
-//!     │                         ownership, call, record, retry)
+//!     │                         through its lifecycle (task_lifecycle: lease, ownership and
+//!     │                         status before its time, then time, slot, call, record, retry)
 //!     └── PartitionOwnership    claims the partition (ownership epoch) and fences a stale tree
 //! ```
 //!
 //! Beside the actors, each tree keeps a running-task lease ([`crate::lease::TreeLease`]) that
-//! outlives the tree while calls it started still run.
+//! outlives the tree while calls it started still run, and a cancel gate
+//! ([`crate::cancel_gate::CancelGate`]) through which a cancel reaches tasks already checked.
 //!
 //! A request is defined beside the actor that answers it; a report sent back up (a task done,
 //! room freed, a failure) beside the actor that sends it, to a `Recipient`: imports run one way,
