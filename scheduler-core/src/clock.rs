@@ -10,11 +10,13 @@ pub trait Clock: Send + Sync + 'static {
     /// The current time.
     fn now(&self) -> DateTime<Utc>;
 
-    /// Resolves at `at` or a little after (a task's time: callers check [`Clock::now`] again).
-    /// The default waits on tokio's timer.
+    /// Resolves at `at` or a little after (a task's time: callers check [`Clock::now`] again);
+    /// at once if `at` has passed. The default waits on tokio's timer.
     fn sleep_until(&self, at: DateTime<Utc>) -> BoxFuture<'static, ()> {
-        let wait = (at - self.now()).to_std().unwrap_or_default();
-        Box::pin(tokio::time::sleep(wait))
+        match (at - self.now()).to_std() {
+            Ok(wait) if !wait.is_zero() => Box::pin(tokio::time::sleep(wait)),
+            _ => Box::pin(std::future::ready(())),
+        }
     }
 }
 

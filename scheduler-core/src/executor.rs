@@ -6,11 +6,11 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use chrono::TimeDelta;
+use chrono::{DateTime, TimeDelta, Utc};
 use futures::future::BoxFuture;
 use futures::FutureExt;
 use scheduler_client::Task;
-use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
+use tokio::sync::{oneshot, watch, Semaphore};
 use tracing::Instrument;
 
 use crate::clock::Clock;
@@ -200,8 +200,20 @@ pub struct CallPool {
     clock: Arc<dyn Clock>,
 }
 
-/// One of the pool's `concurrency` slots, given back when dropped.
-pub(crate) struct Slot(#[allow(dead_code)] OwnedSemaphorePermit);
+/// What became of a call handed to [`CallPool::call_when_due`].
+pub(crate) enum Called<H> {
+    /// The executor was called at `started_at`: its result, and `held` back to record the
+    /// outcome under (`None` if the call panicked).
+    Done {
+        result: Result<(), TaskError>,
+        held: Option<H>,
+        started_at: DateTime<Utc>,
+    },
+    /// When its time and a slot came, the checks no longer held (`ready` said no): not called.
+    NotReady(H),
+    /// The tree stopped, or the caller stopped waiting, first: not called.
+    Stopped,
+}
 
 impl CallPool {
     /// A pool running `executor` on `runtime`, timing calls out by `clock`.
@@ -221,50 +233,84 @@ impl CallPool {
         }
     }
 
-    /// Waits for a free slot.
-    pub(crate) async fn slot(&self) -> Slot {
-        match Arc::clone(&self.permits).acquire_owned().await {
-            Ok(permit) => Slot(permit),
-            // The semaphore is never closed.
-            Err(_) => std::future::pending().await,
-        }
-    }
-
-    /// Calls the executor for `task` in `slot`, inside `span` (so the executor's own logs carry
-    /// the task's identity); resolves with its result, and `held` back to record the outcome
-    /// under (`None` if the call panicked). The call runs on the pool's runtime and keeps
-    /// `slot` and `held` until it returns, even if the caller stops waiting for it.
-    pub(crate) fn call<H: Send + 'static>(
+    /// Calls the executor for `task` at `at` (by the pool's clock) or later, once a slot is
+    /// free and if `ready(&held)` still says yes then, inside `span` (so the executor's own
+    /// logs carry the task's identity). The waits, the check and the call run on the pool's
+    /// runtime, not on the actors' thread: a busy actor thread would make calls late. Before
+    /// the call, the tree's `stop` signal or the caller dropping the returned future ends it
+    /// uncalled; once called, the call keeps its slot and `held` until it returns, even if the
+    /// caller stops waiting.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn call_when_due<H: Send + 'static>(
         &self,
-        slot: Slot,
+        at: DateTime<Utc>,
         held: H,
+        ready: impl FnOnce(&H) -> bool + Send + 'static,
         task: Task,
         ctx: TaskContext,
         span: tracing::Span,
-    ) -> impl Future<Output = (Result<(), TaskError>, Option<H>)> + 'static {
+        mut stop: watch::Receiver<Option<StopReason>>,
+    ) -> impl Future<Output = Called<H>> + 'static {
         let executor = Arc::clone(&self.executor);
-        let timeout = self.timeout;
-        let expired = self
-            .clock
-            .sleep_until(self.clock.now() + TimeDelta::from_std(timeout).unwrap_or(TimeDelta::MAX));
-        let handle = self.runtime.spawn(async move {
-            let _slot = slot;
+        let (timeout, clock, permits) = (
+            self.timeout,
+            Arc::clone(&self.clock),
+            Arc::clone(&self.permits),
+        );
+        let (answer, answered) = oneshot::channel();
+        self.runtime.spawn(async move {
+            let mut answer = answer;
+            let due_and_slot = async {
+                while clock.now() < at {
+                    clock.sleep_until(at).await;
+                }
+                let slot = permits.acquire_owned().await;
+                // The time by this node's clock once more, now that the slot is had: at once
+                // when it has passed, but a paused process (the simulation's clock, whose
+                // waits end only when the process runs) acts on a freed slot only once it
+                // runs again, as a real one would.
+                clock.sleep_until(at).await;
+                slot
+            };
+            let waited = tokio::select! {
+                biased;
+                _ = stop.wait_for(Option::is_some) => None,
+                () = answer.closed() => return,
+                slot = due_and_slot => slot.ok(),
+            };
+            // (The semaphore is never closed.)
+            let Some(_slot) = waited.filter(|_| stop.borrow().is_none()) else {
+                let _ = answer.send(Called::Stopped);
+                return;
+            };
+            if !ready(&held) {
+                let _ = answer.send(Called::NotReady(held));
+                return;
+            }
+            let started_at = clock.now();
+            let expired = clock
+                .sleep_until(started_at + TimeDelta::from_std(timeout).unwrap_or(TimeDelta::MAX));
             let result = tokio::select! {
                 result = executor.execute_boxed(task, ctx).instrument(span) => result,
                 () = expired => Err(TaskError::retry(format!("timed out after {timeout:?}"))),
             };
-            (result, held)
+            let _ = answer.send(Called::Done {
+                result,
+                held: Some(held),
+                started_at,
+            });
         });
+        let clock = Arc::clone(&self.clock);
         async move {
-            match handle.await {
-                Ok((result, held)) => (result, Some(held)),
-                Err(e) if e.is_panic() => (Err(TaskError::retry("the executor panicked")), None),
-                Err(e) => (
-                    Err(TaskError::retry(format!(
-                        "the execution was cancelled: {e}"
-                    ))),
-                    None,
-                ),
+            match answered.await {
+                Ok(called) => called,
+                // The spawned call ended without answering: it panicked (its slot and `held`
+                // were dropped with it).
+                Err(_) => Called::Done {
+                    result: Err(TaskError::retry("the executor panicked")),
+                    held: None,
+                    started_at: clock.now(),
+                },
             }
         }
     }
@@ -317,13 +363,23 @@ mod tests {
             Duration::from_secs(5),
             Arc::new(crate::clock::TokioClock::starting_at(Utc::now())),
         );
+        let (_stop, stop) = watch::channel(None);
         let run = |t: Task| {
-            let pool = pool.clone();
+            let (pool, stop) = (pool.clone(), stop.clone());
             async move {
-                let slot = pool.slot().await;
-                pool.call(slot, (), t, context(), tracing::Span::none())
-                    .await
-                    .0
+                let called = pool.call_when_due(
+                    t.scheduled_time,
+                    (),
+                    |_| true,
+                    t,
+                    context(),
+                    tracing::Span::none(),
+                    stop,
+                );
+                match called.await {
+                    Called::Done { result, .. } => result,
+                    Called::NotReady(()) | Called::Stopped => panic!("not called"),
+                }
             }
         };
         let results = futures::future::join_all((0..10).map(|_| run(task("ok")))).await;
@@ -341,5 +397,59 @@ mod tests {
             run(task("invalid")).await,
             Err(TaskError::give_up("invalid"))
         );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_call_waits_for_its_time_and_is_not_made_when_not_ready_or_stopped() {
+        let probe = Arc::new(Probe {
+            running: AtomicUsize::new(0),
+            peak: AtomicUsize::new(0),
+        });
+        let clock = crate::clock::TokioClock::starting_at(Utc::now());
+        let pool = CallPool::new(
+            Arc::clone(&probe),
+            tokio::runtime::Handle::current(),
+            1,
+            Duration::from_secs(5),
+            Arc::new(clock.clone()),
+        );
+        let (stop_tx, stop) = watch::channel(None);
+        let at = clock.now() + TimeDelta::seconds(2);
+        let called = pool.call_when_due(
+            at,
+            (),
+            |_| true,
+            task("ok"),
+            context(),
+            tracing::Span::none(),
+            stop.clone(),
+        );
+        match called.await {
+            Called::Done { started_at, .. } => assert_eq!(started_at, at),
+            _ => panic!("not called"),
+        }
+        let not_ready = pool.call_when_due(
+            at,
+            7,
+            |_| false,
+            task("ok"),
+            context(),
+            tracing::Span::none(),
+            stop.clone(),
+        );
+        assert!(matches!(not_ready.await, Called::NotReady(7)));
+        let later = clock.now() + TimeDelta::seconds(2);
+        let stopped = pool.call_when_due(
+            later,
+            (),
+            |_| true,
+            task("ok"),
+            context(),
+            tracing::Span::none(),
+            stop,
+        );
+        let _ = stop_tx.send(Some(StopReason::Revoked));
+        assert!(matches!(stopped.await, Called::Stopped));
+        assert_eq!(probe.peak.load(Ordering::SeqCst), 1, "one call only");
     }
 }

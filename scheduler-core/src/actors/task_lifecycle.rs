@@ -11,10 +11,11 @@
 //!    let the task on, and a newer tree's fences this one at 3. The task arms the tree's
 //!    [`CancelGate`] first, so a cancel applied after the read is seen too.
 //! 5. **Time, then slot.** The task was dispatched `dispatch_lead` before its time, so steps
-//!    1-4 are done by then: it waits for its time, then for a slot of the execution pool. The
-//!    checks still hold if the lease stayed live without a break (no newer tree can have
-//!    started the task: it waits at 1 for the entry) and no cancel of the task was applied
-//!    meanwhile; otherwise they are taken again from 2.
+//!    1-4 are done by then: it waits for its time, then for a slot of the execution pool, on
+//!    the pool's runtime (a busy actor thread would make the call late). The checks still hold
+//!    if the lease stayed live without a break (no newer tree can have started the task: it
+//!    waits at 1 for the entry) and no cancel of the task was applied meanwhile; otherwise
+//!    they are taken again from 2.
 //! 6. **Call.** The user's executor, with a [`TaskContext`]; the call keeps its slot and lease
 //!    entry until it returns, even if this function is dropped with its tree.
 //! 7. **Record, as owner.** A retryable failure marks the task as retrying (so it no longer
@@ -38,7 +39,7 @@ use tracing::{debug, warn, Instrument};
 use super::partition_ownership::{CheckOwnership, Ownership, PartitionOwnership};
 use super::{PartitionDeps, TreeError};
 use crate::cancel_gate::CancelGate;
-use crate::executor::{ExecutionOutcome, StopReason, TaskContext, TaskError};
+use crate::executor::{Called, ExecutionOutcome, StopReason, TaskContext, TaskError};
 use crate::in_flight::Pin;
 use crate::lease::TreeLease;
 use crate::retry::{backoff_delay, exponential_period};
@@ -188,26 +189,12 @@ impl TaskRun {
                 self.remove_from_schedule();
                 return Ok(ExecutionOutcome::AlreadyFinished);
             }
-            // 5. Its time, then a slot.
-            self.until_due().await?;
-            let pool = self.deps.pool.clone();
-            let slot = self.unless_stopped(pool.slot()).await?;
-            if armed.touched() {
-                debug!(partition, task = %self.key, "a cancel was applied after the status read; checking again once it is recorded");
-                drop(slot);
-                self.unless_stopped(armed.settled()).await?;
-                continue;
-            }
-            // If the lease lapsed since step 2 (a pause of the process, a step retried past the
-            // TTL), a newer tree may have taken the task over.
-            if !hold.unbroken() {
-                debug!(partition, task = %self.key, "lease lapsed before the call; checking again");
-                continue;
-            }
-            drop(armed);
-            // 6. The call.
+            // 5. Its time, then a slot, then 6. the call: waited for on the pool's runtime, so
+            // that a busy actor thread does not make the call late. The checks still hold if
+            // the lease stayed live without a break since step 2 (else a newer tree may have
+            // taken the task over: a pause of the process, a step retried past the TTL) and no
+            // cancel reached the task since its status read.
             self.attempts += 1;
-            self.called = true;
             let context = TaskContext::new(
                 self.partition,
                 epoch,
@@ -215,26 +202,50 @@ impl TaskRun {
                 self.stop.clone(),
                 hold.watch(),
             );
-            let started_at = self.deps.clock.now();
-            let started = std::time::Instant::now();
-            debug!(partition, task = %self.key, attempt = self.attempts, epoch,
-                delay_ms = (started_at - self.key.scheduled_time).num_milliseconds(), "executing task");
+            let called = self
+                .deps
+                .pool
+                .call_when_due(
+                    self.key.scheduled_time,
+                    (hold, armed),
+                    |(hold, armed)| hold.unbroken() && !armed.touched(),
+                    task.clone(),
+                    context,
+                    self.span.clone(),
+                    self.stop.clone(),
+                )
+                .await;
             // The lease entry comes back with the result and is kept until the outcome is
             // recorded: a newer tree must not start the task between the call's end and its
             // final status (it would run it again).
-            let (result, hold) = self
-                .deps
-                .pool
-                .call(slot, hold, task.clone(), context, self.span.clone())
-                .await;
-            let first_delay = (self.attempts == 1).then(|| {
-                (started_at - self.key.scheduled_time)
-                    .to_std()
-                    .unwrap_or_default()
-            });
-            self.deps
-                .metrics
-                .attempt(self.partition, started.elapsed(), first_delay);
+            let (result, hold, started_at) = match called {
+                Called::Done {
+                    result,
+                    held,
+                    started_at,
+                } => (result, held.map(|(hold, _armed)| hold), started_at),
+                Called::Stopped => return Err(Halt::Abandoned),
+                Called::NotReady((hold, armed)) => {
+                    self.attempts -= 1;
+                    drop(hold);
+                    if armed.touched() {
+                        debug!(partition, task = %self.key, "a cancel was applied after the status read; checking again once it is recorded");
+                        self.unless_stopped(armed.settled()).await?;
+                    } else {
+                        debug!(partition, task = %self.key, "lease lapsed before the call; checking again");
+                    }
+                    continue;
+                }
+            };
+            self.called = true;
+            let delay = started_at - self.key.scheduled_time;
+            debug!(partition, task = %self.key, attempt = self.attempts, epoch,
+                delay_ms = delay.num_milliseconds(), "task called");
+            let first_delay = (self.attempts == 1).then(|| delay.to_std().unwrap_or_default());
+            let took = (self.deps.clock.now() - started_at)
+                .to_std()
+                .unwrap_or_default();
+            self.deps.metrics.attempt(self.partition, took, first_delay);
             // 7. Record, as owner. A first attempt that ends the task is recorded by its
             // status alone (the usual case: one write per task less). Any other attempt follows
             // a failure, and a failure marks the task as retrying before its attempt is
@@ -288,16 +299,6 @@ impl TaskRun {
             drop(hold);
             self.unless_stopped(tokio::time::sleep(delay)).await?;
         }
-    }
-
-    /// Waits until the task's time (by the engine's clock; a lifecycle begins `dispatch_lead`
-    /// early), unless the tree stops first.
-    async fn until_due(&mut self) -> Result<(), Halt> {
-        while self.deps.clock.now() < self.key.scheduled_time {
-            let sleep = self.deps.clock.sleep_until(self.key.scheduled_time);
-            self.unless_stopped(sleep).await?;
-        }
-        Ok(())
     }
 
     /// The tree's epoch, if it still owns the partition (by a read begun after `read_after`).
