@@ -10,7 +10,7 @@ use chrono::{DateTime, TimeDelta, Utc};
 use futures::future::BoxFuture;
 use futures::FutureExt;
 use scheduler_client::Task;
-use tokio::sync::{oneshot, watch, Semaphore};
+use tokio::sync::{oneshot, watch, OwnedSemaphorePermit, Semaphore};
 use tracing::Instrument;
 
 use crate::clock::Clock;
@@ -211,6 +211,10 @@ pub(crate) enum Called<H> {
     },
     /// When its time and a slot came, the checks no longer held (`ready` said no): not called.
     NotReady(H),
+    /// The slot came more than [`STALE_AFTER`] after the task's time: not called yet. The
+    /// caller checks again in `slot` (as a call that waited for a slot always did) and calls
+    /// with [`CallPool::call_in_slot`].
+    Stale { held: H, slot: Slot },
     /// The tree stopped, or the caller stopped waiting, first: not called.
     Stopped,
 }
@@ -264,22 +268,24 @@ impl CallPool {
                 while clock.now() < at {
                     clock.sleep_until(at).await;
                 }
+                let asked = tokio::time::Instant::now();
                 let slot = permits.acquire_owned().await;
+                let waited = asked.elapsed();
                 // The time by this node's clock once more, now that the slot is had: at once
                 // when it has passed, but a paused process (the simulation's clock, whose
                 // waits end only when the process runs) acts on a freed slot only once it
                 // runs again, as a real one would.
                 clock.sleep_until(at).await;
-                slot
+                slot.ok().map(|slot| (slot, waited))
             };
-            let waited = tokio::select! {
+            let had = tokio::select! {
                 biased;
                 _ = stop.wait_for(Option::is_some) => None,
                 () = answer.closed() => return,
-                slot = due_and_slot => slot.ok(),
+                had = due_and_slot => had,
             };
             // (The semaphore is never closed.)
-            let Some(_slot) = waited.filter(|_| stop.borrow().is_none()) else {
+            let Some((slot, waited)) = had.filter(|_| stop.borrow().is_none()) else {
                 let _ = answer.send(Called::Stopped);
                 return;
             };
@@ -287,32 +293,89 @@ impl CallPool {
                 let _ = answer.send(Called::NotReady(held));
                 return;
             }
-            let started_at = clock.now();
-            let expired = clock
-                .sleep_until(started_at + TimeDelta::from_std(timeout).unwrap_or(TimeDelta::MAX));
-            let result = tokio::select! {
-                result = executor.execute_boxed(task, ctx).instrument(span) => result,
-                () = expired => Err(TaskError::retry(format!("timed out after {timeout:?}"))),
-            };
+            if waited > STALE_AFTER {
+                let slot = Slot(slot);
+                let _ = answer.send(Called::Stale { held, slot });
+                return;
+            }
+            let (result, started_at) = run(&*executor, timeout, &*clock, task, ctx, span).await;
+            drop(slot);
             let _ = answer.send(Called::Done {
                 result,
                 held: Some(held),
                 started_at,
             });
         });
-        let clock = Arc::clone(&self.clock);
-        async move {
-            match answered.await {
-                Ok(called) => called,
-                // The spawned call ended without answering: it panicked (its slot and `held`
-                // were dropped with it).
-                Err(_) => Called::Done {
-                    result: Err(TaskError::retry("the executor panicked")),
-                    held: None,
-                    started_at: clock.now(),
-                },
-            }
-        }
+        answer_of(answered, Arc::clone(&self.clock))
+    }
+}
+
+/// How long after a task's time its slot may come before its checks count as stale: other
+/// trees (a newer owner of the partition, which may record a cancel meanwhile) act on the
+/// store while a task waits for a slot.
+pub(crate) const STALE_AFTER: Duration = Duration::from_millis(100);
+
+/// One of the pool's slots, had by a call that was not made yet ([`Called::Stale`]); given
+/// back when dropped.
+pub(crate) struct Slot(#[allow(dead_code)] OwnedSemaphorePermit);
+
+impl CallPool {
+    /// Calls the executor for `task` in `slot` at once (see [`Called::Stale`]), on the pool's
+    /// runtime; the call keeps its slot and `held` until it returns, even if the caller stops
+    /// waiting.
+    pub(crate) fn call_in_slot<H: Send + 'static>(
+        &self,
+        slot: Slot,
+        held: H,
+        task: Task,
+        ctx: TaskContext,
+        span: tracing::Span,
+    ) -> impl Future<Output = Called<H>> + 'static {
+        let executor = Arc::clone(&self.executor);
+        let (timeout, clock) = (self.timeout, Arc::clone(&self.clock));
+        let (answer, answered) = oneshot::channel();
+        self.runtime.spawn(async move {
+            let (result, started_at) = run(&*executor, timeout, &*clock, task, ctx, span).await;
+            drop(slot);
+            let _ = answer.send(Called::Done {
+                result,
+                held: Some(held),
+                started_at,
+            });
+        });
+        answer_of(answered, Arc::clone(&self.clock))
+    }
+}
+
+/// The executor's call, cut off after `timeout`; its result and when it started.
+async fn run(
+    executor: &dyn DynTaskExecutor,
+    timeout: Duration,
+    clock: &dyn Clock,
+    task: Task,
+    ctx: TaskContext,
+    span: tracing::Span,
+) -> (Result<(), TaskError>, DateTime<Utc>) {
+    let started_at = clock.now();
+    let expired =
+        clock.sleep_until(started_at + TimeDelta::from_std(timeout).unwrap_or(TimeDelta::MAX));
+    let result = tokio::select! {
+        result = executor.execute_boxed(task, ctx).instrument(span) => result,
+        () = expired => Err(TaskError::retry(format!("timed out after {timeout:?}"))),
+    };
+    (result, started_at)
+}
+
+/// What a spawned call answered; a call that ended without answering panicked (its slot and
+/// `held` were dropped with it).
+async fn answer_of<H>(answered: oneshot::Receiver<Called<H>>, clock: Arc<dyn Clock>) -> Called<H> {
+    match answered.await {
+        Ok(called) => called,
+        Err(_) => Called::Done {
+            result: Err(TaskError::retry("the executor panicked")),
+            held: None,
+            started_at: clock.now(),
+        },
     }
 }
 
@@ -378,7 +441,9 @@ mod tests {
                 );
                 match called.await {
                     Called::Done { result, .. } => result,
-                    Called::NotReady(()) | Called::Stopped => panic!("not called"),
+                    Called::NotReady(()) | Called::Stale { .. } | Called::Stopped => {
+                        panic!("not called")
+                    }
                 }
             }
         };

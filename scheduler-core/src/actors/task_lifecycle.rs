@@ -215,6 +215,47 @@ impl TaskRun {
                     self.stop.clone(),
                 )
                 .await;
+            // A slot had long after the task's time: its checks are stale (a newer owner may
+            // have recorded a cancel meanwhile), so the status is read again in the slot, as
+            // when the slot came first.
+            let called = match called {
+                Called::Stale {
+                    held: (hold, armed),
+                    slot,
+                } => {
+                    debug!(partition, task = %self.key, "the slot came late; reading the status again in it");
+                    let (store, key) = (self.deps.store.clone(), self.key.clone());
+                    let status = self
+                        .store_step("status read", || store.status(partition, key.clone()))
+                        .await?;
+                    if status.is_some() {
+                        debug!(partition, task = %self.key, "task already finished; not running it again");
+                        self.remove_from_schedule();
+                        return Ok(ExecutionOutcome::AlreadyFinished);
+                    }
+                    if hold.unbroken() && !armed.touched() {
+                        let context = TaskContext::new(
+                            self.partition,
+                            epoch,
+                            self.attempts,
+                            self.stop.clone(),
+                            hold.watch(),
+                        );
+                        let pool = &self.deps.pool;
+                        pool.call_in_slot(
+                            slot,
+                            (hold, armed),
+                            task.clone(),
+                            context,
+                            self.span.clone(),
+                        )
+                        .await
+                    } else {
+                        Called::NotReady((hold, armed))
+                    }
+                }
+                called => called,
+            };
             // The lease entry comes back with the result and is kept until the outcome is
             // recorded: a newer tree must not start the task between the call's end and its
             // final status (it would run it again).
@@ -224,8 +265,16 @@ impl TaskRun {
                     held,
                     started_at,
                 } => (result, held.map(|(hold, _armed)| hold), started_at),
-                Called::Stopped => return Err(Halt::Abandoned),
-                Called::NotReady((hold, armed)) => {
+                Called::Stopped => {
+                    self.attempts -= 1;
+                    return Err(Halt::Abandoned);
+                }
+                // (A stale answer was taken care of above; checking again would do too.)
+                Called::NotReady((hold, armed))
+                | Called::Stale {
+                    held: (hold, armed),
+                    ..
+                } => {
                     self.attempts -= 1;
                     drop(hold);
                     if armed.touched() {

@@ -203,3 +203,30 @@ fn a_cancel_that_could_not_be_recorded_does_not_stop_a_checked_task() {
         assert_eq!(h.recorder.call_times("c").len(), 1);
     });
 }
+
+#[test]
+fn a_cancel_recorded_by_another_tree_while_a_checked_task_waits_long_for_a_slot_stops_the_call() {
+    run_paused(|| async {
+        let settings = SchedulingSettings {
+            executor_concurrency: 1,
+            ..SchedulingSettings::default()
+        };
+        let h = Harness::new(settings, Duration::from_secs(5), &[]);
+        h.assign().await;
+        let waiting = task("c", t0() + ms(100), "1");
+        h.enqueue(vec![task("a", t0(), "1"), waiting.clone()]).await;
+        // `a` holds the only slot until 5 s; `c` is checked and waits for it. Meanwhile a
+        // newer owner of the partition (a node this one has not yet learnt about) records a
+        // cancel of `c`: this tree's cancel gate never hears of it.
+        advance(Duration::from_secs(2)).await;
+        let cancelled =
+            crate::store::StatusStore::cancel(&h.store, P, waiting.key(), t0() + ms(2_000)).await;
+        assert_eq!(cancelled.expect("cancel recorded"), None);
+        advance(Duration::from_secs(20)).await;
+        assert_eq!(h.recorder.call_times("a"), [t0()]);
+        assert!(
+            h.recorder.call_times("c").is_empty(),
+            "its slot came 4.9 s late: the status is read again, and the cancel seen"
+        );
+    });
+}
