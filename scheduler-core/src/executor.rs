@@ -293,18 +293,13 @@ impl CallPool {
                 let _ = answer.send(Called::NotReady(held));
                 return;
             }
+            let slot = Slot(slot);
             if waited > STALE_AFTER {
-                let slot = Slot(slot);
                 let _ = answer.send(Called::Stale { held, slot });
                 return;
             }
-            let (result, started_at) = run(&*executor, timeout, &*clock, task, ctx, span).await;
-            drop(slot);
-            let _ = answer.send(Called::Done {
-                result,
-                held: Some(held),
-                started_at,
-            });
+            let done = run(&*executor, timeout, &*clock, slot, held, task, ctx, span).await;
+            let _ = answer.send(done);
         });
         answer_of(answered, Arc::clone(&self.clock))
     }
@@ -335,27 +330,26 @@ impl CallPool {
         let (timeout, clock) = (self.timeout, Arc::clone(&self.clock));
         let (answer, answered) = oneshot::channel();
         self.runtime.spawn(async move {
-            let (result, started_at) = run(&*executor, timeout, &*clock, task, ctx, span).await;
-            drop(slot);
-            let _ = answer.send(Called::Done {
-                result,
-                held: Some(held),
-                started_at,
-            });
+            let done = run(&*executor, timeout, &*clock, slot, held, task, ctx, span).await;
+            let _ = answer.send(done);
         });
         answer_of(answered, Arc::clone(&self.clock))
     }
 }
 
-/// The executor's call, cut off after `timeout`; its result and when it started.
-async fn run(
+/// The executor's call in `slot`, cut off after `timeout`; `held` comes back with the result
+/// (the slot is given back as soon as the call returns).
+#[allow(clippy::too_many_arguments)]
+async fn run<H>(
     executor: &dyn DynTaskExecutor,
     timeout: Duration,
     clock: &dyn Clock,
+    slot: Slot,
+    held: H,
     task: Task,
     ctx: TaskContext,
     span: tracing::Span,
-) -> (Result<(), TaskError>, DateTime<Utc>) {
+) -> Called<H> {
     let started_at = clock.now();
     let expired =
         clock.sleep_until(started_at + TimeDelta::from_std(timeout).unwrap_or(TimeDelta::MAX));
@@ -363,7 +357,12 @@ async fn run(
         result = executor.execute_boxed(task, ctx).instrument(span) => result,
         () = expired => Err(TaskError::retry(format!("timed out after {timeout:?}"))),
     };
-    (result, started_at)
+    drop(slot);
+    Called::Done {
+        result,
+        held: Some(held),
+        started_at,
+    }
 }
 
 /// What a spawned call answered; a call that ended without answering panicked (its slot and

@@ -38,10 +38,10 @@ use tracing::{debug, warn, Instrument};
 
 use super::partition_ownership::{CheckOwnership, Ownership, PartitionOwnership};
 use super::{PartitionDeps, TreeError};
-use crate::cancel_gate::CancelGate;
+use crate::cancel_gate::{Armed, CancelGate};
 use crate::executor::{Called, ExecutionOutcome, StopReason, TaskContext, TaskError};
 use crate::in_flight::Pin;
-use crate::lease::TreeLease;
+use crate::lease::{LeaseHold, TreeLease};
 use crate::retry::{backoff_delay, exponential_period};
 use crate::store::{
     AttemptOutcome, AttemptRecord, PartitionId, StatusRecord, StoreResult, TaskStatus,
@@ -185,9 +185,7 @@ impl TaskRun {
                 self.attempts = self.attempts.max(last);
             }
             if let Some(status) = status {
-                debug!(partition, task = %self.key, status = status.status.as_str(), "task already finished; not running it again");
-                self.remove_from_schedule();
-                return Ok(ExecutionOutcome::AlreadyFinished);
+                return Ok(self.already_finished(&status));
             }
             // 5. Its time, then a slot, then 6. the call: waited for on the pool's runtime, so
             // that a busy actor thread does not make the call late. The checks still hold if
@@ -195,20 +193,14 @@ impl TaskRun {
             // taken the task over: a pause of the process, a step retried past the TTL) and no
             // cancel reached the task since its status read.
             self.attempts += 1;
-            let context = TaskContext::new(
-                self.partition,
-                epoch,
-                self.attempts,
-                self.stop.clone(),
-                hold.watch(),
-            );
+            let context = self.context(epoch, &hold);
             let called = self
                 .deps
                 .pool
                 .call_when_due(
                     self.key.scheduled_time,
                     (hold, armed),
-                    |(hold, armed)| hold.unbroken() && !armed.touched(),
+                    checks_hold,
                     task.clone(),
                     context,
                     self.span.clone(),
@@ -228,30 +220,17 @@ impl TaskRun {
                     let status = self
                         .store_step("status read", || store.status(partition, key.clone()))
                         .await?;
-                    if status.is_some() {
-                        debug!(partition, task = %self.key, "task already finished; not running it again");
-                        self.remove_from_schedule();
-                        return Ok(ExecutionOutcome::AlreadyFinished);
+                    if let Some(status) = status {
+                        return Ok(self.already_finished(&status));
                     }
-                    if hold.unbroken() && !armed.touched() {
-                        let context = TaskContext::new(
-                            self.partition,
-                            epoch,
-                            self.attempts,
-                            self.stop.clone(),
-                            hold.watch(),
-                        );
+                    let held = (hold, armed);
+                    if checks_hold(&held) {
+                        let context = self.context(epoch, &held.0);
                         let pool = &self.deps.pool;
-                        pool.call_in_slot(
-                            slot,
-                            (hold, armed),
-                            task.clone(),
-                            context,
-                            self.span.clone(),
-                        )
-                        .await
+                        pool.call_in_slot(slot, held, task.clone(), context, self.span.clone())
+                            .await
                     } else {
-                        Called::NotReady((hold, armed))
+                        Called::NotReady(held)
                     }
                 }
                 called => called,
@@ -348,6 +327,25 @@ impl TaskRun {
             drop(hold);
             self.unless_stopped(tokio::time::sleep(delay)).await?;
         }
+    }
+
+    /// A task found finished (or cancelled) by its status check: out of the schedule, not run.
+    fn already_finished(&self, status: &StatusRecord) -> ExecutionOutcome {
+        debug!(partition = self.partition, task = %self.key, status = status.status.as_str(),
+            "task already finished; not running it again");
+        self.remove_from_schedule();
+        ExecutionOutcome::AlreadyFinished
+    }
+
+    /// The context of the attempt about to be made, under `epoch` and `hold`'s lease.
+    fn context(&self, epoch: u64, hold: &LeaseHold) -> TaskContext {
+        TaskContext::new(
+            self.partition,
+            epoch,
+            self.attempts,
+            self.stop.clone(),
+            hold.watch(),
+        )
     }
 
     /// The tree's epoch, if it still owns the partition (by a read begun after `read_after`).
@@ -545,4 +543,10 @@ async fn read_status(
         _ = stop.wait_for(Option::is_some) => None,
         read = read => Some(read),
     }
+}
+
+/// Whether the checks made before the waits for the task's time and slot still hold: its lease
+/// entry stayed live without a break and no cancel reached it.
+fn checks_hold((hold, armed): &(LeaseHold, Armed)) -> bool {
+    hold.unbroken() && !armed.touched()
 }
