@@ -23,7 +23,7 @@ async fn the_events_topic_receives_one_event_per_finished_task() {
     let log = Arc::new(Mutex::new(Vec::new()));
     let recorder = Recorder::new("n1", &log, Duration::ZERO).with_behaviour(Arc::new(|task, _| {
         if task.ordering_id == "invalid" {
-            Err(TaskError::give_up("bad payload"))
+            Err(TaskError::invalid("bad payload"))
         } else {
             Ok(())
         }

@@ -51,6 +51,9 @@ impl RunOrder {
     }
 }
 
+/// The task type of a task that names none: what every record written before task types had.
+pub const DEFAULT_TASK_TYPE: &str = "default";
+
 /// A unit of work to run at `scheduled_time`.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Task {
@@ -62,6 +65,11 @@ pub struct Task {
     pub uniqueness_key: String,
     /// The user's payload.
     pub task_data: TaskData,
+    /// Which handler runs the task ([`DEFAULT_TASK_TYPE`] unless set with [`Task::of_type`]).
+    pub task_type: String,
+    /// When due tasks wait for an executor slot, higher priorities go first (default 0). It
+    /// never reorders the tasks of one `ordering_id`: they run one at a time, in schedule order.
+    pub priority: i32,
     /// Where the task was enqueued: the Kafka offset of the record that scheduled it, set by
     /// the node that consumed it (`None` on the producer's side, where it is not sent). Tasks
     /// of one `ordering_id` due at the same time run in this order.
@@ -81,8 +89,22 @@ impl Task {
             scheduled_time: truncate_to_millis(scheduled_time),
             uniqueness_key: uniqueness_key.into(),
             task_data,
+            task_type: DEFAULT_TASK_TYPE.to_string(),
+            priority: 0,
             enqueue_offset: None,
         }
+    }
+
+    /// The task with its type: the handler registered for `task_type` runs it.
+    pub fn of_type(mut self, task_type: impl Into<String>) -> Task {
+        self.task_type = task_type.into();
+        self
+    }
+
+    /// The task with a priority among due tasks waiting for a slot (higher first).
+    pub fn with_priority(mut self, priority: i32) -> Task {
+        self.priority = priority;
+        self
     }
 
     /// The task as enqueued at `offset` of its partition.

@@ -4,7 +4,12 @@
 //!
 //! ```json
 //! {"version":1,"orderingId":"...","scheduledTime":"2026-11-22T06:00:00.000Z","uniquenessKey":"...","taskData":{}}
+//! {"version":1,"orderingId":"...","scheduledTime":"...","uniquenessKey":"...","taskData":{},"taskType":"send-email","priority":5}
 //! ```
+//!
+//! `taskType` and `priority` are optional and written only when they differ from their defaults
+//! (`"default"` and 0), so a task without them is byte for byte a record of the first release,
+//! and every such record stays valid. The table of every field is in design.md ("Wire format").
 //!
 //! The record's Kafka key is the `orderingId` and its partition is [`crate::partition_for`] of it.
 //! Unknown fields are ignored, so later versions can add fields that v1 readers skip.
@@ -25,6 +30,9 @@
 //! - `orderingId` and `uniquenessKey` are not empty, and at most [`MAX_ORDERING_ID_BYTES`] and
 //!   [`MAX_UNIQUENESS_KEY_BYTES`] (1,024 each) bytes of UTF-8: with `scheduledTime` they are
 //!   Cassandra's clustering key, which must stay below 64 KiB. This holds for cancellations too.
+//! - `taskType` is 1 to [`MAX_TASK_TYPE_BYTES`] (128) bytes of ASCII letters, digits and
+//!   `-_.:/`: it names metrics series and appears in `--exec type=command` arguments.
+//! - `priority` is an integer in the i32 range.
 //! - `taskData` is a JSON object nested at most [`MAX_TASK_DATA_DEPTH`] (64) levels deep, the
 //!   object itself being level 1 (the node's JSON parser stops at 128 levels).
 //! - Numbers arrive exactly: integers must fit i64 or u64 (the decoder refuses larger ones, which
@@ -56,6 +64,9 @@ pub const MAX_ORDERING_ID_BYTES: usize = 1024;
 /// The longest `uniquenessKey`, in UTF-8 bytes (see [`MAX_ORDERING_ID_BYTES`]).
 pub const MAX_UNIQUENESS_KEY_BYTES: usize = 1024;
 
+/// The longest `taskType`, in bytes.
+pub const MAX_TASK_TYPE_BYTES: usize = 128;
+
 /// Why a task's content cannot be run: the one check that the client makes before sending and
 /// the node's decoder makes before scheduling, so that what the client accepts, the node runs.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -83,6 +94,23 @@ pub enum ContentError {
         /// The limit, [`MAX_TASK_DATA_DEPTH`].
         max: usize,
     },
+    /// `taskType` is empty, longer than [`MAX_TASK_TYPE_BYTES`] or holds a character outside
+    /// ASCII letters, digits and `-_.:/`.
+    #[error("taskType {0:?} is not 1 to 128 ASCII letters, digits or -_.:/")]
+    BadTaskType(String),
+}
+
+/// Checks a task type: 1 to [`MAX_TASK_TYPE_BYTES`] bytes of ASCII letters, digits and `-_.:/`.
+pub fn check_task_type(task_type: &str) -> Result<(), ContentError> {
+    let allowed = |c: char| c.is_ascii_alphanumeric() || "-_.:/".contains(c);
+    if task_type.is_empty()
+        || task_type.len() > MAX_TASK_TYPE_BYTES
+        || !task_type.chars().all(allowed)
+    {
+        let shown: String = task_type.chars().take(MAX_TASK_TYPE_BYTES).collect();
+        return Err(ContentError::BadTaskType(shown));
+    }
+    Ok(())
 }
 
 /// Checks a task's key (also a cancellation's): not empty, and short enough for Cassandra.
@@ -123,6 +151,7 @@ pub fn check_task_data(data: &TaskData) -> Result<(), ContentError> {
 /// (the client checks that against its clock; the node takes any time it can parse).
 pub fn check_task(task: &Task) -> Result<(), ContentError> {
     check_key(&task.ordering_id, &task.uniqueness_key)?;
+    check_task_type(&task.task_type)?;
     check_task_data(&task.task_data)
 }
 
@@ -201,6 +230,9 @@ pub enum DecodeError {
         /// The limit.
         max: usize,
     },
+    /// `taskType` breaks its limits (see [`check_task_type`]).
+    #[error("taskType {0:?} is not 1 to 128 ASCII letters, digits or -_.:/")]
+    BadTaskType(String),
 }
 
 impl From<ContentError> for DecodeError {
@@ -212,6 +244,7 @@ impl From<ContentError> for DecodeError {
                 DecodeError::FieldTooLong { field, bytes, max }
             }
             ContentError::TaskDataTooDeep { max } => DecodeError::TaskDataTooDeep { max },
+            ContentError::BadTaskType(found) => DecodeError::BadTaskType(found),
         }
     }
 }
@@ -241,6 +274,7 @@ impl DecodeError {
             DecodeError::TaskDataTooDeep { .. } => "too_deep",
             DecodeError::IntegerOutOfRange(_) => "number",
             DecodeError::FieldTooLong { .. } => "field_too_long",
+            DecodeError::BadTaskType(_) => "task_type",
         }
     }
 }
@@ -253,6 +287,18 @@ struct WireOut<'a> {
     scheduled_time: String,
     uniqueness_key: &'a str,
     task_data: &'a TaskData,
+    #[serde(skip_serializing_if = "is_default_type")]
+    task_type: &'a str,
+    #[serde(skip_serializing_if = "is_zero")]
+    priority: i32,
+}
+
+fn is_default_type(task_type: &&str) -> bool {
+    *task_type == crate::task::DEFAULT_TASK_TYPE
+}
+
+fn is_zero(priority: &i32) -> bool {
+    *priority == 0
 }
 
 #[derive(Deserialize)]
@@ -269,6 +315,8 @@ struct WireIn<'a> {
     /// integer too large for 64 bits is refused, not rounded.
     #[serde(borrow)]
     task_data: Option<&'a RawValue>,
+    task_type: Option<String>,
+    priority: Option<i32>,
 }
 
 /// The latest time the wire format carries: RFC 3339 has four-digit years.
@@ -289,6 +337,8 @@ pub fn encode(task: &Task) -> Vec<u8> {
         scheduled_time: format_time(task.scheduled_time),
         uniqueness_key: &task.uniqueness_key,
         task_data: &task.task_data,
+        task_type: &task.task_type,
+        priority: task.priority,
     };
     // Serializing strings and a JSON map into a Vec cannot fail.
     serde_json::to_vec(&out).unwrap_or_default()
@@ -356,7 +406,16 @@ pub fn decode_record(value: Option<&[u8]>, max_size: usize) -> Result<Record, De
                 Some(raw) => parse_task_data(raw.get())?,
             };
             check_task_data(&task_data)?;
+            let task_type = match wire.task_type {
+                Some(task_type) => {
+                    check_task_type(&task_type)?;
+                    task_type
+                }
+                None => crate::task::DEFAULT_TASK_TYPE.to_string(),
+            };
             Task::new(ordering_id, scheduled_time, uniqueness_key, task_data)
+                .of_type(task_type)
+                .with_priority(wire.priority.unwrap_or(0))
         }
         Some("cancel") => {
             let key = Task::new(ordering_id, scheduled_time, uniqueness_key, TaskData::new()).key();

@@ -1,20 +1,21 @@
-//! The user's side of execution: the [`TaskExecutor`] trait a service implements, the
-//! [`TaskContext`] each call gets, the [`TaskError`] it returns, and the bounded pool that
-//! runs it.
+//! The user's side of execution: the [`TaskExecutor`] trait a service implements (one per task
+//! type, see [`Handlers`]), the [`TaskContext`] each call gets, the [`TaskError`] it returns,
+//! and the bounded pool that runs it.
 
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::{DateTime, TimeDelta, Utc};
-use futures::future::BoxFuture;
-use futures::FutureExt;
 use scheduler_client::Task;
-use tokio::sync::{oneshot, watch, OwnedSemaphorePermit, Semaphore};
+use tokio::sync::{oneshot, watch};
 use tracing::Instrument;
 
 use crate::clock::Clock;
+pub use crate::handlers::Handlers;
 use crate::lease::LeaseState;
+use crate::slots::{PrioritySlots, SlotPermit};
+use crate::store::DeadLetter;
 
 /// Runs tasks. Implement it with
 /// `async fn execute(&self, task: &Task, ctx: &TaskContext) -> Result<(), TaskError>`.
@@ -30,6 +31,15 @@ pub trait TaskExecutor: Send + Sync + 'static {
         task: &Task,
         ctx: &TaskContext,
     ) -> impl Future<Output = Result<(), TaskError>> + Send;
+
+    /// Called once when a task this handler ran becomes a dead letter (it was invalid, or its
+    /// retries ran out), before the dead letter is recorded: the seed's "invalid task handler",
+    /// to alert or compensate. At-least-once like `execute` (a node that dies between this call
+    /// and the record calls it again on the next owner). Does nothing unless implemented.
+    fn dead_lettered(&self, letter: &DeadLetter) -> impl Future<Output = ()> + Send {
+        let _ = letter;
+        async {}
+    }
 }
 
 /// Why a running call is asked to stop.
@@ -139,23 +149,48 @@ impl TaskContext {
 /// Why an execution failed, and whether it is worth retrying.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum TaskError {
-    /// A transient failure: the task is retried after backoff, up to the retry limit.
-    #[error("retryable: {0}")]
-    Retry(String),
-    /// A permanent failure: the task is recorded as dropped and not run again.
-    #[error("gave up: {0}")]
-    GiveUp(String),
+    /// A transient failure: the task is retried after `after` if given, else after the
+    /// settings' backoff, up to the retry limit; then it becomes a dead letter.
+    #[error("retryable: {reason}")]
+    Retry {
+        /// What went wrong.
+        reason: String,
+        /// When to try again (the handler knows best, e.g. from a rate limit's answer).
+        after: Option<Duration>,
+    },
+    /// The task can never succeed (bad data, say): it is not retried, is recorded as dropped
+    /// and becomes a dead letter.
+    #[error("invalid: {0}")]
+    Invalid(String),
 }
 
 impl TaskError {
-    /// A transient failure.
+    /// A transient failure, retried after the settings' backoff.
     pub fn retry(reason: impl Into<String>) -> Self {
-        TaskError::Retry(reason.into())
+        TaskError::Retry {
+            reason: reason.into(),
+            after: None,
+        }
     }
 
-    /// A permanent failure.
-    pub fn give_up(reason: impl Into<String>) -> Self {
-        TaskError::GiveUp(reason.into())
+    /// A transient failure, retried after `after`.
+    pub fn retry_after(reason: impl Into<String>, after: Duration) -> Self {
+        TaskError::Retry {
+            reason: reason.into(),
+            after: Some(after),
+        }
+    }
+
+    /// A task that can never succeed: not retried, a dead letter at once.
+    pub fn invalid(reason: impl Into<String>) -> Self {
+        TaskError::Invalid(reason.into())
+    }
+
+    /// What went wrong.
+    pub fn reason(&self) -> &str {
+        match self {
+            TaskError::Retry { reason, .. } | TaskError::Invalid(reason) => reason,
+        }
     }
 }
 
@@ -164,9 +199,9 @@ impl TaskError {
 pub enum ExecutionOutcome {
     /// The executor succeeded and completion was recorded.
     Completed,
-    /// Every retry failed; recorded as failed.
+    /// Every retry failed; recorded as failed, and a dead letter.
     Failed,
-    /// The executor gave up; recorded as dropped.
+    /// The handler found the task invalid; recorded as dropped, and a dead letter.
     Dropped,
     /// The task had already finished or was cancelled (status found); it was not run.
     AlreadyFinished,
@@ -177,25 +212,14 @@ pub enum ExecutionOutcome {
     Fenced,
 }
 
-/// Object-safe form of [`TaskExecutor`], so the engine can hold any executor behind an `Arc`.
-trait DynTaskExecutor: Send + Sync + 'static {
-    fn execute_boxed(&self, task: Task, ctx: TaskContext) -> BoxFuture<'_, Result<(), TaskError>>;
-}
-
-impl<E: TaskExecutor> DynTaskExecutor for E {
-    fn execute_boxed(&self, task: Task, ctx: TaskContext) -> BoxFuture<'_, Result<(), TaskError>> {
-        async move { self.execute(&task, &ctx).await }.boxed()
-    }
-}
-
-/// Runs the user's executor on a tokio runtime separate from the actors, at most `concurrency`
-/// calls at once, each cut off after `timeout` (by the node's clock). A panic or a timeout is a
-/// retryable failure.
+/// Runs the user's handlers on a tokio runtime separate from the actors, at most `concurrency`
+/// calls at once (due tasks waiting for a slot are served by priority), each cut off after
+/// `timeout` (by the node's clock). A panic or a timeout is a retryable failure.
 #[derive(Clone)]
 pub struct CallPool {
     runtime: tokio::runtime::Handle,
-    permits: Arc<Semaphore>,
-    executor: Arc<dyn DynTaskExecutor>,
+    permits: Arc<PrioritySlots>,
+    handlers: Arc<Handlers>,
     timeout: Duration,
     clock: Arc<dyn Clock>,
 }
@@ -220,7 +244,7 @@ pub(crate) enum Called<H> {
 }
 
 impl CallPool {
-    /// A pool running `executor` on `runtime`, timing calls out by `clock`.
+    /// A pool running `executor` for every task type on `runtime`, timing calls out by `clock`.
     pub fn new<E: TaskExecutor>(
         executor: E,
         runtime: tokio::runtime::Handle,
@@ -228,12 +252,62 @@ impl CallPool {
         timeout: Duration,
         clock: Arc<dyn Clock>,
     ) -> Self {
-        CallPool {
+        Self::with_handlers(
+            Handlers::new().fallback(executor),
             runtime,
-            permits: Arc::new(Semaphore::new(concurrency.max(1))),
-            executor: Arc::new(executor),
+            concurrency,
             timeout,
             clock,
+        )
+    }
+
+    /// A pool running `handlers`, each for its task type.
+    pub fn with_handlers(
+        handlers: Handlers,
+        runtime: tokio::runtime::Handle,
+        concurrency: usize,
+        timeout: Duration,
+        clock: Arc<dyn Clock>,
+    ) -> Self {
+        CallPool {
+            runtime,
+            permits: PrioritySlots::new(concurrency.max(1)),
+            handlers: Arc::new(handlers),
+            timeout,
+            clock,
+        }
+    }
+
+    /// Whether a handler of this pool runs tasks of `task_type`.
+    pub fn handles(&self, task_type: &str) -> bool {
+        self.handlers.get(task_type).is_some()
+    }
+
+    /// The handlers this pool runs.
+    pub fn handlers(&self) -> &Handlers {
+        &self.handlers
+    }
+
+    /// Tells the handler of `letter`'s type that its task became a dead letter, on the pool's
+    /// runtime and within the execution timeout; a panic or a timeout is logged, not repeated.
+    pub(crate) async fn dead_lettered(&self, letter: DeadLetter) {
+        let Some(handler) = self.handlers.get(&letter.task.task_type).cloned() else {
+            return;
+        };
+        let (timeout, clock) = (self.timeout, Arc::clone(&self.clock));
+        let task = letter.task.key().to_string();
+        let call = self.runtime.spawn(async move {
+            let expired = clock
+                .sleep_until(clock.now() + TimeDelta::from_std(timeout).unwrap_or(TimeDelta::MAX));
+            tokio::select! {
+                () = handler.dead_lettered_boxed(letter) => true,
+                () = expired => false,
+            }
+        });
+        match call.await {
+            Ok(true) => {}
+            Ok(false) => tracing::warn!(%task, ?timeout, "the dead-letter handler timed out"),
+            Err(e) => tracing::warn!(%task, error = %e, "the dead-letter handler panicked"),
         }
     }
 
@@ -255,7 +329,7 @@ impl CallPool {
         span: tracing::Span,
         mut stop: watch::Receiver<Option<StopReason>>,
     ) -> impl Future<Output = Called<H>> + 'static {
-        let executor = Arc::clone(&self.executor);
+        let handlers = Arc::clone(&self.handlers);
         let (timeout, clock, permits) = (
             self.timeout,
             Arc::clone(&self.clock),
@@ -269,22 +343,21 @@ impl CallPool {
                     clock.sleep_until(at).await;
                 }
                 let asked = tokio::time::Instant::now();
-                let slot = permits.acquire_owned().await;
+                let slot = permits.acquire(task.priority).await;
                 let waited = asked.elapsed();
                 // The time by this node's clock once more, now that the slot is had: at once
                 // when it has passed, but a paused process (the simulation's clock, whose
                 // waits end only when the process runs) acts on a freed slot only once it
                 // runs again, as a real one would.
                 clock.sleep_until(at).await;
-                slot.ok().map(|slot| (slot, waited))
+                (slot, waited)
             };
             let had = tokio::select! {
                 biased;
                 _ = stop.wait_for(Option::is_some) => None,
                 () = answer.closed() => return,
-                had = due_and_slot => had,
+                had = due_and_slot => Some(had),
             };
-            // (The semaphore is never closed.)
             let Some((slot, waited)) = had.filter(|_| stop.borrow().is_none()) else {
                 let _ = answer.send(Called::Stopped);
                 return;
@@ -298,7 +371,7 @@ impl CallPool {
                 let _ = answer.send(Called::Stale { held, slot });
                 return;
             }
-            let done = run(&*executor, timeout, &*clock, slot, held, task, ctx, span).await;
+            let done = run(&handlers, timeout, &*clock, slot, held, task, ctx, span).await;
             let _ = answer.send(done);
         });
         answer_of(answered, Arc::clone(&self.clock))
@@ -312,7 +385,7 @@ pub(crate) const STALE_AFTER: Duration = Duration::from_millis(100);
 
 /// One of the pool's slots, had by a call that was not made yet ([`Called::Stale`]); given
 /// back when dropped.
-pub(crate) struct Slot(#[allow(dead_code)] OwnedSemaphorePermit);
+pub(crate) struct Slot(#[allow(dead_code)] SlotPermit);
 
 impl CallPool {
     /// Calls the executor for `task` in `slot` at once (see [`Called::Stale`]), on the pool's
@@ -326,22 +399,22 @@ impl CallPool {
         ctx: TaskContext,
         span: tracing::Span,
     ) -> impl Future<Output = Called<H>> + 'static {
-        let executor = Arc::clone(&self.executor);
+        let handlers = Arc::clone(&self.handlers);
         let (timeout, clock) = (self.timeout, Arc::clone(&self.clock));
         let (answer, answered) = oneshot::channel();
         self.runtime.spawn(async move {
-            let done = run(&*executor, timeout, &*clock, slot, held, task, ctx, span).await;
+            let done = run(&handlers, timeout, &*clock, slot, held, task, ctx, span).await;
             let _ = answer.send(done);
         });
         answer_of(answered, Arc::clone(&self.clock))
     }
 }
 
-/// The executor's call in `slot`, cut off after `timeout`; `held` comes back with the result
-/// (the slot is given back as soon as the call returns).
+/// The call of the handler of `task`'s type in `slot`, cut off after `timeout`; `held` comes
+/// back with the result (the slot is given back as soon as the call returns).
 #[allow(clippy::too_many_arguments)]
 async fn run<H>(
-    executor: &dyn DynTaskExecutor,
+    handlers: &Handlers,
     timeout: Duration,
     clock: &dyn Clock,
     slot: Slot,
@@ -353,9 +426,16 @@ async fn run<H>(
     let started_at = clock.now();
     let expired =
         clock.sleep_until(started_at + TimeDelta::from_std(timeout).unwrap_or(TimeDelta::MAX));
-    let result = tokio::select! {
-        result = executor.execute_boxed(task, ctx).instrument(span) => result,
-        () = expired => Err(TaskError::retry(format!("timed out after {timeout:?}"))),
+    let result = match handlers.get(&task.task_type).map(Arc::clone) {
+        // (The lifecycle calls only tasks of a type the pool handles.)
+        None => Err(TaskError::retry(format!(
+            "no handler for task type {:?}",
+            task.task_type
+        ))),
+        Some(handler) => tokio::select! {
+            result = handler.execute_boxed(task, ctx).instrument(span) => result,
+            () = expired => Err(TaskError::retry(format!("timed out after {timeout:?}"))),
+        },
     };
     drop(slot);
     Called::Done {
@@ -398,7 +478,7 @@ mod tests {
             match task.ordering_id.as_str() {
                 "panic" => panic!("executor bug"),
                 "hang" => std::future::pending().await,
-                "invalid" => Err(TaskError::give_up("invalid")),
+                "invalid" => Err(TaskError::invalid("invalid")),
                 _ => Ok(()),
             }
         }
@@ -455,11 +535,11 @@ mod tests {
             Err(TaskError::retry("the executor panicked"))
         );
         assert!(
-            matches!(run(task("hang")).await, Err(TaskError::Retry(r)) if r.starts_with("timed out"))
+            matches!(run(task("hang")).await, Err(TaskError::Retry { reason, .. }) if reason.starts_with("timed out"))
         );
         assert_eq!(
             run(task("invalid")).await,
-            Err(TaskError::give_up("invalid"))
+            Err(TaskError::invalid("invalid"))
         );
     }
 

@@ -19,12 +19,14 @@ mod clock;
 mod epoch;
 mod events;
 pub mod executor;
+mod handlers;
 mod in_flight;
 mod lease;
 mod metrics;
 pub mod node;
 mod retry;
 pub mod settings;
+mod slots;
 pub mod store;
 
 /// The admin HTTP API's requests and answers, for clients such as the `scheduler` command; the
@@ -34,8 +36,8 @@ pub use admin::api as admin_api;
 #[cfg(test)]
 mod simulation;
 
-pub use executor::{StopReason, TaskContext, TaskError, TaskExecutor};
+pub use executor::{Handlers, StopReason, TaskContext, TaskError, TaskExecutor};
 pub use node::{NodeError, SchedulerNode};
 pub use scheduler_client::{Task, TaskData, TaskKey};
 pub use settings::Settings;
-pub use store::{StatusRecord, TaskStatus};
+pub use store::{DeadLetter, DeadReason, StatusRecord, TaskStatus};

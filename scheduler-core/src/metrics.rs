@@ -3,6 +3,7 @@
 //! design.md's "Metrics" table lists every metric, its labels and what it counts.
 
 use std::fmt::Display;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use prometheus_client::encoding::EncodeLabelSet;
@@ -92,6 +93,17 @@ struct StageLabels {
     stage: &'static str,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct TypeLabel {
+    task_type: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct DeadLabels {
+    task_type: String,
+    reason: &'static str,
+}
+
 fn short_durations() -> Histogram {
     // 0.5 ms .. about 16 s
     Histogram::new(exponential_buckets(0.0005, 2.0, 16))
@@ -127,6 +139,13 @@ pub struct Metrics {
     in_memory: Family<StageLabels, Gauge>,
     stale: Family<PartitionLabel, Gauge>,
     statements: Family<OperationLabel, Counter>,
+    dead_letters: Family<DeadLabels, Counter>,
+    redriven: Family<TypeLabel, Counter>,
+    purged: Counter,
+    no_handler: Family<TypeLabel, Counter>,
+    waiting_for_handler: Family<TypeLabel, Gauge>,
+    /// The task types that have waited for a handler (the family cannot list its labels).
+    waiting_types: Arc<Mutex<std::collections::BTreeSet<String>>>,
     statement_source: std::sync::OnceLock<StatementSource>,
 }
 
@@ -160,6 +179,34 @@ impl Metrics {
         let in_memory = Family::default();
         let stale = Family::default();
         let statements = Family::default();
+        let (dead_letters, redriven, purged) =
+            (Family::default(), Family::default(), Counter::default());
+        let (no_handler, waiting_for_handler) = (Family::default(), Family::default());
+        registry.register(
+            "scheduler_dead_letters",
+            "Tasks recorded as dead letters, by task type and reason (invalid, retries_exhausted)",
+            dead_letters.clone(),
+        );
+        registry.register(
+            "scheduler_dead_letters_redriven",
+            "Dead letters redriven (enqueued again) through this node's admin API, by task type",
+            redriven.clone(),
+        );
+        registry.register(
+            "scheduler_dead_letters_purged",
+            "Dead letters purged through this node's admin API",
+            purged.clone(),
+        );
+        registry.register(
+            "scheduler_no_handler_waits",
+            "Waits of a due task whose type has no handler on this node, by task type",
+            no_handler.clone(),
+        );
+        registry.register(
+            "scheduler_tasks_waiting_for_handler",
+            "Due tasks waiting because their type has no handler on this node, by task type",
+            waiting_for_handler.clone(),
+        );
         registry.register(
             "scheduler_tasks_persisted",
             "Tasks written to the schedule",
@@ -233,6 +280,12 @@ impl Metrics {
         Metrics {
             registry,
             statements,
+            dead_letters,
+            redriven,
+            purged,
+            no_handler,
+            waiting_for_handler,
+            waiting_types: Default::default(),
             statement_source: std::sync::OnceLock::new(),
             persisted,
             persist_duration,
@@ -318,6 +371,82 @@ impl Metrics {
         self.retries_exhausted
             .get_or_create(&PartitionLabel { partition })
             .inc();
+    }
+
+    /// `task` became a dead letter after `attempts` attempts.
+    pub fn dead_lettered(
+        &self,
+        partition: PartitionId,
+        task: &TaskKey,
+        task_type: &str,
+        reason: crate::store::DeadReason,
+        attempts: u32,
+        error: &str,
+    ) {
+        warn!(partition, %task, task_type, reason = reason.as_str(), attempts, %error,
+            "task recorded as a dead letter");
+        self.dead_letters
+            .get_or_create(&DeadLabels {
+                task_type: task_type.to_string(),
+                reason: reason.as_str(),
+            })
+            .inc();
+    }
+
+    /// A dead letter of `task_type` was redriven.
+    pub fn redriven(&self, task_type: &str) {
+        self.redriven
+            .get_or_create(&TypeLabel {
+                task_type: task_type.to_string(),
+            })
+            .inc();
+    }
+
+    /// `count` dead letters were purged.
+    pub fn purged(&self, count: usize) {
+        self.purged.inc_by(count as u64);
+    }
+
+    /// A due task of `task_type` waits `delay` because no handler on this node runs its type;
+    /// the returned guard counts it as waiting until dropped.
+    pub fn no_handler(
+        &self,
+        partition: PartitionId,
+        task: &TaskKey,
+        task_type: &str,
+        delay: Duration,
+    ) -> WaitingForHandler {
+        info!(partition, %task, task_type, retry_in_ms = delay.as_millis() as u64,
+            "no handler for the task's type on this node; it waits (it runs once a node with the handler owns the partition)");
+        let label = TypeLabel {
+            task_type: task_type.to_string(),
+        };
+        self.no_handler.get_or_create(&label).inc();
+        self.waiting_types
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(label.task_type.clone());
+        let gauge = self.waiting_for_handler.get_or_create(&label).clone();
+        gauge.inc();
+        WaitingForHandler(gauge)
+    }
+
+    /// Due tasks waiting for a handler now, by task type (for the admin API).
+    pub fn waiting_for_handler(&self) -> Vec<(String, i64)> {
+        let types = self
+            .waiting_types
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
+        types
+            .into_iter()
+            .map(|task_type| {
+                let label = TypeLabel { task_type };
+                let count = self.waiting_for_handler.get_or_create(&label).get();
+                (label.task_type, count)
+            })
+            .filter(|(_, count)| *count > 0)
+            .collect()
     }
 
     /// `what` was parked: skipped so the partition goes on; `detail` says what is wrong.
@@ -421,6 +550,16 @@ impl Metrics {
         // Writing into a String cannot fail.
         let _ = prometheus_client::encoding::text::encode(&mut text, &self.registry);
         text
+    }
+}
+
+/// A task counted as waiting for a handler until dropped.
+#[derive(Debug)]
+pub struct WaitingForHandler(Gauge);
+
+impl Drop for WaitingForHandler {
+    fn drop(&mut self) {
+        self.0.dec();
     }
 }
 

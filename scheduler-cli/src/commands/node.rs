@@ -60,7 +60,7 @@ impl TaskExecutor for CommandExecutor {
             .map_err(|e| TaskError::retry(format!("{command:?} failed: {e}")))?;
         match status.code() {
             Some(0) => Ok(()),
-            Some(EXIT_GIVE_UP) => Err(TaskError::give_up(format!(
+            Some(EXIT_GIVE_UP) => Err(TaskError::invalid(format!(
                 "{command:?} exited with {EXIT_GIVE_UP}"
             ))),
             other => Err(TaskError::retry(format!(
@@ -122,6 +122,8 @@ mod tests {
             command: Some("exit 3".into()),
         };
         let result = executor.execute(&big_task(), &context()).await;
-        assert!(matches!(result, Err(TaskError::Retry(r)) if r.contains("exited with Some(3)")));
+        assert!(
+            matches!(result, Err(TaskError::Retry { reason: r, .. }) if r.contains("exited with Some(3)"))
+        );
     }
 }

@@ -221,3 +221,64 @@ fn refuses_bad_records_with_a_reason() {
         Err(DecodeError::TooLarge { size: 11, max: 10 })
     ));
 }
+
+#[test]
+fn a_typed_prioritised_task_has_the_documented_shape_and_defaults_are_not_written() {
+    let typed = sample().of_type("send-email").with_priority(-3);
+    let text = String::from_utf8(encode(&typed)).unwrap();
+    assert_eq!(
+        text,
+        r#"{"version":1,"orderingId":"order-1","scheduledTime":"2026-11-22T06:00:00.000Z","uniquenessKey":"u-1","taskData":{"n":3,"to":"ops"},"taskType":"send-email","priority":-3}"#
+    );
+    assert_eq!(decode(Some(text.as_bytes()), 1 << 20).unwrap(), typed);
+    // The defaults are not written: such a task is a record of the first release.
+    let plain = sample().of_type(crate::DEFAULT_TASK_TYPE).with_priority(0);
+    assert!(!String::from_utf8(encode(&plain))
+        .unwrap()
+        .contains("taskType"));
+}
+
+#[test]
+fn a_record_without_type_or_priority_is_a_default_task() {
+    let v1 = br#"{"version":1,"orderingId":"o","scheduledTime":"2026-11-22T06:00:00Z","uniquenessKey":"u"}"#;
+    let task = decode(Some(v1), 1 << 20).unwrap();
+    assert_eq!(task.task_type, "default");
+    assert_eq!(task.priority, 0);
+}
+
+#[test]
+fn task_types_outside_the_limits_are_refused_by_client_check_and_decoder_alike() {
+    for bad in [
+        "",
+        "has space",
+        "a=b",
+        "é",
+        &"x".repeat(MAX_TASK_TYPE_BYTES + 1),
+    ] {
+        let task = sample().of_type(bad);
+        assert!(
+            matches!(check_task(&task), Err(ContentError::BadTaskType(_))),
+            "{bad:?}"
+        );
+        let raw = format!(
+            r#"{{"version":1,"orderingId":"o","scheduledTime":"2026-11-22T06:00:00Z","uniquenessKey":"u","taskType":{}}}"#,
+            serde_json::to_string(bad).unwrap()
+        );
+        let error = decode_record(Some(raw.as_bytes()), 1 << 20).unwrap_err();
+        assert_eq!(error.reason(), "task_type", "{bad:?}: {error}");
+    }
+    for good in [
+        "send-email",
+        "billing.charge",
+        "a",
+        "v2:resize/thumb",
+        &"x".repeat(MAX_TASK_TYPE_BYTES),
+    ] {
+        assert!(check_task(&sample().of_type(good)).is_ok(), "{good:?}");
+    }
+    let huge = br#"{"version":1,"orderingId":"o","scheduledTime":"2026-11-22T06:00:00Z","uniquenessKey":"u","priority":5000000000}"#;
+    assert_eq!(
+        decode_record(Some(huge), 1 << 20).unwrap_err().reason(),
+        "json"
+    );
+}

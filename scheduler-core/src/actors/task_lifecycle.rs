@@ -44,12 +44,17 @@ use crate::in_flight::Pin;
 use crate::lease::{LeaseHold, TreeLease};
 use crate::retry::{backoff_delay, exponential_period};
 use crate::store::{
-    AttemptOutcome, AttemptRecord, PartitionId, StatusRecord, StoreResult, TaskStatus,
+    AttemptOutcome, AttemptRecord, DeadLetter, DeadReason, PartitionId, StatusRecord, StoreResult,
+    TaskStatus,
 };
 use futures::future::OptionFuture;
 
 /// First wait before retrying a store step (status read, lease write, record) that failed.
 const STORE_RETRY_BASE: Duration = Duration::from_millis(500);
+
+/// First wait of a task whose type has no handler on this node; the waits double up to
+/// `max_backoff`.
+const NO_HANDLER_RETRY_BASE: Duration = Duration::from_secs(1);
 
 /// What a task's lifecycle consults in its tree: the ownership fence, the running-task lease,
 /// and the tree's stop signal.
@@ -94,6 +99,7 @@ pub(crate) async fn run_task(
     let span = tracing::info_span!(
         "task",
         partition,
+        task_type = %task.task_type,
         ordering_id = %key.ordering_id,
         uniqueness_key = %key.uniqueness_key,
         scheduled_time = %scheduler_client::wire::format_time(key.scheduled_time),
@@ -108,6 +114,7 @@ pub(crate) async fn run_task(
         pin,
         called: false,
         store_failures: 0,
+        handler_waits: 0,
         rng: fastrand::Rng::new(),
         span: span.clone(),
     };
@@ -133,6 +140,8 @@ struct TaskRun {
     /// The executor has been called in this tree (the stop signal no longer interrupts).
     called: bool,
     store_failures: u32,
+    /// Waits for a handler so far (see `wait_for_handler`).
+    handler_waits: u32,
     rng: fastrand::Rng,
     span: tracing::Span,
 }
@@ -186,6 +195,11 @@ impl TaskRun {
             }
             if let Some(status) = status {
                 return Ok(self.already_finished(&status));
+            }
+            if !self.deps.pool.handles(&task.task_type) {
+                drop((hold, armed));
+                self.wait_for_handler(&task.task_type).await?;
+                continue;
             }
             // 5. Its time, then a slot, then 6. the call: waited for on the pool's runtime, so
             // that a busy actor thread does not make the call late. The checks still hold if
@@ -281,10 +295,12 @@ impl TaskRun {
             // `TreeLease::may_have_earlier_attempts`).
             let (outcome, error) = match &result {
                 Ok(()) => (AttemptOutcome::Succeeded, None),
-                Err(TaskError::Retry(reason)) => (AttemptOutcome::Failed, Some(reason.clone())),
-                Err(TaskError::GiveUp(reason)) => (AttemptOutcome::GaveUp, Some(reason.clone())),
+                Err(TaskError::Retry { reason, .. }) => {
+                    (AttemptOutcome::Failed, Some(reason.clone()))
+                }
+                Err(TaskError::Invalid(reason)) => (AttemptOutcome::Invalid, Some(reason.clone())),
             };
-            let retrying = matches!(result, Err(TaskError::Retry(_)))
+            let retrying = matches!(result, Err(TaskError::Retry { .. }))
                 && self.attempts <= self.deps.settings.max_task_retries;
             if retrying {
                 self.record_retrying().await?;
@@ -299,27 +315,32 @@ impl TaskRun {
                 })
                 .await?;
             }
-            let reason = match result {
+            let (reason, after) = match result {
                 Ok(()) => return self.record_final(TaskStatus::Completed, None).await,
-                Err(TaskError::GiveUp(reason)) => {
-                    warn!(partition, task = %self.key, attempt = self.attempts, %reason, "executor gave up; task dropped");
+                Err(TaskError::Invalid(reason)) => {
+                    self.dead_letter(&task, DeadReason::Invalid, &reason)
+                        .await?;
                     return self.record_final(TaskStatus::Dropped, Some(reason)).await;
                 }
-                Err(TaskError::Retry(reason)) => reason,
+                Err(TaskError::Retry { reason, after }) => (reason, after),
             };
             if self.attempts > self.deps.settings.max_task_retries {
                 self.deps
                     .metrics
                     .retries_exhausted(partition, &self.key, self.attempts, &reason);
+                self.dead_letter(&task, DeadReason::RetriesExhausted, &reason)
+                    .await?;
                 return self.record_final(TaskStatus::Failed, Some(reason)).await;
             }
             let settings = &self.deps.settings;
-            let delay = backoff_delay(
-                self.attempts,
-                settings.backoff_factor,
-                settings.max_backoff,
-                &mut self.rng,
-            );
+            let delay = after.unwrap_or_else(|| {
+                backoff_delay(
+                    self.attempts,
+                    settings.backoff_factor,
+                    settings.max_backoff,
+                    &mut self.rng,
+                )
+            });
             self.deps
                 .metrics
                 .retry_scheduled(partition, &self.key, self.attempts, &reason, delay);
@@ -369,6 +390,69 @@ impl TaskRun {
                 Err(Halt::Fenced)
             }
         }
+    }
+
+    /// No handler on this node runs the task's type (a rolling deploy that adds a type): the
+    /// task waits, recorded as retrying so that it holds nothing back and a new tree loads it,
+    /// and is checked again after a backoff. No attempt is used up; once a node with the
+    /// handler owns the partition, the task runs there.
+    async fn wait_for_handler(&mut self, task_type: &str) -> Result<(), Halt> {
+        self.record_retrying().await?;
+        self.handler_waits += 1;
+        let delay = exponential_period(
+            self.handler_waits,
+            NO_HANDLER_RETRY_BASE,
+            self.deps.settings.max_backoff,
+        );
+        let _waiting = self
+            .deps
+            .metrics
+            .no_handler(self.partition, &self.key, task_type, delay);
+        self.unless_stopped(tokio::time::sleep(delay)).await
+    }
+
+    /// The task becomes a dead letter: its handler hears of it once, then the letter is
+    /// recorded, as owner, before the task's final status (so a task with a final status of
+    /// failed or dropped always has its letter, until an operator purges it).
+    async fn dead_letter(
+        &mut self,
+        task: &Task,
+        reason: DeadReason,
+        error: &str,
+    ) -> Result<(), Halt> {
+        let letter = DeadLetter {
+            partition: self.partition,
+            // (Where it was enqueued matters no more: a redrive enqueues it anew.)
+            task: Task {
+                enqueue_offset: None,
+                ..task.clone()
+            },
+            attempts: self.attempts,
+            last_error: error.to_string(),
+            reason,
+            dead_at: self.deps.clock.now(),
+            redriven_at: None,
+            redrives: 0,
+        };
+        self.owner(None).await?;
+        self.deps.pool.dead_lettered(letter.clone()).await;
+        loop {
+            self.owner(None).await?;
+            match self.deps.store.add_dead_letter(letter.clone()).await {
+                Ok(()) => break,
+                Err(e) => self.store_failed("dead-letter write", &e.into()).await?,
+            }
+        }
+        self.store_failures = 0;
+        self.deps.metrics.dead_lettered(
+            self.partition,
+            &self.key,
+            &task.task_type,
+            reason,
+            self.attempts,
+            error,
+        );
+        Ok(())
     }
 
     /// Records the task as retrying (once per tree), so that it no longer holds the partition's

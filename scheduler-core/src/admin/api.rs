@@ -114,7 +114,7 @@ pub struct AttemptView {
     pub started_at: Option<String>,
     /// When it returned.
     pub finished_at: String,
-    /// succeeded, failed or gave_up.
+    /// succeeded, failed or invalid.
     pub outcome: String,
     /// The executor's error, if it failed.
     pub error: Option<String>,

@@ -254,7 +254,7 @@ async fn task(
 fn first_and_final(status: &StatusRecord) -> Option<AttemptView> {
     let outcome = match status.status {
         TaskStatus::Completed => AttemptOutcome::Succeeded,
-        TaskStatus::Dropped => AttemptOutcome::GaveUp,
+        TaskStatus::Dropped => AttemptOutcome::Invalid,
         TaskStatus::Failed => AttemptOutcome::Failed,
         TaskStatus::Cancelled => return None,
     };

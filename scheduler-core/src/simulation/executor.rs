@@ -132,7 +132,7 @@ impl TaskExecutor for SimExecutor {
                 tokio::time::sleep(Duration::from_millis(20)).await;
                 Err(TaskError::retry("planned failure"))
             }
-            Plan::GiveUp => Err(TaskError::give_up("planned give-up")),
+            Plan::GiveUp => Err(TaskError::invalid("planned give-up")),
             Plan::PanicOnce if previous == 0 => panic!("planned panic"),
             Plan::HangOnce if previous == 0 => std::future::pending().await,
             Plan::PanicOnce | Plan::HangOnce => Ok(()),

@@ -18,6 +18,7 @@ use crate::store::{
     AttemptRecord, AttemptStore, LeaseRecord, LeaseStore, OwnershipStore, PartitionId, ReadCursor,
     RefusedTask, ScheduleStore, StatusRecord, StatusStore, StoreError, StoreResult, WriteStamp,
 };
+use crate::store::{DeadLetter, DeadLetterFilter, DeadLetterStore};
 
 /// Whether a node's process is paused (and how many pauses began so far): shared by its store
 /// and its executor. A pause may also be set to begin on the node's next request of one kind
@@ -248,6 +249,40 @@ impl StatusStore for PausableStore {
         at: DateTime<Utc>,
     ) -> BoxFuture<'static, StoreResult<Option<StatusRecord>>> {
         self.send("cancel", |s| s.cancel(partition, key, at))
+    }
+}
+
+impl DeadLetterStore for PausableStore {
+    fn add_dead_letter(&self, letter: DeadLetter) -> BoxFuture<'static, StoreResult<()>> {
+        self.send("dead-letter write", |s| s.add_dead_letter(letter))
+    }
+
+    fn dead_letters(
+        &self,
+        filter: DeadLetterFilter,
+        after: Option<TaskKey>,
+        limit: usize,
+    ) -> BoxFuture<'static, StoreResult<Vec<DeadLetter>>> {
+        self.send("dead-letter list", |s| s.dead_letters(filter, after, limit))
+    }
+
+    fn dead_letter(&self, key: TaskKey) -> BoxFuture<'static, StoreResult<Option<DeadLetter>>> {
+        self.send("dead-letter read", |s| s.dead_letter(key))
+    }
+
+    fn mark_redriven(
+        &self,
+        key: TaskKey,
+        redrives: u32,
+        at: DateTime<Utc>,
+    ) -> BoxFuture<'static, StoreResult<()>> {
+        self.send("dead-letter redrive mark", |s| {
+            s.mark_redriven(key, redrives, at)
+        })
+    }
+
+    fn remove_dead_letter(&self, key: TaskKey) -> BoxFuture<'static, StoreResult<()>> {
+        self.send("dead-letter delete", |s| s.remove_dead_letter(key))
     }
 }
 

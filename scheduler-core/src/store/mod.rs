@@ -4,6 +4,7 @@
 //! Every method takes owned arguments and returns a `'static` future so actors can run it.
 
 mod cassandra;
+pub mod dead_letters;
 #[cfg(test)]
 pub mod memory;
 pub(crate) mod pages;
@@ -11,6 +12,8 @@ pub(crate) mod pages;
 use chrono::{DateTime, DurationRound, TimeDelta, Utc};
 use futures::future::BoxFuture;
 use scheduler_client::{Task, TaskKey};
+
+pub use dead_letters::{DeadLetter, DeadLetterFilter, DeadLetterStore, DeadReason};
 
 pub use cassandra::{
     CassandraStore, Migration, StoreLevels, META_KEYSPACE, SCHEMA_VERSION, WRITE_CONCURRENCY,
@@ -100,9 +103,9 @@ pub enum StoreError {
 pub enum TaskStatus {
     /// The executor succeeded.
     Completed,
-    /// Every retry failed.
+    /// Every retry failed (it is a dead letter).
     Failed,
-    /// The executor gave up on the task (a non-retryable error).
+    /// The handler found the task invalid (it is a dead letter).
     Dropped,
     /// Cancelled before it ran.
     Cancelled,
@@ -151,8 +154,8 @@ pub enum AttemptOutcome {
     Succeeded,
     /// The executor failed and asked for a retry.
     Failed,
-    /// The executor failed and asked not to retry.
-    GaveUp,
+    /// The handler found the task invalid: not retried.
+    Invalid,
 }
 
 impl AttemptOutcome {
@@ -161,7 +164,7 @@ impl AttemptOutcome {
         match self {
             AttemptOutcome::Succeeded => "succeeded",
             AttemptOutcome::Failed => "failed",
-            AttemptOutcome::GaveUp => "gave_up",
+            AttemptOutcome::Invalid => "invalid",
         }
     }
 
@@ -170,7 +173,8 @@ impl AttemptOutcome {
         match text {
             "succeeded" => Some(AttemptOutcome::Succeeded),
             "failed" => Some(AttemptOutcome::Failed),
-            "gave_up" => Some(AttemptOutcome::GaveUp),
+            // (The spelling before task types.)
+            "invalid" | "gave_up" => Some(AttemptOutcome::Invalid),
             _ => None,
         }
     }
@@ -452,9 +456,15 @@ pub trait OwnershipStore: Send + Sync + 'static {
 /// Every table of the store but the leases ([`LeaseStore`]): what a node's partition trees are
 /// given. A part of the tree that needs one table only holds that one (ownership checks, loads
 /// and read-backs).
-pub trait TaskStore: ScheduleStore + StatusStore + AttemptStore + OwnershipStore {}
+pub trait TaskStore:
+    ScheduleStore + StatusStore + AttemptStore + OwnershipStore + DeadLetterStore
+{
+}
 
-impl<T: ScheduleStore + StatusStore + AttemptStore + OwnershipStore> TaskStore for T {}
+impl<T: ScheduleStore + StatusStore + AttemptStore + OwnershipStore + DeadLetterStore> TaskStore
+    for T
+{
+}
 
 #[cfg(test)]
 mod tests {

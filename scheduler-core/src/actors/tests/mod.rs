@@ -9,6 +9,7 @@ mod one_run_at_a_time;
 mod ownership;
 mod retries;
 mod scheduling;
+mod task_types;
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -100,6 +101,29 @@ struct Recorder {
 }
 
 impl Recorder {
+    fn new(
+        clock: TokioClock,
+        store: &MemoryStore,
+        work: Duration,
+        behaviours: &[(&str, Behaviour)],
+    ) -> Arc<Recorder> {
+        Arc::new(Recorder {
+            clock,
+            store: store.clone(),
+            work,
+            behaviours: behaviours
+                .iter()
+                .map(|(o, b)| (o.to_string(), *b))
+                .collect(),
+            calls: Mutex::default(),
+            running: Mutex::default(),
+            overlaps: AtomicUsize::new(0),
+            completed: AtomicUsize::new(0),
+            peak_in_flight: AtomicUsize::new(0),
+            next_offset: AtomicI64::new(0),
+        })
+    }
+
     fn calls(&self) -> Vec<(TaskKey, DateTime<Utc>)> {
         self.calls.lock().expect("lock").clone()
     }
@@ -150,7 +174,7 @@ impl TaskExecutor for Arc<Recorder> {
             Behaviour::Succeed => Ok(()),
             Behaviour::FailTimes(n) if previous_calls as u32 >= n => Ok(()),
             Behaviour::FailTimes(_) | Behaviour::FailAlways => Err(TaskError::retry("flaky")),
-            Behaviour::GiveUp => Err(TaskError::give_up("invalid payload")),
+            Behaviour::GiveUp => Err(TaskError::invalid("invalid payload")),
             Behaviour::PanicOnce if previous_calls == 0 => panic!("executor bug"),
             Behaviour::HangOnce if previous_calls == 0 => std::future::pending().await,
             Behaviour::PanicOnce | Behaviour::HangOnce => Ok(()),
@@ -175,23 +199,8 @@ impl Harness {
         work: Duration,
         behaviours: &[(&str, Behaviour)],
     ) -> Harness {
-        let clock = TokioClock::starting_at(t0());
         let store = MemoryStore::new();
-        let recorder = Arc::new(Recorder {
-            clock: clock.clone(),
-            store: store.clone(),
-            work,
-            behaviours: behaviours
-                .iter()
-                .map(|(o, b)| (o.to_string(), *b))
-                .collect(),
-            calls: Mutex::default(),
-            running: Mutex::default(),
-            overlaps: AtomicUsize::new(0),
-            completed: AtomicUsize::new(0),
-            peak_in_flight: AtomicUsize::new(0),
-            next_offset: AtomicI64::new(0),
-        });
+        let recorder = Recorder::new(TokioClock::starting_at(t0()), &store, work, behaviours);
         Harness::node("test-node", settings, store, recorder)
     }
 
@@ -211,8 +220,20 @@ impl Harness {
         store: MemoryStore,
         recorder: Arc<Recorder>,
     ) -> Harness {
-        let pool = CallPool::new(
-            Arc::clone(&recorder),
+        let handlers = crate::executor::Handlers::new().fallback(Arc::clone(&recorder));
+        Harness::node_with(node_id, settings, store, recorder, handlers)
+    }
+
+    /// A node running `handlers` (the recorder only counts offsets then).
+    fn node_with(
+        node_id: &str,
+        settings: SchedulingSettings,
+        store: MemoryStore,
+        recorder: Arc<Recorder>,
+        handlers: crate::executor::Handlers,
+    ) -> Harness {
+        let pool = CallPool::with_handlers(
+            handlers,
             tokio::runtime::Handle::current(),
             settings.executor_concurrency,
             settings.execution_timeout,

@@ -28,6 +28,7 @@ use super::{
 };
 use crate::settings::CassandraSettings;
 
+mod dead_letters;
 mod levels;
 mod rows;
 mod schema;
@@ -211,6 +212,8 @@ impl ScheduleStore for CassandraStore {
                                     task.uniqueness_key,
                                     data,
                                     task.enqueue_offset,
+                                    task.task_type,
+                                    task.priority,
                                 ),
                                 "task insert",
                             )
@@ -317,8 +320,10 @@ impl ScheduleStore for CassandraStore {
                     "task read",
                 )
                 .await?;
-            let row = first_row_of::<(String, Option<i64>)>(result, "schedule")?;
-            Ok(row.and_then(|(data, enqueue_offset)| {
+            let row = first_row_of::<(String, Option<i64>, Option<String>, Option<i32>)>(
+                result, "schedule",
+            )?;
+            Ok(row.and_then(|(data, enqueue_offset, task_type, priority)| {
                 task_from_row(
                     partition,
                     (
@@ -327,6 +332,8 @@ impl ScheduleStore for CassandraStore {
                         key.uniqueness_key,
                         data,
                         enqueue_offset,
+                        task_type,
+                        priority,
                     ),
                 )
             }))

@@ -29,15 +29,30 @@ pub(super) fn query_error(
     }
 }
 
-pub(super) type TaskRow = (DateTime<Utc>, String, String, String, Option<i64>);
+/// A schedule row: the key, `task_data`, `enqueue_offset`, `task_type` and `priority` (the last
+/// two null in rows written before schema version 3: a default task).
+pub(super) type TaskRow = (
+    DateTime<Utc>,
+    String,
+    String,
+    String,
+    Option<i64>,
+    Option<String>,
+    Option<i32>,
+);
 
 pub(super) fn task_from_row(
     partition: PartitionId,
-    (scheduled_time, ordering_id, uniqueness_key, data, enqueue_offset): TaskRow,
+    (scheduled_time, ordering_id, uniqueness_key, data, enqueue_offset, task_type, priority): TaskRow,
 ) -> Option<Task> {
     match serde_json::from_str::<TaskData>(&data) {
         Ok(task_data) => {
-            let task = Task::new(ordering_id, scheduled_time, uniqueness_key, task_data);
+            let task = Task::new(ordering_id, scheduled_time, uniqueness_key, task_data)
+                .with_priority(priority.unwrap_or(0));
+            let task = match task_type {
+                Some(task_type) => task.of_type(task_type),
+                None => task,
+            };
             Some(Task {
                 enqueue_offset,
                 ..task

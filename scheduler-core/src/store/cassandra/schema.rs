@@ -23,7 +23,7 @@ use crate::settings::CassandraSettings;
 use crate::store::{StoreError, StoreResult};
 
 /// The schema version this release runs on.
-pub const SCHEMA_VERSION: u32 = 2;
+pub const SCHEMA_VERSION: u32 = 3;
 
 /// Where every keyspace's schema version and migration lock are kept.
 pub const META_KEYSPACE: &str = "scheduler_meta";
@@ -234,6 +234,9 @@ async fn apply_migrations(
     if at < 2 {
         migrate_v2(session, ks).await?;
     }
+    if at < 3 {
+        migrate_v3(session, ks).await?;
+    }
     session
         .query_unpaged(
             format!(
@@ -393,6 +396,31 @@ async fn migrate_v2(session: &Session, ks: &str) -> StoreResult<()> {
     }
     info!(keyspace = %ks, buckets = indexed, "hour buckets indexed");
     Ok(())
+}
+
+/// Version 3: task types, priorities and dead letters. A schedule row without a type (written
+/// before) is a task of the default type with priority 0.
+async fn migrate_v3(session: &Session, ks: &str) -> StoreResult<()> {
+    add_column_if_absent(session, ks, "scheduled_tasks", "task_type", "text").await?;
+    add_column_if_absent(session, ks, "scheduled_tasks", "priority", "int").await?;
+    // One partition per day of the tasks' due times, keyed by task: recording a task's dead
+    // letter again overwrites it.
+    let letters = format!(
+        "CREATE TABLE IF NOT EXISTS {ks}.dead_letters (day_bucket timestamp, \
+         scheduled_time timestamp, ordering_id text, uniqueness_key text, partition_id int, \
+         task_type text, priority int, task_data text, attempts int, last_error text, \
+         reason text, dead_at timestamp, redriven_at timestamp, redrives int, \
+         PRIMARY KEY ((day_bucket), scheduled_time, ordering_id, uniqueness_key))"
+    );
+    run_schema_statement(session, letters).await?;
+    // The days that hold dead letters, so listing skips empty days (one partition: a day adds
+    // one cell).
+    let days = format!(
+        "CREATE TABLE IF NOT EXISTS {ks}.dead_letter_days (shard int, day_bucket timestamp, \
+         PRIMARY KEY ((shard), day_bucket))"
+    );
+    run_schema_statement(session, days).await?;
+    await_agreement(session).await
 }
 
 /// Waits until every node of the cluster knows the schema changes made so far.

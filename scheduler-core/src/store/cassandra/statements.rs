@@ -3,6 +3,7 @@
 use scylla::client::session::Session;
 use scylla::statement::prepared::PreparedStatement;
 
+use super::dead_letters::DeadLetterStatements;
 use super::levels;
 use crate::settings::SerialConsistencyLevel;
 use crate::store::{StoreError, StoreResult};
@@ -35,6 +36,7 @@ pub(super) struct Statements {
     pub(super) insert_lease: PreparedStatement,
     pub(super) delete_lease: PreparedStatement,
     pub(super) select_leases: PreparedStatement,
+    pub(super) dead_letters: DeadLetterStatements,
 }
 
 impl Statements {
@@ -87,7 +89,7 @@ impl Statements {
             insert_task: prepare(
                 format!(
                     "INSERT INTO {ks}.scheduled_tasks (partition_id, hour_bucket, {key_columns}, task_data, \
-                     enqueue_offset) VALUES (?, ?, ?, ?, ?, ?, ?)"
+                     enqueue_offset, task_type, priority) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
                 ),
                 "prepare insert",
             )
@@ -160,7 +162,7 @@ impl Statements {
             .await?,
             load_from: prepare(
                 format!(
-                    "SELECT {key_columns}, task_data, enqueue_offset FROM {ks}.scheduled_tasks \
+                    "SELECT {key_columns}, task_data, enqueue_offset, task_type, priority FROM {ks}.scheduled_tasks \
                      WHERE partition_id = ? AND hour_bucket = ? AND (scheduled_time) >= (?) \
                      AND (scheduled_time) < (?) LIMIT ?"
                 ),
@@ -169,7 +171,7 @@ impl Statements {
             .await?,
             load_after: prepare(
                 format!(
-                    "SELECT {key_columns}, task_data, enqueue_offset FROM {ks}.scheduled_tasks \
+                    "SELECT {key_columns}, task_data, enqueue_offset, task_type, priority FROM {ks}.scheduled_tasks \
                      WHERE partition_id = ? AND hour_bucket = ? AND ({key_columns}) > (?, ?, ?) \
                      AND (scheduled_time) < (?) LIMIT ?"
                 ),
@@ -187,7 +189,7 @@ impl Statements {
             )
             .await?,
             select_task: prepare(
-                format!("SELECT task_data, enqueue_offset FROM {ks}.scheduled_tasks WHERE {key_match}"),
+                format!("SELECT task_data, enqueue_offset, task_type, priority FROM {ks}.scheduled_tasks WHERE {key_match}"),
                 "prepare task read",
             )
             .await?,
@@ -277,6 +279,7 @@ impl Statements {
                 "prepare lease read",
             )
             .await?,
+            dead_letters: DeadLetterStatements::prepare(session, ks).await?,
         })
     }
 }

@@ -40,6 +40,8 @@ struct State {
     /// Every status write, in order, with when it was applied (the simulation checks that a
     /// final status never changes and that nothing starts after it).
     status_writes: Vec<(TaskKey, StatusRecord, tokio::time::Instant)>,
+    /// Dead letters, by task key.
+    dead_letters: BTreeMap<TaskKey, super::DeadLetter>,
     /// When set, a multi-row write applies its rows in a random order, as concurrent inserts
     /// land in Cassandra.
     write_order: Option<fastrand::Rng>,
@@ -170,6 +172,11 @@ impl MemoryStore {
     /// The recorded final state of a task.
     pub fn status_of(&self, partition: PartitionId, key: &TaskKey) -> Option<StatusRecord> {
         self.lock().status.get(&(partition, key.clone())).cloned()
+    }
+
+    /// Whether a task is recorded as retrying.
+    pub fn is_retrying(&self, partition: PartitionId, key: &TaskKey) -> bool {
+        self.lock().retrying.contains(&(partition, key.clone()))
     }
 
     /// Tasks currently in the schedule of `partition`, in key order.

@@ -16,6 +16,7 @@ use crate::store::{
     AttemptRecord, AttemptStore, LeaseRecord, LeaseStore, OwnershipStore, PartitionId, ReadCursor,
     RefusedTask, ScheduleStore, StatusRecord, StatusStore, StoreError, StoreResult, WriteStamp,
 };
+use crate::store::{DeadLetter, DeadLetterFilter, DeadLetterStore};
 
 impl ScheduleStore for MemoryStore {
     fn persist(
@@ -278,6 +279,61 @@ impl StatusStore for MemoryStore {
                     None
                 }
             }
+        })
+    }
+}
+
+impl DeadLetterStore for MemoryStore {
+    fn add_dead_letter(&self, letter: DeadLetter) -> BoxFuture<'static, StoreResult<()>> {
+        self.run("dead-letter write", move |s| {
+            s.dead_letters.insert(letter.task.key(), letter);
+        })
+    }
+
+    fn dead_letters(
+        &self,
+        filter: DeadLetterFilter,
+        after: Option<TaskKey>,
+        limit: usize,
+    ) -> BoxFuture<'static, StoreResult<Vec<DeadLetter>>> {
+        self.run("dead-letter list", move |s| {
+            s.dead_letters
+                .iter()
+                .filter(|(key, _)| after.as_ref().is_none_or(|after| *key > after))
+                .filter(|(key, _)| {
+                    key.scheduled_time >= filter.from && key.scheduled_time < filter.to
+                })
+                .map(|(_, letter)| letter)
+                .filter(|letter| filter.admits(letter))
+                .take(limit)
+                .cloned()
+                .collect()
+        })
+    }
+
+    fn dead_letter(&self, key: TaskKey) -> BoxFuture<'static, StoreResult<Option<DeadLetter>>> {
+        self.run("dead-letter read", move |s| {
+            s.dead_letters.get(&key).cloned()
+        })
+    }
+
+    fn mark_redriven(
+        &self,
+        key: TaskKey,
+        redrives: u32,
+        at: DateTime<Utc>,
+    ) -> BoxFuture<'static, StoreResult<()>> {
+        self.run("dead-letter redrive mark", move |s| {
+            if let Some(letter) = s.dead_letters.get_mut(&key) {
+                letter.redrives = redrives;
+                letter.redriven_at = Some(at);
+            }
+        })
+    }
+
+    fn remove_dead_letter(&self, key: TaskKey) -> BoxFuture<'static, StoreResult<()>> {
+        self.run("dead-letter delete", move |s| {
+            s.dead_letters.remove(&key);
         })
     }
 }

@@ -1,0 +1,83 @@
+//! [`Handlers`]: which [`TaskExecutor`] runs each task type on a node. A node runs only the
+//! types it has a handler for; a task of another type waits for a node that has one (see the
+//! task lifecycle's `no_handler` wait).
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use futures::future::BoxFuture;
+use futures::FutureExt;
+use scheduler_client::Task;
+
+use crate::executor::{TaskContext, TaskError, TaskExecutor};
+use crate::store::DeadLetter;
+
+/// Object-safe form of [`TaskExecutor`], so the engine can hold any handler behind an `Arc`.
+pub(crate) trait DynTaskExecutor: Send + Sync + 'static {
+    fn execute_boxed(&self, task: Task, ctx: TaskContext) -> BoxFuture<'_, Result<(), TaskError>>;
+    fn dead_lettered_boxed(&self, letter: DeadLetter) -> BoxFuture<'_, ()>;
+}
+
+impl<E: TaskExecutor> DynTaskExecutor for E {
+    fn execute_boxed(&self, task: Task, ctx: TaskContext) -> BoxFuture<'_, Result<(), TaskError>> {
+        async move { self.execute(&task, &ctx).await }.boxed()
+    }
+
+    fn dead_lettered_boxed(&self, letter: DeadLetter) -> BoxFuture<'_, ()> {
+        async move { self.dead_lettered(&letter).await }.boxed()
+    }
+}
+
+/// The handlers of a node, by task type, and optionally one for every other type.
+#[derive(Clone, Default)]
+pub struct Handlers {
+    by_type: BTreeMap<String, Arc<dyn DynTaskExecutor>>,
+    fallback: Option<Arc<dyn DynTaskExecutor>>,
+}
+
+impl std::fmt::Debug for Handlers {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Handlers")
+            .field("types", &self.by_type.keys().collect::<Vec<_>>())
+            .field("fallback", &self.fallback.is_some())
+            .finish()
+    }
+}
+
+impl Handlers {
+    /// No handlers.
+    pub fn new() -> Handlers {
+        Handlers::default()
+    }
+
+    /// With `handler` running the tasks of `task_type` (replacing an earlier one of that type).
+    pub fn handler(mut self, task_type: impl Into<String>, handler: impl TaskExecutor) -> Handlers {
+        self.by_type.insert(task_type.into(), Arc::new(handler));
+        self
+    }
+
+    /// With `handler` running the tasks of every type that has no handler of its own.
+    pub fn fallback(mut self, handler: impl TaskExecutor) -> Handlers {
+        self.fallback = Some(Arc::new(handler));
+        self
+    }
+
+    /// The task types with a handler of their own, in order.
+    pub fn types(&self) -> Vec<String> {
+        self.by_type.keys().cloned().collect()
+    }
+
+    /// Whether a handler runs every type.
+    pub fn has_fallback(&self) -> bool {
+        self.fallback.is_some()
+    }
+
+    /// Whether no handler is registered at all.
+    pub fn is_empty(&self) -> bool {
+        self.by_type.is_empty() && self.fallback.is_none()
+    }
+
+    pub(crate) fn get(&self, task_type: &str) -> Option<&Arc<dyn DynTaskExecutor>> {
+        self.by_type.get(task_type).or(self.fallback.as_ref())
+    }
+}
