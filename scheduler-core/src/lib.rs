@@ -37,7 +37,7 @@ pub use admin::api as admin_api;
 mod simulation;
 
 pub use executor::{Handlers, StopReason, TaskContext, TaskError, TaskExecutor};
-pub use node::{NodeError, SchedulerNode};
+pub use node::{NodeBuilder, NodeError, SchedulerNode};
 pub use scheduler_client::{Task, TaskData, TaskKey};
 pub use settings::Settings;
 pub use store::{DeadLetter, DeadReason, StatusRecord, TaskStatus};

@@ -46,6 +46,15 @@ pub struct StatusResponse {
     pub owned_partitions: Vec<PartitionId>,
     /// One entry per owned partition.
     pub partitions: Vec<PartitionStatus>,
+    /// The task types this node has a handler for.
+    #[serde(default)]
+    pub handlers: Vec<String>,
+    /// Whether a handler of this node runs every other type too.
+    #[serde(default)]
+    pub handles_every_type: bool,
+    /// Due tasks waiting because this node has no handler for their type, by type.
+    #[serde(default)]
+    pub waiting_for_handler: std::collections::BTreeMap<String, i64>,
 }
 
 /// One owned partition in [`StatusResponse`].
@@ -263,4 +272,120 @@ mod tests {
         let back: Result<TaskResponse, _> = serde_json::from_str(&text);
         assert_eq!(back.ok(), Some(task));
     }
+}
+
+/// `GET /api/v1/dead-letters`'s query: a filter, a page size, and the key a page resumes after.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DeadLetterQuery {
+    /// Only dead letters of this task type.
+    pub task_type: Option<String>,
+    /// Tasks due at or after this time (RFC 3339); default: any.
+    pub from: Option<String>,
+    /// Tasks due before this time (RFC 3339); default: any.
+    pub to: Option<String>,
+    /// Dead letters per page, 1..1000 (default 100).
+    pub limit: Option<usize>,
+    /// Whether dead letters already redriven are listed too (default false).
+    pub include_redriven: Option<bool>,
+    /// With the other two `after…` fields, the task the previous page ended at.
+    pub after_ordering_id: Option<String>,
+    /// See `after_ordering_id`.
+    pub after_scheduled_time: Option<String>,
+    /// See `after_ordering_id`.
+    pub after_uniqueness_key: Option<String>,
+}
+
+/// `GET /api/v1/dead-letters`'s answer: a page, in task-key order.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DeadLettersResponse {
+    /// The page's dead letters.
+    pub dead_letters: Vec<DeadLetterView>,
+    /// Query parameters for the next page (with the same filter and limit), or null at the end.
+    pub next: Option<DeadLetterCursor>,
+}
+
+/// Where the next page of dead letters starts.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DeadLetterCursor {
+    /// `afterOrderingId`.
+    pub after_ordering_id: String,
+    /// `afterScheduledTime`.
+    pub after_scheduled_time: String,
+    /// `afterUniquenessKey`.
+    pub after_uniqueness_key: String,
+}
+
+/// One dead letter.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DeadLetterView {
+    /// The task's orderingId.
+    pub ordering_id: String,
+    /// The task's scheduled time.
+    pub scheduled_time: String,
+    /// The task's uniquenessKey.
+    pub uniqueness_key: String,
+    /// The task's type.
+    pub task_type: String,
+    /// The task's priority.
+    pub priority: i32,
+    /// The task's partition.
+    pub partition: PartitionId,
+    /// The task's data.
+    pub task_data: Value,
+    /// Attempts made.
+    pub attempts: u32,
+    /// The last attempt's error.
+    pub last_error: String,
+    /// invalid or retries_exhausted.
+    pub reason: String,
+    /// When it became a dead letter.
+    pub dead_at: String,
+    /// When it was last redriven; null if never.
+    pub redriven_at: Option<String>,
+    /// How many times it was redriven.
+    pub redrives: u32,
+}
+
+/// `POST /api/v1/dead-letters/redrive` and `.../purge`: which dead letters. One of: a task's
+/// key (all three key fields), a filter (`taskType`, `from`, `to`, any of them), or `all`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DeadLetterSelection {
+    /// The task's orderingId (with `scheduledTime` and `uniquenessKey`).
+    pub ordering_id: Option<String>,
+    /// The task's scheduled time, RFC 3339.
+    pub scheduled_time: Option<String>,
+    /// The task's uniquenessKey.
+    pub uniqueness_key: Option<String>,
+    /// Dead letters of this type.
+    pub task_type: Option<String>,
+    /// Dead letters of tasks due at or after this time.
+    pub from: Option<String>,
+    /// Dead letters of tasks due before this time.
+    pub to: Option<String>,
+    /// Every dead letter.
+    #[serde(default)]
+    pub all: bool,
+}
+
+/// `POST /api/v1/dead-letters/redrive`'s answer.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RedriveResponse {
+    /// How many dead letters were enqueued again.
+    pub redriven: usize,
+    /// The new tasks' keys (`orderingId/scheduledTime/uniquenessKey`), at most 1,000.
+    pub tasks: Vec<String>,
+}
+
+/// `POST /api/v1/dead-letters/purge`'s answer.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PurgeResponse {
+    /// How many dead letters were deleted.
+    pub purged: usize,
 }

@@ -7,6 +7,9 @@
 //! | `GET /api/v1/task?orderingId=&scheduledTime=&uniquenessKey=[&history=N]` | the task, its status, attempt count and attempt history (newest first, at most N, default 20) |
 //! | `GET /api/v1/tasks?from=&to=&limit=[&fromOrderingId=&fromUniquenessKey=]` | incomplete tasks due in `[from, to)` across all partitions, in task-key order, with the cursor of the next page |
 //! | `POST /api/v1/task/cancel` with `{"orderingId","scheduledTime","uniquenessKey"}` | enqueue a cancellation on the task's partition |
+//! | `GET /api/v1/dead-letters?[taskType=&from=&to=&limit=&includeRedriven=&after…]` | dead letters, in task-key order, a page at a time |
+//! | `POST /api/v1/dead-letters/redrive` with a task's key, a filter (`taskType`, `from`, `to`) or `{"all":true}` | enqueue dead letters again, due now, with a fresh retry budget |
+//! | `POST /api/v1/dead-letters/purge`, the same selection | delete dead letters |
 //! | `GET /metrics` | the node's metrics (OpenMetrics text) |
 //!
 //! The requests and answers are in [`api`], public as `scheduler_core::admin_api` so that
@@ -30,6 +33,7 @@ use subtle::ConstantTimeEq;
 use crate::store::{AttemptOutcome, PartitionId, StatusRecord, TaskStatus};
 
 pub mod api;
+mod dead_letters;
 mod listing;
 mod state;
 use api::{
@@ -51,11 +55,14 @@ pub fn router(state: Arc<AdminState>) -> Router {
         .route("/api/v1/task", get(task))
         .route("/api/v1/task/cancel", post(cancel))
         .route("/api/v1/tasks", get(tasks))
+        .route("/api/v1/dead-letters", get(dead_letters::list))
+        .route("/api/v1/dead-letters/redrive", post(dead_letters::redrive))
+        .route("/api/v1/dead-letters/purge", post(dead_letters::purge))
         .route("/metrics", get(metrics))
         .fallback(|| async {
             ApiError {
                 status: StatusCode::NOT_FOUND,
-                message: "no such endpoint (see /api/v1/status, /api/v1/task, /api/v1/tasks, /api/v1/task/cancel, /metrics)"
+                message: "no such endpoint (see /api/v1/status, /api/v1/task, /api/v1/tasks, /api/v1/task/cancel, /api/v1/dead-letters, /metrics)"
                     .into(),
             }
         })
@@ -149,6 +156,9 @@ async fn status(State(state): State<Arc<AdminState>>) -> Json<StatusResponse> {
         partition_count: state.partition_count,
         owned_partitions: owned,
         partitions,
+        handlers: state.handlers.clone(),
+        handles_every_type: state.handles_every_type,
+        waiting_for_handler: state.metrics.waiting_for_handler().into_iter().collect(),
     })
 }
 

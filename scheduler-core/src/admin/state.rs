@@ -31,8 +31,12 @@ pub struct AdminState {
     pub lag: Arc<Mutex<HashMap<PartitionId, i64>>>,
     /// Where tasks, statuses and attempts are read.
     pub store: Arc<dyn TaskStore>,
-    /// Sends cancellations to the topic.
+    /// Sends cancellations and redriven dead letters to the topic.
     pub canceller: Scheduler,
+    /// The task types the node has a handler for.
+    pub handlers: Vec<String>,
+    /// Whether a handler of the node runs every other type too.
+    pub handles_every_type: bool,
     /// The bearer token every request must carry, if any.
     pub token: Option<String>,
 }

@@ -9,6 +9,9 @@ use crate::store::StoreError;
 /// Why a node could not start or stop cleanly.
 #[derive(Debug, thiserror::Error)]
 pub enum NodeError {
+    /// The node was given no handler: it would consume tasks it can never run.
+    #[error("the node has no handler: give it one per task type (NodeBuilder::handler) or one for every type (NodeBuilder::fallback)")]
+    NoHandlers,
     /// The settings are invalid.
     #[error(transparent)]
     Settings(#[from] SettingsError),

@@ -29,7 +29,7 @@ use crate::actors::PartitionDeps;
 use crate::admin::AdminState;
 use crate::clock::SystemClock;
 use crate::events::EventPublisher;
-use crate::executor::{CallPool, TaskExecutor};
+use crate::executor::{CallPool, Handlers, TaskExecutor};
 use crate::in_flight::InFlightGauges;
 use crate::metrics::Metrics;
 use crate::settings::Settings;
@@ -37,6 +37,40 @@ use crate::store::{CassandraStore, LeaseStore, PartitionId, StatusRecord, TaskSt
 
 /// Threads of the node's own tokio runtime (Cassandra I/O and the user's executor).
 const RUNTIME_THREADS: usize = 2;
+
+/// A node about to start, gathering its handlers (see [`SchedulerNode::builder`]).
+#[must_use = "a builder does nothing until started"]
+pub struct NodeBuilder {
+    settings: Settings,
+    handlers: Handlers,
+}
+
+impl NodeBuilder {
+    /// Runs the tasks of `task_type` through `handler`.
+    pub fn handler(mut self, task_type: impl Into<String>, handler: impl TaskExecutor) -> Self {
+        self.handlers = self.handlers.handler(task_type, handler);
+        self
+    }
+
+    /// Runs the tasks of every type without a handler of its own through `handler`. Without
+    /// one, a task of another type waits on this node until a node with its handler owns its
+    /// partition.
+    pub fn fallback(mut self, handler: impl TaskExecutor) -> Self {
+        self.handlers = self.handlers.fallback(handler);
+        self
+    }
+
+    /// Runs `handlers` (replacing those given so far).
+    pub fn handlers(mut self, handlers: Handlers) -> Self {
+        self.handlers = handlers;
+        self
+    }
+
+    /// Starts the node (see [`SchedulerNode::start`]).
+    pub async fn start(self) -> Result<SchedulerNode, NodeError> {
+        SchedulerNode::start_with(self.settings, self.handlers).await
+    }
+}
 
 /// A running scheduler node. Stop it with [`SchedulerNode::shutdown`].
 pub struct SchedulerNode {
@@ -55,13 +89,32 @@ pub struct SchedulerNode {
 
 impl SchedulerNode {
     /// Validates `settings`, connects to Cassandra (creating the schema if absent) and Kafka,
-    /// and joins the consumer group; tasks of the partitions this node is assigned then run
-    /// through `executor`.
+    /// and joins the consumer group; tasks of every type of the partitions this node is
+    /// assigned then run through `executor`. (A handler per type: [`SchedulerNode::builder`].)
     pub async fn start<E: TaskExecutor>(
         settings: Settings,
         executor: E,
     ) -> Result<SchedulerNode, NodeError> {
+        Self::builder(settings).fallback(executor).start().await
+    }
+
+    /// A node to start with a handler per task type:
+    /// `SchedulerNode::builder(settings).handler("send-email", SendEmail).start().await`.
+    pub fn builder(settings: Settings) -> NodeBuilder {
+        NodeBuilder {
+            settings,
+            handlers: Handlers::new(),
+        }
+    }
+
+    async fn start_with(
+        settings: Settings,
+        handlers: Handlers,
+    ) -> Result<SchedulerNode, NodeError> {
         settings.validate()?;
+        if handlers.is_empty() {
+            return Err(NodeError::NoHandlers);
+        }
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(RUNTIME_THREADS)
             .thread_name("scheduler-io")
@@ -69,7 +122,7 @@ impl SchedulerNode {
             .build()
             .map_err(NodeError::runtime("starting the I/O runtime"))?;
 
-        match Self::start_on(settings, executor, &runtime).await {
+        match Self::start_on(settings, handlers, &runtime).await {
             Ok(parts) => Ok(parts.into_node(runtime)),
             Err(e) => {
                 // Dropping a runtime inside async code panics; let it wind down in the background.
@@ -79,9 +132,9 @@ impl SchedulerNode {
         }
     }
 
-    async fn start_on<E: TaskExecutor>(
+    async fn start_on(
         settings: Settings,
-        executor: E,
+        handlers: Handlers,
         runtime: &tokio::runtime::Runtime,
     ) -> Result<StartedParts, NodeError> {
         if let Some(ignored) = &settings.scheduling.look_back_on_restart {
@@ -102,8 +155,9 @@ impl SchedulerNode {
             .map_err(NodeError::runtime("reading the topic"))??;
 
         let scheduling = Arc::new(settings.scheduling.clone());
-        let pool = CallPool::new(
-            executor,
+        let (handler_types, handles_every_type) = (handlers.types(), handlers.has_fallback());
+        let pool = CallPool::with_handlers(
+            handlers,
             runtime.handle().clone(),
             scheduling.executor_concurrency,
             scheduling.execution_timeout,
@@ -171,6 +225,8 @@ impl SchedulerNode {
                 lag: Arc::clone(&lag),
                 store: Arc::clone(&store),
                 canceller: canceller(&settings.kafka)?,
+                handlers: handler_types.clone(),
+                handles_every_type,
                 token: settings.admin.token.clone(),
             };
             Some(start_admin(&settings.admin.listen, state, runtime).await?)
@@ -211,7 +267,7 @@ impl SchedulerNode {
             .spawn(move || poll_loop.run())
             .map_err(NodeError::runtime("starting the consumer thread"))?;
         info!(%node_id, topic = %settings.kafka.topic, group = %settings.kafka.group_id, partition_count,
-            admin = ?admin.as_ref().map(|a| a.address), "node started");
+            handlers = ?handler_types, handles_every_type, admin = ?admin.as_ref().map(|a| a.address), "node started");
         Ok(StartedParts {
             admin,
             stop,
