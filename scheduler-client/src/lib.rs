@@ -18,4 +18,7 @@ pub mod wire;
 
 pub use partitioner::{murmur2, partition_for};
 pub use scheduler::{validate, ScheduleError, Scheduler, SchedulerConfig, TopicError};
-pub use task::{truncate_to_millis, RunOrder, Task, TaskData, TaskKey, DEFAULT_TASK_TYPE};
+pub use task::{
+    truncate_to_millis, OnConflict, RunOrder, Task, TaskData, TaskIdentity, TaskKey,
+    DEFAULT_TASK_TYPE,
+};

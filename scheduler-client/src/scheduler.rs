@@ -18,7 +18,7 @@ use tracing::debug;
 
 use crate::defaults;
 use crate::partitioner::partition_for;
-use crate::task::{Task, TaskKey};
+use crate::task::{Task, TaskIdentity, TaskKey};
 use crate::wire::{self, ContentError};
 
 /// Where and how to enqueue.
@@ -352,6 +352,60 @@ impl Scheduler {
             .await?;
         debug!(task = %key, "cancellation enqueued");
         Ok(())
+    }
+
+    /// Moves the pending task of `identity` (scheduled with a conflict mode) to `to`, with its
+    /// data: a control record on its partition, applied by the owning node in order with the
+    /// tasks. Nothing happens if no task of the identity is pending then. Resolves once Kafka
+    /// acknowledged it.
+    pub async fn reschedule(
+        &self,
+        identity: &TaskIdentity,
+        to: DateTime<Utc>,
+    ) -> Result<(), ScheduleError> {
+        let started = std::time::Instant::now();
+        let to = crate::truncate_to_millis(to);
+        // The time and key rules of a task of that identity due then.
+        let as_task = Task::new(
+            identity.ordering_id.clone(),
+            to,
+            identity.uniqueness_key.clone(),
+            Default::default(),
+        );
+        let result = match validate(&as_task, Utc::now(), self.config.scheduling_grace_window) {
+            Ok(()) => self
+                .send(
+                    &identity.ordering_id,
+                    &wire::encode_reschedule(identity, to),
+                )
+                .await
+                .map(|_| debug!(%identity, to = %wire::format_time(to), "reschedule enqueued")),
+            Err(e) => Err(e),
+        };
+        let sent = !matches!(&result, Err(e) if e.is_rejection());
+        self.metrics
+            .record("reschedule", &result, sent.then(|| started.elapsed()));
+        result
+    }
+
+    /// Cancels the pending task of `identity` (scheduled with a conflict mode), whatever its
+    /// time, as [`Scheduler::cancel_task`] cancels one task.
+    pub async fn cancel_identity(&self, identity: &TaskIdentity) -> Result<(), ScheduleError> {
+        let started = std::time::Instant::now();
+        let result = match wire::check_key(&identity.ordering_id, &identity.uniqueness_key) {
+            Ok(()) => self
+                .send(
+                    &identity.ordering_id,
+                    &wire::encode_cancel_identity(identity),
+                )
+                .await
+                .map(|_| debug!(%identity, "cancellation by identity enqueued")),
+            Err(e) => Err(e.into()),
+        };
+        let sent = !matches!(&result, Err(e) if e.is_rejection());
+        self.metrics
+            .record("cancel", &result, sent.then(|| started.elapsed()));
+        result
     }
 
     /// Writes `payload` to the partition of `ordering_id`; resolves with its offset once acknowledged.

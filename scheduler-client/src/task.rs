@@ -31,6 +31,86 @@ impl std::fmt::Display for TaskKey {
     }
 }
 
+/// A task's identity apart from its time: what a conflict mode, a reschedule and a cancel by
+/// identity name.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct TaskIdentity {
+    /// The task's orderingId.
+    pub ordering_id: String,
+    /// The task's uniquenessKey.
+    pub uniqueness_key: String,
+}
+
+impl TaskIdentity {
+    /// The identity `(ordering_id, uniqueness_key)`.
+    pub fn new(ordering_id: impl Into<String>, uniqueness_key: impl Into<String>) -> Self {
+        TaskIdentity {
+            ordering_id: ordering_id.into(),
+            uniqueness_key: uniqueness_key.into(),
+        }
+    }
+}
+
+impl std::fmt::Display for TaskIdentity {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}", self.ordering_id, self.uniqueness_key)
+    }
+}
+
+/// What the node that owns a task's partition does when a task is scheduled while another of
+/// the same identity (orderingId and uniquenessKey, whatever its time) is pending. Applied in
+/// partition order, so concurrent producers cannot race. A task scheduled without one is keyed
+/// by its time too, as always: it neither looks for nor leaves an identity.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OnConflict {
+    /// The new task takes the pending one's place, with its own time and data; the pending one
+    /// never runs (unless it is already running).
+    Replace,
+    /// The new data, at the pending task's time.
+    KeepTime,
+    /// The new time and data, but never later than `max_wait` after the time of the first
+    /// task of the pending chain: a burst of submissions runs once, after the last.
+    Debounce {
+        /// How far the first pending time may be pushed back.
+        max_wait: std::time::Duration,
+    },
+    /// Ignored when a task of the identity is pending or finished within the status retention
+    /// (a cancelled one does not count): submit-if-absent, a cluster-wide singleton.
+    IfAbsent,
+}
+
+impl OnConflict {
+    /// The wire format's spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            OnConflict::Replace => "replace",
+            OnConflict::KeepTime => "keepTime",
+            OnConflict::Debounce { .. } => "debounce",
+            OnConflict::IfAbsent => "ifAbsent",
+        }
+    }
+
+    /// The mode named `name` (the wire format's spelling), with `max_wait` for `debounce`;
+    /// `None` for another name, or `debounce` without a wait.
+    pub fn from_parts(name: &str, max_wait: Option<std::time::Duration>) -> Option<OnConflict> {
+        match name {
+            "replace" => Some(OnConflict::Replace),
+            "keepTime" => Some(OnConflict::KeepTime),
+            "ifAbsent" => Some(OnConflict::IfAbsent),
+            "debounce" => max_wait.map(|max_wait| OnConflict::Debounce { max_wait }),
+            _ => None,
+        }
+    }
+
+    /// The wait of `debounce`.
+    pub fn max_wait(self) -> Option<std::time::Duration> {
+        match self {
+            OnConflict::Debounce { max_wait } => Some(max_wait),
+            _ => None,
+        }
+    }
+}
+
 /// The order in which the tasks of one `ordering_id` run (see [`Task::run_order`]).
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct RunOrder {
@@ -70,6 +150,9 @@ pub struct Task {
     /// When due tasks wait for an executor slot, higher priorities go first (default 0). It
     /// never reorders the tasks of one `ordering_id`: they run one at a time, in schedule order.
     pub priority: i32,
+    /// What to do if a task of the same identity is pending (see [`OnConflict`]); `None`:
+    /// the task is keyed by its time too.
+    pub on_conflict: Option<OnConflict>,
     /// Where the task was enqueued: the Kafka offset of the record that scheduled it, set by
     /// the node that consumed it (`None` on the producer's side, where it is not sent). Tasks
     /// of one `ordering_id` due at the same time run in this order.
@@ -91,6 +174,7 @@ impl Task {
             task_data,
             task_type: DEFAULT_TASK_TYPE.to_string(),
             priority: 0,
+            on_conflict: None,
             enqueue_offset: None,
         }
     }
@@ -99,6 +183,17 @@ impl Task {
     pub fn of_type(mut self, task_type: impl Into<String>) -> Task {
         self.task_type = task_type.into();
         self
+    }
+
+    /// The task with a conflict mode for a pending task of its identity.
+    pub fn on_conflict(mut self, mode: OnConflict) -> Task {
+        self.on_conflict = Some(mode);
+        self
+    }
+
+    /// The task's identity apart from its time.
+    pub fn identity(&self) -> TaskIdentity {
+        TaskIdentity::new(self.ordering_id.clone(), self.uniqueness_key.clone())
     }
 
     /// The task with a priority among due tasks waiting for a slot (higher first).

@@ -14,11 +14,18 @@
 //! The record's Kafka key is the `orderingId` and its partition is [`crate::partition_for`] of it.
 //! Unknown fields are ignored, so later versions can add fields that v1 readers skip.
 //!
-//! A control record cancels a task. It goes to the task's partition, so the owning node applies it
-//! in order with the tasks:
+//! A task may carry a conflict mode (`onConflict`: `replace`, `keepTime`, `debounce` with
+//! `maxWaitMs`, or `ifAbsent`; see [`crate::OnConflict`]), applied by the owning node to a pending
+//! task of the same identity (orderingId and uniquenessKey).
+//!
+//! A control record cancels a task, or (by identity) reschedules or cancels the pending task of
+//! an identity scheduled with a conflict mode. It goes to the task's partition, so the owning
+//! node applies it in order with the tasks:
 //!
 //! ```json
 //! {"version":1,"type":"cancel","orderingId":"...","scheduledTime":"2026-11-22T06:00:00.000Z","uniquenessKey":"..."}
+//! {"version":1,"type":"cancel","orderingId":"...","uniquenessKey":"..."}
+//! {"version":1,"type":"reschedule","orderingId":"...","uniquenessKey":"...","scheduledTime":"2026-11-22T07:00:00.000Z"}
 //! ```
 //!
 //! ## Limits
@@ -46,7 +53,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 use serde_json::Value;
 
-use crate::task::{Task, TaskData, TaskKey};
+use crate::task::{OnConflict, Task, TaskData, TaskIdentity, TaskKey};
 
 /// The wire format version this crate writes.
 pub const WIRE_VERSION: u64 = 1;
@@ -233,6 +240,9 @@ pub enum DecodeError {
     /// `taskType` breaks its limits (see [`check_task_type`]).
     #[error("taskType {0:?} is not 1 to 128 ASCII letters, digits or -_.:/")]
     BadTaskType(String),
+    /// `onConflict` names no mode, or `debounce` comes without `maxWaitMs`.
+    #[error("onConflict {0}")]
+    BadConflict(String),
 }
 
 impl From<ContentError> for DecodeError {
@@ -256,6 +266,10 @@ pub enum Record {
     Task(Task),
     /// Cancel the task with this key: it never runs afterwards (unless it already finished).
     Cancel(TaskKey),
+    /// Cancel the pending task of this identity (scheduled with a conflict mode).
+    CancelIdentity(TaskIdentity),
+    /// Move the pending task of this identity (scheduled with a conflict mode) to this time.
+    Reschedule(TaskIdentity, DateTime<Utc>),
 }
 
 impl DecodeError {
@@ -275,6 +289,7 @@ impl DecodeError {
             DecodeError::IntegerOutOfRange(_) => "number",
             DecodeError::FieldTooLong { .. } => "field_too_long",
             DecodeError::BadTaskType(_) => "task_type",
+            DecodeError::BadConflict(_) => "conflict",
         }
     }
 }
@@ -291,6 +306,10 @@ struct WireOut<'a> {
     task_type: &'a str,
     #[serde(skip_serializing_if = "is_zero")]
     priority: i32,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    on_conflict: Option<&'static str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    max_wait_ms: Option<u64>,
 }
 
 fn is_default_type(task_type: &&str) -> bool {
@@ -317,6 +336,8 @@ struct WireIn<'a> {
     task_data: Option<&'a RawValue>,
     task_type: Option<String>,
     priority: Option<i32>,
+    on_conflict: Option<String>,
+    max_wait_ms: Option<u64>,
 }
 
 /// The latest time the wire format carries: RFC 3339 has four-digit years.
@@ -339,6 +360,11 @@ pub fn encode(task: &Task) -> Vec<u8> {
         task_data: &task.task_data,
         task_type: &task.task_type,
         priority: task.priority,
+        on_conflict: task.on_conflict.map(OnConflict::as_str),
+        max_wait_ms: task
+            .on_conflict
+            .and_then(OnConflict::max_wait)
+            .map(|wait| u64::try_from(wait.as_millis()).unwrap_or(u64::MAX)),
     };
     // Serializing strings and a JSON map into a Vec cannot fail.
     serde_json::to_vec(&out).unwrap_or_default()
@@ -346,23 +372,58 @@ pub fn encode(task: &Task) -> Vec<u8> {
 
 #[derive(Serialize)]
 #[serde(rename_all = "camelCase")]
-struct CancelOut<'a> {
+struct ControlOut<'a> {
     version: u64,
     #[serde(rename = "type")]
     record_type: &'static str,
     ordering_id: &'a str,
-    scheduled_time: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    scheduled_time: Option<String>,
     uniqueness_key: &'a str,
 }
 
 /// Encodes the cancellation of the task with `key` as a v1 control record value.
 pub fn encode_cancel(key: &TaskKey) -> Vec<u8> {
-    let out = CancelOut {
+    control(
+        "cancel",
+        &key.ordering_id,
+        &key.uniqueness_key,
+        Some(key.scheduled_time),
+    )
+}
+
+/// Encodes the cancellation of the pending task of `identity` as a v1 control record value.
+pub fn encode_cancel_identity(identity: &TaskIdentity) -> Vec<u8> {
+    control(
+        "cancel",
+        &identity.ordering_id,
+        &identity.uniqueness_key,
+        None,
+    )
+}
+
+/// Encodes moving the pending task of `identity` to `to` as a v1 control record value.
+pub fn encode_reschedule(identity: &TaskIdentity, to: DateTime<Utc>) -> Vec<u8> {
+    control(
+        "reschedule",
+        &identity.ordering_id,
+        &identity.uniqueness_key,
+        Some(to),
+    )
+}
+
+fn control(
+    record_type: &'static str,
+    ordering_id: &str,
+    uniqueness_key: &str,
+    time: Option<DateTime<Utc>>,
+) -> Vec<u8> {
+    let out = ControlOut {
         version: WIRE_VERSION,
-        record_type: "cancel",
-        ordering_id: &key.ordering_id,
-        scheduled_time: format_time(key.scheduled_time),
-        uniqueness_key: &key.uniqueness_key,
+        record_type,
+        ordering_id,
+        scheduled_time: time.map(format_time),
+        uniqueness_key,
     };
     serde_json::to_vec(&out).unwrap_or_default()
 }
@@ -371,7 +432,10 @@ pub fn encode_cancel(key: &TaskKey) -> Vec<u8> {
 pub fn decode(value: Option<&[u8]>, max_size: usize) -> Result<Task, DecodeError> {
     match decode_record(value, max_size)? {
         Record::Task(task) => Ok(task),
-        Record::Cancel(_) => Err(DecodeError::UnknownType("cancel".into())),
+        Record::Cancel(_) | Record::CancelIdentity(_) => {
+            Err(DecodeError::UnknownType("cancel".into()))
+        }
+        Record::Reschedule(..) => Err(DecodeError::UnknownType("reschedule".into())),
     }
 }
 
@@ -392,6 +456,12 @@ pub fn decode_record(value: Option<&[u8]>, max_size: usize) -> Result<Record, De
     let ordering_id = required(wire.ordering_id, "orderingId")?;
     let uniqueness_key = required(wire.uniqueness_key, "uniquenessKey")?;
     check_key(&ordering_id, &uniqueness_key)?;
+    if wire.record_type.as_deref() == Some("cancel") && wire.scheduled_time.is_none() {
+        return Ok(Record::CancelIdentity(TaskIdentity::new(
+            ordering_id,
+            uniqueness_key,
+        )));
+    }
     let time = required(wire.scheduled_time, "scheduledTime")?;
     let scheduled_time = DateTime::parse_from_rfc3339(&time)
         .map_err(|source| DecodeError::BadScheduledTime {
@@ -413,17 +483,46 @@ pub fn decode_record(value: Option<&[u8]>, max_size: usize) -> Result<Record, De
                 }
                 None => crate::task::DEFAULT_TASK_TYPE.to_string(),
             };
-            Task::new(ordering_id, scheduled_time, uniqueness_key, task_data)
+            let task = Task::new(ordering_id, scheduled_time, uniqueness_key, task_data)
                 .of_type(task_type)
-                .with_priority(wire.priority.unwrap_or(0))
+                .with_priority(wire.priority.unwrap_or(0));
+            match conflict_mode(wire.on_conflict.as_deref(), wire.max_wait_ms)? {
+                Some(mode) => task.on_conflict(mode),
+                None => task,
+            }
         }
         Some("cancel") => {
             let key = Task::new(ordering_id, scheduled_time, uniqueness_key, TaskData::new()).key();
             return Ok(Record::Cancel(key));
         }
+        Some("reschedule") => {
+            let identity = TaskIdentity::new(ordering_id, uniqueness_key);
+            let to = crate::task::truncate_to_millis(scheduled_time);
+            return Ok(Record::Reschedule(identity, to));
+        }
         Some(other) => return Err(DecodeError::UnknownType(other.to_string())),
     };
     Ok(Record::Task(task))
+}
+
+/// The conflict mode `onConflict` (and `maxWaitMs`) name.
+fn conflict_mode(
+    name: Option<&str>,
+    max_wait_ms: Option<u64>,
+) -> Result<Option<OnConflict>, DecodeError> {
+    let Some(name) = name else {
+        return Ok(None);
+    };
+    let max_wait = max_wait_ms.map(std::time::Duration::from_millis);
+    match OnConflict::from_parts(name, max_wait) {
+        Some(mode) => Ok(Some(mode)),
+        None if name == "debounce" => Err(DecodeError::BadConflict(
+            "debounce needs maxWaitMs".to_string(),
+        )),
+        None => Err(DecodeError::BadConflict(format!(
+            "{name:?} is not replace, keepTime, debounce or ifAbsent"
+        ))),
+    }
 }
 
 /// Parses `taskData` (valid JSON text) once a scan showed it parses, and exactly.

@@ -20,6 +20,7 @@ mod epoch;
 mod events;
 pub mod executor;
 mod handlers;
+mod identity;
 mod in_flight;
 mod lease;
 mod metrics;

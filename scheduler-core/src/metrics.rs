@@ -99,6 +99,12 @@ struct TypeLabel {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct IdentityLabels {
+    op: &'static str,
+    result: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct DeadLabels {
     task_type: String,
     reason: &'static str,
@@ -140,6 +146,7 @@ pub struct Metrics {
     stale: Family<PartitionLabel, Gauge>,
     statements: Family<OperationLabel, Counter>,
     dead_letters: Family<DeadLabels, Counter>,
+    identity_records: Family<IdentityLabels, Counter>,
     redriven: Family<TypeLabel, Counter>,
     purged: Counter,
     no_handler: Family<TypeLabel, Counter>,
@@ -182,6 +189,12 @@ impl Metrics {
         let (dead_letters, redriven, purged) =
             (Family::default(), Family::default(), Counter::default());
         let (no_handler, waiting_for_handler) = (Family::default(), Family::default());
+        let identity_records = Family::default();
+        registry.register(
+            "scheduler_identity_records",
+            "Records acting on a task identity, by op (replace, keepTime, debounce, ifAbsent, reschedule, cancel) and result (applied, ignored, duplicate)",
+            identity_records.clone(),
+        );
         registry.register(
             "scheduler_dead_letters",
             "Tasks recorded as dead letters, by task type and reason (invalid, retries_exhausted)",
@@ -281,6 +294,7 @@ impl Metrics {
             registry,
             statements,
             dead_letters,
+            identity_records,
             redriven,
             purged,
             no_handler,
@@ -390,6 +404,13 @@ impl Metrics {
                 task_type: task_type.to_string(),
                 reason: reason.as_str(),
             })
+            .inc();
+    }
+
+    /// A record acting on an identity was applied, ignored, or found applied before.
+    pub fn identity_record(&self, op: &'static str, result: &'static str) {
+        self.identity_records
+            .get_or_create(&IdentityLabels { op, result })
             .inc();
     }
 

@@ -282,3 +282,56 @@ fn task_types_outside_the_limits_are_refused_by_client_check_and_decoder_alike()
         "json"
     );
 }
+
+#[test]
+fn conflict_modes_and_identity_control_records_have_the_documented_shape() {
+    let debounced = sample().on_conflict(crate::OnConflict::Debounce {
+        max_wait: std::time::Duration::from_secs(30),
+    });
+    let text = String::from_utf8(encode(&debounced)).unwrap();
+    assert_eq!(
+        text,
+        r#"{"version":1,"orderingId":"order-1","scheduledTime":"2026-11-22T06:00:00.000Z","uniquenessKey":"u-1","taskData":{"n":3,"to":"ops"},"onConflict":"debounce","maxWaitMs":30000}"#
+    );
+    assert_eq!(decode(Some(text.as_bytes()), 1 << 20).unwrap(), debounced);
+    for mode in [
+        crate::OnConflict::Replace,
+        crate::OnConflict::KeepTime,
+        crate::OnConflict::IfAbsent,
+    ] {
+        let task = sample().on_conflict(mode);
+        assert_eq!(decode(Some(&encode(&task)), 1 << 20).unwrap(), task);
+    }
+    let identity = sample().identity();
+    let cancel = encode_cancel_identity(&identity);
+    assert_eq!(
+        String::from_utf8(cancel.clone()).unwrap(),
+        r#"{"version":1,"type":"cancel","orderingId":"order-1","uniquenessKey":"u-1"}"#
+    );
+    assert_eq!(
+        decode_record(Some(&cancel), 1 << 20).unwrap(),
+        Record::CancelIdentity(identity.clone())
+    );
+    let later = sample().scheduled_time + chrono::TimeDelta::hours(1);
+    let reschedule = encode_reschedule(&identity, later);
+    assert_eq!(
+        String::from_utf8(reschedule.clone()).unwrap(),
+        r#"{"version":1,"type":"reschedule","orderingId":"order-1","scheduledTime":"2026-11-22T07:00:00.000Z","uniquenessKey":"u-1"}"#
+    );
+    assert_eq!(
+        decode_record(Some(&reschedule), 1 << 20).unwrap(),
+        Record::Reschedule(identity, later)
+    );
+    for bad in [
+        r#"{"version":1,"orderingId":"o","scheduledTime":"2026-11-22T06:00:00Z","uniquenessKey":"u","onConflict":"debounce"}"#,
+        r#"{"version":1,"orderingId":"o","scheduledTime":"2026-11-22T06:00:00Z","uniquenessKey":"u","onConflict":"upsert"}"#,
+    ] {
+        let error = decode_record(Some(bad.as_bytes()), 1 << 20).unwrap_err();
+        assert_eq!(error.reason(), "conflict", "{bad}: {error}");
+    }
+    let no_time = br#"{"version":1,"type":"reschedule","orderingId":"o","uniquenessKey":"u"}"#;
+    assert_eq!(
+        decode_record(Some(no_time), 1 << 20).unwrap_err().reason(),
+        "missing_field"
+    );
+}

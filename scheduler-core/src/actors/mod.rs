@@ -50,14 +50,61 @@ use crate::store::{LeaseStore, StoreError, TaskStore};
 use scheduler_client::{Task, TaskKey};
 
 /// What one poll brought for one partition, in partition order: tasks to schedule (a task with
-/// the key of one already scheduled replaces it) and keys of tasks to cancel (a cancellation is
-/// final, so its place among the tasks does not matter). The consumer hands these to the tree.
+/// the key of one already scheduled replaces it), keys of tasks to cancel (a cancellation is
+/// final, so its place among the tasks does not matter), and the records that act on an
+/// identity (tasks with a conflict mode, reschedules and cancels by identity), applied in their
+/// order. The consumer hands these to the tree.
 #[derive(Debug, Default)]
 pub struct PolledTasks {
     /// Tasks to schedule.
     pub tasks: Vec<Task>,
     /// Keys of tasks to cancel.
     pub cancels: Vec<TaskKey>,
+    /// Records acting on an identity, in partition order.
+    pub by_identity: Vec<IdentityOp>,
+}
+
+/// A record that acts on a task's identity (see [`crate::identity`]).
+#[derive(Debug, Clone, PartialEq)]
+pub enum IdentityOp {
+    /// Schedule a task with a conflict mode (its `enqueue_offset` is its record's offset).
+    Schedule(Task),
+    /// Move the identity's pending task to `to`.
+    Reschedule {
+        /// The identity.
+        identity: scheduler_client::TaskIdentity,
+        /// Its new time.
+        to: chrono::DateTime<chrono::Utc>,
+        /// The record's offset.
+        offset: i64,
+    },
+    /// Cancel the identity's pending task.
+    Cancel {
+        /// The identity.
+        identity: scheduler_client::TaskIdentity,
+        /// The record's offset.
+        offset: i64,
+    },
+}
+
+impl IdentityOp {
+    /// The identity the record acts on.
+    pub fn identity(&self) -> scheduler_client::TaskIdentity {
+        match self {
+            IdentityOp::Schedule(task) => task.identity(),
+            IdentityOp::Reschedule { identity, .. } | IdentityOp::Cancel { identity, .. } => {
+                identity.clone()
+            }
+        }
+    }
+
+    /// The record's offset in its partition.
+    pub fn offset(&self) -> i64 {
+        match self {
+            IdentityOp::Schedule(task) => task.enqueue_offset.unwrap_or(-1),
+            IdentityOp::Reschedule { offset, .. } | IdentityOp::Cancel { offset, .. } => *offset,
+        }
+    }
 }
 
 /// What every partition tree needs from the node.

@@ -32,7 +32,7 @@
 use std::time::Duration;
 
 use actix::Addr;
-use scheduler_client::{Task, TaskKey};
+use scheduler_client::{Task, TaskIdentity, TaskKey};
 use tokio::sync::watch;
 use tracing::{debug, warn, Instrument};
 
@@ -165,6 +165,7 @@ impl TaskRun {
                 self.deps.store.clone(),
                 self.partition,
                 self.key.clone(),
+                task.on_conflict.is_some(),
                 earlier,
                 self.stop.clone(),
             );
@@ -193,8 +194,8 @@ impl TaskRun {
                     "attempted by an earlier tree; attempt numbers go on");
                 self.attempts = self.attempts.max(last);
             }
-            if let Some(status) = status {
-                return Ok(self.already_finished(&status));
+            if let Some(found) = status {
+                return Ok(self.already_finished(&found));
             }
             if !self.deps.pool.handles(&task.task_type) {
                 drop((hold, armed));
@@ -231,11 +232,18 @@ impl TaskRun {
                 } => {
                     debug!(partition, task = %self.key, "the slot came late; reading the status again in it");
                     let (store, key) = (self.deps.store.clone(), self.key.clone());
-                    let status = self
-                        .store_step("status read", || store.status(partition, key.clone()))
+                    let by_identity = task.on_conflict.is_some();
+                    let found = self
+                        .store_step("status read", || {
+                            let (store, key) = (store.clone(), key.clone());
+                            async move {
+                                finished_or_superseded(store.as_ref(), partition, &key, by_identity)
+                                    .await
+                            }
+                        })
                         .await?;
-                    if let Some(status) = status {
-                        return Ok(self.already_finished(&status));
+                    if let Some(found) = found {
+                        return Ok(self.already_finished(&found));
                     }
                     let held = (hold, armed);
                     if checks_hold(&held) {
@@ -350,10 +358,15 @@ impl TaskRun {
         }
     }
 
-    /// A task found finished (or cancelled) by its status check: out of the schedule, not run.
-    fn already_finished(&self, status: &StatusRecord) -> ExecutionOutcome {
-        debug!(partition = self.partition, task = %self.key, status = status.status.as_str(),
-            "task already finished; not running it again");
+    /// A task found finished (or cancelled, or superseded by a newer task of its identity) by
+    /// its status check: out of the schedule, not run.
+    fn already_finished(&self, found: &Found) -> ExecutionOutcome {
+        match found {
+            Found::Final(status) => debug!(partition = self.partition, task = %self.key,
+                status = status.status.as_str(), "task already finished; not running it again"),
+            Found::Superseded => debug!(partition = self.partition, task = %self.key,
+                "superseded by a newer task of its identity; not running it"),
+        }
         self.remove_from_schedule();
         ExecutionOutcome::AlreadyFinished
     }
@@ -601,16 +614,26 @@ impl TaskRun {
     }
 }
 
-/// The task's final status and, if an earlier tree may have attempted it (`earlier`), its last
-/// attempt number, read concurrently; `None` if the tree stops first.
+/// What the status read found: the task's final status, or that it is no longer its
+/// identity's current task (both: not run).
+enum Found {
+    Final(StatusRecord),
+    Superseded,
+}
+
+/// Whether the task is finished (its final status) or superseded (for a task with a conflict
+/// mode, `by_identity`: its identity's record names another task) and, if an earlier tree may
+/// have attempted it (`earlier`), its last attempt number, read concurrently; `None` if the tree
+/// stops first.
 async fn read_status(
     store: std::sync::Arc<dyn crate::store::TaskStore>,
     partition: PartitionId,
     key: TaskKey,
+    by_identity: bool,
     earlier: bool,
     mut stop: watch::Receiver<Option<StopReason>>,
-) -> Option<StoreResult<(Option<StatusRecord>, Option<u32>)>> {
-    let status = store.status(partition, key.clone());
+) -> Option<StoreResult<(Option<Found>, Option<u32>)>> {
+    let found = finished_or_superseded(store.as_ref(), partition, &key, by_identity);
     let last = async {
         if !earlier {
             return Ok(None);
@@ -619,14 +642,34 @@ async fn read_status(
         Ok(attempts.first().map(|a| a.attempt))
     };
     let read = async {
-        let (status, last) = futures::future::join(status, last).await;
-        Ok((status?, last?))
+        let (found, last) = futures::future::join(found, last).await;
+        Ok((found?, last?))
     };
     tokio::select! {
         biased;
         _ = stop.wait_for(Option::is_some) => None,
         read = read => Some(read),
     }
+}
+
+/// The task's final status, or whether it was superseded (see [`read_status`]).
+async fn finished_or_superseded(
+    store: &dyn crate::store::TaskStore,
+    partition: PartitionId,
+    key: &TaskKey,
+    by_identity: bool,
+) -> StoreResult<Option<Found>> {
+    let status = store.status(partition, key.clone());
+    let record = OptionFuture::from(by_identity.then(|| {
+        let identity = TaskIdentity::new(key.ordering_id.clone(), key.uniqueness_key.clone());
+        store.identity(partition, identity)
+    }));
+    let (status, record) = futures::future::join(status, record).await;
+    if let Some(status) = status? {
+        return Ok(Some(Found::Final(status)));
+    }
+    let record = record.transpose()?.flatten();
+    Ok(crate::identity::superseded(key, record.as_ref()).then_some(Found::Superseded))
 }
 
 /// Whether the checks made before the waits for the task's time and slot still hold: its lease

@@ -41,6 +41,7 @@ use super::{PolledTasks, StopActor, TreeError, TreeResult};
 use crate::cancel_gate::CancelGate;
 use crate::clock::Clock;
 use crate::executor::StopReason;
+use crate::identity;
 use crate::in_flight::InFlight;
 use crate::lease::TreeLease;
 use crate::metrics::{Metrics, ParkReason, Parked};
@@ -441,43 +442,74 @@ impl Handler<PersistTasks> for TaskPersistence {
                 doing: "persisting a polled batch",
             }))));
         }
-        let PersistTasks(PolledTasks { tasks, cancels }) = msg;
+        let PersistTasks(PolledTasks {
+            tasks,
+            cancels,
+            by_identity,
+        }) = msg;
         // Of several records of one key in a batch, the last in partition order wins, in the
         // store and in memory alike.
         let tasks = last_of_each_key(tasks);
-        // A task due before the low-water mark lowers it first: were the tree to stop before
-        // running it, the next tree must load it.
-        let lower = tasks
-            .iter()
-            .map(|t| t.scheduled_time)
-            .min()
-            .filter(|earliest| *earliest < self.low_water);
-        let lowering = lower.map(|at| self.store.set_low_water(self.partition, self.epoch, at));
         let started = std::time::Instant::now();
-        let partition = self.partition;
+        let (partition, epoch, low_water) = (self.partition, self.epoch, self.low_water);
         let store = Arc::clone(&self.store);
         let metrics = Arc::clone(&self.metrics);
-        let write = (!tasks.is_empty()).then(|| self.store.persist(partition, tasks.clone()));
+        let gate = self.cancels.clone();
         let cancelled_at = self.clock.now();
         let timeout = self.persist_timeout;
-        // Until the cancels are recorded (or failed), a task already checked does not call.
-        let applying = self.cancels.applying(&cancels);
         let work = async move {
-            let _applying = applying;
-            if let Some(lowering) = lowering {
-                if !lowering.await? {
+            // Records acting on identities come to tasks, superseded tasks and cancels.
+            let resolved = identity::resolve(&store, partition, by_identity, &metrics).await?;
+            let mut tasks = tasks;
+            tasks.extend(resolved.tasks);
+            let tasks = last_of_each_key(tasks);
+            let mut cancels = cancels;
+            cancels.extend(resolved.cancels);
+            // Until the cancels are recorded (or failed), a task already checked does not call;
+            // nor does a superseded one until its identity's new record is written.
+            let gated: Vec<TaskKey> = cancels
+                .iter()
+                .chain(&resolved.superseded)
+                .cloned()
+                .collect();
+            let _applying = gate.applying(&gated);
+            // A task due before the low-water mark lowers it first: were the tree to stop
+            // before running it, the next tree must load it.
+            let lower = tasks
+                .iter()
+                .map(|t| t.scheduled_time)
+                .min()
+                .filter(|earliest| *earliest < low_water);
+            if let Some(at) = lower {
+                if !store.set_low_water(partition, epoch, at).await? {
                     return Err(TreeError::Stopping {
                         doing: "lowering the low-water mark (a newer tree claimed the partition)",
                     });
                 }
             }
-            let refused = match write {
-                Some(write) => write.await?,
-                None => Vec::new(),
+            write_all(resolved.records, |record| {
+                store.record_identity(partition, record)
+            })
+            .await?;
+            write_all(resolved.revived, |key| store.clear_status(partition, key)).await?;
+            let refused = match tasks.is_empty() {
+                true => Vec::new(),
+                false => store.persist(partition, tasks.clone()).await?,
             };
-            let cancelled =
-                apply_cancels(store, &metrics, partition, cancels, cancelled_at).await?;
-            Ok((refused, cancelled))
+            let mut cancelled = apply_cancels(
+                Arc::clone(&store),
+                &metrics,
+                partition,
+                cancels,
+                cancelled_at,
+            )
+            .await?;
+            for key in resolved.superseded_rows {
+                // An optimisation: a superseded row left behind is skipped when loaded.
+                let _ = store.remove_scheduled(partition, key).await;
+            }
+            cancelled.extend(resolved.superseded);
+            Ok((tasks, refused, cancelled, lower))
         };
         let bounded = async move {
             tokio::time::timeout(timeout, work)
@@ -489,7 +521,7 @@ impl Handler<PersistTasks> for TaskPersistence {
         };
         AtomicResponse::new(Box::pin(bounded.into_actor(self).map(
             move |result, act, _| {
-                let (refused, cancelled) = result?;
+                let (tasks, refused, cancelled, lower) = result?;
                 if let Some(at) = lower {
                     act.low_water = at;
                     act.in_flight.set_low_water(at);
@@ -522,6 +554,18 @@ impl Handler<PersistTasks> for TaskPersistence {
             },
         )))
     }
+}
+
+/// Runs `write` for each of `items`, `WRITE_CONCURRENCY` at a time.
+async fn write_all<T, F>(items: Vec<T>, write: impl Fn(T) -> F) -> StoreResult<()>
+where
+    F: std::future::Future<Output = StoreResult<()>>,
+{
+    futures::stream::iter(items)
+        .map(write)
+        .buffer_unordered(WRITE_CONCURRENCY)
+        .try_collect()
+        .await
 }
 
 /// Records the cancellation of each of `cancels` (unless it already finished) and takes it out

@@ -20,7 +20,7 @@ use tracing::{debug, error, info, warn};
 use crate::actors::topic_supervisor::{
     AssignPartitions, ProcessTaskBatch, RevokePartitions, TopicSupervisor,
 };
-use crate::actors::PolledTasks;
+use crate::actors::{IdentityOp, PolledTasks};
 use crate::metrics::{Metrics, ParkReason, Parked, RebalanceKind};
 use crate::store::PartitionId;
 
@@ -239,6 +239,9 @@ impl PollLoop {
                 let ordering_id = match &record {
                     Record::Task(task) => &task.ordering_id,
                     Record::Cancel(key) => &key.ordering_id,
+                    Record::CancelIdentity(identity) | Record::Reschedule(identity, _) => {
+                        &identity.ordering_id
+                    }
                 };
                 let expected = partition_for(ordering_id, self.partition_count);
                 if expected == partition {
@@ -254,7 +257,36 @@ impl PollLoop {
             Ok(Record::Task(task)) => {
                 debug!(partition, offset, task = %task.key(), "task polled");
                 let task = task.enqueued_at(offset);
-                batch.tasks.entry(partition).or_default().tasks.push(task);
+                let polled = batch.tasks.entry(partition).or_default();
+                if task.on_conflict.is_some() {
+                    polled.by_identity.push(IdentityOp::Schedule(task));
+                } else {
+                    polled.tasks.push(task);
+                }
+            }
+            Ok(Record::CancelIdentity(identity)) => {
+                debug!(partition, offset, %identity, "cancellation by identity polled");
+                let op = IdentityOp::Cancel { identity, offset };
+                batch
+                    .tasks
+                    .entry(partition)
+                    .or_default()
+                    .by_identity
+                    .push(op);
+            }
+            Ok(Record::Reschedule(identity, to)) => {
+                debug!(partition, offset, %identity, "reschedule polled");
+                let op = IdentityOp::Reschedule {
+                    identity,
+                    to,
+                    offset,
+                };
+                batch
+                    .tasks
+                    .entry(partition)
+                    .or_default()
+                    .by_identity
+                    .push(op);
             }
             Ok(Record::Cancel(key)) => {
                 debug!(partition, offset, task = %key, "cancellation polled");

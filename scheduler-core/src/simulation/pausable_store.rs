@@ -18,7 +18,7 @@ use crate::store::{
     AttemptRecord, AttemptStore, LeaseRecord, LeaseStore, OwnershipStore, PartitionId, ReadCursor,
     RefusedTask, ScheduleStore, StatusRecord, StatusStore, StoreError, StoreResult, WriteStamp,
 };
-use crate::store::{DeadLetter, DeadLetterFilter, DeadLetterStore};
+use crate::store::{DeadLetter, DeadLetterFilter, DeadLetterStore, IdentityRecord, IdentityStore};
 
 /// Whether a node's process is paused (and how many pauses began so far): shared by its store
 /// and its executor. A pause may also be set to begin on the node's next request of one kind
@@ -242,6 +242,14 @@ impl StatusStore for PausableStore {
         self.send("status write", |s| s.record_status(partition, key, status))
     }
 
+    fn clear_status(
+        &self,
+        partition: PartitionId,
+        key: TaskKey,
+    ) -> BoxFuture<'static, StoreResult<()>> {
+        self.send("status delete", |s| s.clear_status(partition, key))
+    }
+
     fn cancel(
         &self,
         partition: PartitionId,
@@ -249,6 +257,24 @@ impl StatusStore for PausableStore {
         at: DateTime<Utc>,
     ) -> BoxFuture<'static, StoreResult<Option<StatusRecord>>> {
         self.send("cancel", |s| s.cancel(partition, key, at))
+    }
+}
+
+impl IdentityStore for PausableStore {
+    fn identity(
+        &self,
+        partition: PartitionId,
+        identity: scheduler_client::TaskIdentity,
+    ) -> BoxFuture<'static, StoreResult<Option<IdentityRecord>>> {
+        self.send("identity read", |s| s.identity(partition, identity))
+    }
+
+    fn record_identity(
+        &self,
+        partition: PartitionId,
+        record: IdentityRecord,
+    ) -> BoxFuture<'static, StoreResult<()>> {
+        self.send("identity write", |s| s.record_identity(partition, record))
     }
 }
 

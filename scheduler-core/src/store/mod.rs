@@ -5,6 +5,7 @@
 
 mod cassandra;
 pub mod dead_letters;
+pub mod identities;
 #[cfg(test)]
 pub mod memory;
 pub(crate) mod pages;
@@ -14,6 +15,7 @@ use futures::future::BoxFuture;
 use scheduler_client::{Task, TaskKey};
 
 pub use dead_letters::{DeadLetter, DeadLetterFilter, DeadLetterStore, DeadReason};
+pub use identities::{IdentityRecord, IdentityStore};
 
 pub use cassandra::{
     CassandraStore, Migration, StoreLevels, META_KEYSPACE, SCHEMA_VERSION, WRITE_CONCURRENCY,
@@ -389,6 +391,14 @@ pub trait StatusStore: Send + Sync + 'static {
         status: StatusRecord,
     ) -> BoxFuture<'static, StoreResult<()>>;
 
+    /// Forgets a task's status: a task scheduled again, by identity, under a key cancelled
+    /// before.
+    fn clear_status(
+        &self,
+        partition: PartitionId,
+        key: TaskKey,
+    ) -> BoxFuture<'static, StoreResult<()>>;
+
     /// Records that a task is cancelled, unless it already has a final status (a lightweight
     /// transaction, so a task that finished meanwhile keeps its status). Returns `None` when the
     /// cancellation was recorded, else the status the task already had.
@@ -457,12 +467,17 @@ pub trait OwnershipStore: Send + Sync + 'static {
 /// given. A part of the tree that needs one table only holds that one (ownership checks, loads
 /// and read-backs).
 pub trait TaskStore:
-    ScheduleStore + StatusStore + AttemptStore + OwnershipStore + DeadLetterStore
+    ScheduleStore + StatusStore + AttemptStore + OwnershipStore + DeadLetterStore + IdentityStore
 {
 }
 
-impl<T: ScheduleStore + StatusStore + AttemptStore + OwnershipStore + DeadLetterStore> TaskStore
-    for T
+impl<T> TaskStore for T where
+    T: ScheduleStore
+        + StatusStore
+        + AttemptStore
+        + OwnershipStore
+        + DeadLetterStore
+        + IdentityStore
 {
 }
 

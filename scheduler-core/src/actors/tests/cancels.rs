@@ -50,6 +50,7 @@ fn a_task_cancelled_in_its_own_batch_does_not_run() {
         h.process(PolledTasks {
             tasks: vec![due_now.clone()],
             cancels: vec![due_now.key()],
+            ..PolledTasks::default()
         })
         .await;
         advance(Duration::from_secs(10)).await;
@@ -196,6 +197,7 @@ fn a_cancel_that_could_not_be_recorded_does_not_stop_a_checked_task() {
             .offer(PolledTasks {
                 tasks: vec![],
                 cancels: vec![due.key()],
+                ..PolledTasks::default()
             })
             .await;
         assert!(reply.persisted.is_empty());

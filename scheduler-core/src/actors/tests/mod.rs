@@ -3,6 +3,7 @@
 //! store, and an executor that records every call.
 
 mod cancels;
+mod identities;
 mod low_water;
 mod memory;
 mod one_run_at_a_time;
@@ -92,6 +93,8 @@ struct Recorder {
     work: Duration,
     behaviours: HashMap<String, Behaviour>,
     calls: Mutex<Vec<(TaskKey, DateTime<Utc>)>>,
+    /// Each call's orderingId and its data's `v` (-1 without).
+    versions: Mutex<Vec<(String, i64)>>,
     running: Mutex<HashMap<String, usize>>,
     overlaps: AtomicUsize,
     completed: AtomicUsize,
@@ -116,6 +119,7 @@ impl Recorder {
                 .map(|(o, b)| (o.to_string(), *b))
                 .collect(),
             calls: Mutex::default(),
+            versions: Mutex::default(),
             running: Mutex::default(),
             overlaps: AtomicUsize::new(0),
             completed: AtomicUsize::new(0),
@@ -126,6 +130,16 @@ impl Recorder {
 
     fn calls(&self) -> Vec<(TaskKey, DateTime<Utc>)> {
         self.calls.lock().expect("lock").clone()
+    }
+
+    /// The `v` of the data of each call of `ordering_id`'s tasks.
+    fn data_versions(&self, ordering_id: &str) -> Vec<i64> {
+        let versions = self.versions.lock().expect("lock");
+        versions
+            .iter()
+            .filter(|(o, _)| o == ordering_id)
+            .map(|(_, v)| *v)
+            .collect()
     }
 
     fn call_times(&self, ordering_id: &str) -> Vec<DateTime<Utc>> {
@@ -142,6 +156,11 @@ impl TaskExecutor for Arc<Recorder> {
         let previous_calls = {
             let mut calls = self.calls.lock().expect("lock");
             calls.push((task.key(), self.clock.now()));
+            let version = task.task_data.get("v").and_then(|v| v.as_i64());
+            self.versions
+                .lock()
+                .expect("lock")
+                .push((task.ordering_id.clone(), version.unwrap_or(-1)));
             calls.iter().filter(|(k, _)| *k == task.key()).count() - 1
         };
         // Tasks loaded but not finished: bounded by max_in_flight_tasks.
@@ -274,7 +293,7 @@ impl Harness {
         let tasks = tasks.into_iter().map(|t| self.enqueued(t)).collect();
         self.process(PolledTasks {
             tasks,
-            cancels: vec![],
+            ..PolledTasks::default()
         })
         .await;
     }
@@ -283,10 +302,37 @@ impl Harness {
         task.enqueued_at(self.recorder.next_offset.fetch_add(1, Ordering::SeqCst))
     }
 
+    /// Consumes `ops` as the next records of the partition, in one batch; each gets the next
+    /// offset (a task's is set on it).
+    async fn by_identity(&self, ops: Vec<super::IdentityOp>) -> Vec<super::IdentityOp> {
+        use super::IdentityOp;
+        let ops: Vec<IdentityOp> = ops
+            .into_iter()
+            .map(|op| {
+                let offset = self.recorder.next_offset.fetch_add(1, Ordering::SeqCst);
+                match op {
+                    IdentityOp::Schedule(task) => IdentityOp::Schedule(task.enqueued_at(offset)),
+                    IdentityOp::Reschedule { identity, to, .. } => IdentityOp::Reschedule {
+                        identity,
+                        to,
+                        offset,
+                    },
+                    IdentityOp::Cancel { identity, .. } => IdentityOp::Cancel { identity, offset },
+                }
+            })
+            .collect();
+        self.process(PolledTasks {
+            by_identity: ops.clone(),
+            ..PolledTasks::default()
+        })
+        .await;
+        ops
+    }
+
     async fn cancel(&self, cancels: Vec<TaskKey>) {
         self.process(PolledTasks {
-            tasks: vec![],
             cancels,
+            ..PolledTasks::default()
         })
         .await;
     }

@@ -179,6 +179,7 @@ fn a_batch_polled_while_a_fenced_tree_drains_is_refused_for_the_next_owner() {
             .offer(PolledTasks {
                 tasks: vec![h.enqueued(late.clone())],
                 cancels: vec![],
+                ..PolledTasks::default()
             })
             .await;
         assert!(reply.persisted.is_empty(), "{reply:?}");

@@ -29,6 +29,7 @@ use super::{
 use crate::settings::CassandraSettings;
 
 mod dead_letters;
+mod identities;
 mod levels;
 mod rows;
 mod schema;
@@ -59,6 +60,8 @@ pub struct CassandraStore {
 struct Inner {
     session: Session,
     statements: Statements,
+    /// How long statuses are kept: identities are kept as long after their task's time.
+    status_ttl: std::time::Duration,
     /// Statements run so far, by operation.
     counts: std::sync::Mutex<std::collections::BTreeMap<&'static str, u64>>,
 }
@@ -126,6 +129,7 @@ impl CassandraStore {
         let inner = Inner {
             session,
             statements,
+            status_ttl: settings.status_ttl,
             counts: Default::default(),
         };
         Ok(CassandraStore {
@@ -201,23 +205,38 @@ impl ScheduleStore for CassandraStore {
                     async move {
                         let key = task.key();
                         let data = serde_json::Value::Object(task.task_data).to_string();
-                        let written = inner
-                            .run(
-                                &inner.statements.insert_task,
-                                (
-                                    partition,
-                                    hour_bucket(task.scheduled_time),
-                                    task.scheduled_time,
-                                    task.ordering_id,
-                                    task.uniqueness_key,
-                                    data,
-                                    task.enqueue_offset,
-                                    task.task_type,
-                                    task.priority,
-                                ),
-                                "task insert",
-                            )
-                            .await;
+                        let values = (
+                            partition,
+                            hour_bucket(task.scheduled_time),
+                            task.scheduled_time,
+                            task.ordering_id,
+                            task.uniqueness_key,
+                            data,
+                            task.enqueue_offset,
+                            task.task_type,
+                            task.priority,
+                        );
+                        let written = match task.on_conflict {
+                            None => {
+                                inner
+                                    .run(&inner.statements.insert_task, values, "task insert")
+                                    .await
+                            }
+                            Some(mode) => {
+                                let wait = mode
+                                    .max_wait()
+                                    .map(|w| i64::try_from(w.as_millis()).unwrap_or(i64::MAX));
+                                let (p, b, t, o, u, d, e, ty, pr) = values;
+                                let values = (p, b, t, o, u, d, e, ty, pr, mode.as_str(), wait);
+                                inner
+                                    .run(
+                                        &inner.statements.insert_identity_task,
+                                        values,
+                                        "task insert",
+                                    )
+                                    .await
+                            }
+                        };
                         match written {
                             Ok(_) => Ok(None),
                             Err(StoreError::Refused { reason, .. }) => {
@@ -320,23 +339,33 @@ impl ScheduleStore for CassandraStore {
                     "task read",
                 )
                 .await?;
-            let row = first_row_of::<(String, Option<i64>, Option<String>, Option<i32>)>(
-                result, "schedule",
-            )?;
-            Ok(row.and_then(|(data, enqueue_offset, task_type, priority)| {
-                task_from_row(
-                    partition,
-                    (
-                        key.scheduled_time,
-                        key.ordering_id,
-                        key.uniqueness_key,
-                        data,
-                        enqueue_offset,
-                        task_type,
-                        priority,
-                    ),
-                )
-            }))
+            type Row = (
+                String,
+                Option<i64>,
+                Option<String>,
+                Option<i32>,
+                Option<String>,
+                Option<i64>,
+            );
+            let row = first_row_of::<Row>(result, "schedule")?;
+            Ok(
+                row.and_then(|(data, offset, task_type, priority, on_conflict, wait)| {
+                    task_from_row(
+                        partition,
+                        (
+                            key.scheduled_time,
+                            key.ordering_id,
+                            key.uniqueness_key,
+                            data,
+                            offset,
+                            task_type,
+                            priority,
+                            on_conflict,
+                            wait,
+                        ),
+                    )
+                }),
+            )
         }
         .boxed()
     }
@@ -525,6 +554,25 @@ impl StatusStore for CassandraStore {
                 )
                 .await
                 .map(|_| ())
+        }
+        .boxed()
+    }
+
+    fn clear_status(
+        &self,
+        partition: PartitionId,
+        key: TaskKey,
+    ) -> BoxFuture<'static, StoreResult<()>> {
+        let inner = Arc::clone(&self.inner);
+        async move {
+            inner
+                .run(
+                    &inner.statements.delete_status,
+                    key_values(partition, &key),
+                    "status delete",
+                )
+                .await?;
+            Ok(())
         }
         .boxed()
     }

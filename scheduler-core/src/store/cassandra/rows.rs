@@ -2,7 +2,7 @@
 //! the values of a task key, and the store's errors from the driver's.
 
 use chrono::{DateTime, Utc};
-use scheduler_client::{Task, TaskData, TaskKey};
+use scheduler_client::{OnConflict, Task, TaskData, TaskKey};
 use scylla::deserialize::row::DeserializeRow;
 use scylla::response::query_result::QueryResult;
 use tracing::warn;
@@ -29,8 +29,9 @@ pub(super) fn query_error(
     }
 }
 
-/// A schedule row: the key, `task_data`, `enqueue_offset`, `task_type` and `priority` (the last
-/// two null in rows written before schema version 3: a default task).
+/// A schedule row: the key, `task_data`, `enqueue_offset`, `task_type`, `priority`,
+/// `on_conflict` and `max_wait_ms` (the last four null in rows written before schema version 3,
+/// and the last two in tasks without a conflict mode).
 pub(super) type TaskRow = (
     DateTime<Utc>,
     String,
@@ -39,20 +40,47 @@ pub(super) type TaskRow = (
     Option<i64>,
     Option<String>,
     Option<i32>,
+    Option<String>,
+    Option<i64>,
 );
+
+/// A task's type, priority and conflict mode as stored (null: the defaults).
+pub(super) fn with_stored_kind(
+    task: Task,
+    task_type: Option<String>,
+    priority: Option<i32>,
+    on_conflict: Option<String>,
+    max_wait_ms: Option<i64>,
+) -> Task {
+    let max_wait = max_wait_ms
+        .and_then(|ms| u64::try_from(ms).ok())
+        .map(std::time::Duration::from_millis);
+    Task {
+        task_type: task_type.unwrap_or(task.task_type),
+        priority: priority.unwrap_or(0),
+        on_conflict: on_conflict.and_then(|name| OnConflict::from_parts(&name, max_wait)),
+        ..task
+    }
+}
 
 pub(super) fn task_from_row(
     partition: PartitionId,
-    (scheduled_time, ordering_id, uniqueness_key, data, enqueue_offset, task_type, priority): TaskRow,
+    (
+        scheduled_time,
+        ordering_id,
+        uniqueness_key,
+        data,
+        enqueue_offset,
+        task_type,
+        priority,
+        on_conflict,
+        max_wait_ms,
+    ): TaskRow,
 ) -> Option<Task> {
     match serde_json::from_str::<TaskData>(&data) {
         Ok(task_data) => {
-            let task = Task::new(ordering_id, scheduled_time, uniqueness_key, task_data)
-                .with_priority(priority.unwrap_or(0));
-            let task = match task_type {
-                Some(task_type) => task.of_type(task_type),
-                None => task,
-            };
+            let task = Task::new(ordering_id, scheduled_time, uniqueness_key, task_data);
+            let task = with_stored_kind(task, task_type, priority, on_conflict, max_wait_ms);
             Some(Task {
                 enqueue_offset,
                 ..task

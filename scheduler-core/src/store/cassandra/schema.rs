@@ -398,11 +398,25 @@ async fn migrate_v2(session: &Session, ks: &str) -> StoreResult<()> {
     Ok(())
 }
 
-/// Version 3: task types, priorities and dead letters. A schedule row without a type (written
-/// before) is a task of the default type with priority 0.
+/// Version 3: task types, priorities, conflict modes and dead letters. A schedule row without a
+/// type (written before) is a task of the default type with priority 0 and no conflict mode.
 async fn migrate_v3(session: &Session, ks: &str) -> StoreResult<()> {
-    add_column_if_absent(session, ks, "scheduled_tasks", "task_type", "text").await?;
-    add_column_if_absent(session, ks, "scheduled_tasks", "priority", "int").await?;
+    for (column, cql_type) in [
+        ("task_type", "text"),
+        ("priority", "int"),
+        ("on_conflict", "text"),
+        ("max_wait_ms", "bigint"),
+    ] {
+        add_column_if_absent(session, ks, "scheduled_tasks", column, cql_type).await?;
+    }
+    // Each identity's current task, whole (see `store::identities`).
+    let identities = format!(
+        "CREATE TABLE IF NOT EXISTS {ks}.task_identities (partition_id int, ordering_id text, \
+         uniqueness_key text, scheduled_time timestamp, task_data text, task_type text, \
+         priority int, on_conflict text, max_wait_ms bigint, first_time timestamp, \
+         record_offset bigint, PRIMARY KEY ((partition_id, ordering_id), uniqueness_key))"
+    );
+    run_schema_statement(session, identities).await?;
     // One partition per day of the tasks' due times, keyed by task: recording a task's dead
     // letter again overwrites it.
     let letters = format!(

@@ -4,6 +4,7 @@ use scylla::client::session::Session;
 use scylla::statement::prepared::PreparedStatement;
 
 use super::dead_letters::DeadLetterStatements;
+use super::identities::IdentityStatements;
 use super::levels;
 use crate::settings::SerialConsistencyLevel;
 use crate::store::{StoreError, StoreResult};
@@ -11,6 +12,8 @@ use crate::store::{StoreError, StoreResult};
 /// Every statement the store runs, prepared once per session.
 pub(super) struct Statements {
     pub(super) insert_task: PreparedStatement,
+    /// A task with a conflict mode: its mode written too (the plain insert writes no null).
+    pub(super) insert_identity_task: PreparedStatement,
     pub(super) insert_bucket: PreparedStatement,
     pub(super) select_buckets: PreparedStatement,
     pub(super) forget_bucket_rows: PreparedStatement,
@@ -28,6 +31,7 @@ pub(super) struct Statements {
     pub(super) select_attempts: PreparedStatement,
     pub(super) insert_status: PreparedStatement,
     pub(super) cancel_status: PreparedStatement,
+    pub(super) delete_status: PreparedStatement,
     pub(super) insert_attempt: PreparedStatement,
     pub(super) select_epoch: PreparedStatement,
     pub(super) select_epoch_serial: PreparedStatement,
@@ -37,6 +41,7 @@ pub(super) struct Statements {
     pub(super) delete_lease: PreparedStatement,
     pub(super) select_leases: PreparedStatement,
     pub(super) dead_letters: DeadLetterStatements,
+    pub(super) identities: IdentityStatements,
 }
 
 impl Statements {
@@ -90,6 +95,15 @@ impl Statements {
                 format!(
                     "INSERT INTO {ks}.scheduled_tasks (partition_id, hour_bucket, {key_columns}, task_data, \
                      enqueue_offset, task_type, priority) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
+                ),
+                "prepare insert",
+            )
+            .await?,
+            insert_identity_task: prepare(
+                format!(
+                    "INSERT INTO {ks}.scheduled_tasks (partition_id, hour_bucket, {key_columns}, task_data, \
+                     enqueue_offset, task_type, priority, on_conflict, max_wait_ms) \
+                     VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
                 ),
                 "prepare insert",
             )
@@ -162,7 +176,7 @@ impl Statements {
             .await?,
             load_from: prepare(
                 format!(
-                    "SELECT {key_columns}, task_data, enqueue_offset, task_type, priority FROM {ks}.scheduled_tasks \
+                    "SELECT {key_columns}, task_data, enqueue_offset, task_type, priority, on_conflict, max_wait_ms FROM {ks}.scheduled_tasks \
                      WHERE partition_id = ? AND hour_bucket = ? AND (scheduled_time) >= (?) \
                      AND (scheduled_time) < (?) LIMIT ?"
                 ),
@@ -171,7 +185,7 @@ impl Statements {
             .await?,
             load_after: prepare(
                 format!(
-                    "SELECT {key_columns}, task_data, enqueue_offset, task_type, priority FROM {ks}.scheduled_tasks \
+                    "SELECT {key_columns}, task_data, enqueue_offset, task_type, priority, on_conflict, max_wait_ms FROM {ks}.scheduled_tasks \
                      WHERE partition_id = ? AND hour_bucket = ? AND ({key_columns}) > (?, ?, ?) \
                      AND (scheduled_time) < (?) LIMIT ?"
                 ),
@@ -189,7 +203,7 @@ impl Statements {
             )
             .await?,
             select_task: prepare(
-                format!("SELECT task_data, enqueue_offset, task_type, priority FROM {ks}.scheduled_tasks WHERE {key_match}"),
+                format!("SELECT task_data, enqueue_offset, task_type, priority, on_conflict, max_wait_ms FROM {ks}.scheduled_tasks WHERE {key_match}"),
                 "prepare task read",
             )
             .await?,
@@ -215,6 +229,11 @@ impl Statements {
                      updated_at) VALUES (?, ?, ?, ?, ?, 'cancelled', 0, ?) IF NOT EXISTS"
                 ),
                 "prepare cancel",
+            )
+            .await?,
+            delete_status: prepare(
+                format!("DELETE FROM {ks}.task_status WHERE {key_match}"),
+                "prepare status delete",
             )
             .await?,
             insert_attempt: prepare(
@@ -280,6 +299,7 @@ impl Statements {
             )
             .await?,
             dead_letters: DeadLetterStatements::prepare(session, ks).await?,
+            identities: IdentityStatements::prepare(session, ks).await?,
         })
     }
 }

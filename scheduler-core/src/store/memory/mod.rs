@@ -40,6 +40,8 @@ struct State {
     /// Every status write, in order, with when it was applied (the simulation checks that a
     /// final status never changes and that nothing starts after it).
     status_writes: Vec<(TaskKey, StatusRecord, tokio::time::Instant)>,
+    /// Identities' current tasks.
+    identities: HashMap<(PartitionId, scheduler_client::TaskIdentity), super::IdentityRecord>,
     /// Dead letters, by task key.
     dead_letters: BTreeMap<TaskKey, super::DeadLetter>,
     /// When set, a multi-row write applies its rows in a random order, as concurrent inserts

@@ -16,7 +16,8 @@ use crate::store::{
     AttemptRecord, AttemptStore, LeaseRecord, LeaseStore, OwnershipStore, PartitionId, ReadCursor,
     RefusedTask, ScheduleStore, StatusRecord, StatusStore, StoreError, StoreResult, WriteStamp,
 };
-use crate::store::{DeadLetter, DeadLetterFilter, DeadLetterStore};
+use crate::store::{DeadLetter, DeadLetterFilter, DeadLetterStore, IdentityRecord, IdentityStore};
+use scheduler_client::TaskIdentity;
 
 impl ScheduleStore for MemoryStore {
     fn persist(
@@ -254,6 +255,16 @@ impl StatusStore for MemoryStore {
         })
     }
 
+    fn clear_status(
+        &self,
+        partition: PartitionId,
+        key: TaskKey,
+    ) -> BoxFuture<'static, StoreResult<()>> {
+        self.run("status delete", move |s| {
+            s.status.remove(&(partition, key));
+        })
+    }
+
     fn cancel(
         &self,
         partition: PartitionId,
@@ -279,6 +290,29 @@ impl StatusStore for MemoryStore {
                     None
                 }
             }
+        })
+    }
+}
+
+impl IdentityStore for MemoryStore {
+    fn identity(
+        &self,
+        partition: PartitionId,
+        identity: TaskIdentity,
+    ) -> BoxFuture<'static, StoreResult<Option<IdentityRecord>>> {
+        self.run("identity read", move |s| {
+            s.identities.get(&(partition, identity)).cloned()
+        })
+    }
+
+    fn record_identity(
+        &self,
+        partition: PartitionId,
+        record: IdentityRecord,
+    ) -> BoxFuture<'static, StoreResult<()>> {
+        self.run("identity write", move |s| {
+            s.identities
+                .insert((partition, record.task.identity()), record);
         })
     }
 }

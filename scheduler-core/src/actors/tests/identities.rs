@@ -1,0 +1,288 @@
+//! Conflict modes, reschedules and cancels by identity: resolved in partition order by the tree
+//! that owns the partition; a task no longer its identity's current one never runs; a batch
+//! polled again applies nothing twice.
+
+use super::*;
+use crate::actors::IdentityOp;
+use scheduler_client::{OnConflict, TaskIdentity};
+
+fn with_data(ordering_id: &str, at: DateTime<Utc>, version: i64) -> Task {
+    let data = serde_json::json!({ "v": version });
+    Task::new(
+        ordering_id,
+        at,
+        "id",
+        data.as_object().cloned().unwrap_or_default(),
+    )
+}
+
+fn schedule(ordering_id: &str, at: DateTime<Utc>, version: i64, mode: OnConflict) -> IdentityOp {
+    IdentityOp::Schedule(with_data(ordering_id, at, version).on_conflict(mode))
+}
+
+fn identity(ordering_id: &str) -> TaskIdentity {
+    TaskIdentity::new(ordering_id, "id")
+}
+
+#[test]
+fn replace_runs_only_the_newest_task_at_its_own_time_with_its_data() {
+    run_paused(|| async {
+        let h = Harness::new(SchedulingSettings::default(), Duration::ZERO, &[]);
+        h.assign().await;
+        h.by_identity(vec![schedule(
+            "r",
+            t0() + ms(10_000),
+            1,
+            OnConflict::Replace,
+        )])
+        .await;
+        advance(Duration::from_secs(2)).await;
+        h.by_identity(vec![schedule(
+            "r",
+            t0() + ms(20_000),
+            2,
+            OnConflict::Replace,
+        )])
+        .await;
+        advance(Duration::from_secs(60)).await;
+        assert_eq!(h.recorder.call_times("r"), [t0() + ms(20_000)]);
+        assert_eq!(h.recorder.data_versions("r"), [2]);
+        // Replacing back to the first time runs a task there again.
+        h.by_identity(vec![schedule(
+            "r",
+            t0() + ms(70_000),
+            3,
+            OnConflict::Replace,
+        )])
+        .await;
+        advance(Duration::from_secs(30)).await;
+        assert_eq!(h.recorder.data_versions("r"), [2, 3]);
+    });
+}
+
+#[test]
+fn keep_time_takes_the_new_data_at_the_pending_time() {
+    run_paused(|| async {
+        let h = Harness::new(SchedulingSettings::default(), Duration::ZERO, &[]);
+        h.assign().await;
+        h.by_identity(vec![schedule(
+            "k",
+            t0() + ms(10_000),
+            1,
+            OnConflict::KeepTime,
+        )])
+        .await;
+        advance(Duration::from_secs(5)).await;
+        h.by_identity(vec![schedule(
+            "k",
+            t0() + ms(40_000),
+            2,
+            OnConflict::KeepTime,
+        )])
+        .await;
+        advance(Duration::from_secs(60)).await;
+        assert_eq!(h.recorder.call_times("k"), [t0() + ms(10_000)]);
+        assert_eq!(h.recorder.data_versions("k"), [2]);
+    });
+}
+
+#[test]
+fn fifty_debounced_submits_run_once_at_the_last_time_but_never_beyond_max_wait() {
+    run_paused(|| async {
+        let h = Harness::new(SchedulingSettings::default(), Duration::ZERO, &[]);
+        h.assign().await;
+        let debounce = OnConflict::Debounce {
+            max_wait: Duration::from_secs(10),
+        };
+        // Each submit asks for 3 s after it; they come 100 ms apart, some in one batch.
+        for i in 0..50 {
+            let at = t0() + ms(3_000 + i * 100);
+            let ops = vec![
+                schedule("d", at, i, debounce),
+                schedule("e", at, i, debounce),
+            ];
+            h.by_identity(ops).await;
+            advance(Duration::from_millis(100)).await;
+        }
+        advance(Duration::from_secs(30)).await;
+        // "d": the last asked for 7.9 s, within 10 s of the first (3 s): once, then, last data.
+        assert_eq!(h.recorder.call_times("d"), [t0() + ms(7_900)]);
+        assert_eq!(h.recorder.data_versions("d"), [49]);
+
+        // With a 2 s max wait, a steady stream (each submit asking for 1 s after it) still runs
+        // 2 s after its first time; later submits start a new chain.
+        let tight = OnConflict::Debounce {
+            max_wait: Duration::from_secs(2),
+        };
+        let start = t0() + ms(35_000);
+        assert_eq!(h.recorder.clock.now(), start);
+        for i in 0..50 {
+            let at = start + ms(1_000 + i * 100);
+            h.by_identity(vec![schedule("t", at, i, tight)]).await;
+            advance(Duration::from_millis(100)).await;
+        }
+        advance(Duration::from_secs(30)).await;
+        let times = h.recorder.call_times("t");
+        assert_eq!(times[0], start + ms(3_000), "{times:?}");
+        assert!(
+            times.len() >= 2,
+            "the stream after the first run starts a new chain"
+        );
+    });
+}
+
+#[test]
+fn if_absent_from_twenty_producers_runs_once_and_a_finished_task_keeps_it_absent() {
+    run_paused(|| async {
+        let h = Harness::new(SchedulingSettings::default(), Duration::ZERO, &[]);
+        h.assign().await;
+        // Twenty producers race: some records land in one batch, some in others.
+        for batch in 0..5 {
+            let ops = (0..4)
+                .map(|i| {
+                    schedule(
+                        "s",
+                        t0() + ms(5_000 + batch * 400 + i),
+                        batch * 4 + i,
+                        OnConflict::IfAbsent,
+                    )
+                })
+                .collect();
+            h.by_identity(ops).await;
+        }
+        advance(Duration::from_secs(30)).await;
+        assert_eq!(h.recorder.call_times("s"), [t0() + ms(5_000)]);
+        // Finished within the retention: still there.
+        h.by_identity(vec![schedule(
+            "s",
+            t0() + ms(40_000),
+            99,
+            OnConflict::IfAbsent,
+        )])
+        .await;
+        advance(Duration::from_secs(30)).await;
+        assert_eq!(h.recorder.call_times("s").len(), 1);
+        assert!(h
+            .metrics
+            .encode(&h.in_flight)
+            .contains(r#"scheduler_identity_records_total{op="ifAbsent",result="ignored"} 20"#));
+    });
+}
+
+#[test]
+fn reschedule_moves_and_cancel_stops_the_pending_task_of_an_identity() {
+    run_paused(|| async {
+        let h = Harness::new(SchedulingSettings::default(), Duration::ZERO, &[]);
+        h.assign().await;
+        let replace = OnConflict::Replace;
+        h.by_identity(vec![
+            schedule("early", t0() + ms(30_000), 1, replace),
+            schedule("late", t0() + ms(5_000), 1, replace),
+            schedule("gone", t0() + ms(5_000), 1, replace),
+        ])
+        .await;
+        h.by_identity(vec![
+            IdentityOp::Reschedule {
+                identity: identity("early"),
+                to: t0() + ms(2_000),
+                offset: 0,
+            },
+            IdentityOp::Reschedule {
+                identity: identity("late"),
+                to: t0() + ms(20_000),
+                offset: 0,
+            },
+            IdentityOp::Cancel {
+                identity: identity("gone"),
+                offset: 0,
+            },
+            // Nothing pending: ignored.
+            IdentityOp::Cancel {
+                identity: identity("never"),
+                offset: 0,
+            },
+        ])
+        .await;
+        advance(Duration::from_secs(60)).await;
+        assert_eq!(h.recorder.call_times("early"), [t0() + ms(2_000)]);
+        assert_eq!(h.recorder.data_versions("early"), [1]);
+        assert_eq!(h.recorder.call_times("late"), [t0() + ms(20_000)]);
+        assert!(h.recorder.call_times("gone").is_empty());
+        let gone = with_data("gone", t0() + ms(5_000), 1).key();
+        assert_eq!(
+            h.store.status_of(P, &gone).map(|s| s.status),
+            Some(TaskStatus::Cancelled)
+        );
+        // A cancelled identity is absent again, also at the cancelled task's time.
+        h.by_identity(vec![schedule(
+            "gone",
+            t0() + ms(65_000),
+            2,
+            OnConflict::IfAbsent,
+        )])
+        .await;
+        h.by_identity(vec![schedule("gone", t0() + ms(5_000), 3, replace)])
+            .await;
+        advance(Duration::from_secs(10)).await;
+        assert_eq!(h.recorder.data_versions("gone"), [3]);
+    });
+}
+
+#[test]
+fn a_batch_polled_again_applies_nothing_twice() {
+    run_paused(|| async {
+        let h = Harness::new(SchedulingSettings::default(), Duration::ZERO, &[]);
+        h.assign().await;
+        let first = h
+            .by_identity(vec![schedule(
+                "p",
+                t0() + ms(10_000),
+                1,
+                OnConflict::Replace,
+            )])
+            .await;
+        h.by_identity(vec![schedule(
+            "p",
+            t0() + ms(20_000),
+            2,
+            OnConflict::Replace,
+        )])
+        .await;
+        // The first record comes again (a rebalance before its offset was committed): it does
+        // not replace its successor.
+        h.process(PolledTasks {
+            by_identity: first,
+            ..PolledTasks::default()
+        })
+        .await;
+        advance(Duration::from_secs(60)).await;
+        assert_eq!(h.recorder.call_times("p"), [t0() + ms(20_000)]);
+        assert_eq!(h.recorder.data_versions("p"), [2]);
+    });
+}
+
+#[test]
+fn a_replaced_task_already_waiting_for_its_time_does_not_run() {
+    run_paused(|| async {
+        let h = Harness::new(SchedulingSettings::default(), Duration::ZERO, &[]);
+        h.assign().await;
+        h.by_identity(vec![schedule(
+            "w",
+            t0() + ms(2_000),
+            1,
+            OnConflict::Replace,
+        )])
+        .await;
+        // Dispatched a second early, its checks done: replaced 200 ms before its time.
+        advance(Duration::from_millis(1_800)).await;
+        h.by_identity(vec![schedule(
+            "w",
+            t0() + ms(9_000),
+            2,
+            OnConflict::Replace,
+        )])
+        .await;
+        advance(Duration::from_secs(30)).await;
+        assert_eq!(h.recorder.call_times("w"), [t0() + ms(9_000)]);
+    });
+}

@@ -1,0 +1,138 @@
+//! [`IdentityStore`] on Cassandra: `task_identities`, one row per identity in a partition per
+//! (partition, orderingId), written with a TTL of the task's wait plus the status retention.
+
+use std::sync::Arc;
+
+use chrono::{DateTime, Utc};
+use futures::future::BoxFuture;
+use futures::FutureExt;
+use scheduler_client::{Task, TaskData, TaskIdentity};
+use scylla::client::session::Session;
+use scylla::statement::prepared::PreparedStatement;
+
+use super::rows::{first_row_of, with_stored_kind};
+use super::CassandraStore;
+use crate::store::{IdentityRecord, IdentityStore, PartitionId, StoreError, StoreResult};
+
+/// The statements of `task_identities`.
+pub(super) struct IdentityStatements {
+    select: PreparedStatement,
+    insert: PreparedStatement,
+}
+
+impl IdentityStatements {
+    pub(super) async fn prepare(session: &Session, ks: &str) -> StoreResult<Self> {
+        let prepare = |cql: String| async move {
+            session.prepare(cql).await.map_err(|e| StoreError::Query {
+                operation: "prepare identity statement",
+                reason: e.to_string(),
+            })
+        };
+        Ok(IdentityStatements {
+            select: prepare(format!(
+                "SELECT scheduled_time, task_data, task_type, priority, on_conflict, max_wait_ms, \
+                 first_time, record_offset FROM {ks}.task_identities \
+                 WHERE partition_id = ? AND ordering_id = ? AND uniqueness_key = ?"
+            ))
+            .await?,
+            insert: prepare(format!(
+                "INSERT INTO {ks}.task_identities (partition_id, ordering_id, uniqueness_key, \
+                 scheduled_time, task_data, task_type, priority, on_conflict, max_wait_ms, \
+                 first_time, record_offset) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) USING TTL ?"
+            ))
+            .await?,
+        })
+    }
+}
+
+type IdentityRow = (
+    DateTime<Utc>,
+    String,
+    Option<String>,
+    Option<i32>,
+    Option<String>,
+    Option<i64>,
+    DateTime<Utc>,
+    i64,
+);
+
+impl IdentityStore for CassandraStore {
+    fn identity(
+        &self,
+        partition: PartitionId,
+        identity: TaskIdentity,
+    ) -> BoxFuture<'static, StoreResult<Option<IdentityRecord>>> {
+        let inner = Arc::clone(&self.inner);
+        async move {
+            let result = inner
+                .run(
+                    &inner.statements.identities.select,
+                    (partition, &identity.ordering_id, &identity.uniqueness_key),
+                    "identity read",
+                )
+                .await?;
+            let Some(row) = first_row_of::<IdentityRow>(result, "identity")? else {
+                return Ok(None);
+            };
+            let (time, data, task_type, priority, on_conflict, wait, first_time, offset) = row;
+            let task_data: TaskData =
+                serde_json::from_str(&data).map_err(|e| StoreError::Corrupt {
+                    what: "identity",
+                    reason: e.to_string(),
+                })?;
+            let task = Task::new(
+                identity.ordering_id,
+                time,
+                identity.uniqueness_key,
+                task_data,
+            );
+            Ok(Some(IdentityRecord {
+                task: with_stored_kind(task, task_type, priority, on_conflict, wait),
+                first_time,
+                offset,
+            }))
+        }
+        .boxed()
+    }
+
+    fn record_identity(
+        &self,
+        partition: PartitionId,
+        record: IdentityRecord,
+    ) -> BoxFuture<'static, StoreResult<()>> {
+        let inner = Arc::clone(&self.inner);
+        async move {
+            let task = &record.task;
+            let wait = (task.scheduled_time - Utc::now())
+                .to_std()
+                .unwrap_or_default();
+            // Cassandra's longest TTL is 20 years.
+            let ttl = (wait + inner.status_ttl).as_secs().clamp(1, 630_720_000) as i32;
+            let values = (
+                partition,
+                task.ordering_id.as_str(),
+                task.uniqueness_key.as_str(),
+                task.scheduled_time,
+                serde_json::Value::Object(task.task_data.clone()).to_string(),
+                task.task_type.as_str(),
+                task.priority,
+                task.on_conflict.map(|m| m.as_str()),
+                task.on_conflict
+                    .and_then(|m| m.max_wait())
+                    .map(|w| i64::try_from(w.as_millis()).unwrap_or(i64::MAX)),
+                record.first_time,
+                record.offset,
+                ttl,
+            );
+            inner
+                .run(
+                    &inner.statements.identities.insert,
+                    values,
+                    "identity write",
+                )
+                .await?;
+            Ok(())
+        }
+        .boxed()
+    }
+}
