@@ -6,7 +6,9 @@
 //! | `GET /api/v1/status` | node id, version, owned partitions, tasks in memory per stage and Kafka lag per partition |
 //! | `GET /api/v1/task?orderingId=&scheduledTime=&uniquenessKey=[&history=N]` | the task, its status, attempt count and attempt history (newest first, at most N, default 20) |
 //! | `GET /api/v1/tasks?from=&to=&limit=[&fromOrderingId=&fromUniquenessKey=]` | incomplete tasks due in `[from, to)` across all partitions, in task-key order, with the cursor of the next page |
-//! | `POST /api/v1/task/cancel` with `{"orderingId","scheduledTime","uniquenessKey"}` | enqueue a cancellation on the task's partition |
+//! | `GET /api/v1/task?orderingId=&uniquenessKey=` | the same for the current task of an identity (scheduled with a conflict mode) |
+//! | `POST /api/v1/task/cancel` with `{"orderingId","scheduledTime","uniquenessKey"}` | enqueue a cancellation on the task's partition; without `scheduledTime`, of the identity's pending task |
+//! | `POST /api/v1/task/reschedule` with `{"orderingId","uniquenessKey","scheduledTime"}` | enqueue moving the identity's pending task to `scheduledTime` |
 //! | `GET /api/v1/dead-letters?[taskType=&from=&to=&limit=&includeRedriven=&after…]` | dead letters, in task-key order, a page at a time |
 //! | `POST /api/v1/dead-letters/redrive` with a task's key, a filter (`taskType`, `from`, `to`) or `{"all":true}` | enqueue dead letters again, due now, with a fresh retry budget |
 //! | `POST /api/v1/dead-letters/purge`, the same selection | delete dead letters |
@@ -26,7 +28,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use chrono::{DateTime, Utc};
-use scheduler_client::{partition_for, wire, Task, TaskKey};
+use scheduler_client::{partition_for, wire, Task, TaskIdentity, TaskKey};
 use serde_json::Value;
 use subtle::ConstantTimeEq;
 
@@ -54,6 +56,7 @@ pub fn router(state: Arc<AdminState>) -> Router {
         .route("/api/v1/ready", get(ready))
         .route("/api/v1/task", get(task))
         .route("/api/v1/task/cancel", post(cancel))
+        .route("/api/v1/task/reschedule", post(reschedule))
         .route("/api/v1/tasks", get(tasks))
         .route("/api/v1/dead-letters", get(dead_letters::list))
         .route("/api/v1/dead-letters/redrive", post(dead_letters::redrive))
@@ -162,6 +165,22 @@ async fn status(State(state): State<Arc<AdminState>>) -> Json<StatusResponse> {
     })
 }
 
+/// An identity's parts, both required.
+fn parse_identity(
+    ordering_id: Option<String>,
+    uniqueness_key: Option<String>,
+) -> Result<TaskIdentity, ApiError> {
+    let required = |value: Option<String>, name: &str| {
+        value
+            .filter(|v| !v.is_empty())
+            .ok_or_else(|| ApiError::bad_request(format!("{name} is required")))
+    };
+    Ok(TaskIdentity::new(
+        required(ordering_id, "orderingId")?,
+        required(uniqueness_key, "uniquenessKey")?,
+    ))
+}
+
 fn parse_key(
     ordering_id: Option<String>,
     scheduled_time: Option<String>,
@@ -202,11 +221,31 @@ async fn task(
             "history must be at most {MAX_HISTORY}"
         )));
     }
-    let key = parse_key(
-        query.ordering_id,
-        query.scheduled_time,
-        query.uniqueness_key,
-    )?;
+    let key = match query.scheduled_time.filter(|t| !t.is_empty()) {
+        Some(time) => parse_key(query.ordering_id, Some(time), query.uniqueness_key)?,
+        // By identity: its current task (scheduled with a conflict mode).
+        None => {
+            let identity = parse_identity(query.ordering_id, query.uniqueness_key)?;
+            let partition = partition_for(&identity.ordering_id, state.partition_count);
+            let record = state
+                .store
+                .identity(partition, identity.clone())
+                .await
+                .map_err(store_error)?;
+            match record {
+                Some(record) => record.task.key(),
+                None => {
+                    return Err(ApiError {
+                        status: StatusCode::NOT_FOUND,
+                        message: format!(
+                            "no task of identity {identity} was scheduled with a conflict mode \
+                             (or its record expired); give scheduledTime to look a task up by its key"
+                        ),
+                    })
+                }
+            }
+        }
+    };
     let partition = partition_for(&key.ordering_id, state.partition_count);
     let (task, status, attempts) = futures::try_join!(
         state.store.scheduled_task(partition, key.clone()),
@@ -282,29 +321,69 @@ async fn cancel(
     body: Result<Json<TaskKeyBody>, JsonRejection>,
 ) -> Result<(StatusCode, Json<CancelResponse>), ApiError> {
     let Json(body) = body.map_err(|e| ApiError::bad_request(e.body_text()))?;
-    let key = parse_key(body.ordering_id, body.scheduled_time, body.uniqueness_key)?;
-    state
-        .canceller
-        .cancel_task(&key)
-        .await
-        .map_err(|e| ApiError {
-            // A key the client refuses (too long, say) is the caller's to fix; Kafka failing is not.
-            status: if e.is_rejection() {
-                StatusCode::BAD_REQUEST
-            } else {
-                StatusCode::BAD_GATEWAY
-            },
-            message: e.to_string(),
-        })?;
+    let (sent, task, ordering_id) = match body.scheduled_time.filter(|t| !t.is_empty()) {
+        Some(time) => {
+            let key = parse_key(body.ordering_id, Some(time), body.uniqueness_key)?;
+            let sent = state.canceller.cancel_task(&key).await;
+            (sent, key.to_string(), key.ordering_id)
+        }
+        None => {
+            let identity = parse_identity(body.ordering_id, body.uniqueness_key)?;
+            let sent = state.canceller.cancel_identity(&identity).await;
+            (sent, identity.to_string(), identity.ordering_id)
+        }
+    };
+    sent.map_err(enqueue_error)?;
     Ok((
         StatusCode::ACCEPTED,
         Json(CancelResponse {
             note: "The owning node applies it in order with the partition's tasks: the task will not run. \
-                   A task already running is not interrupted, and a task that already finished keeps its status."
+                   A task already running is not interrupted, and a task that already finished keeps its status. \
+                   Without scheduledTime, it cancels the pending task of the identity (scheduled with a conflict mode)."
+                .to_string(),
+            partition: partition_for(&ordering_id, state.partition_count),
+            result: "cancellation enqueued".to_string(),
+            task,
+        }),
+    ))
+}
+
+/// A record the client refuses (too long a key, say) is the caller's to fix; Kafka failing is
+/// not.
+fn enqueue_error(e: scheduler_client::ScheduleError) -> ApiError {
+    ApiError {
+        status: if e.is_rejection() {
+            StatusCode::BAD_REQUEST
+        } else {
+            StatusCode::BAD_GATEWAY
+        },
+        message: e.to_string(),
+    }
+}
+
+/// `POST /api/v1/task/reschedule`: moves the pending task of an identity to `scheduledTime`.
+async fn reschedule(
+    State(state): State<Arc<AdminState>>,
+    body: Result<Json<TaskKeyBody>, JsonRejection>,
+) -> Result<(StatusCode, Json<CancelResponse>), ApiError> {
+    let Json(body) = body.map_err(|e| ApiError::bad_request(e.body_text()))?;
+    let key = parse_key(body.ordering_id, body.scheduled_time, body.uniqueness_key)?;
+    let identity = TaskIdentity::new(key.ordering_id.clone(), key.uniqueness_key.clone());
+    state
+        .canceller
+        .reschedule(&identity, key.scheduled_time)
+        .await
+        .map_err(enqueue_error)?;
+    Ok((
+        StatusCode::ACCEPTED,
+        Json(CancelResponse {
+            note: "The owning node applies it in order with the partition's tasks: the pending task \
+                   of the identity (scheduled with a conflict mode) moves to the new time, with its data. \
+                   Nothing happens if none is pending then."
                 .to_string(),
             partition: partition_for(&key.ordering_id, state.partition_count),
-            result: "cancellation enqueued".to_string(),
-            task: key.to_string(),
+            result: "reschedule enqueued".to_string(),
+            task: format!("{identity} to {}", wire::format_time(key.scheduled_time)),
         }),
     ))
 }
