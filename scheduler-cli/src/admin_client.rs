@@ -4,8 +4,9 @@
 use std::time::Duration;
 
 use scheduler_core::admin_api::{
-    CancelResponse, ErrorResponse, ListQuery, ListResponse, StatusResponse, TaskKeyBody, TaskQuery,
-    TaskResponse,
+    CancelResponse, DeadLetterQuery, DeadLetterSelection, DeadLettersResponse, ErrorResponse,
+    ListQuery, ListResponse, PurgeResponse, RedriveResponse, StatusResponse, TaskKeyBody,
+    TaskQuery, TaskResponse,
 };
 use serde::de::DeserializeOwned;
 use serde::Serialize;
@@ -28,7 +29,7 @@ pub(crate) enum AdminError {
     /// The answer broke off.
     #[error("reading the admin API's answer: {0}")]
     Read(#[source] ureq::Error),
-    /// 404: no such task (or endpoint); the API's error message.
+    /// 404: no such task or dead letter (or endpoint); the API's error message.
     #[error("{0}")]
     NotFound(String),
     /// Another 4xx: the request is at fault.
@@ -103,11 +104,40 @@ impl<'a> AdminClient<'a> {
     }
 
     pub(crate) fn cancel(&self, key: &TaskKeyBody) -> Result<CancelResponse, AdminError> {
-        let mut request = self.agent.post(self.url("/api/v1/task/cancel"));
+        self.post("/api/v1/task/cancel", key)
+    }
+
+    pub(crate) fn dead_letters(
+        &self,
+        query: &DeadLetterQuery,
+    ) -> Result<DeadLettersResponse, AdminError> {
+        self.get("/api/v1/dead-letters", query)
+    }
+
+    pub(crate) fn redrive(
+        &self,
+        selection: &DeadLetterSelection,
+    ) -> Result<RedriveResponse, AdminError> {
+        self.post("/api/v1/dead-letters/redrive", selection)
+    }
+
+    pub(crate) fn purge(
+        &self,
+        selection: &DeadLetterSelection,
+    ) -> Result<PurgeResponse, AdminError> {
+        self.post("/api/v1/dead-letters/purge", selection)
+    }
+
+    fn post<T: DeserializeOwned>(
+        &self,
+        path: &str,
+        body: &impl Serialize,
+    ) -> Result<T, AdminError> {
+        let mut request = self.agent.post(self.url(path));
         if let Some(auth) = self.authorization() {
             request = request.header("Authorization", auth);
         }
-        self.answer(request.send_json(key))
+        self.answer(request.send_json(body))
     }
 
     fn get<T: DeserializeOwned>(

@@ -17,7 +17,9 @@ use scheduler_client::defaults;
         scheduler list --from 2026-11-22T09:00:00Z --to 2026-11-22T10:00:00Z --all\n  \
         scheduler cancel --ordering-id customer-7 --at 2026-11-22T09:00:00.000Z --unique reminder-1\n  \
         scheduler status --json\n  \
-        scheduler node scheduler.toml --exec ./handle-task.sh\n\n\
+        scheduler dead-letters list --type send-email\n  \
+        scheduler dead-letters redrive --type send-email --from 2026-11-22T00:00:00Z\n  \
+        scheduler node scheduler.toml --exec send-email=./send-email.sh --exec ./handle-task.sh\n\n\
         Exit codes: 0 success, 1 a service failed or was unreachable, 2 bad usage or input, 3 not found."
 )]
 pub(crate) struct Cli {
@@ -40,6 +42,8 @@ pub(crate) enum Command {
     Cancel(GetArgs),
     /// Show a node: owned partitions, tasks in memory and Kafka lag per partition.
     Status(AdminArgs),
+    /// List, redrive or purge dead letters: tasks given up on (invalid, or out of retries).
+    DeadLetters(DeadLettersArgs),
     /// Run a scheduler node from a settings file (TOML; SCHEDULER__SECTION__KEY variables override it).
     Node(NodeArgs),
     /// Create or upgrade the keyspace's schema to this release's version (a no-op when current),
@@ -142,12 +146,113 @@ pub(crate) struct ListArgs {
 }
 
 #[derive(Args)]
+pub(crate) struct DeadLettersArgs {
+    #[command(subcommand)]
+    pub(crate) command: DeadLettersCommand,
+}
+
+#[derive(Subcommand)]
+pub(crate) enum DeadLettersCommand {
+    /// List dead letters in task-key order, a page at a time.
+    ///
+    /// Dead letters already redriven are listed only with --include-redriven. When there are
+    /// more, a line on stderr gives the flags of the next page.
+    List(DeadLettersListArgs),
+    /// Enqueue dead letters again, as new tasks due now.
+    ///
+    /// Each new task keeps the letter's type, data and priority and gets a fresh retry budget;
+    /// the letter stays, marked redriven (a filter or --all skips letters already redriven).
+    /// Name the dead letters one way: a task (--ordering-id, --scheduled-time and
+    /// --uniqueness-key), a filter (--type, --from, --to, any of them) or --all.
+    Redrive(DeadLetterSelectionArgs),
+    /// Delete dead letters, redriven or not.
+    ///
+    /// Name them one way: a task (--ordering-id, --scheduled-time and --uniqueness-key), a
+    /// filter (--type, --from, --to, any of them) or --all.
+    Purge(DeadLetterSelectionArgs),
+}
+
+#[derive(Args)]
+pub(crate) struct DeadLettersListArgs {
+    #[command(flatten)]
+    pub(crate) admin: AdminArgs,
+    /// Only dead letters of this task type.
+    #[arg(long = "type", value_name = "TYPE")]
+    pub(crate) task_type: Option<String>,
+    /// Only tasks due at or after this time (RFC 3339).
+    #[arg(long, value_name = "RFC3339")]
+    pub(crate) from: Option<String>,
+    /// Only tasks due before this time (RFC 3339).
+    #[arg(long, value_name = "RFC3339")]
+    pub(crate) to: Option<String>,
+    /// Dead letters per page (1..1000).
+    #[arg(long, default_value_t = 100)]
+    pub(crate) limit: usize,
+    /// List dead letters already redriven too.
+    #[arg(long)]
+    pub(crate) include_redriven: bool,
+    /// Follow the pages to the end.
+    #[arg(long)]
+    pub(crate) all_pages: bool,
+    /// Start after this task (with --after-scheduled-time and --after-uniqueness-key): where
+    /// the previous page ended, as its hint says.
+    #[arg(long, requires_all = ["after_scheduled_time", "after_uniqueness_key"])]
+    pub(crate) after_ordering_id: Option<String>,
+    /// See --after-ordering-id.
+    #[arg(
+        long,
+        value_name = "RFC3339",
+        requires_all = ["after_ordering_id", "after_uniqueness_key"]
+    )]
+    pub(crate) after_scheduled_time: Option<String>,
+    /// See --after-ordering-id.
+    #[arg(long, requires_all = ["after_ordering_id", "after_scheduled_time"])]
+    pub(crate) after_uniqueness_key: Option<String>,
+}
+
+/// Which dead letters `redrive` or `purge` acts on; `commands::dead_letters` checks that they
+/// are named one way only.
+#[derive(Args)]
+pub(crate) struct DeadLetterSelectionArgs {
+    #[command(flatten)]
+    pub(crate) admin: AdminArgs,
+    /// The task's orderingId (with --scheduled-time and --uniqueness-key).
+    #[arg(long)]
+    pub(crate) ordering_id: Option<String>,
+    /// The task's scheduled time (RFC 3339, as scheduled).
+    #[arg(long, value_name = "RFC3339")]
+    pub(crate) scheduled_time: Option<String>,
+    /// The task's uniquenessKey.
+    #[arg(long)]
+    pub(crate) uniqueness_key: Option<String>,
+    /// Dead letters of this task type.
+    #[arg(long = "type", value_name = "TYPE")]
+    pub(crate) task_type: Option<String>,
+    /// Dead letters of tasks due at or after this time (RFC 3339).
+    #[arg(long, value_name = "RFC3339")]
+    pub(crate) from: Option<String>,
+    /// Dead letters of tasks due before this time (RFC 3339).
+    #[arg(long, value_name = "RFC3339")]
+    pub(crate) to: Option<String>,
+    /// Every dead letter.
+    #[arg(long)]
+    pub(crate) all: bool,
+}
+
+#[derive(Args)]
 pub(crate) struct NodeArgs {
     /// The settings file.
     pub(crate) settings: Option<PathBuf>,
-    /// Run each task through this shell command, with the task's wire-format JSON on stdin.
-    /// Exit 0: done; exit 65 (EX_DATAERR): give up; anything else: retry later.
-    /// Without it the node prints each task.
-    #[arg(long, value_name = "COMMAND")]
-    pub(crate) exec: Option<String>,
+    /// Run tasks through a shell command, with the task's wire-format JSON on stdin and
+    /// SCHEDULER_TASK_TYPE, SCHEDULER_PRIORITY, SCHEDULER_ORDERING_ID, SCHEDULER_SCHEDULED_TIME
+    /// and SCHEDULER_UNIQUENESS_KEY in its environment. Exit 0: done; exit 65 (EX_DATAERR):
+    /// invalid, a dead letter at once; anything else: retry later.
+    ///
+    /// Repeatable. TYPE=COMMAND runs the tasks of TYPE (1-128 ASCII letters, digits or -_.:/,
+    /// before the first `=` and any space); a COMMAND without a type runs every other type
+    /// (at most one). With typed commands only, tasks of other types wait for a node that
+    /// handles them. Write `env A=1 ./x.sh`, not `A=1 ./x.sh`, for a command that starts with
+    /// a variable. Without --exec the node prints each task.
+    #[arg(long, value_name = "[TYPE=]COMMAND")]
+    pub(crate) exec: Vec<String>,
 }

@@ -1,8 +1,9 @@
-//! The `scheduler` command. `schedule` writes to the topic (Kafka); `get`, `list`, `cancel` and
-//! `status` talk to a node's admin HTTP API; `node` runs a node from a settings file.
+//! The `scheduler` command. `schedule` writes to the topic (Kafka); `get`, `list`, `cancel`,
+//! `status` and `dead-letters` talk to a node's admin HTTP API; `node` runs a node from a
+//! settings file, with a shell command per task type.
 //!
 //! Exit codes: 0 success, 1 a service failed or was unreachable, 2 bad usage or input,
-//! 3 not found. `--json` prints machine-readable output.
+//! 3 not found (a task or a dead letter). `--json` prints machine-readable output.
 //!
 //! Layout: `args` holds the command line's types, `commands` one module per command group,
 //! `admin_client` the calls of the admin API, `output` exit codes and printing.
@@ -64,6 +65,7 @@ where
         Command::List(args) => commands::list(args, json, out),
         Command::Cancel(args) => commands::cancel(args, json, out),
         Command::Status(args) => commands::status(args, json, out),
+        Command::DeadLetters(args) => commands::dead_letters(args.command, json, out),
         Command::Node(args) => commands::node(args),
         Command::Migrate(args) => commands::migrate(args, json, out),
     };

@@ -1,6 +1,7 @@
-//! `get`, `list`, `cancel` and `status` against a canned admin API on loopback: what they ask,
-//! what they print (tables and `--json`), and the exit code each kind of answer gives. The
-//! it-tests run the same commands against a real node; these pin the output to the character.
+//! `get`, `list`, `cancel`, `status` and `dead-letters` against a canned admin API on loopback:
+//! what they ask, what they print (tables and `--json`), and the exit code each kind of answer
+//! gives. The it-tests run the same commands against a real node; these pin the output to the
+//! character.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpListener;
@@ -261,7 +262,7 @@ fn cancel_posts_the_key_and_prints_the_answer() {
 
 #[test]
 fn status_prints_the_node_and_a_row_per_partition() {
-    let answer = r#"{"nodeId":"n1","version":"0.1.0","topic":"t","partitionCount":4,"ownedPartitions":[0,3],"partitions":[{"partition":0,"tasksScheduled":5,"tasksExecuting":1,"kafkaLag":0},{"partition":3,"tasksScheduled":0,"tasksExecuting":0,"kafkaLag":null}]}"#;
+    let answer = r#"{"nodeId":"n1","version":"0.1.0","topic":"t","partitionCount":4,"ownedPartitions":[0,3],"partitions":[{"partition":0,"tasksScheduled":5,"tasksExecuting":1,"kafkaLag":0},{"partition":3,"tasksScheduled":0,"tasksExecuting":0,"kafkaLag":null}],"handlers":["send-email"],"handlesEveryType":false,"waitingForHandler":{"sms":2}}"#;
     let (url, _) = canned_api(move |_| (200, answer.to_string()));
     let (code, out) = scheduler(&["status", "--admin", &url]);
     assert_eq!(code, 0, "{out}");
@@ -276,10 +277,11 @@ fn status_prints_the_node_and_a_row_per_partition() {
     assert_eq!(code, 0, "{out}");
     assert_eq!(
         out,
-        "{\"nodeId\":\"n1\",\"ownedPartitions\":[0,3],\"partitionCount\":4,\"partitions\":[\
+        "{\"handlers\":[\"send-email\"],\"handlesEveryType\":false,\
+         \"nodeId\":\"n1\",\"ownedPartitions\":[0,3],\"partitionCount\":4,\"partitions\":[\
          {\"kafkaLag\":0,\"partition\":0,\"tasksExecuting\":1,\"tasksScheduled\":5},\
          {\"kafkaLag\":null,\"partition\":3,\"tasksExecuting\":0,\"tasksScheduled\":0}],\
-         \"topic\":\"t\",\"version\":\"0.1.0\"}\n"
+         \"topic\":\"t\",\"version\":\"0.1.0\",\"waitingForHandler\":{\"sms\":2}}\n"
     );
 }
 
@@ -327,4 +329,305 @@ fn error_answers_give_the_exit_code_scripts_rely_on() {
     let mut bad_time = vec!["get", "--admin", url.as_str()];
     bad_time.extend(["--ordering-id", "o", "--at", "noon", "--unique", "u"]);
     assert_eq!(scheduler(&bad_time).0, scheduler_cli::EXIT_USAGE);
+}
+
+/// A dead letter as the API lists it; `n` tells them apart.
+fn dead_letter(n: u32, ordering_id: &str, last_error: &str, redriven_at: &str) -> String {
+    format!(
+        r#"{{"orderingId":"{ordering_id}","scheduledTime":"2026-11-22T09:00:0{n}.000Z","uniquenessKey":"u'{n}","taskType":"send-email","priority":0,"partition":{n},"taskData":{{"n":{n}}},"attempts":{n},"lastError":"{last_error}","reason":"retries_exhausted","deadAt":"2026-11-22T09:05:0{n}.000Z","redrivenAt":{redriven_at},"redrives":{n}}}"#
+    )
+}
+
+#[test]
+fn dead_letters_list_asks_with_the_filter_and_prints_a_row_per_dead_letter() {
+    let first = format!(
+        r#"{{"deadLetters":[{}],"next":{{"afterOrderingId":"o 1","afterScheduledTime":"2026-11-22T09:00:01.000Z","afterUniquenessKey":"u'1"}}}}"#,
+        dead_letter(1, "o 1", r"smtp\ntimeout", "null")
+    );
+    let last = format!(
+        r#"{{"deadLetters":[{}],"next":null}}"#,
+        dead_letter(2, "o2", "invalid address", r#""2026-11-22T09:10:00.000Z""#)
+    );
+    let first_page = first.clone();
+    let (url, received) = canned_api(move |line| {
+        if line.contains("afterOrderingId") {
+            (200, last.clone())
+        } else {
+            (200, first_page.clone())
+        }
+    });
+    let filter = [
+        "--type",
+        "send-email",
+        "--from",
+        "2026-11-22T10:00:00+01:00",
+        "--to",
+        "2026-11-22T10:00:00Z",
+        "--limit",
+        "1",
+        "--include-redriven",
+    ];
+    let mut args = vec![
+        "dead-letters",
+        "list",
+        "--admin",
+        url.as_str(),
+        "--all-pages",
+    ];
+    args.extend(filter);
+    let (code, out) = scheduler(&args);
+    assert_eq!(code, 0, "{out}");
+    assert_eq!(
+        out,
+        "TYPE             ORDERING ID              SCHEDULED TIME            UNIQUENESS KEY           ATTEMPTS  REASON             DEAD AT                   REDRIVEN                  LAST ERROR\n\
+         send-email       o 1                      2026-11-22T09:00:01.000Z  u'1                             1  retries_exhausted  2026-11-22T09:05:01.000Z  -                         smtp timeout\n\
+         send-email       o2                       2026-11-22T09:00:02.000Z  u'2                             2  retries_exhausted  2026-11-22T09:05:02.000Z  2026-11-22T09:10:00.000Z  invalid address\n"
+    );
+    let requests: Vec<_> = received
+        .lock()
+        .expect("log")
+        .iter()
+        .map(|r| {
+            assert!(r.line.starts_with("GET /api/v1/dead-letters?"), "{r:?}");
+            query(&r.line)
+        })
+        .collect();
+    let pair = |k: &str, v: &str| (k.to_string(), v.to_string());
+    let asked = vec![
+        pair("taskType", "send-email"),
+        pair("from", "2026-11-22T09:00:00.000Z"),
+        pair("to", "2026-11-22T10:00:00.000Z"),
+        pair("limit", "1"),
+        pair("includeRedriven", "true"),
+    ];
+    let mut then = asked.clone();
+    then.extend([
+        pair("afterOrderingId", "o 1"),
+        pair("afterScheduledTime", "2026-11-22T09:00:01.000Z"),
+        pair("afterUniquenessKey", "u'1"),
+    ]);
+    assert_eq!(requests, [asked, then]);
+
+    // One page as JSON: the API's answer, keys sorted.
+    let (code, out) = scheduler(&["dead-letters", "list", "--json", "--admin", &url]);
+    assert_eq!(code, 0, "{out}");
+    let sorted: serde_json::Value = serde_json::from_str(&first).expect("JSON");
+    assert_eq!(out, format!("{sorted}\n"));
+    assert_eq!(
+        query(&received.lock().expect("log")[2].line),
+        [pair("limit", "100")]
+    );
+
+    // One page as a table, and on stderr (apart from the table) where the next one starts.
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_scheduler"))
+        .args(["dead-letters", "list", "--admin", &url])
+        .env_remove("RUST_LOG")
+        .output()
+        .expect("run scheduler");
+    assert_eq!(output.status.code(), Some(0), "{output:?}");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert_eq!(stdout.lines().count(), 2, "{stdout}");
+    assert_eq!(
+        String::from_utf8_lossy(&output.stderr),
+        "more: --after-ordering-id 'o 1' --after-scheduled-time 2026-11-22T09:00:01.000Z \
+         --after-uniqueness-key 'u'\\''1' (or --all-pages)\n"
+    );
+    // The hint's flags ask for the next page.
+    let (code, out) = scheduler(&[
+        "dead-letters",
+        "list",
+        "--admin",
+        &url,
+        "--after-ordering-id",
+        "o 1",
+        "--after-scheduled-time",
+        "2026-11-22T09:00:01.000Z",
+        "--after-uniqueness-key",
+        "u'1",
+    ]);
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("invalid address"), "{out}");
+    // A cursor is all three flags.
+    let (code, _) = scheduler(&[
+        "dead-letters",
+        "list",
+        "--admin",
+        &url,
+        "--after-ordering-id",
+        "o 1",
+    ]);
+    assert_eq!(code, scheduler_cli::EXIT_USAGE);
+    assert_eq!(received.lock().expect("log").len(), 5);
+}
+
+/// The body of the `n`th request, as JSON.
+fn body(received: &Mutex<Vec<Received>>, n: usize) -> serde_json::Value {
+    serde_json::from_str(&received.lock().expect("log")[n].body).expect("a JSON body")
+}
+
+#[test]
+fn dead_letters_redrive_posts_a_task_a_filter_or_all_and_prints_the_new_tasks() {
+    let (url, received) = canned_api(|line| {
+        let answer = if line.starts_with("POST /api/v1/dead-letters/redrive ") {
+            r#"{"redriven":1500,"tasks":["o/2026-11-22T10:00:00.000Z/u","p/2026-11-22T10:00:00.000Z/v"]}"#
+        } else {
+            r#"{"error":"no such endpoint"}"#
+        };
+        (200, answer.to_string())
+    });
+    let admin = ["dead-letters", "redrive", "--admin", url.as_str()];
+    let with = |flags: &[&'static str]| {
+        let mut args = admin.to_vec();
+        args.extend(flags);
+        scheduler(&args)
+    };
+
+    let (code, out) = with(&[
+        "--ordering-id",
+        "o",
+        "--scheduled-time",
+        "2026-11-22T10:00:00+01:00",
+        "--uniqueness-key",
+        "u",
+    ]);
+    assert_eq!(code, 0, "{out}");
+    assert_eq!(
+        out,
+        "redriven 1500 dead letters\n\
+         o/2026-11-22T10:00:00.000Z/u\n\
+         p/2026-11-22T10:00:00.000Z/v\n\
+         (and 1498 more)\n"
+    );
+    assert_eq!(
+        received.lock().expect("log")[0].line,
+        "POST /api/v1/dead-letters/redrive HTTP/1.1"
+    );
+    assert_eq!(
+        body(&received, 0),
+        serde_json::json!({
+            "orderingId": "o",
+            "scheduledTime": "2026-11-22T09:00:00.000Z",
+            "uniquenessKey": "u",
+            "taskType": null,
+            "from": null,
+            "to": null,
+            "all": false,
+        })
+    );
+
+    let (code, out) = with(&["--type", "send-email", "--to", "2026-11-23T00:00:00Z"]);
+    assert_eq!(code, 0, "{out}");
+    assert_eq!(
+        body(&received, 1),
+        serde_json::json!({
+            "orderingId": null,
+            "scheduledTime": null,
+            "uniquenessKey": null,
+            "taskType": "send-email",
+            "from": null,
+            "to": "2026-11-23T00:00:00.000Z",
+            "all": false,
+        })
+    );
+
+    let (code, out) = with(&["--all", "--json"]);
+    assert_eq!(code, 0, "{out}");
+    assert_eq!(
+        out,
+        "{\"redriven\":1500,\"tasks\":[\"o/2026-11-22T10:00:00.000Z/u\",\"p/2026-11-22T10:00:00.000Z/v\"]}\n"
+    );
+    assert_eq!(body(&received, 2)["all"], serde_json::json!(true));
+    assert_eq!(body(&received, 2)["taskType"], serde_json::Value::Null);
+
+    // Named no way, two ways, or by part of a key: refused before any call.
+    for refused in [
+        &[][..],
+        &["--all", "--type", "send-email"],
+        &[
+            "--ordering-id",
+            "o",
+            "--scheduled-time",
+            "2026-11-22T09:00:00Z",
+            "--uniqueness-key",
+            "u",
+            "--from",
+            "2026-11-22T09:00:00Z",
+        ],
+        &["--ordering-id", "o", "--uniqueness-key", "u"],
+        &["--type", "send email"],
+        &["--from", "noon"],
+    ] {
+        let (code, out) = with(refused);
+        assert_eq!(code, scheduler_cli::EXIT_USAGE, "{refused:?}: {out}");
+    }
+    assert_eq!(received.lock().expect("log").len(), 3);
+}
+
+#[test]
+fn dead_letters_purge_posts_the_selection_and_prints_how_many() {
+    let (url, received) = canned_api(|_| (200, r#"{"purged":3}"#.to_string()));
+    let (code, out) = scheduler(&[
+        "dead-letters",
+        "purge",
+        "--admin",
+        &url,
+        "--type",
+        "send-email",
+        "--from",
+        "2026-11-22T09:00:00Z",
+    ]);
+    assert_eq!(code, 0, "{out}");
+    assert_eq!(out, "purged 3 dead letters\n");
+    assert_eq!(
+        received.lock().expect("log")[0].line,
+        "POST /api/v1/dead-letters/purge HTTP/1.1"
+    );
+    assert_eq!(
+        body(&received, 0),
+        serde_json::json!({
+            "orderingId": null,
+            "scheduledTime": null,
+            "uniquenessKey": null,
+            "taskType": "send-email",
+            "from": "2026-11-22T09:00:00.000Z",
+            "to": null,
+            "all": false,
+        })
+    );
+    let (code, out) = scheduler(&["dead-letters", "purge", "--json", "--all", "--admin", &url]);
+    assert_eq!((code, out.as_str()), (0, "{\"purged\":3}\n"));
+    assert_eq!(body(&received, 1)["all"], serde_json::json!(true));
+    let (code, _) = scheduler(&["dead-letters", "purge", "--admin", &url]);
+    assert_eq!(code, scheduler_cli::EXIT_USAGE);
+}
+
+#[test]
+fn dead_letter_error_answers_give_the_exit_codes_of_the_other_commands() {
+    let (url, _) = canned_api(|line| match line.split_whitespace().nth(1) {
+        Some("/api/v1/dead-letters/redrive") => (
+            404,
+            r#"{"error":"no dead letter of task o/2026-11-22T09:00:00.000Z/u"}"#.into(),
+        ),
+        Some("/api/v1/dead-letters/purge") => (502, r#"{"error":"Cassandra down"}"#.into()),
+        _ => (
+            400,
+            r#"{"error":"limit must be between 1 and 1000"}"#.into(),
+        ),
+    });
+    let key = [
+        "--ordering-id",
+        "o",
+        "--scheduled-time",
+        "2026-11-22T09:00:00Z",
+        "--uniqueness-key",
+        "u",
+    ];
+    let mut redrive = vec!["dead-letters", "redrive", "--admin", url.as_str()];
+    redrive.extend(key);
+    assert_eq!(scheduler(&redrive).0, scheduler_cli::EXIT_NOT_FOUND);
+    let mut purge = vec!["dead-letters", "purge", "--admin", url.as_str()];
+    purge.extend(key);
+    assert_eq!(scheduler(&purge).0, scheduler_cli::EXIT_FAILURE);
+    let list = ["dead-letters", "list", "--admin", &url, "--limit", "0"];
+    assert_eq!(scheduler(&list).0, scheduler_cli::EXIT_USAGE);
 }

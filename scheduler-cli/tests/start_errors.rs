@@ -111,3 +111,19 @@ fn a_keyspace_without_the_schema_fails_the_start_with_one_line_until_migrate_run
     let said = String::from_utf8_lossy(&again.stdout);
     assert!(said.contains("nothing to do"), "{said}");
 }
+
+#[test]
+fn two_commands_for_one_task_type_are_refused_before_the_settings_are_read() {
+    let output = Command::new(env!("CARGO_BIN_EXE_scheduler"))
+        .args(["node", "no-such-settings.toml"])
+        .args(["--exec", "charge=./a.sh", "--exec", "charge=./b.sh"])
+        .env_clear()
+        .output()
+        .expect("run scheduler node");
+    assert_eq!(output.status.code(), Some(2));
+    let line = one_line(&output);
+    assert!(
+        line.contains("--exec: task type charge is given two commands"),
+        "{line}"
+    );
+}

@@ -1,6 +1,7 @@
 //! One module per group of commands, and what they share: the runtime and time parsing.
 
 mod admin;
+mod dead_letters;
 mod migrate;
 mod node;
 mod schedule;
@@ -8,6 +9,7 @@ mod schedule;
 use chrono::{DateTime, Utc};
 
 pub(crate) use admin::{cancel, get, list, status};
+pub(crate) use dead_letters::dead_letters;
 pub(crate) use migrate::migrate;
 pub(crate) use node::node;
 pub(crate) use schedule::schedule;
