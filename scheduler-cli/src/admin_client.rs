@@ -107,6 +107,10 @@ impl<'a> AdminClient<'a> {
         self.post("/api/v1/task/cancel", key)
     }
 
+    pub(crate) fn reschedule(&self, to: &TaskKeyBody) -> Result<CancelResponse, AdminError> {
+        self.post("/api/v1/task/reschedule", to)
+    }
+
     pub(crate) fn dead_letters(
         &self,
         query: &DeadLetterQuery,

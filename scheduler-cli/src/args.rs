@@ -3,19 +3,23 @@
 
 use std::path::PathBuf;
 
-use clap::{Args, Parser, Subcommand};
-use scheduler_client::defaults;
+use clap::{ArgGroup, Args, Parser, Subcommand, ValueEnum};
+use scheduler_client::{defaults, DEFAULT_TASK_TYPE};
 
 #[derive(Parser)]
 #[command(
     name = "scheduler",
     version,
-    about = "Schedule, inspect and cancel tasks of the Kafka/Cassandra task scheduler, check its nodes, run a node.",
+    about = "Schedule, inspect, reschedule and cancel tasks of the Kafka/Cassandra task scheduler, check its nodes, run a node.",
     after_help = "Examples:\n  \
         scheduler schedule --ordering-id customer-7 --in 10m --unique reminder-1 --data '{\"kind\":\"email\"}'\n  \
+        scheduler schedule --ordering-id customer-7 --in 1m --unique sync --type sync --priority 5 --on-conflict debounce --max-wait 10m\n  \
         scheduler get --ordering-id customer-7 --at 2026-11-22T09:00:00.000Z --unique reminder-1\n  \
+        scheduler get --ordering-id customer-7 --unique sync\n  \
         scheduler list --from 2026-11-22T09:00:00Z --to 2026-11-22T10:00:00Z --all\n  \
+        scheduler reschedule --ordering-id customer-7 --unique sync --in 30m\n  \
         scheduler cancel --ordering-id customer-7 --at 2026-11-22T09:00:00.000Z --unique reminder-1\n  \
+        scheduler cancel --ordering-id customer-7 --unique sync\n  \
         scheduler status --json\n  \
         scheduler dead-letters list --type send-email\n  \
         scheduler dead-letters redrive --type send-email --from 2026-11-22T00:00:00Z\n  \
@@ -34,13 +38,20 @@ pub(crate) struct Cli {
 pub(crate) enum Command {
     /// Schedule a task from flags, or every task of a JSON file (wire-format records, one object or an array).
     Schedule(ScheduleArgs),
-    /// Show a task: its status, attempt count, data and attempt history.
+    /// Show a task: its status, attempt count, data and attempt history. Without --at, the
+    /// current task of an identity (--ordering-id and --unique) scheduled with --on-conflict.
     Get(GetArgs),
     /// List incomplete tasks due in a time window, in task-key order.
     List(ListArgs),
     /// Cancel a task: it never runs afterwards (a task already running is not interrupted).
+    /// Without --at, the pending task of an identity (--ordering-id and --unique) scheduled
+    /// with --on-conflict.
     Cancel(GetArgs),
-    /// Show a node: owned partitions, tasks in memory and Kafka lag per partition.
+    /// Move the pending task of an identity (--ordering-id and --unique) scheduled with
+    /// --on-conflict to a new time, with its data; nothing happens if none is pending then.
+    Reschedule(RescheduleArgs),
+    /// Show a node: owned partitions, tasks in memory and Kafka lag per partition, its
+    /// handlers' task types and the due tasks waiting for a handler.
     Status(AdminArgs),
     /// List, redrive or purge dead letters: tasks given up on (invalid, or out of retries).
     DeadLetters(DeadLettersArgs),
@@ -104,14 +115,53 @@ pub(crate) struct ScheduleArgs {
     /// The task's data, a JSON object.
     #[arg(long, value_name = "JSON")]
     pub(crate) data: Option<String>,
+    /// The task's type: the node's handler (or `--exec TYPE=COMMAND`) for it runs it (1-128
+    /// ASCII letters, digits or -_.:/).
+    #[arg(long = "type", value_name = "TYPE", default_value = DEFAULT_TASK_TYPE)]
+    pub(crate) task_type: String,
+    /// When due tasks wait for an executor slot, higher priorities go first (never reorders
+    /// the tasks of one orderingId).
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = 0,
+        allow_negative_numbers = true
+    )]
+    pub(crate) priority: i32,
+    /// What the owning node does when a task of the same identity (--ordering-id and
+    /// --unique, whatever its time) is pending. Without it, the task is keyed by its time too.
+    #[arg(long, value_enum, value_name = "MODE")]
+    pub(crate) on_conflict: Option<ConflictMode>,
+    /// With --on-conflict debounce (and only then): how far the first pending time of the
+    /// identity may be pushed back (500ms, 10s, 5m, 2h).
+    #[arg(long, value_name = "DURATION")]
+    pub(crate) max_wait: Option<String>,
     /// Schedule the records of this file instead of one task from flags.
-    #[arg(long, conflicts_with_all = ["ordering_id", "at", "delay", "unique", "data"])]
+    #[arg(long, conflicts_with_all = [
+        "ordering_id", "at", "delay", "unique", "data", "task_type", "priority", "on_conflict",
+        "max_wait",
+    ])]
     pub(crate) file: Option<PathBuf>,
     /// How far in the past a task may be (the nodes' grace window).
     #[arg(long, default_value = "10s", value_name = "DURATION")]
     pub(crate) grace: String,
 }
 
+/// `--on-conflict`: the client's [`scheduler_client::OnConflict`] without debounce's wait
+/// (`--max-wait`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub(crate) enum ConflictMode {
+    /// The new task takes the pending one's place, with its own time and data.
+    Replace,
+    /// The new data, at the pending task's time.
+    KeepTime,
+    /// The new time and data, but never later than --max-wait after the first pending time.
+    Debounce,
+    /// Ignored when a task of the identity is pending or recently finished.
+    IfAbsent,
+}
+
+/// A task named by its key, or (without `--at`) by its identity.
 #[derive(Args)]
 pub(crate) struct GetArgs {
     #[command(flatten)]
@@ -119,10 +169,30 @@ pub(crate) struct GetArgs {
     /// The task's orderingId.
     #[arg(long)]
     pub(crate) ordering_id: String,
-    /// The task's scheduled time (RFC 3339, as scheduled).
+    /// The task's scheduled time (RFC 3339, as scheduled). Without it, the task is named by
+    /// its identity (--ordering-id and --unique): the one scheduled with --on-conflict.
     #[arg(long, value_name = "RFC3339")]
-    pub(crate) at: String,
+    pub(crate) at: Option<String>,
     /// The task's uniquenessKey.
+    #[arg(long)]
+    pub(crate) unique: String,
+}
+
+#[derive(Args)]
+#[command(group(ArgGroup::new("new_time").required(true).args(["at", "delay"])))]
+pub(crate) struct RescheduleArgs {
+    #[command(flatten)]
+    pub(crate) admin: AdminArgs,
+    /// The identity's orderingId.
+    #[arg(long)]
+    pub(crate) ordering_id: String,
+    /// The new time (RFC 3339).
+    #[arg(long, value_name = "RFC3339")]
+    pub(crate) at: Option<String>,
+    /// The new time, from now (500ms, 10s, 5m, 2h).
+    #[arg(long = "in", value_name = "DURATION")]
+    pub(crate) delay: Option<String>,
+    /// The identity's uniquenessKey.
     #[arg(long)]
     pub(crate) unique: String,
 }

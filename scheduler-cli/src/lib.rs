@@ -1,5 +1,5 @@
 //! The `scheduler` command. `schedule` writes to the topic (Kafka); `get`, `list`, `cancel`,
-//! `status` and `dead-letters` talk to a node's admin HTTP API; `node` runs a node from a
+//! `reschedule`, `status` and `dead-letters` talk to a node's admin HTTP API; `node` runs a node from a
 //! settings file, with a shell command per task type.
 //!
 //! Exit codes: 0 success, 1 a service failed or was unreachable, 2 bad usage or input,
@@ -64,6 +64,7 @@ where
         Command::Get(args) => commands::get(args, json, out),
         Command::List(args) => commands::list(args, json, out),
         Command::Cancel(args) => commands::cancel(args, json, out),
+        Command::Reschedule(args) => commands::reschedule(args, json, out),
         Command::Status(args) => commands::status(args, json, out),
         Command::DeadLetters(args) => commands::dead_letters(args.command, json, out),
         Command::Node(args) => commands::node(args),

@@ -1,4 +1,5 @@
-//! `get`, `list`, `cancel`, `status` and `dead-letters` against a canned admin API on loopback:
+//! `get`, `list`, `cancel`, `reschedule`, `status` and `dead-letters` against a canned admin API
+//! on loopback:
 //! what they ask, what they print (tables and `--json`), and the exit code each kind of answer
 //! gives. The it-tests run the same commands against a real node; these pin the output to the
 //! character.
@@ -269,6 +270,8 @@ fn status_prints_the_node_and_a_row_per_partition() {
     assert_eq!(
         out,
         "node n1 (version 0.1.0), topic t with 4 partitions\n\
+         handlers: send-email\n\
+         waiting for a handler: sms 2\n\
          PARTITION  SCHEDULED  EXECUTING  KAFKA LAG\n\
          \x20       0          5          1          0\n\
          \x20       3          0          0          -\n"
@@ -283,6 +286,274 @@ fn status_prints_the_node_and_a_row_per_partition() {
          {\"kafkaLag\":null,\"partition\":3,\"tasksExecuting\":0,\"tasksScheduled\":0}],\
          \"topic\":\"t\",\"version\":\"0.1.0\",\"waitingForHandler\":{\"sms\":2}}\n"
     );
+}
+
+#[test]
+fn status_says_when_a_handler_runs_every_other_type_and_when_nothing_waits() {
+    let node = r#""nodeId":"n1","version":"0.1.0","topic":"t","partitionCount":1,"ownedPartitions":[],"partitions":[]"#;
+    let answers = [
+        (
+            r#""handlers":["charge","email"],"handlesEveryType":true,"waitingForHandler":{"push":1,"sms":12}"#,
+            "handlers: charge, email (and every other type)\n\
+             waiting for a handler: push 1, sms 12\n",
+        ),
+        (
+            r#""handlers":[],"handlesEveryType":true,"waitingForHandler":{}"#,
+            "handlers: every type\n",
+        ),
+        // A node of a release before handlers: nothing to say.
+        ("", ""),
+    ];
+    for (handlers, lines) in answers {
+        let answer = format!(
+            "{{{node}{}{handlers}}}",
+            if handlers.is_empty() { "" } else { "," }
+        );
+        let (url, _) = canned_api(move |_| (200, answer.clone()));
+        let (code, out) = scheduler(&["status", "--admin", &url]);
+        assert_eq!(code, 0, "{out}");
+        assert_eq!(
+            out,
+            format!(
+                "node n1 (version 0.1.0), topic t with 1 partitions\n\
+                 {lines}\
+                 PARTITION  SCHEDULED  EXECUTING  KAFKA LAG\n"
+            )
+        );
+    }
+}
+
+#[test]
+fn get_without_at_asks_for_the_identity_and_prints_its_current_task() {
+    let (url, received) = canned_api(|_| (200, TASK.to_string()));
+    let (code, out) = scheduler(&[
+        "get",
+        "--admin",
+        &url,
+        "--ordering-id",
+        "o 1",
+        "--unique",
+        "u&1",
+    ]);
+    assert_eq!(code, 0, "{out}");
+    // The answer names the task the identity resolved to.
+    assert!(
+        out.starts_with("task        o 1/2026-11-22T09:00:00.000Z/u&1\npartition   2\n"),
+        "{out}"
+    );
+    let request = received.lock().expect("log")[0].clone();
+    assert!(request.line.starts_with("GET /api/v1/task?"), "{request:?}");
+    assert_eq!(
+        query(&request.line),
+        [
+            ("orderingId".to_string(), "o 1".to_string()),
+            ("uniquenessKey".to_string(), "u&1".to_string()),
+        ]
+    );
+    let (code, out) = scheduler(&[
+        "get",
+        "--json",
+        "--admin",
+        &url,
+        "--ordering-id",
+        "o 1",
+        "--unique",
+        "u&1",
+    ]);
+    assert_eq!(code, 0, "{out}");
+    let sorted: serde_json::Value = serde_json::from_str(TASK).expect("JSON");
+    assert_eq!(out, format!("{sorted}\n"));
+    assert_eq!(received.lock().expect("log").len(), 2);
+}
+
+#[test]
+fn cancel_without_at_posts_the_identity_alone() {
+    let answer = r#"{"note":"Without scheduledTime, it cancels the pending task of the identity.","partition":3,"result":"cancellation enqueued","task":"o/u"}"#;
+    let (url, received) = canned_api(move |_| (202, answer.to_string()));
+    let identity = ["--ordering-id", "o", "--unique", "u"];
+    let mut args = vec!["cancel", "--admin", url.as_str()];
+    args.extend(identity);
+    let (code, out) = scheduler(&args);
+    assert_eq!(code, 0, "{out}");
+    assert_eq!(
+        out,
+        "cancellation enqueued: o/u\n\
+         Without scheduledTime, it cancels the pending task of the identity.\n"
+    );
+    let request = received.lock().expect("log")[0].clone();
+    assert_eq!(request.line, "POST /api/v1/task/cancel HTTP/1.1");
+    assert_eq!(
+        body(&received, 0),
+        serde_json::json!({
+            "orderingId": "o",
+            "scheduledTime": null,
+            "uniquenessKey": "u",
+        })
+    );
+    let mut args = vec!["cancel", "--json", "--admin", url.as_str()];
+    args.extend(identity);
+    assert_eq!(scheduler(&args), (0, format!("{answer}\n")));
+}
+
+/// The reschedule answer the canned API gives, as the node words it.
+const RESCHEDULED: &str = r#"{"note":"The pending task of the identity moves to the new time.","partition":1,"result":"reschedule enqueued","task":"o/u to 2026-11-22T09:30:00.000Z"}"#;
+
+#[test]
+fn reschedule_posts_the_identity_and_the_new_time_and_prints_the_answer() {
+    let (url, received) = canned_api(|_| (202, RESCHEDULED.to_string()));
+    let (code, out) = scheduler(&[
+        "reschedule",
+        "--admin",
+        &url,
+        "--token",
+        "t0ken",
+        "--ordering-id",
+        "o",
+        "--unique",
+        "u",
+        "--at",
+        "2026-11-22T10:30:00+01:00",
+    ]);
+    assert_eq!(code, 0, "{out}");
+    assert_eq!(
+        out,
+        "reschedule enqueued: o/u to 2026-11-22T09:30:00.000Z\n\
+         The pending task of the identity moves to the new time.\n"
+    );
+    let request = received.lock().expect("log")[0].clone();
+    assert_eq!(request.line, "POST /api/v1/task/reschedule HTTP/1.1");
+    assert!(
+        request
+            .headers
+            .iter()
+            .any(|h| h.eq_ignore_ascii_case("authorization: Bearer t0ken")),
+        "{request:?}"
+    );
+    assert_eq!(
+        body(&received, 0),
+        serde_json::json!({
+            "orderingId": "o",
+            "scheduledTime": "2026-11-22T09:30:00.000Z",
+            "uniquenessKey": "u",
+        })
+    );
+
+    // --in: from now, in the wire format's form.
+    let before = chrono::Utc::now();
+    let (code, out) = scheduler(&[
+        "reschedule",
+        "--json",
+        "--admin",
+        &url,
+        "--ordering-id",
+        "o",
+        "--in",
+        "30m",
+        "--unique",
+        "u",
+    ]);
+    let after = chrono::Utc::now();
+    assert_eq!((code, out), (0, format!("{RESCHEDULED}\n")));
+    let sent = body(&received, 1);
+    let time = sent["scheduledTime"].as_str().expect("a time");
+    assert_eq!(time.len(), "2026-11-22T09:30:00.000Z".len(), "{time}");
+    let time = chrono::DateTime::parse_from_rfc3339(time).expect("RFC 3339");
+    let thirty = chrono::TimeDelta::minutes(30);
+    assert!(
+        time >= before + thirty - chrono::TimeDelta::milliseconds(1) && time <= after + thirty,
+        "{time} not 30m after {before}..{after}"
+    );
+    assert_eq!(
+        (sent["orderingId"].as_str(), sent["uniquenessKey"].as_str()),
+        (Some("o"), Some("u"))
+    );
+}
+
+#[test]
+fn reschedule_refuses_no_time_two_times_and_bad_ones_before_any_call() {
+    let (url, received) = canned_api(|_| (202, RESCHEDULED.to_string()));
+    let identity = [
+        "reschedule",
+        "--admin",
+        url.as_str(),
+        "--ordering-id",
+        "o",
+        "--unique",
+        "u",
+    ];
+    for refused in [
+        &[][..],
+        &["--at", "2026-11-22T09:30:00Z", "--in", "30m"],
+        &["--at", "half past nine"],
+        &["--in", "soon"],
+        &["--in", "5M"],
+        &["--in", "100000000000h"],
+    ] {
+        let mut args = identity.to_vec();
+        args.extend(refused);
+        let (code, out) = scheduler(&args);
+        assert_eq!(code, scheduler_cli::EXIT_USAGE, "{refused:?}: {out}");
+    }
+    // The identity is both flags.
+    let (code, _) = scheduler(&[
+        "reschedule",
+        "--admin",
+        &url,
+        "--ordering-id",
+        "o",
+        "--in",
+        "1m",
+    ]);
+    assert_eq!(code, scheduler_cli::EXIT_USAGE);
+    // get and cancel name a task by its time, not by a delay.
+    for command in ["get", "cancel"] {
+        let (code, _) = scheduler(&[
+            command,
+            "--admin",
+            &url,
+            "--ordering-id",
+            "o",
+            "--unique",
+            "u",
+            "--in",
+            "1m",
+        ]);
+        assert_eq!(code, scheduler_cli::EXIT_USAGE, "{command}");
+    }
+    assert!(received.lock().expect("log").is_empty());
+}
+
+#[test]
+fn reschedule_gives_the_exit_codes_of_cancel() {
+    for (status, code) in [
+        (404, scheduler_cli::EXIT_NOT_FOUND),
+        (400, scheduler_cli::EXIT_USAGE),
+        (502, scheduler_cli::EXIT_FAILURE),
+    ] {
+        let (url, _) = canned_api(move |_| (status, r#"{"error":"no"}"#.to_string()));
+        let args = [
+            "reschedule",
+            "--admin",
+            &url,
+            "--ordering-id",
+            "o",
+            "--unique",
+            "u",
+            "--in",
+            "1m",
+        ];
+        assert_eq!(scheduler(&args).0, code, "{status}");
+        let args = [
+            "cancel",
+            "--admin",
+            &url,
+            "--ordering-id",
+            "o",
+            "--unique",
+            "u",
+        ];
+        assert_eq!(scheduler(&args).0, code, "{status}");
+    }
 }
 
 #[test]

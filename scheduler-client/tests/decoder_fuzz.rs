@@ -95,6 +95,12 @@ fn check(bytes: &[u8]) {
         Ok(Record::Cancel(key)) => {
             assert_eq!(check_key(&key.ordering_id, &key.uniqueness_key), Ok(()))
         }
+        Ok(Record::CancelIdentity(identity)) | Ok(Record::Reschedule(identity, _)) => {
+            assert_eq!(
+                check_key(&identity.ordering_id, &identity.uniqueness_key),
+                Ok(())
+            )
+        }
         Err(e) => assert!(!e.reason().is_empty()),
     }
 }

@@ -11,7 +11,7 @@
 //! applied (at or before the identity's recorded offset: a batch polled again after a crash)
 //! is not applied twice; the current task it left is persisted again instead.
 
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use futures::{StreamExt, TryStreamExt};
@@ -209,7 +209,7 @@ async fn read_states(
     store: &Arc<dyn TaskStore>,
     partition: PartitionId,
     ops: &[IdentityOp],
-) -> StoreResult<HashMap<TaskIdentity, State>> {
+) -> StoreResult<BTreeMap<TaskIdentity, State>> {
     let mut identities: Vec<TaskIdentity> = ops.iter().map(IdentityOp::identity).collect();
     identities.sort();
     identities.dedup();

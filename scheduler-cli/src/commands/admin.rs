@@ -1,22 +1,29 @@
-//! `get`, `list`, `cancel` and `status`: the commands that ask a node's admin API, printing its
-//! answer as a table or, with `--json`, as JSON.
+//! `get`, `list`, `cancel`, `reschedule` and `status`: the commands that ask a node's admin API,
+//! printing its answer as a table or, with `--json`, as JSON.
 
 use std::io::Write;
 
 use scheduler_client::wire;
-use scheduler_core::admin_api::{ListQuery, ListResponse, TaskKeyBody, TaskQuery};
+use scheduler_core::admin_api::{
+    CancelResponse, ListQuery, ListResponse, StatusResponse, TaskKeyBody, TaskQuery,
+};
 
-use super::parse_time;
+use super::{parse_delay, parse_time};
 use crate::admin_client::AdminClient;
-use crate::args::{AdminArgs, GetArgs, ListArgs};
+use crate::args::{AdminArgs, GetArgs, ListArgs, RescheduleArgs};
 use crate::output::{io_failure, or_dash, print_json, Failure, Outcome};
 
-/// The key of `args` as the API takes it.
+/// The key of `args` as the API takes it; without `--at`, the identity alone (no
+/// `scheduledTime`), which the API resolves to the identity's task.
 fn key_body(args: &GetArgs) -> Result<TaskKeyBody, Failure> {
-    let at = parse_time(&args.at, "--at")?;
+    let at = args
+        .at
+        .as_deref()
+        .map(|at| parse_time(at, "--at").map(wire::format_time))
+        .transpose()?;
     Ok(TaskKeyBody {
         ordering_id: Some(args.ordering_id.clone()),
-        scheduled_time: Some(wire::format_time(at)),
+        scheduled_time: at,
         uniqueness_key: Some(args.unique.clone()),
     })
 }
@@ -127,8 +134,29 @@ pub(crate) fn list(args: ListArgs, json: bool, out: &mut dyn Write) -> Outcome {
 
 pub(crate) fn cancel(args: GetArgs, json: bool, out: &mut dyn Write) -> Outcome {
     let answer = AdminClient::new(&args.admin).cancel(&key_body(&args)?)?;
+    print_enqueued(&answer, json, out)
+}
+
+pub(crate) fn reschedule(args: RescheduleArgs, json: bool, out: &mut dyn Write) -> Outcome {
+    // clap requires one of the two.
+    let to = match (&args.at, &args.delay) {
+        (Some(at), _) => parse_time(at, "--at")?,
+        (None, Some(delay)) => parse_delay(delay, "--in")?,
+        (None, None) => return Err(Failure::usage("give the new time: --at or --in")),
+    };
+    let body = TaskKeyBody {
+        ordering_id: Some(args.ordering_id.clone()),
+        scheduled_time: Some(wire::format_time(to)),
+        uniqueness_key: Some(args.unique.clone()),
+    };
+    let answer = AdminClient::new(&args.admin).reschedule(&body)?;
+    print_enqueued(&answer, json, out)
+}
+
+/// The answer of `cancel` or `reschedule`: what was enqueued, and what that does.
+fn print_enqueued(answer: &CancelResponse, json: bool, out: &mut dyn Write) -> Outcome {
     if json {
-        return print_json(out, &answer);
+        return print_json(out, answer);
     }
     writeln!(out, "{}: {}\n{}", answer.result, answer.task, answer.note).map_err(io_failure)
 }
@@ -144,6 +172,9 @@ pub(crate) fn status(args: AdminArgs, json: bool, out: &mut dyn Write) -> Outcom
         status.node_id, status.version, status.topic, status.partition_count
     )
     .map_err(io_failure)?;
+    for line in handler_lines(&status) {
+        writeln!(out, "{line}").map_err(io_failure)?;
+    }
     writeln!(
         out,
         "{:>9} {:>10} {:>10} {:>10}",
@@ -162,4 +193,27 @@ pub(crate) fn status(args: AdminArgs, json: bool, out: &mut dyn Write) -> Outcom
         .map_err(io_failure)?;
     }
     Ok(())
+}
+
+/// The node's handlers and the due tasks waiting for one, a line each: none for a node that
+/// does not report its handlers (an older one; every node has at least one), and no waiting
+/// line when nothing waits.
+fn handler_lines(status: &StatusResponse) -> Vec<String> {
+    let mut lines = Vec::new();
+    let types = status.handlers.join(", ");
+    match (types.is_empty(), status.handles_every_type) {
+        (true, true) => lines.push("handlers: every type".to_string()),
+        (false, true) => lines.push(format!("handlers: {types} (and every other type)")),
+        (false, false) => lines.push(format!("handlers: {types}")),
+        (true, false) => {}
+    }
+    if !status.waiting_for_handler.is_empty() {
+        let waiting: Vec<String> = status
+            .waiting_for_handler
+            .iter()
+            .map(|(task_type, count)| format!("{task_type} {count}"))
+            .collect();
+        lines.push(format!("waiting for a handler: {}", waiting.join(", ")));
+    }
+    lines
 }

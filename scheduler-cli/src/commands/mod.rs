@@ -1,4 +1,5 @@
-//! One module per group of commands, and what they share: the runtime and time parsing.
+//! One module per group of commands, and what they share: the runtime, and time and duration
+//! parsing.
 
 mod admin;
 mod dead_letters;
@@ -6,9 +7,12 @@ mod migrate;
 mod node;
 mod schedule;
 
-use chrono::{DateTime, Utc};
+use std::time::Duration;
 
-pub(crate) use admin::{cancel, get, list, status};
+use chrono::{DateTime, TimeDelta, Utc};
+use scheduler_core::settings::duration_text;
+
+pub(crate) use admin::{cancel, get, list, reschedule, status};
 pub(crate) use dead_letters::dead_letters;
 pub(crate) use migrate::migrate;
 pub(crate) use node::node;
@@ -34,4 +38,19 @@ pub(super) fn parse_time(text: &str, what: &str) -> Result<DateTime<Utc>, Failur
                 "{what} {text:?} is not an RFC 3339 time such as 2026-11-22T09:00:00.000Z"
             ))
         })
+}
+
+/// `text` as a duration such as 500ms, 10s, 5m or 2h; `what` names the flag in the error.
+pub(super) fn parse_duration(text: &str, what: &str) -> Result<Duration, Failure> {
+    duration_text::parse(text).map_err(|e| Failure::usage(format!("{what}: {e}")))
+}
+
+/// The time `text` (a duration) from now, as `--in` gives it; `what` names the flag in the
+/// error.
+pub(super) fn parse_delay(text: &str, what: &str) -> Result<DateTime<Utc>, Failure> {
+    let delay = parse_duration(text, what)?;
+    TimeDelta::from_std(delay)
+        .ok()
+        .and_then(|delay| Utc::now().checked_add_signed(delay))
+        .ok_or_else(|| Failure::usage(format!("{what} {text:?} is too far in the future")))
 }

@@ -98,6 +98,23 @@ impl IdentityOp {
         }
     }
 
+    /// The record as read at `offset` of its partition.
+    #[cfg(test)]
+    pub fn at_offset(&self, offset: i64) -> IdentityOp {
+        match self {
+            IdentityOp::Schedule(task) => IdentityOp::Schedule(task.clone().enqueued_at(offset)),
+            IdentityOp::Reschedule { identity, to, .. } => IdentityOp::Reschedule {
+                identity: identity.clone(),
+                to: *to,
+                offset,
+            },
+            IdentityOp::Cancel { identity, .. } => IdentityOp::Cancel {
+                identity: identity.clone(),
+                offset,
+            },
+        }
+    }
+
     /// The record's offset in its partition.
     pub fn offset(&self) -> i64 {
         match self {

@@ -206,6 +206,9 @@ impl World {
                 ));
             }
         }
+        self.check_dead_letters(&statuses);
+        self.check_identities(&statuses, &calls);
+        let v = &mut self.violations;
         // The last record of a key in one batch is what runs.
         for call in &calls {
             if self.produced.double_versions.contains(&call.key) && call.version != Some(2) {
@@ -242,4 +245,145 @@ pub(super) fn lease_lost(nodes: &[Node], a: &Call, b: &Call) -> bool {
             && earlier.ended.is_none_or(|end| end > *from)
             && later.started >= *from + expiry
     })
+}
+
+impl World {
+    /// Whether every identity's chain or burst came to its end: the current task of a chain
+    /// finished (or was cancelled), the first task of a burst finished.
+    pub(super) fn identities_done(&self, statuses: &BTreeSet<TaskKey>) -> bool {
+        let current = self.current_tasks();
+        self.produced
+            .chains
+            .keys()
+            .all(|identity| current.get(identity).is_some_and(|k| statuses.contains(k)))
+            && self
+                .produced
+                .singletons
+                .values()
+                .all(|k| statuses.contains(k))
+    }
+
+    /// Each identity's current task, as its record in the store says.
+    fn current_tasks(&self) -> BTreeMap<scheduler_client::TaskIdentity, TaskKey> {
+        self.store
+            .identity_records()
+            .into_iter()
+            .map(|(_, record)| (record.task.identity(), record.task.key()))
+            .collect()
+    }
+
+    /// Every failed or dropped task is a dead letter (for the reason its status says) whose
+    /// handler heard of it; no other task is one.
+    fn check_dead_letters(&mut self, statuses: &BTreeMap<TaskKey, TaskStatus>) {
+        use crate::store::DeadReason;
+        let letters = self.store.all_dead_letters();
+        let heard = self
+            .shared
+            .dead_lettered
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
+        for (key, status) in statuses {
+            let reason = match status {
+                TaskStatus::Failed => DeadReason::RetriesExhausted,
+                TaskStatus::Dropped => DeadReason::Invalid,
+                _ => continue,
+            };
+            match letters.get(key) {
+                Some(letter) if letter.reason == reason => {}
+                other => self.violations.push(format!(
+                    "dead letter: {key} is {status:?} but its dead letter is {:?}",
+                    other.map(|l| l.reason)
+                )),
+            }
+            if !heard.contains_key(key) {
+                self.violations
+                    .push(format!("dead letter: the handler never heard of {key}"));
+            }
+        }
+        for key in letters.keys() {
+            if !matches!(
+                statuses.get(key),
+                Some(TaskStatus::Failed | TaskStatus::Dropped)
+            ) {
+                let status = statuses.get(key);
+                self.violations
+                    .push(format!("dead letter: {key} is one, with status {status:?}"));
+            }
+        }
+    }
+
+    /// A chain's current task runs the last scheduled data (or was cancelled); of a burst of
+    /// IfAbsent records, only the first one's task ever runs.
+    fn check_identities(&mut self, statuses: &BTreeMap<TaskKey, TaskStatus>, calls: &[Call]) {
+        let current = self.current_tasks();
+        for (identity, (version, cancelled)) in &self.produced.chains {
+            let Some(key) = current.get(identity) else {
+                self.violations
+                    .push(format!("identity: {identity} has no record"));
+                continue;
+            };
+            let status = statuses.get(key).copied();
+            let ran_last = calls
+                .iter()
+                .any(|c| c.key == *key && c.succeeded && c.version == Some(*version));
+            let fine = match status {
+                Some(TaskStatus::Completed) => ran_last,
+                Some(TaskStatus::Cancelled) => *cancelled,
+                _ => false,
+            };
+            if !fine {
+                self.violations.push(format!(
+                    "identity: {identity}'s current task {key} is {status:?} (ran version {version}: {ran_last}, cancelled: {cancelled})"
+                ));
+            }
+        }
+        // A task superseded by a newer one of its identity never starts once the newer one's
+        // record is written, whatever the store did (unless its node was out of the group then:
+        // a tree that does not know yet that it was fenced, see design.md's zombie window).
+        let mut current: BTreeMap<scheduler_client::TaskIdentity, TaskKey> = BTreeMap::new();
+        let mut superseded_at: BTreeMap<TaskKey, Instant> = BTreeMap::new();
+        for (record, at) in self.store.identity_writes() {
+            let key = record.task.key();
+            if let Some(previous) = current.insert(record.task.identity(), key.clone()) {
+                if previous != key {
+                    superseded_at.entry(previous).or_insert(at);
+                }
+            }
+            // A key current again is no longer superseded.
+            superseded_at.remove(&key);
+        }
+        for call in calls {
+            let Some(at) = superseded_at.get(&call.key) else {
+                continue;
+            };
+            let disturbed = self.disturbances.iter().any(|d| {
+                d.node == Some(call.node)
+                    && d.until.is_none_or(|until| until >= *at)
+                    && d.from <= call.started
+            });
+            if call.started > *at && !disturbed {
+                self.violations.push(format!(
+                    "superseded: {} started on node {} ({}) after a newer task of its identity was recorded",
+                    call.key,
+                    call.node,
+                    span(self.origin, call)
+                ));
+            }
+        }
+        for (identity, first) in &self.produced.singletons {
+            let of_identity = |k: &TaskKey| {
+                k.ordering_id == identity.ordering_id && k.uniqueness_key == identity.uniqueness_key
+            };
+            let others_ran = calls.iter().any(|c| of_identity(&c.key) && c.key != *first);
+            let others_recorded = statuses.keys().any(|k| of_identity(k) && k != first);
+            if others_ran || others_recorded || statuses.get(first) != Some(&TaskStatus::Completed)
+            {
+                self.violations.push(format!(
+                    "ifAbsent: of {identity}, only {first} should run (others ran: {others_ran}, recorded: {others_recorded}, its status {:?})",
+                    statuses.get(first)
+                ));
+            }
+        }
+    }
 }

@@ -53,6 +53,8 @@ pub(super) struct Shared {
     pub(super) clock: TokioClock,
     pub(super) plans: Mutex<BTreeMap<TaskKey, Plan>>,
     pub(super) calls: Mutex<Vec<Call>>,
+    /// How often each task's dead-letter hook was called.
+    pub(super) dead_lettered: Mutex<BTreeMap<TaskKey, usize>>,
 }
 
 impl Shared {
@@ -149,5 +151,15 @@ impl TaskExecutor for SimExecutor {
             }
         }
         result
+    }
+
+    async fn dead_lettered(&self, letter: &crate::store::DeadLetter) {
+        *self
+            .shared
+            .dead_lettered
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .entry(letter.task.key())
+            .or_default() += 1;
     }
 }

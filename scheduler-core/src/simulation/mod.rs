@@ -20,6 +20,12 @@
 //!   revoke or a rebuild lets it finish and records it);
 //! - of several records of one key in one batch, the last is what runs;
 //! - no tree holds more than `max_in_flight_tasks` tasks in memory;
+//! - every failed or dropped task is a dead letter, its handler told of it, and no other is;
+//! - tasks of a type some nodes have no handler for (a rolling deploy adding it) wait on those
+//!   nodes and, once the deploy is over, run to their plan's status like any other;
+//! - of an identity's chain of records (Replace, KeepTime, Debounce, a reschedule, a cancel),
+//!   the last scheduled data is what its current task runs, or it is cancelled; of a burst of
+//!   IfAbsent records, only the first one's task ever runs;
 //! - at a calm end, one orderingId stuck on failing tasks does not hold up another of its
 //!   partition (its tasks start within a second of their time).
 //!
@@ -96,7 +102,11 @@ fn settings() -> SchedulingSettings {
 enum Record {
     Task(Task),
     Cancel(TaskKey),
+    ByIdentity(crate::actors::IdentityOp),
 }
+
+/// The task type that the odd nodes have no handler for until the heal ("deployed" then).
+const LATE_TYPE: &str = "late-type";
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Membership {
@@ -138,6 +148,11 @@ struct Produced {
     sequence: BTreeMap<TaskKey, u64>,
     /// Keys delivered again later (their last record, which wins, moved them in enqueue order).
     redelivered: BTreeSet<TaskKey>,
+    /// Identities given a chain of records: the data version of the last task scheduled, and
+    /// whether a cancel ended the chain.
+    chains: BTreeMap<scheduler_client::TaskIdentity, (i64, bool)>,
+    /// Identities given a burst of IfAbsent records: the first record's key.
+    singletons: BTreeMap<scheduler_client::TaskIdentity, TaskKey>,
 }
 
 /// A time when a node (or, with no node, the store for every node) was disturbed by a fault:
@@ -167,6 +182,8 @@ struct World {
     disturbances: Vec<Disturbance>,
     /// When the seed began: violations name times as seconds since (as the replayed logs do).
     origin: Instant,
+    /// Whether the faults are over (every node added since handles every type).
+    healed: bool,
 }
 
 impl World {
@@ -179,6 +196,7 @@ impl World {
             clock,
             plans: Mutex::default(),
             calls: Mutex::default(),
+            dead_lettered: Mutex::default(),
         });
         let mut world = World {
             rng: fastrand::Rng::with_seed(seed),
@@ -196,6 +214,7 @@ impl World {
             probes: Vec::new(),
             disturbances: Vec::new(),
             origin: Instant::now(),
+            healed: false,
         };
         world.add_node();
         world.add_node();
@@ -215,12 +234,19 @@ impl World {
             clock: self.shared.clock.clone(),
             pause: pause.clone(),
         });
-        let pool = CallPool::new(
-            SimExecutor {
-                node: id,
-                shared: Arc::clone(&self.shared),
-                pause: pause.clone(),
-            },
+        let executor = SimExecutor {
+            node: id,
+            shared: Arc::clone(&self.shared),
+            pause: pause.clone(),
+        };
+        // Until the heal, odd nodes run an older release without the late type's handler.
+        let handlers = match id % 2 == 1 && !self.healed {
+            true => crate::executor::Handlers::new()
+                .handler(scheduler_client::DEFAULT_TASK_TYPE, executor),
+            false => crate::executor::Handlers::new().fallback(executor),
+        };
+        let pool = CallPool::with_handlers(
+            handlers,
             tokio::runtime::Handle::current(),
             settings.executor_concurrency,
             settings.execution_timeout,
@@ -319,9 +345,11 @@ impl World {
                 }
                 let mut batch = PolledTasks::default();
                 for (offset, record) in (from..to).zip(&self.logs[p][from..to]) {
+                    let offset = offset as i64;
                     match record {
-                        Record::Task(t) => batch.tasks.push(t.clone().enqueued_at(offset as i64)),
+                        Record::Task(t) => batch.tasks.push(t.clone().enqueued_at(offset)),
                         Record::Cancel(k) => batch.cancels.push(k.clone()),
+                        Record::ByIdentity(op) => batch.by_identity.push(op.at_offset(offset)),
                     }
                 }
                 let reply = self
@@ -365,10 +393,19 @@ impl World {
         self.disarm_traps();
         self.notice_sprung_traps().await;
         self.wake_paused(true).await;
+        // The rolling deploy completes: nodes without the late type's handler leave.
+        self.healed = true;
+        for node in self.members().into_iter().filter(|n| n % 2 == 1) {
+            tracing::info!(node, "sim: a node of the older release leaves");
+            self.disturb(Some(node), Instant::now(), None);
+            self.ask(node, RevokePartitions).await;
+            self.nodes[node].membership = Membership::Gone;
+            self.nodes[node].owned.clear();
+        }
         if self.members().is_empty() {
             self.add_node();
-            self.rebalance().await;
         }
+        self.rebalance().await;
         let quiet_end = Instant::now() + QUIET_PHASE;
         let mut steps = 0u32;
         while Instant::now() < quiet_end {
@@ -405,6 +442,8 @@ impl World {
             .into_iter()
             .map(|((_, k), _)| k)
             .collect();
-        consumed && self.produced.tasks.keys().all(|k| statuses.contains(k))
+        consumed
+            && self.produced.tasks.keys().all(|k| statuses.contains(k))
+            && self.identities_done(&statuses)
     }
 }

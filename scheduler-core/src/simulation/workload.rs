@@ -51,10 +51,11 @@ impl World {
 
     pub(super) fn append(&mut self, record: Record) {
         let ordering_id = match &record {
-            Record::Task(t) => &t.ordering_id,
-            Record::Cancel(k) => &k.ordering_id,
+            Record::Task(t) => t.ordering_id.clone(),
+            Record::Cancel(k) => k.ordering_id.clone(),
+            Record::ByIdentity(op) => op.identity().ordering_id,
         };
-        let partition = partition_for(ordering_id, PARTITIONS) as usize;
+        let partition = partition_for(&ordering_id, PARTITIONS) as usize;
         self.logs[partition].push(record);
     }
 
@@ -78,8 +79,12 @@ impl World {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .insert(key.clone(), plan);
+        // Some tasks are of a type the odd nodes learn only with the heal's deploy.
+        let late = self.rng.u32(0..10) == 0;
         for version in 1..=versions {
-            self.append(Record::Task(versioned(&key, version)));
+            let task = versioned(&key, version);
+            let task = if late { task.of_type(LATE_TYPE) } else { task };
+            self.append(Record::Task(task));
         }
         if versions > 1 {
             self.produced.double_versions.insert(key.clone());
@@ -125,12 +130,105 @@ impl World {
                     self.append(Record::Cancel(key));
                 }
             }
+            // A chain of records on one identity, or a burst of IfAbsent ones.
+            400..=429 => self.produce_chain(),
+            430..=444 => self.produce_singleton(),
             80..=399 => {
                 let o = ordering(&mut self.rng);
                 let at = now + TimeDelta::milliseconds(self.rng.i64(-500..8_000));
                 self.produce_task(&o, at, 1);
             }
             _ => {}
+        }
+    }
+
+    /// The next time of identity orderingId `ordering_id`: after every earlier one, so that its
+    /// records are enqueued in schedule order (a chain's records move its task later only).
+    fn identity_time(&mut self, ordering_id: &str, at: DateTime<Utc>) -> DateTime<Utc> {
+        let after = self
+            .last_time
+            .get(ordering_id)
+            .map(|last| *last + TimeDelta::milliseconds(1));
+        let at = after.map_or(at, |after| after.max(at));
+        self.last_time.insert(ordering_id.to_string(), at);
+        at
+    }
+
+    fn new_identity(&mut self) -> scheduler_client::TaskIdentity {
+        self.next_unique += 1;
+        let ordering_id = format!("id{}", self.rng.usize(0..4));
+        scheduler_client::TaskIdentity::new(ordering_id, format!("c{:06}", self.next_unique))
+    }
+
+    /// One to four records scheduling a task of one identity (Replace, KeepTime or Debounce,
+    /// later times each), maybe a reschedule later still, maybe a cancel.
+    fn produce_chain(&mut self) {
+        use scheduler_client::OnConflict;
+        let identity = self.new_identity();
+        let now = self.now();
+        let mut version = 0;
+        for _ in 0..self.rng.usize(1..5) {
+            let asked = now + TimeDelta::milliseconds(self.rng.i64(300..6_000));
+            let at = self.identity_time(&identity.ordering_id, asked);
+            let mode = match self.rng.u32(0..3) {
+                0 => OnConflict::Replace,
+                1 => OnConflict::KeepTime,
+                _ => OnConflict::Debounce {
+                    max_wait: Duration::from_millis(self.rng.u64(500..3_000)),
+                },
+            };
+            version += 1;
+            let key = TaskKey {
+                scheduled_time: at,
+                ordering_id: identity.ordering_id.clone(),
+                uniqueness_key: identity.uniqueness_key.clone(),
+            };
+            let task = versioned(&key, version).on_conflict(mode);
+            self.append(Record::ByIdentity(crate::actors::IdentityOp::Schedule(
+                task,
+            )));
+        }
+        if self.rng.u32(0..4) == 0 {
+            let asked = now + TimeDelta::milliseconds(self.rng.i64(1_000..7_000));
+            let to = self.identity_time(&identity.ordering_id, asked);
+            let op = crate::actors::IdentityOp::Reschedule {
+                identity: identity.clone(),
+                to,
+                offset: -1,
+            };
+            self.append(Record::ByIdentity(op));
+        }
+        let cancelled = self.rng.u32(0..5) == 0;
+        if cancelled {
+            let op = crate::actors::IdentityOp::Cancel {
+                identity: identity.clone(),
+                offset: -1,
+            };
+            self.append(Record::ByIdentity(op));
+        }
+        self.produced.chains.insert(identity, (version, cancelled));
+    }
+
+    /// Two to five IfAbsent records of one identity, later times each: only the first runs.
+    fn produce_singleton(&mut self) {
+        let identity = self.new_identity();
+        let now = self.now();
+        let mut first = None;
+        for version in 1..=self.rng.i64(2..6) {
+            let asked = now + TimeDelta::milliseconds(self.rng.i64(300..4_000));
+            let key = TaskKey {
+                scheduled_time: self.identity_time(&identity.ordering_id, asked),
+                ordering_id: identity.ordering_id.clone(),
+                uniqueness_key: identity.uniqueness_key.clone(),
+            };
+            first.get_or_insert_with(|| key.clone());
+            let task = versioned(&key, version).on_conflict(scheduler_client::OnConflict::IfAbsent);
+            self.append(Record::ByIdentity(crate::actors::IdentityOp::Schedule(
+                task,
+            )));
+        }
+        if let Some(first) = first {
+            self.produced.singletons.insert(identity, first);
         }
     }
 

@@ -307,19 +307,8 @@ impl Harness {
     async fn by_identity(&self, ops: Vec<super::IdentityOp>) -> Vec<super::IdentityOp> {
         use super::IdentityOp;
         let ops: Vec<IdentityOp> = ops
-            .into_iter()
-            .map(|op| {
-                let offset = self.recorder.next_offset.fetch_add(1, Ordering::SeqCst);
-                match op {
-                    IdentityOp::Schedule(task) => IdentityOp::Schedule(task.enqueued_at(offset)),
-                    IdentityOp::Reschedule { identity, to, .. } => IdentityOp::Reschedule {
-                        identity,
-                        to,
-                        offset,
-                    },
-                    IdentityOp::Cancel { identity, .. } => IdentityOp::Cancel { identity, offset },
-                }
-            })
+            .iter()
+            .map(|op| op.at_offset(self.recorder.next_offset.fetch_add(1, Ordering::SeqCst)))
             .collect();
         self.process(PolledTasks {
             by_identity: ops.clone(),

@@ -40,6 +40,8 @@ struct State {
     /// Every status write, in order, with when it was applied (the simulation checks that a
     /// final status never changes and that nothing starts after it).
     status_writes: Vec<(TaskKey, StatusRecord, tokio::time::Instant)>,
+    /// Every identity write, in order, with when it was applied.
+    identity_writes: Vec<(super::IdentityRecord, tokio::time::Instant)>,
     /// Identities' current tasks.
     identities: HashMap<(PartitionId, scheduler_client::TaskIdentity), super::IdentityRecord>,
     /// Dead letters, by task key.
@@ -174,6 +176,26 @@ impl MemoryStore {
     /// The recorded final state of a task.
     pub fn status_of(&self, partition: PartitionId, key: &TaskKey) -> Option<StatusRecord> {
         self.lock().status.get(&(partition, key.clone())).cloned()
+    }
+
+    /// Every identity's record, with its partition.
+    pub fn identity_records(&self) -> Vec<(PartitionId, super::IdentityRecord)> {
+        self.lock()
+            .identities
+            .iter()
+            .map(|((p, _), r)| (*p, r.clone()))
+            .collect()
+    }
+
+    /// Every identity write, in order, with when it was applied (the simulation checks that a
+    /// task superseded then never starts afterwards).
+    pub fn identity_writes(&self) -> Vec<(super::IdentityRecord, tokio::time::Instant)> {
+        self.lock().identity_writes.clone()
+    }
+
+    /// Every dead letter, by task key.
+    pub fn all_dead_letters(&self) -> BTreeMap<TaskKey, super::DeadLetter> {
+        self.lock().dead_letters.clone()
     }
 
     /// Whether a task is recorded as retrying.

@@ -311,6 +311,8 @@ impl IdentityStore for MemoryStore {
         record: IdentityRecord,
     ) -> BoxFuture<'static, StoreResult<()>> {
         self.run("identity write", move |s| {
+            s.identity_writes
+                .push((record.clone(), tokio::time::Instant::now()));
             s.identities
                 .insert((partition, record.task.identity()), record);
         })
