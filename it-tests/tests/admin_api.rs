@@ -118,7 +118,16 @@ async fn status_task_lookup_cancel_and_metrics_answer_and_refuse_bad_input() {
     assert_eq!(finished["history"][0]["outcome"], "succeeded");
     assert_eq!(finished["history"].as_array().map(Vec::len), Some(1));
 
-    let waiting = http(addr, "GET", &task_path(&pending), None, None).await;
+    // Its record may come in a later poll than the due task's (a loaded machine): it is found
+    // once persisted.
+    let mut waiting = http(addr, "GET", &task_path(&pending), None, None).await;
+    for _ in 0..100 {
+        if waiting.status != 404 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        waiting = http(addr, "GET", &task_path(&pending), None, None).await;
+    }
     assert_eq!(waiting.status, 200, "{}", waiting.body);
     let waiting = waiting.json();
     assert_eq!(waiting["status"], "pending");

@@ -193,3 +193,91 @@ async fn schedule_get_list_cancel_get_through_the_cli() {
     let _ = std::fs::remove_file(file);
     node.shutdown().await.expect("clean shutdown");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dead_letters_are_listed_redriven_and_purged_through_the_cli() {
+    let env = TestEnv::new("it_cli_dead", 2).await;
+    let log = Arc::new(Mutex::new(Vec::new()));
+    let fixed = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let fixed_in = Arc::clone(&fixed);
+    let recorder = Recorder::new("n1", &log, Duration::ZERO).with_behaviour(Arc::new(
+        move |task, _| match task.ordering_id.starts_with("bad") {
+            true if !fixed_in.load(std::sync::atomic::Ordering::SeqCst) => {
+                Err(scheduler_core::TaskError::invalid("bad payload"))
+            }
+            _ => Ok(()),
+        },
+    ));
+    let node = env
+        .start_sole_node(env.settings(TestEnv::quick_scheduling()), recorder)
+        .await;
+    let admin = format!("http://{}", node.admin_address().expect("admin API"));
+    let producer = env.scheduler(Duration::from_secs(10));
+    for o in ["bad-1", "bad-2"] {
+        let task = it_tests::engine::task(o, chrono::Utc::now(), "u").of_type("charge");
+        producer.schedule_task(task).await.expect("scheduled");
+    }
+    let mut listed = Value::Null;
+    for _ in 0..100 {
+        let (code, out) = scheduler(&[
+            "dead-letters",
+            "list",
+            "--admin",
+            &admin,
+            "--type",
+            "charge",
+            "--json",
+        ])
+        .await;
+        assert_eq!(code, 0, "{out}");
+        listed = json(&out);
+        if listed["deadLetters"].as_array().map(Vec::len) == Some(2) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert_eq!(
+        listed["deadLetters"].as_array().map(Vec::len),
+        Some(2),
+        "{listed}"
+    );
+    assert_eq!(listed["deadLetters"][0]["reason"], "invalid");
+    let (code, table) = scheduler(&["dead-letters", "list", "--admin", &admin]).await;
+    assert_eq!(code, 0, "{table}");
+    assert!(
+        table.contains("bad-1") && table.contains("bad payload"),
+        "{table}"
+    );
+
+    fixed.store(true, std::sync::atomic::Ordering::SeqCst);
+    let (code, out) = scheduler(&["dead-letters", "redrive", "--admin", &admin, "--all"]).await;
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("redriven 2 dead letters"), "{out}");
+    it_tests::engine::wait_until(Duration::from_secs(20), "the redriven tasks to run", || {
+        it_tests::engine::executions(&log).len() == 4
+    })
+    .await;
+    let (code, out) = scheduler(&[
+        "dead-letters",
+        "purge",
+        "--admin",
+        &admin,
+        "--all",
+        "--json",
+    ])
+    .await;
+    assert_eq!(code, 0, "{out}");
+    assert_eq!(json(&out)["purged"], 2);
+    let (code, out) = scheduler(&[
+        "dead-letters",
+        "list",
+        "--admin",
+        &admin,
+        "--include-redriven",
+        "--json",
+    ])
+    .await;
+    assert_eq!(code, 0, "{out}");
+    assert_eq!(json(&out)["deadLetters"], serde_json::json!([]));
+    node.shutdown().await.expect("shutdown");
+}
