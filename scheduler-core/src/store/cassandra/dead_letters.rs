@@ -9,8 +9,6 @@ use chrono::{DateTime, TimeDelta, Utc};
 use futures::future::BoxFuture;
 use futures::FutureExt;
 use scheduler_client::{Task, TaskData, TaskKey};
-use scylla::client::session::Session;
-use scylla::statement::prepared::PreparedStatement;
 
 use super::rows::{first_row_of, limit_value, rows_of};
 use super::{CassandraStore, Inner};
@@ -24,71 +22,6 @@ const DAYS_SHARD: i32 = 0;
 
 /// Rows read per query while listing (type filtering may skip some).
 const PAGE_ROWS: usize = 500;
-
-/// The statements of the dead-letter tables.
-pub(super) struct DeadLetterStatements {
-    insert: PreparedStatement,
-    insert_day: PreparedStatement,
-    select_days: PreparedStatement,
-    select_from: PreparedStatement,
-    select_after: PreparedStatement,
-    select_one: PreparedStatement,
-    mark_redriven: PreparedStatement,
-    delete: PreparedStatement,
-}
-
-const COLUMNS: &str = "scheduled_time, ordering_id, uniqueness_key, partition_id, task_type, \
-                       priority, task_data, attempts, last_error, reason, dead_at, redriven_at, redrives";
-
-const KEY_MATCH: &str =
-    "day_bucket = ? AND scheduled_time = ? AND ordering_id = ? AND uniqueness_key = ?";
-
-impl DeadLetterStatements {
-    pub(super) async fn prepare(session: &Session, ks: &str) -> StoreResult<Self> {
-        let prepare = |cql: String| async move {
-            session.prepare(cql).await.map_err(|e| StoreError::Query {
-                operation: "prepare dead-letter statement",
-                reason: e.to_string(),
-            })
-        };
-        Ok(DeadLetterStatements {
-            insert: prepare(format!(
-                "INSERT INTO {ks}.dead_letters (day_bucket, {COLUMNS}) \
-                 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
-            ))
-            .await?,
-            insert_day: prepare(format!(
-                "INSERT INTO {ks}.dead_letter_days (shard, day_bucket) VALUES (?, ?)"
-            ))
-            .await?,
-            select_days: prepare(format!(
-                "SELECT day_bucket FROM {ks}.dead_letter_days WHERE shard = ? \
-                 AND day_bucket >= ? AND day_bucket < ?"
-            ))
-            .await?,
-            select_from: prepare(format!(
-                "SELECT {COLUMNS} FROM {ks}.dead_letters WHERE day_bucket = ? \
-                 AND scheduled_time >= ? AND scheduled_time < ? LIMIT ?"
-            ))
-            .await?,
-            select_after: prepare(format!(
-                "SELECT {COLUMNS} FROM {ks}.dead_letters WHERE day_bucket = ? \
-                 AND (scheduled_time, ordering_id, uniqueness_key) > (?, ?, ?) \
-                 AND (scheduled_time) < (?) LIMIT ?"
-            ))
-            .await?,
-            select_one: prepare(format!(
-                "SELECT {COLUMNS} FROM {ks}.dead_letters WHERE {KEY_MATCH}"
-            ))
-            .await?,
-            mark_redriven: prepare(format!(
-                "UPDATE {ks}.dead_letters SET redriven_at = ?, redrives = ? WHERE {KEY_MATCH}"
-            ))
-            .await?,
-            delete: prepare(format!("DELETE FROM {ks}.dead_letters WHERE {KEY_MATCH}")).await?,
-        })
-    }
-}
 
 /// A `dead_letters` row, in [`COLUMNS`] order; the columns after the key are optional so that a
 /// row half-written by a redrive racing a purge reads as absent, not as corrupt.

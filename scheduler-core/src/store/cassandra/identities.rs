@@ -7,43 +7,10 @@ use chrono::{DateTime, Utc};
 use futures::future::BoxFuture;
 use futures::FutureExt;
 use scheduler_client::{Task, TaskData, TaskIdentity};
-use scylla::client::session::Session;
-use scylla::statement::prepared::PreparedStatement;
 
 use super::rows::{first_row_of, with_stored_kind};
 use super::CassandraStore;
 use crate::store::{IdentityRecord, IdentityStore, PartitionId, StoreError, StoreResult};
-
-/// The statements of `task_identities`.
-pub(super) struct IdentityStatements {
-    select: PreparedStatement,
-    insert: PreparedStatement,
-}
-
-impl IdentityStatements {
-    pub(super) async fn prepare(session: &Session, ks: &str) -> StoreResult<Self> {
-        let prepare = |cql: String| async move {
-            session.prepare(cql).await.map_err(|e| StoreError::Query {
-                operation: "prepare identity statement",
-                reason: e.to_string(),
-            })
-        };
-        Ok(IdentityStatements {
-            select: prepare(format!(
-                "SELECT scheduled_time, task_data, task_type, priority, on_conflict, max_wait_ms, \
-                 first_time, record_offset FROM {ks}.task_identities \
-                 WHERE partition_id = ? AND ordering_id = ? AND uniqueness_key = ?"
-            ))
-            .await?,
-            insert: prepare(format!(
-                "INSERT INTO {ks}.task_identities (partition_id, ordering_id, uniqueness_key, \
-                 scheduled_time, task_data, task_type, priority, on_conflict, max_wait_ms, \
-                 first_time, record_offset) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) USING TTL ?"
-            ))
-            .await?,
-        })
-    }
-}
 
 type IdentityRow = (
     DateTime<Utc>,

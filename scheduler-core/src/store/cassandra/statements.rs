@@ -3,8 +3,6 @@
 use scylla::client::session::Session;
 use scylla::statement::prepared::PreparedStatement;
 
-use super::dead_letters::DeadLetterStatements;
-use super::identities::IdentityStatements;
 use super::levels;
 use crate::settings::SerialConsistencyLevel;
 use crate::store::{StoreError, StoreResult};
@@ -300,6 +298,102 @@ impl Statements {
             .await?,
             dead_letters: DeadLetterStatements::prepare(session, ks).await?,
             identities: IdentityStatements::prepare(session, ks).await?,
+        })
+    }
+}
+
+/// The statements of the dead-letter tables.
+pub(super) struct DeadLetterStatements {
+    pub(super) insert: PreparedStatement,
+    pub(super) insert_day: PreparedStatement,
+    pub(super) select_days: PreparedStatement,
+    pub(super) select_from: PreparedStatement,
+    pub(super) select_after: PreparedStatement,
+    pub(super) select_one: PreparedStatement,
+    pub(super) mark_redriven: PreparedStatement,
+    pub(super) delete: PreparedStatement,
+}
+
+const COLUMNS: &str = "scheduled_time, ordering_id, uniqueness_key, partition_id, task_type, \
+                       priority, task_data, attempts, last_error, reason, dead_at, redriven_at, redrives";
+
+const KEY_MATCH: &str =
+    "day_bucket = ? AND scheduled_time = ? AND ordering_id = ? AND uniqueness_key = ?";
+
+impl DeadLetterStatements {
+    pub(super) async fn prepare(session: &Session, ks: &str) -> StoreResult<Self> {
+        let prepare = |cql: String| async move {
+            session.prepare(cql).await.map_err(|e| StoreError::Query {
+                operation: "prepare dead-letter statement",
+                reason: e.to_string(),
+            })
+        };
+        Ok(DeadLetterStatements {
+            insert: prepare(format!(
+                "INSERT INTO {ks}.dead_letters (day_bucket, {COLUMNS}) \
+                 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+            ))
+            .await?,
+            insert_day: prepare(format!(
+                "INSERT INTO {ks}.dead_letter_days (shard, day_bucket) VALUES (?, ?)"
+            ))
+            .await?,
+            select_days: prepare(format!(
+                "SELECT day_bucket FROM {ks}.dead_letter_days WHERE shard = ? \
+                 AND day_bucket >= ? AND day_bucket < ?"
+            ))
+            .await?,
+            select_from: prepare(format!(
+                "SELECT {COLUMNS} FROM {ks}.dead_letters WHERE day_bucket = ? \
+                 AND scheduled_time >= ? AND scheduled_time < ? LIMIT ?"
+            ))
+            .await?,
+            select_after: prepare(format!(
+                "SELECT {COLUMNS} FROM {ks}.dead_letters WHERE day_bucket = ? \
+                 AND (scheduled_time, ordering_id, uniqueness_key) > (?, ?, ?) \
+                 AND (scheduled_time) < (?) LIMIT ?"
+            ))
+            .await?,
+            select_one: prepare(format!(
+                "SELECT {COLUMNS} FROM {ks}.dead_letters WHERE {KEY_MATCH}"
+            ))
+            .await?,
+            mark_redriven: prepare(format!(
+                "UPDATE {ks}.dead_letters SET redriven_at = ?, redrives = ? WHERE {KEY_MATCH}"
+            ))
+            .await?,
+            delete: prepare(format!("DELETE FROM {ks}.dead_letters WHERE {KEY_MATCH}")).await?,
+        })
+    }
+}
+
+/// The statements of `task_identities`.
+pub(super) struct IdentityStatements {
+    pub(super) select: PreparedStatement,
+    pub(super) insert: PreparedStatement,
+}
+
+impl IdentityStatements {
+    pub(super) async fn prepare(session: &Session, ks: &str) -> StoreResult<Self> {
+        let prepare = |cql: String| async move {
+            session.prepare(cql).await.map_err(|e| StoreError::Query {
+                operation: "prepare identity statement",
+                reason: e.to_string(),
+            })
+        };
+        Ok(IdentityStatements {
+            select: prepare(format!(
+                "SELECT scheduled_time, task_data, task_type, priority, on_conflict, max_wait_ms, \
+                 first_time, record_offset FROM {ks}.task_identities \
+                 WHERE partition_id = ? AND ordering_id = ? AND uniqueness_key = ?"
+            ))
+            .await?,
+            insert: prepare(format!(
+                "INSERT INTO {ks}.task_identities (partition_id, ordering_id, uniqueness_key, \
+                 scheduled_time, task_data, task_type, priority, on_conflict, max_wait_ms, \
+                 first_time, record_offset) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) USING TTL ?"
+            ))
+            .await?,
         })
     }
 }
