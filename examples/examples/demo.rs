@@ -110,6 +110,7 @@ async fn run() -> DemoResult<()> {
             listen: "127.0.0.1:0".into(),
             ..AdminSettings::default()
         },
+        ..Settings::default()
     };
     println!("topic {topic} with {PARTITIONS} partitions; keyspace scheduler_demo");
     let runs: RunLog = Arc::default();

@@ -1,6 +1,7 @@
 //! [`Scheduler`]: enqueues tasks on the scheduler's topic.
 
 use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use chrono::{DateTime, TimeDelta, Utc};
@@ -36,6 +37,9 @@ pub struct SchedulerConfig {
     pub delivery_timeout: Duration,
     /// Extra librdkafka producer properties (e.g. security settings).
     pub properties: BTreeMap<String, String>,
+    /// The topic of each task type that has a queue of its own (the nodes' `[[queues]]`);
+    /// every other type goes to `topic`.
+    pub routes: BTreeMap<String, String>,
 }
 
 impl SchedulerConfig {
@@ -48,7 +52,19 @@ impl SchedulerConfig {
             max_task_bytes: defaults::MAX_TASK_BYTES,
             delivery_timeout: defaults::DELIVERY_TIMEOUT,
             properties: BTreeMap::new(),
+            routes: BTreeMap::new(),
         }
+    }
+
+    /// Sends tasks of `task_type` to `topic` (its queue's).
+    pub fn route(mut self, task_type: impl Into<String>, topic: impl Into<String>) -> Self {
+        self.routes.insert(task_type.into(), topic.into());
+        self
+    }
+
+    /// The topic of tasks of `task_type`.
+    pub fn topic_of(&self, task_type: &str) -> &str {
+        self.routes.get(task_type).unwrap_or(&self.topic)
     }
 }
 
@@ -193,8 +209,15 @@ pub fn validate(task: &Task, now: DateTime<Utc>, grace: Duration) -> Result<(), 
 pub struct Scheduler {
     config: SchedulerConfig,
     producer: FutureProducer,
-    partition_count: OnceCell<u32>,
+    /// Partition counts, by topic, read once each.
+    partition_counts: Mutex<BTreeMap<String, Arc<OnceCell<u32>>>>,
     metrics: ClientMetrics,
+}
+
+/// The control operations of one queue: [`Scheduler::of_type`].
+pub struct Routed<'a> {
+    scheduler: &'a Scheduler,
+    topic: &'a str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -276,7 +299,7 @@ impl Scheduler {
         Ok(Scheduler {
             config,
             producer,
-            partition_count: OnceCell::new(),
+            partition_counts: Mutex::default(),
             metrics: ClientMetrics::new(),
         })
     }
@@ -327,11 +350,119 @@ impl Scheduler {
                 max: self.config.max_task_bytes,
             });
         }
-        let offset = self.send(&task.ordering_id, &payload).await?;
-        debug!(task = %task.key(), offset, "task enqueued");
+        let topic = self.config.topic_of(&task.task_type);
+        let offset = self.send(topic, &task.ordering_id, &payload).await?;
+        debug!(task = %task.key(), topic, offset, "task enqueued");
         Ok(())
     }
 
+    /// Cancels the task with `key` (of a type without a queue of its own; else
+    /// [`Scheduler::of_type`]): see [`Routed::cancel_task`].
+    pub async fn cancel_task(&self, key: &TaskKey) -> Result<(), ScheduleError> {
+        self.default_queue().cancel_task(key).await
+    }
+
+    /// Moves the pending task of `identity` to `to` (of a type without a queue of its own;
+    /// else [`Scheduler::of_type`]): see [`Routed::reschedule`].
+    pub async fn reschedule(
+        &self,
+        identity: &TaskIdentity,
+        to: DateTime<Utc>,
+    ) -> Result<(), ScheduleError> {
+        self.default_queue().reschedule(identity, to).await
+    }
+
+    /// Cancels the pending task of `identity` (of a type without a queue of its own; else
+    /// [`Scheduler::of_type`]): see [`Routed::cancel_identity`].
+    pub async fn cancel_identity(&self, identity: &TaskIdentity) -> Result<(), ScheduleError> {
+        self.default_queue().cancel_identity(identity).await
+    }
+
+    /// The control operations of the default topic.
+    fn default_queue(&self) -> Routed<'_> {
+        Routed {
+            scheduler: self,
+            topic: &self.config.topic,
+        }
+    }
+
+    /// Cancellations and reschedules of tasks of `task_type`, sent to its queue's topic.
+    pub fn of_type<'a>(&'a self, task_type: &str) -> Routed<'a> {
+        Routed {
+            scheduler: self,
+            topic: self.config.topic_of(task_type),
+        }
+    }
+
+    /// Writes `payload` to the partition of `ordering_id`; resolves with its offset once acknowledged.
+    async fn send(
+        &self,
+        topic: &str,
+        ordering_id: &str,
+        payload: &[u8],
+    ) -> Result<i64, ScheduleError> {
+        let partitions = self.partition_count_of(topic).await?;
+        let partition = partition_for(ordering_id, partitions);
+        let record = FutureRecord::to(topic)
+            .key(ordering_id)
+            .partition(partition)
+            .payload(payload);
+        // librdkafka enforces message.timeout.ms only at its next timeout scan (seconds later when
+        // the broker is down); the deadline here keeps the promise of `delivery_timeout`.
+        let timeout = self.config.delivery_timeout;
+        let delivery =
+            tokio::time::timeout(timeout, self.producer.send(record, Timeout::After(timeout)))
+                .await
+                .map_err(|_| ScheduleError::Unacknowledged(timeout))?
+                .map_err(|(e, _)| ScheduleError::Kafka(e))?;
+        Ok(delivery.offset)
+    }
+
+    /// The topic's partition count, read once.
+    pub async fn partition_count(&self) -> Result<u32, ScheduleError> {
+        self.partition_count_of(&self.config.topic).await
+    }
+
+    /// The partition count of `topic`, read once.
+    pub async fn partition_count_of(&self, topic: &str) -> Result<u32, ScheduleError> {
+        let cell = Arc::clone(
+            self.partition_counts
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .entry(topic.to_string())
+                .or_default(),
+        );
+        cell.get_or_try_init(|| async {
+            let producer = self.producer.clone();
+            let named = topic.to_string();
+            let timeout = self.config.delivery_timeout;
+            let topic_error = |source: TopicError| ScheduleError::Topic {
+                topic: topic.to_string(),
+                source,
+            };
+            let metadata = tokio::task::spawn_blocking(move || {
+                producer.client().fetch_metadata(Some(&named), timeout)
+            })
+            .await
+            .map_err(|e| topic_error(e.into()))?
+            .map_err(|e| topic_error(e.into()))?;
+            let count = metadata
+                .topics()
+                .first()
+                .filter(|t| t.error().is_none())
+                .map(|t| t.partitions().len() as u32)
+                .unwrap_or(0);
+            if count == 0 {
+                return Err(topic_error(TopicError::Missing));
+            }
+            Ok(count)
+        })
+        .await
+        .copied()
+    }
+}
+
+impl Routed<'_> {
     /// Cancels the task with `key`: a control record goes to the task's partition, so the node
     /// that owns it applies it in order with the tasks, without a rebalance. Resolves once Kafka
     /// acknowledged it. The task then never runs, unless it already finished (its status stays)
@@ -341,14 +472,16 @@ impl Scheduler {
         let started = std::time::Instant::now();
         let result = self.cancel_unmeasured(key).await;
         let sent = !matches!(&result, Err(e) if e.is_rejection());
-        self.metrics
+        self.scheduler
+            .metrics
             .record("cancel", &result, sent.then(|| started.elapsed()));
         result
     }
 
     async fn cancel_unmeasured(&self, key: &TaskKey) -> Result<(), ScheduleError> {
         wire::check_key(&key.ordering_id, &key.uniqueness_key)?;
-        self.send(&key.ordering_id, &wire::encode_cancel(key))
+        self.scheduler
+            .send(self.topic, &key.ordering_id, &wire::encode_cancel(key))
             .await?;
         debug!(task = %key, "cancellation enqueued");
         Ok(())
@@ -372,9 +505,15 @@ impl Scheduler {
             identity.uniqueness_key.clone(),
             Default::default(),
         );
-        let result = match validate(&as_task, Utc::now(), self.config.scheduling_grace_window) {
+        let result = match validate(
+            &as_task,
+            Utc::now(),
+            self.scheduler.config.scheduling_grace_window,
+        ) {
             Ok(()) => self
+                .scheduler
                 .send(
+                    self.topic,
                     &identity.ordering_id,
                     &wire::encode_reschedule(identity, to),
                 )
@@ -383,18 +522,21 @@ impl Scheduler {
             Err(e) => Err(e),
         };
         let sent = !matches!(&result, Err(e) if e.is_rejection());
-        self.metrics
+        self.scheduler
+            .metrics
             .record("reschedule", &result, sent.then(|| started.elapsed()));
         result
     }
 
     /// Cancels the pending task of `identity` (scheduled with a conflict mode), whatever its
-    /// time, as [`Scheduler::cancel_task`] cancels one task.
+    /// time, as [`Routed::cancel_task`] cancels one task.
     pub async fn cancel_identity(&self, identity: &TaskIdentity) -> Result<(), ScheduleError> {
         let started = std::time::Instant::now();
         let result = match wire::check_key(&identity.ordering_id, &identity.uniqueness_key) {
             Ok(()) => self
+                .scheduler
                 .send(
+                    self.topic,
                     &identity.ordering_id,
                     &wire::encode_cancel_identity(identity),
                 )
@@ -403,60 +545,10 @@ impl Scheduler {
             Err(e) => Err(e.into()),
         };
         let sent = !matches!(&result, Err(e) if e.is_rejection());
-        self.metrics
+        self.scheduler
+            .metrics
             .record("cancel", &result, sent.then(|| started.elapsed()));
         result
-    }
-
-    /// Writes `payload` to the partition of `ordering_id`; resolves with its offset once acknowledged.
-    async fn send(&self, ordering_id: &str, payload: &[u8]) -> Result<i64, ScheduleError> {
-        let partitions = self.partition_count().await?;
-        let partition = partition_for(ordering_id, partitions);
-        let record = FutureRecord::to(&self.config.topic)
-            .key(ordering_id)
-            .partition(partition)
-            .payload(payload);
-        // librdkafka enforces message.timeout.ms only at its next timeout scan (seconds later when
-        // the broker is down); the deadline here keeps the promise of `delivery_timeout`.
-        let timeout = self.config.delivery_timeout;
-        let delivery =
-            tokio::time::timeout(timeout, self.producer.send(record, Timeout::After(timeout)))
-                .await
-                .map_err(|_| ScheduleError::Unacknowledged(timeout))?
-                .map_err(|(e, _)| ScheduleError::Kafka(e))?;
-        Ok(delivery.offset)
-    }
-
-    /// The topic's partition count, read once.
-    pub async fn partition_count(&self) -> Result<u32, ScheduleError> {
-        self.partition_count
-            .get_or_try_init(|| async {
-                let producer = self.producer.clone();
-                let topic = self.config.topic.clone();
-                let timeout = self.config.delivery_timeout;
-                let topic_error = |source: TopicError| ScheduleError::Topic {
-                    topic: self.config.topic.clone(),
-                    source,
-                };
-                let metadata = tokio::task::spawn_blocking(move || {
-                    producer.client().fetch_metadata(Some(&topic), timeout)
-                })
-                .await
-                .map_err(|e| topic_error(e.into()))?
-                .map_err(|e| topic_error(e.into()))?;
-                let count = metadata
-                    .topics()
-                    .first()
-                    .filter(|t| t.error().is_none())
-                    .map(|t| t.partitions().len() as u32)
-                    .unwrap_or(0);
-                if count == 0 {
-                    return Err(topic_error(TopicError::Missing));
-                }
-                Ok(count)
-            })
-            .await
-            .copied()
     }
 }
 

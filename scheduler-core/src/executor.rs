@@ -2,6 +2,7 @@
 //! type, see [`Handlers`]), the [`TaskContext`] each call gets, the [`TaskError`] it returns,
 //! and the bounded pool that runs it.
 
+use std::collections::BTreeMap;
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
@@ -221,6 +222,8 @@ pub struct CallPool {
     permits: Arc<PrioritySlots>,
     handlers: Arc<Handlers>,
     timeout: Duration,
+    /// Types with an execution timeout of their own.
+    type_timeouts: Arc<BTreeMap<String, Duration>>,
     clock: Arc<dyn Clock>,
 }
 
@@ -274,8 +277,23 @@ impl CallPool {
             permits: PrioritySlots::new(concurrency.max(1)),
             handlers: Arc::new(handlers),
             timeout,
+            type_timeouts: Arc::default(),
             clock,
         }
+    }
+
+    /// Calls of the types in `timeouts` are cut off after their own timeout.
+    pub fn with_type_timeouts(mut self, timeouts: BTreeMap<String, Duration>) -> Self {
+        self.type_timeouts = Arc::new(timeouts);
+        self
+    }
+
+    /// How long a call of `task_type` may run.
+    fn timeout_of(&self, task_type: &str) -> Duration {
+        self.type_timeouts
+            .get(task_type)
+            .copied()
+            .unwrap_or(self.timeout)
     }
 
     /// Whether a handler of this pool runs tasks of `task_type`.
@@ -294,7 +312,10 @@ impl CallPool {
         let Some(handler) = self.handlers.get(&letter.task.task_type).cloned() else {
             return;
         };
-        let (timeout, clock) = (self.timeout, Arc::clone(&self.clock));
+        let (timeout, clock) = (
+            self.timeout_of(&letter.task.task_type),
+            Arc::clone(&self.clock),
+        );
         let task = letter.task.key().to_string();
         let call = self.runtime.spawn(async move {
             let expired = clock
@@ -331,7 +352,7 @@ impl CallPool {
     ) -> impl Future<Output = Called<H>> + 'static {
         let handlers = Arc::clone(&self.handlers);
         let (timeout, clock, permits) = (
-            self.timeout,
+            self.timeout_of(&task.task_type),
             Arc::clone(&self.clock),
             Arc::clone(&self.permits),
         );
@@ -400,7 +421,7 @@ impl CallPool {
         span: tracing::Span,
     ) -> impl Future<Output = Called<H>> + 'static {
         let handlers = Arc::clone(&self.handlers);
-        let (timeout, clock) = (self.timeout, Arc::clone(&self.clock));
+        let (timeout, clock) = (self.timeout_of(&task.task_type), Arc::clone(&self.clock));
         let (answer, answered) = oneshot::channel();
         self.runtime.spawn(async move {
             let done = run(&handlers, timeout, &*clock, slot, held, task, ctx, span).await;

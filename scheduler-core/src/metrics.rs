@@ -130,7 +130,9 @@ struct OperationLabel {
 
 /// The node's metrics. Shared by the actors and the consumer; cheap to update.
 pub struct Metrics {
-    registry: Registry,
+    /// The registry these metrics are in, when they have one of their own ([`Metrics::new`]);
+    /// a node serving queues keeps one for all ([`NodeMetrics`]).
+    registry: Option<Registry>,
     persisted: Family<PartitionLabel, Counter>,
     persist_duration: Family<PartitionLabel, Histogram, fn() -> Histogram>,
     executions: Family<OutcomeLabels, Counter>,
@@ -172,6 +174,23 @@ impl Metrics {
     /// A registry with every metric of the node, all at zero.
     pub fn new() -> Self {
         let mut registry = Registry::default();
+        let mut metrics = Self::register(&mut registry);
+        metrics.registry = Some(registry);
+        metrics
+    }
+
+    /// Every metric of one queue, registered in `registry`, with the label `queue="<queue>"`
+    /// when named (a node of the default queue alone labels nothing, as before queues).
+    pub fn for_queue(registry: &mut Registry, queue: Option<&str>) -> Self {
+        match queue {
+            Some(queue) => Self::register(
+                registry.sub_registry_with_label(("queue".into(), queue.to_string().into())),
+            ),
+            None => Self::register(registry),
+        }
+    }
+
+    fn register(registry: &mut Registry) -> Self {
         let persisted = Family::default();
         let persist_duration = Family::new_with_constructor(short_durations as fn() -> Histogram);
         let executions = Family::default();
@@ -291,7 +310,7 @@ impl Metrics {
             statements.clone(),
         );
         Metrics {
-            registry,
+            registry: None,
             statements,
             dead_letters,
             identity_records,
@@ -542,8 +561,21 @@ impl Metrics {
         let _ = self.statement_source.set(source);
     }
 
-    /// The metrics in the Prometheus text format, with the in-memory gauges read from `in_flight`.
+    /// The metrics in the Prometheus text format, with the in-memory gauges read from `in_flight`
+    /// (empty for metrics in a node's registry: [`NodeMetrics::encode`] has them).
+    #[cfg(test)]
     pub fn encode(&self, in_flight: &InFlightGauges) -> String {
+        self.refresh(in_flight);
+        let mut text = String::new();
+        if let Some(registry) = &self.registry {
+            // Writing into a String cannot fail.
+            let _ = prometheus_client::encoding::text::encode(&mut text, registry);
+        }
+        text
+    }
+
+    /// Reads what is sampled when scraped: statement counts and tasks in memory.
+    fn refresh(&self, in_flight: &InFlightGauges) {
         if let Some(source) = self.statement_source.get() {
             for (operation, count) in source() {
                 let counter = self.statements.get_or_create(&OperationLabel { operation });
@@ -566,6 +598,26 @@ impl Metrics {
                     stage: "executing",
                 })
                 .set(gauge.current().saturating_sub(held) as i64);
+        }
+    }
+}
+
+/// The metrics of a node serving queues: one registry, each queue's metrics labelled with it.
+pub struct NodeMetrics {
+    registry: Registry,
+    queues: Vec<(Arc<Metrics>, InFlightGauges)>,
+}
+
+impl NodeMetrics {
+    /// The metrics of `queues`, all in `registry`.
+    pub fn new(registry: Registry, queues: Vec<(Arc<Metrics>, InFlightGauges)>) -> Self {
+        NodeMetrics { registry, queues }
+    }
+
+    /// Every queue's metrics in the Prometheus text format.
+    pub fn encode(&self) -> String {
+        for (metrics, in_flight) in &self.queues {
+            metrics.refresh(in_flight);
         }
         let mut text = String::new();
         // Writing into a String cannot fail.

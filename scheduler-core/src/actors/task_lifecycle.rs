@@ -308,8 +308,9 @@ impl TaskRun {
                 }
                 Err(TaskError::Invalid(reason)) => (AttemptOutcome::Invalid, Some(reason.clone())),
             };
+            let limits = self.deps.settings.limits_for(&task.task_type);
             let retrying = matches!(result, Err(TaskError::Retry { .. }))
-                && self.attempts <= self.deps.settings.max_task_retries;
+                && self.attempts <= limits.max_task_retries;
             if retrying {
                 self.record_retrying().await?;
             }
@@ -332,7 +333,7 @@ impl TaskRun {
                 }
                 Err(TaskError::Retry { reason, after }) => (reason, after),
             };
-            if self.attempts > self.deps.settings.max_task_retries {
+            if self.attempts > limits.max_task_retries {
                 self.deps
                     .metrics
                     .retries_exhausted(partition, &self.key, self.attempts, &reason);
@@ -340,12 +341,11 @@ impl TaskRun {
                     .await?;
                 return self.record_final(TaskStatus::Failed, Some(reason)).await;
             }
-            let settings = &self.deps.settings;
             let delay = after.unwrap_or_else(|| {
                 backoff_delay(
                     self.attempts,
-                    settings.backoff_factor,
-                    settings.max_backoff,
+                    limits.backoff_factor,
+                    limits.max_backoff,
                     &mut self.rng,
                 )
             });

@@ -55,6 +55,28 @@ pub struct StatusResponse {
     /// Due tasks waiting because this node has no handler for their type, by type.
     #[serde(default)]
     pub waiting_for_handler: std::collections::BTreeMap<String, i64>,
+    /// The queue this answer is of (`default` unless under `/queues/<name>/`).
+    #[serde(default)]
+    pub queue: String,
+    /// Every queue the node serves; the first is the one at the API's root.
+    #[serde(default)]
+    pub queues: Vec<QueueView>,
+}
+
+/// A queue the node serves, in [`StatusResponse`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct QueueView {
+    /// The queue's name.
+    pub name: String,
+    /// Its topic.
+    pub topic: String,
+    /// Its consumer group.
+    pub group_id: String,
+    /// The task types it carries (empty: the default queue, every type no queue lists).
+    pub task_types: Vec<String>,
+    /// Where its API is (`/queues/<name>`).
+    pub path: String,
 }
 
 /// One owned partition in [`StatusResponse`].

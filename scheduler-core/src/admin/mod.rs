@@ -49,8 +49,32 @@ pub use state::{AdminState, ApiError};
 /// Most attempts one task lookup returns.
 const MAX_HISTORY: usize = 100;
 
-/// The API's routes over `state`.
-pub fn router(state: Arc<AdminState>) -> Router {
+/// The API of every queue the node serves (`queues`, the first being the one at the root: the
+/// default queue when the node serves it): the first at `/api/v1/...`, each at
+/// `/queues/<name>/api/v1/...`. `/metrics` has every queue's.
+pub fn router(queues: Vec<Arc<AdminState>>) -> Router {
+    let Some(first) = queues.first().map(Arc::clone) else {
+        return Router::new();
+    };
+    let mut app = queue_routes().with_state(Arc::clone(&first));
+    for queue in &queues {
+        app = app.nest(
+            &format!("/queues/{}", queue.queue),
+            queue_routes().with_state(Arc::clone(queue)),
+        );
+    }
+    app.fallback(|| async {
+        ApiError {
+            status: StatusCode::NOT_FOUND,
+            message: "no such endpoint (see /api/v1/status, /api/v1/task, /api/v1/tasks, /api/v1/task/cancel, /api/v1/dead-letters, /metrics, and the same under /queues/<name>/)"
+                .into(),
+        }
+    })
+    .layer(middleware::from_fn_with_state(first, require_token))
+}
+
+/// One queue's routes.
+fn queue_routes() -> Router<Arc<AdminState>> {
     Router::new()
         .route("/api/v1/status", get(status))
         .route("/api/v1/ready", get(ready))
@@ -62,15 +86,6 @@ pub fn router(state: Arc<AdminState>) -> Router {
         .route("/api/v1/dead-letters/redrive", post(dead_letters::redrive))
         .route("/api/v1/dead-letters/purge", post(dead_letters::purge))
         .route("/metrics", get(metrics))
-        .fallback(|| async {
-            ApiError {
-                status: StatusCode::NOT_FOUND,
-                message: "no such endpoint (see /api/v1/status, /api/v1/task, /api/v1/tasks, /api/v1/task/cancel, /api/v1/dead-letters, /metrics)"
-                    .into(),
-            }
-        })
-        .layer(middleware::from_fn_with_state(Arc::clone(&state), require_token))
-        .with_state(state)
 }
 
 async fn require_token(
@@ -162,6 +177,8 @@ async fn status(State(state): State<Arc<AdminState>>) -> Json<StatusResponse> {
         handlers: state.handlers.clone(),
         handles_every_type: state.handles_every_type,
         waiting_for_handler: state.metrics.waiting_for_handler().into_iter().collect(),
+        queue: state.queue.clone(),
+        queues: state.queues.clone(),
     })
 }
 
@@ -389,7 +406,7 @@ async fn reschedule(
 }
 
 async fn metrics(State(state): State<Arc<AdminState>>) -> Response {
-    let text = state.metrics.encode(&state.in_flight);
+    let text = state.node_metrics.encode();
     let mut response = text.into_response();
     response.headers_mut().insert(
         header::CONTENT_TYPE,

@@ -9,22 +9,29 @@ use axum::Json;
 use scheduler_client::Scheduler;
 
 use super::api::ErrorResponse;
+use super::api::QueueView;
 use crate::in_flight::InFlightGauges;
-use crate::metrics::Metrics;
+use crate::metrics::{Metrics, NodeMetrics};
 use crate::store::{PartitionId, StoreError, TaskStore};
 
 /// What the API reads and acts on.
 pub struct AdminState {
     /// Identifies the node in responses.
     pub node_id: String,
+    /// The queue this state is of.
+    pub queue: String,
+    /// Every queue the node serves (the root's first).
+    pub queues: Vec<QueueView>,
     /// The scheduler's topic.
     pub topic: String,
     /// Its partition count.
     pub partition_count: u32,
     /// Partitions the node owns now.
     pub owned: Arc<Mutex<Vec<PartitionId>>>,
-    /// The node's metrics.
+    /// The queue's metrics.
     pub metrics: Arc<Metrics>,
+    /// Every queue's, for `/metrics`.
+    pub node_metrics: Arc<NodeMetrics>,
     /// Tasks in memory per partition.
     pub in_flight: InFlightGauges,
     /// Consumer lag per partition, from the Kafka client's statistics.

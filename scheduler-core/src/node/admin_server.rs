@@ -14,10 +14,10 @@ pub(super) struct AdminServer {
     pub(super) stop: oneshot::Sender<()>,
 }
 
-/// Binds the admin API on the node's runtime and serves it until stopped.
+/// Binds the admin API of `queues` on the node's runtime and serves it until stopped.
 pub(super) async fn start_admin(
     listen: &str,
-    state: AdminState,
+    queues: Vec<Arc<AdminState>>,
     runtime: &tokio::runtime::Runtime,
 ) -> Result<AdminServer, NodeError> {
     let addr: SocketAddr = listen.parse().map_err(NodeError::admin(format!(
@@ -32,7 +32,7 @@ pub(super) async fn start_admin(
         .local_addr()
         .map_err(NodeError::admin("reading the listening address"))?;
     let (stop, stopped) = oneshot::channel::<()>();
-    let app = admin::router(Arc::new(state));
+    let app = admin::router(queues);
     runtime.spawn(async move {
         let served = axum::serve(listener, app)
             .with_graceful_shutdown(async {

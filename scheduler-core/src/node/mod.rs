@@ -5,35 +5,32 @@ mod admin_server;
 mod consumer;
 mod error;
 mod kafka;
+mod queue;
 
-use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
 use actix::{Actor, Addr};
-use rdkafka::consumer::{BaseConsumer, Consumer};
+use prometheus_client::registry::Registry;
 use scheduler_client::TaskKey;
 use tokio::sync::oneshot;
 use tracing::info;
 
 use self::admin_server::{start_admin, AdminServer};
-use self::consumer::{PollLoop, RebalanceHandler};
 pub use self::error::{Cause, NodeError};
+use self::kafka::canceller;
 pub use self::kafka::consumer_config;
-use self::kafka::{canceller, ensure_topic};
+use self::queue::{start_consumer, Prepared, Served, Shared};
 use crate::actors::topic_supervisor::TopicSupervisor;
 use crate::actors::PartitionDeps;
 use crate::admin::AdminState;
-use crate::clock::SystemClock;
-use crate::events::EventPublisher;
-use crate::executor::{CallPool, Handlers, TaskExecutor};
-use crate::in_flight::InFlightGauges;
-use crate::metrics::Metrics;
-use crate::settings::Settings;
-use crate::store::{CassandraStore, LeaseStore, PartitionId, StatusRecord, TaskStore};
+use crate::executor::{Handlers, TaskExecutor};
+use crate::metrics::NodeMetrics;
+use crate::settings::{Queue, Settings};
+use crate::store::{PartitionId, StatusRecord};
 
 /// Threads of the node's own tokio runtime (Cassandra I/O and the user's executor).
 const RUNTIME_THREADS: usize = 2;
@@ -76,15 +73,12 @@ impl NodeBuilder {
 pub struct SchedulerNode {
     admin: Option<AdminServer>,
     stop: Arc<AtomicBool>,
-    owned: Arc<Mutex<Vec<PartitionId>>>,
-    observed: Observed,
-    consumer_thread: Option<JoinHandle<()>>,
+    /// The queues the node serves, each with its consumer thread.
+    queues: Vec<Served>,
+    node_metrics: Arc<NodeMetrics>,
     actor_thread: Option<JoinHandle<()>>,
     stop_actors: Option<oneshot::Sender<()>>,
     runtime: Option<tokio::runtime::Runtime>,
-    /// Where task status is read.
-    store: Arc<dyn TaskStore>,
-    partition_count: u32,
 }
 
 impl SchedulerNode {
@@ -141,149 +135,106 @@ impl SchedulerNode {
             tracing::warn!(look_back_on_restart = %ignored,
                 "[scheduling] look_back_on_restart is ignored: a partition loads from its low-water mark, however far back");
         }
-        // The driver's connections live on the node's runtime, whichever runtime called start.
-        let cassandra = settings.cassandra.clone();
-        let store = runtime
-            .spawn(async move { CassandraStore::connect(&cassandra).await })
-            .await
-            .map_err(NodeError::runtime("connecting to Cassandra"))??;
-
-        let kafka = settings.kafka.clone();
-        let partition_count = runtime
-            .spawn(async move { ensure_topic(&kafka).await })
-            .await
-            .map_err(NodeError::runtime("reading the topic"))??;
-
-        let scheduling = Arc::new(settings.scheduling.clone());
         let (handler_types, handles_every_type) = (handlers.types(), handlers.has_fallback());
-        let pool = CallPool::with_handlers(
-            handlers,
-            runtime.handle().clone(),
-            scheduling.executor_concurrency,
-            scheduling.execution_timeout,
-            Arc::new(SystemClock),
-        );
-        let metrics = Arc::new(Metrics::new());
-        let counted = store.clone();
-        metrics.count_statements_from(Box::new(move || counted.statements_run()));
-        let leases: Arc<dyn LeaseStore> = Arc::new(store.clone());
-        let store: Arc<dyn TaskStore> = Arc::new(store);
-        let node_id = node_id();
-        let deps = PartitionDeps {
-            node_id: Arc::from(node_id.as_str()),
-            store: Arc::clone(&store),
-            leases,
-            clock: Arc::new(SystemClock),
-            pool,
-            settings: Arc::clone(&scheduling),
-            in_flight: InFlightGauges::default(),
-            metrics,
-            events: match &settings.kafka.events_topic {
-                Some(topic) => Some(
-                    EventPublisher::new(&settings.kafka, topic, runtime.handle().clone())
-                        .map_err(NodeError::kafka("creating the events producer"))?,
-                ),
-                None => None,
-            },
-        };
-        let observed = Observed {
-            metrics: Arc::clone(&deps.metrics),
-            in_flight: deps.in_flight.clone(),
-        };
+        let listed = settings.listed_types();
+        // The queues this node has a handler for; the default queue first when served (its API
+        // is at the root). Never none: a type no queue lists is the default queue's.
+        let served: Vec<Queue> = settings
+            .queues()
+            .into_iter()
+            .filter(|q| q.served_by(&handler_types, handles_every_type, &listed))
+            .collect();
+        let node_id: Arc<str> = Arc::from(node_id().as_str());
+        let mut registry = Registry::default();
+        let mut prepared = Vec::with_capacity(served.len());
+        for queue in served {
+            let labelled = !settings.queues.is_empty();
+            prepared.push(
+                Prepared::connect(queue, &handlers, &node_id, &mut registry, labelled, runtime)
+                    .await?,
+            );
+        }
+        let node_metrics = Arc::new(NodeMetrics::new(
+            registry,
+            prepared
+                .iter()
+                .map(|p| (Arc::clone(&p.deps.metrics), p.deps.in_flight.clone()))
+                .collect(),
+        ));
 
-        let (ready_tx, ready_rx) = oneshot::channel::<Addr<TopicSupervisor>>();
+        let trees: Vec<PartitionDeps> = prepared.iter().map(|p| p.deps.clone()).collect();
+        let (ready_tx, ready_rx) = oneshot::channel::<Vec<Addr<TopicSupervisor>>>();
         let (stop_actors, stop_actors_rx) = oneshot::channel::<()>();
         let actor_thread = std::thread::Builder::new()
             .name("scheduler-actors".into())
             .spawn(move || {
                 let system = actix::System::new();
                 system.block_on(async move {
-                    let supervisor = TopicSupervisor::new(deps).start();
-                    if ready_tx.send(supervisor).is_ok() {
+                    let supervisors = trees
+                        .into_iter()
+                        .map(|deps| TopicSupervisor::new(deps).start())
+                        .collect();
+                    if ready_tx.send(supervisors).is_ok() {
                         let _ = stop_actors_rx.await;
                     }
                 });
             })
             .map_err(NodeError::runtime("starting the actor thread"))?;
-        let supervisor = ready_rx
+        let supervisors = ready_rx
             .await
             .map_err(NodeError::runtime("starting the actor system"))?;
 
         let stop = Arc::new(AtomicBool::new(false));
-        let owned = Arc::new(Mutex::new(Vec::new()));
-        let lag = Arc::new(Mutex::new(HashMap::new()));
-        // The admin API binds before the consumer joins the group, so a taken port fails the
-        // start without leaving a consumer behind.
+        let shared: Vec<Shared> = prepared.iter().map(|_| Shared::new()).collect();
+        // The admin API binds before the consumers join their groups, so a taken port fails
+        // the start without leaving a consumer behind.
         let admin = if settings.admin.enabled {
-            let state = AdminState {
-                node_id: node_id.clone(),
-                topic: settings.kafka.topic.clone(),
-                partition_count,
-                owned: Arc::clone(&owned),
-                metrics: Arc::clone(&observed.metrics),
-                in_flight: observed.in_flight.clone(),
-                lag: Arc::clone(&lag),
-                store: Arc::clone(&store),
-                canceller: canceller(&settings.kafka)?,
-                handlers: handler_types.clone(),
-                handles_every_type,
-                token: settings.admin.token.clone(),
-            };
-            Some(start_admin(&settings.admin.listen, state, runtime).await?)
+            let views: Vec<_> = prepared.iter().map(Prepared::view).collect();
+            let mut states = Vec::with_capacity(prepared.len());
+            for (p, shared) in prepared.iter().zip(&shared) {
+                states.push(Arc::new(AdminState {
+                    node_id: node_id.to_string(),
+                    queue: p.queue.name.clone(),
+                    queues: views.clone(),
+                    topic: p.queue.kafka.topic.clone(),
+                    partition_count: p.partition_count,
+                    owned: Arc::clone(&shared.owned),
+                    metrics: Arc::clone(&p.deps.metrics),
+                    node_metrics: Arc::clone(&node_metrics),
+                    in_flight: p.deps.in_flight.clone(),
+                    lag: Arc::clone(&shared.lag),
+                    store: Arc::clone(&p.store),
+                    canceller: canceller(&p.queue.kafka)?,
+                    handlers: handler_types.clone(),
+                    handles_every_type,
+                    token: settings.admin.token.clone(),
+                }));
+            }
+            Some(start_admin(&settings.admin.listen, states, runtime).await?)
         } else {
             None
         };
-        let handler = RebalanceHandler {
-            topic: settings.kafka.topic.clone(),
-            supervisor: supervisor.clone(),
-            isolation_wait: scheduling.isolation_wait,
-            owned: Arc::clone(&owned),
-            shutting_down: Arc::clone(&stop),
-            metrics: Arc::clone(&observed.metrics),
-            lag: Arc::clone(&lag),
-        };
-        let consumer: BaseConsumer<RebalanceHandler> = consumer_config(&settings.kafka, &node_id)
-            .create_with_context(handler)
-            .map_err(NodeError::kafka("creating the consumer"))?;
-        consumer
-            .subscribe(&[&settings.kafka.topic])
-            .map_err(NodeError::kafka(format!(
-                "subscribing to {}",
-                settings.kafka.topic
-            )))?;
-        let poll_loop = PollLoop {
-            consumer,
-            topic: settings.kafka.topic.clone(),
-            partition_count,
-            batch_size: scheduling.fetch_batch_size,
-            max_record_bytes: scheduling.max_task_data_bytes,
-            supervisor,
-            stop: Arc::clone(&stop),
-            metrics: Arc::clone(&observed.metrics),
-            owned: Arc::clone(&owned),
-        };
-        let consumer_thread = std::thread::Builder::new()
-            .name("scheduler-consumer".into())
-            .spawn(move || poll_loop.run())
-            .map_err(NodeError::runtime("starting the consumer thread"))?;
-        info!(%node_id, topic = %settings.kafka.topic, group = %settings.kafka.group_id, partition_count,
+        let mut queues = Vec::with_capacity(prepared.len());
+        for ((prepared, shared), supervisor) in prepared.into_iter().zip(shared).zip(supervisors) {
+            queues.push(start_consumer(
+                prepared, shared, supervisor, &node_id, &stop,
+            )?);
+        }
+        info!(%node_id, queues = ?queues.iter().map(|q| q.name.as_str()).collect::<Vec<_>>(),
             handlers = ?handler_types, handles_every_type, admin = ?admin.as_ref().map(|a| a.address), "node started");
         Ok(StartedParts {
             admin,
             stop,
-            owned,
-            observed,
-            consumer_thread,
+            queues,
+            node_metrics,
             actor_thread,
             stop_actors,
-            store,
-            partition_count,
         })
     }
 
-    /// The node's metrics in the OpenMetrics text format (named in design.md).
+    /// The node's metrics in the OpenMetrics text format (named in design.md), every queue's.
     pub fn metrics(&self) -> String {
-        self.observed.metrics.encode(&self.observed.in_flight)
+        self.node_metrics.encode()
     }
 
     /// Where the admin HTTP API listens (`None` when disabled).
@@ -291,33 +242,50 @@ impl SchedulerNode {
         self.admin.as_ref().map(|a| a.address)
     }
 
-    /// The partitions this node currently owns.
+    /// The queues this node serves (those it has a handler for), the default queue first.
+    pub fn queues(&self) -> Vec<String> {
+        self.queues.iter().map(|q| q.name.clone()).collect()
+    }
+
+    /// The partitions this node currently owns of its first queue (the default queue when it
+    /// serves it; see [`SchedulerNode::owned_partitions_of`]).
     pub fn owned_partitions(&self) -> Vec<PartitionId> {
-        self.owned
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone()
+        self.queues.first().map(|q| q.owned()).unwrap_or_default()
     }
 
-    /// Whether the node is ready: it owns partitions and has loaded each one's schedule once
-    /// (also `GET /api/v1/ready` on the admin API).
+    /// The partitions this node currently owns of `queue` (`None`: it does not serve it).
+    pub fn owned_partitions_of(&self, queue: &str) -> Option<Vec<PartitionId>> {
+        self.queues
+            .iter()
+            .find(|q| q.name == queue)
+            .map(Served::owned)
+    }
+
+    /// Whether the node is ready: in every queue it serves, it owns partitions and has loaded
+    /// each one's schedule once (also `GET /api/v1/ready` on the admin API, per queue).
     pub fn is_ready(&self) -> bool {
-        self.observed.in_flight.ready(&self.owned_partitions())
+        self.queues.iter().all(|q| q.in_flight.ready(&q.owned()))
     }
 
-    /// The recorded final state of a task (`None`: it has not finished, or is unknown).
+    /// The recorded final state of a task (`None`: it has not finished, or is unknown), looked
+    /// up in each queue the node serves.
     pub async fn task_status(&self, key: &TaskKey) -> Result<Option<StatusRecord>, NodeError> {
-        let partition = scheduler_client::partition_for(&key.ordering_id, self.partition_count);
-        let read = self.store.status(partition, key.clone());
-        match &self.runtime {
+        let Some(runtime) = &self.runtime else {
+            return Err(NodeError::Stopping);
+        };
+        for queue in &self.queues {
+            let partition =
+                scheduler_client::partition_for(&key.ordering_id, queue.partition_count);
             // The driver's connections live on the node's runtime.
-            Some(runtime) => runtime
-                .spawn(read)
+            let found = runtime
+                .spawn(queue.store.status(partition, key.clone()))
                 .await
-                .map_err(NodeError::runtime("reading a task's status"))?
-                .map_err(NodeError::from),
-            None => Err(NodeError::Stopping),
+                .map_err(NodeError::runtime("reading a task's status"))??;
+            if found.is_some() {
+                return Ok(found);
+            }
         }
+        Ok(None)
     }
 
     /// Stops polling, lets running tasks finish (up to the drain timeout), commits, leaves the
@@ -327,12 +295,16 @@ impl SchedulerNode {
         if let Some(admin) = self.admin.take() {
             let _ = admin.stop.send(());
         }
-        let consumer_thread = self.consumer_thread.take();
+        let consumer_threads = self.take_consumer_threads();
         let actor_thread = self.actor_thread.take();
         let stop_actors = self.stop_actors.take();
         let runtime = self.runtime.take();
         tokio::task::spawn_blocking(move || {
-            let consumer_result = consumer_thread.map(JoinHandle::join);
+            // Every queue's consumer drains and leaves its group before the actors stop.
+            let consumer_result = consumer_threads
+                .into_iter()
+                .map(JoinHandle::join)
+                .find(Result::is_err);
             if let Some(stop) = stop_actors {
                 let _ = stop.send(());
             }
@@ -366,23 +338,14 @@ fn node_id() -> String {
     )
 }
 
-/// What the node exposes about its partitions.
-struct Observed {
-    metrics: Arc<Metrics>,
-    in_flight: InFlightGauges,
-}
-
 /// A node's threads, before the runtime joins them.
 struct StartedParts {
     admin: Option<AdminServer>,
     stop: Arc<AtomicBool>,
-    owned: Arc<Mutex<Vec<PartitionId>>>,
-    observed: Observed,
-    consumer_thread: JoinHandle<()>,
+    queues: Vec<Served>,
+    node_metrics: Arc<NodeMetrics>,
     actor_thread: JoinHandle<()>,
     stop_actors: oneshot::Sender<()>,
-    store: Arc<dyn TaskStore>,
-    partition_count: u32,
 }
 
 impl StartedParts {
@@ -390,15 +353,21 @@ impl StartedParts {
         SchedulerNode {
             admin: self.admin,
             stop: self.stop,
-            owned: self.owned,
-            observed: self.observed,
-            consumer_thread: Some(self.consumer_thread),
+            queues: self.queues,
+            node_metrics: self.node_metrics,
             actor_thread: Some(self.actor_thread),
             stop_actors: Some(self.stop_actors),
             runtime: Some(runtime),
-            store: self.store,
-            partition_count: self.partition_count,
         }
+    }
+}
+
+impl SchedulerNode {
+    fn take_consumer_threads(&mut self) -> Vec<JoinHandle<()>> {
+        self.queues
+            .iter_mut()
+            .filter_map(|q| q.consumer_thread.take())
+            .collect()
     }
 }
 
@@ -412,14 +381,14 @@ impl Drop for SchedulerNode {
         if let Some(admin) = self.admin.take() {
             let _ = admin.stop.send(());
         }
-        let consumer_thread = self.consumer_thread.take();
+        let consumer_threads = self.take_consumer_threads();
         let stop_actors = self.stop_actors.take();
         let runtime = BackgroundShutdown(self.runtime.take());
-        if consumer_thread.is_none() && stop_actors.is_none() && runtime.0.is_none() {
+        if consumer_threads.is_empty() && stop_actors.is_none() && runtime.0.is_none() {
             return; // shut down already
         }
         let wind_down = move || {
-            if let Some(consumer) = consumer_thread {
+            for consumer in consumer_threads {
                 let _ = consumer.join();
             }
             if let Some(stop) = stop_actors {

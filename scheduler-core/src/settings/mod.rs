@@ -17,9 +17,12 @@ use serde::{Deserialize, Deserializer, Serialize};
 mod cassandra;
 pub mod duration_text;
 mod env;
+mod queues;
 mod validate;
 
 pub use cassandra::{CassandraSettings, ConsistencyLevel, SerialConsistencyLevel};
+pub use queues::{Limits, Queue, QueueSettings, TypeLimits, DEFAULT_QUEUE};
+use validate::is_keyspace_name;
 
 /// Prefix of environment overrides.
 pub const ENV_PREFIX: &str = "SCHEDULER__";
@@ -46,6 +49,14 @@ pub enum SettingsError {
         /// What is wrong.
         reason: String,
     },
+    /// A `[[queues]]` entry is wrong, or a value resolved for it.
+    #[error("invalid queue `{queue}`: {reason}")]
+    Queue {
+        /// The queue's name.
+        queue: String,
+        /// What is wrong.
+        reason: String,
+    },
 }
 
 /// All settings of a node.
@@ -60,6 +71,8 @@ pub struct Settings {
     pub cassandra: CassandraSettings,
     /// The node's admin HTTP API.
     pub admin: AdminSettings,
+    /// Queues besides the default one (`[[queues]]`), each for its own task types.
+    pub queues: Vec<QueueSettings>,
 }
 
 /// The admin HTTP API (status, task lookup, cancellation, metrics).
@@ -148,6 +161,8 @@ pub struct SchedulingSettings {
     pub execution_timeout: Duration,
     /// Largest record accepted from the topic, in bytes.
     pub max_task_data_bytes: usize,
+    /// Limits of single task types over the queue's (`[scheduling.task_types.<type>]`).
+    pub task_types: BTreeMap<String, TypeLimits>,
 }
 
 impl Default for SchedulingSettings {
@@ -172,6 +187,7 @@ impl Default for SchedulingSettings {
             dispatch_lead: Duration::from_secs(1),
             execution_timeout: Duration::from_secs(300),
             max_task_data_bytes: defaults::MAX_TASK_BYTES,
+            task_types: BTreeMap::new(),
         }
     }
 }
@@ -261,6 +277,29 @@ fn one_line(text: &str) -> String {
         .filter(|l| !l.is_empty())
         .collect::<Vec<_>>()
         .join(" ")
+}
+
+/// Serde for an optional duration written with a unit.
+pub(super) mod optional_duration {
+    use std::time::Duration;
+
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(d: &Option<Duration>, s: S) -> Result<S::Ok, S::Error> {
+        match d {
+            Some(d) => super::duration_text::serialize(d, s),
+            None => s.serialize_none(),
+        }
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
+        match Option::<String>::deserialize(d)? {
+            Some(text) => super::duration_text::parse(&text)
+                .map(Some)
+                .map_err(serde::de::Error::custom),
+            None => Ok(None),
+        }
+    }
 }
 
 /// A list of strings, or one string of comma-separated items.

@@ -20,8 +20,15 @@ fn is_cassandra_ttl(ttl: Duration) -> bool {
 }
 
 impl Settings {
-    /// Checks every value's range; the first broken rule, in the table's order, is returned.
+    /// Checks every value's range; the first broken rule, in the table's order, is returned,
+    /// then the queues' rules.
     pub fn validate(&self) -> Result<(), SettingsError> {
+        self.validate_one()?;
+        self.validate_queues()
+    }
+
+    /// The rules of the default queue's settings.
+    pub(super) fn validate_one(&self) -> Result<(), SettingsError> {
         let (s, k, c, a) = (&self.scheduling, &self.kafka, &self.cassandra, &self.admin);
         // One rule a line: the setting, when it is wrong, and what it must be. Every check is
         // cheap and has no effect, so all are evaluated and the first broken one is reported.
@@ -96,7 +103,7 @@ fn asks_for_incremental_rebalancing(kafka: &KafkaSettings) -> bool {
 
 /// A CQL identifier the engine can use unquoted: a letter, then letters, digits or
 /// underscores, 48 at most (Cassandra's limit).
-fn is_keyspace_name(name: &str) -> bool {
+pub(super) fn is_keyspace_name(name: &str) -> bool {
     name.len() <= 48
         && name
             .chars()

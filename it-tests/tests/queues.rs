@@ -1,0 +1,253 @@
+//! Queues against the real stack: nodes with different handler sets each consume only the
+//! queues they have a handler for, a queue no running node serves waits for one to join, and
+//! each queue's limits (and a type's own) take effect.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use chrono::{TimeDelta, Utc};
+use it_tests::engine::{http, task, wait_until, TestEnv};
+use scheduler_client::{SchedulerConfig, Task};
+use scheduler_core::settings::{QueueSettings, TypeLimits};
+use scheduler_core::{SchedulerNode, Settings, TaskContext, TaskError, TaskExecutor};
+
+/// Every call: (handler, task, result ok).
+type Calls = Arc<Mutex<Vec<(&'static str, Task, bool)>>>;
+
+/// Records (handler, task, ok) and the most calls it had running at once; `fail…` orderingIds
+/// always fail.
+#[derive(Clone)]
+struct Handler {
+    name: &'static str,
+    calls: Calls,
+    running: Arc<AtomicUsize>,
+    most_at_once: Arc<AtomicUsize>,
+}
+
+impl Handler {
+    fn new(name: &'static str, calls: &Calls) -> Self {
+        Handler {
+            name,
+            calls: Arc::clone(calls),
+            running: Arc::default(),
+            most_at_once: Arc::default(),
+        }
+    }
+}
+
+impl TaskExecutor for Handler {
+    async fn execute(&self, task: &Task, _: &TaskContext) -> Result<(), TaskError> {
+        let now = self.running.fetch_add(1, Ordering::SeqCst) + 1;
+        self.most_at_once.fetch_max(now, Ordering::SeqCst);
+        tokio::time::sleep(Duration::from_millis(150)).await;
+        self.running.fetch_sub(1, Ordering::SeqCst);
+        let ok = !task.ordering_id.starts_with("fail");
+        self.calls
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push((self.name, task.clone(), ok));
+        if ok {
+            Ok(())
+        } else {
+            Err(TaskError::retry("always fails"))
+        }
+    }
+}
+
+fn settings(env: &TestEnv) -> Settings {
+    let mut scheduling = TestEnv::quick_scheduling();
+    scheduling.backoff_factor = Duration::from_millis(200);
+    scheduling.max_backoff = Duration::from_millis(400);
+    scheduling.max_task_retries = 5;
+    // A type's own limit, over its queue's (the default queue's 5).
+    scheduling.task_types.insert(
+        "charge".into(),
+        TypeLimits {
+            max_task_retries: Some(0),
+            ..TypeLimits::default()
+        },
+    );
+    let mut settings = env.settings(scheduling);
+    settings.queues = vec![
+        QueueSettings {
+            name: "emails".into(),
+            task_types: vec!["send-email".into()],
+            create_topic_partitions: Some(3),
+            executor_concurrency: Some(1),
+            max_task_retries: Some(1),
+            ..QueueSettings::default()
+        },
+        QueueSettings {
+            name: "reports".into(),
+            task_types: vec!["report".into()],
+            create_topic_partitions: Some(2),
+            ..QueueSettings::default()
+        },
+    ];
+    settings
+}
+
+fn calls_of(calls: &Calls, ordering_id: &str) -> Vec<(&'static str, bool)> {
+    calls
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .iter()
+        .filter(|(_, t, _)| t.ordering_id == ordering_id)
+        .map(|(h, _, ok)| (*h, *ok))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn each_node_consumes_only_the_queues_it_has_handlers_for() {
+    let env = TestEnv::new("queues", 3).await;
+    let settings = settings(&env);
+    let queues = settings.queues();
+    let topic_of = |name: &str| {
+        queues
+            .iter()
+            .find(|q| q.name == name)
+            .map(|q| q.kafka.topic.clone())
+            .expect("queue")
+    };
+    let calls = Arc::default();
+    let (email, charge, report) = (
+        Handler::new("send-email", &calls),
+        Handler::new("charge", &calls),
+        Handler::new("report", &calls),
+    );
+
+    // Two nodes with different handler sets: one serves the emails queue alone, the other
+    // the default queue alone (charge is a type no queue lists).
+    let mailer = SchedulerNode::builder(settings.clone())
+        .handler("send-email", email.clone())
+        .start()
+        .await
+        .expect("the mailer starts");
+    let biller = SchedulerNode::builder(settings.clone())
+        .handler("charge", charge.clone())
+        .start()
+        .await
+        .expect("the biller starts");
+    assert_eq!(mailer.queues(), ["emails"]);
+    assert_eq!(biller.queues(), ["default"]);
+    assert_eq!(mailer.owned_partitions_of("default"), None);
+    assert_eq!(biller.owned_partitions_of("emails"), None);
+    wait_until(
+        Duration::from_secs(30),
+        "each node to own every partition of its queue",
+        || {
+            mailer.owned_partitions_of("emails").map(|p| p.len()) == Some(3)
+                && biller.owned_partitions().len() == 3
+        },
+    )
+    .await;
+
+    let config = SchedulerConfig::new(env.stack.kafka_bootstrap.clone(), env.topic.clone())
+        .route("send-email", topic_of("emails"))
+        .route("report", topic_of("reports"));
+    let producer = scheduler_client::Scheduler::new(config).expect("producer");
+    let soon = Utc::now() + TimeDelta::seconds(1);
+    // Five emails due at once: the queue runs one call at a time.
+    for i in 0..5 {
+        let t = task(&format!("mail-{i}"), soon, "m").of_type("send-email");
+        producer.schedule_task(t).await.expect("scheduled");
+    }
+    producer
+        .schedule_task(task("fail-mail", soon, "m").of_type("send-email"))
+        .await
+        .expect("scheduled");
+    for i in 0..3 {
+        let t = task(&format!("bill-{i}"), soon, "c").of_type("charge");
+        producer.schedule_task(t).await.expect("scheduled");
+    }
+    producer
+        .schedule_task(task("fail-bill", soon, "c").of_type("charge"))
+        .await
+        .expect("scheduled");
+    // A type of a queue no running node serves.
+    producer
+        .schedule_task(task("monthly", soon, "r").of_type("report"))
+        .await
+        .expect("scheduled");
+
+    wait_until(Duration::from_secs(30), "emails and charges to run", || {
+        (0..5).all(|i| calls_of(&calls, &format!("mail-{i}")) == [("send-email", true)])
+            && (0..3).all(|i| calls_of(&calls, &format!("bill-{i}")) == [("charge", true)])
+    })
+    .await;
+    assert_eq!(
+        email.most_at_once.load(Ordering::SeqCst),
+        1,
+        "the emails queue's executor_concurrency = 1"
+    );
+    // Limits: the emails queue retries once (2 attempts), charge's own limit never retries.
+    wait_until(
+        Duration::from_secs(30),
+        "the failing tasks to give up",
+        || calls_of(&calls, "fail-mail").len() == 2 && calls_of(&calls, "fail-bill").len() == 1,
+    )
+    .await;
+    // The report waits: nobody consumes its queue.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(calls_of(&calls, "monthly").is_empty());
+    assert_eq!(calls_of(&calls, "fail-mail").len(), 2, "no third attempt");
+    assert_eq!(calls_of(&calls, "fail-bill").len(), 1, "no retry of charge");
+
+    // Each queue's admin API: the mailer's root is its emails queue.
+    let admin = mailer.admin_address().expect("admin");
+    let status = http(admin, "GET", "/api/v1/status", None, None)
+        .await
+        .json();
+    assert_eq!(status["queue"], "emails");
+    assert_eq!(status["topic"], topic_of("emails").as_str());
+    let nested = http(admin, "GET", "/queues/emails/api/v1/status", None, None)
+        .await
+        .json();
+    assert_eq!(nested["queue"], "emails");
+    let dead = http(
+        admin,
+        "GET",
+        "/queues/emails/api/v1/dead-letters",
+        None,
+        None,
+    )
+    .await
+    .json();
+    assert_eq!(
+        dead["deadLetters"].as_array().map(Vec::len),
+        Some(1),
+        "{dead}"
+    );
+    let metrics = http(admin, "GET", "/metrics", None, None).await.body;
+    assert!(
+        metrics.contains("queue=\"emails\""),
+        "metrics carry the queue label"
+    );
+    assert!(!metrics.contains("queue=\"default\""), "{metrics}");
+
+    // A node with the report handler joins: the report runs within seconds.
+    let joined = std::time::Instant::now();
+    let reporter = SchedulerNode::builder(settings.clone())
+        .handler("report", report.clone())
+        .start()
+        .await
+        .expect("the reporter starts");
+    assert_eq!(reporter.queues(), ["reports"]);
+    wait_until(Duration::from_secs(30), "the report to run", || {
+        calls_of(&calls, "monthly") == [("report", true)]
+    })
+    .await;
+    println!(
+        "the report ran {:?} after its node started",
+        joined.elapsed()
+    );
+    assert!(joined.elapsed() < Duration::from_secs(20));
+    // Nothing ran on a node without its handler.
+    for (handler, task, _) in calls.lock().unwrap_or_else(PoisonError::into_inner).iter() {
+        assert_eq!(*handler, task.task_type, "{task:?}");
+    }
+    for node in [mailer, biller, reporter] {
+        node.shutdown().await.expect("shutdown");
+    }
+}
