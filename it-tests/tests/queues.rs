@@ -2,6 +2,7 @@
 //! queues they have a handler for, a queue no running node serves waits for one to join, and
 //! each queue's limits (and a type's own) take effect.
 
+use std::process::{Child, Command};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
@@ -234,6 +235,8 @@ async fn each_node_consumes_only_the_queues_it_has_handlers_for() {
         .await
         .expect("the reporter starts");
     assert_eq!(reporter.queues(), ["reports"]);
+    // (Starting includes creating the queue's keyspace: nobody served it before.)
+    let started = joined.elapsed();
     wait_until(Duration::from_secs(30), "the report to run", || {
         calls_of(&calls, "monthly") == [("report", true)]
     })
@@ -249,5 +252,135 @@ async fn each_node_consumes_only_the_queues_it_has_handlers_for() {
     }
     for node in [mailer, biller, reporter] {
         node.shutdown().await.expect("shutdown");
+    }
+}
+
+/// A `chaos-node` process handling `types` only, with `queues_file`'s queues over `env`.
+fn node_process(env: &TestEnv, dir: &std::path::Path, name: &str, types: &str) -> Child {
+    Command::new(env!("CARGO_BIN_EXE_chaos-node"))
+        .env("CHAOS_NODE", name)
+        .env("CHAOS_LOG", dir.join(format!("{name}.jsonl")))
+        .env("CHAOS_WORK_MS", "10")
+        .env("CHAOS_TYPES", types)
+        .env("CHAOS_SETTINGS", dir.join("scheduler.toml"))
+        .env(
+            "SCHEDULER__KAFKA__BOOTSTRAP_SERVERS",
+            &env.stack.kafka_bootstrap,
+        )
+        .env("SCHEDULER__KAFKA__TOPIC", &env.topic)
+        .env("SCHEDULER__KAFKA__GROUP_ID", &env.group)
+        .env(
+            "SCHEDULER__CASSANDRA__CONTACT_POINTS",
+            &env.stack.cql_contact_point,
+        )
+        .env("SCHEDULER__CASSANDRA__KEYSPACE", &env.keyspace)
+        .env("SCHEDULER__CASSANDRA__FETCH_SCHEMA_METADATA", "false")
+        .env("SCHEDULER__CASSANDRA__AUTO_MIGRATE", "true")
+        .env("SCHEDULER__SCHEDULING__ISOLATION_WAIT", "500ms")
+        .env("SCHEDULER__ADMIN__LISTEN", "127.0.0.1:0")
+        .spawn()
+        .unwrap_or_else(|e| panic!("start {name}: {e}"))
+}
+
+/// The JSON lines a node process wrote.
+fn process_log(dir: &std::path::Path, name: &str) -> Vec<serde_json::Value> {
+    std::fs::read_to_string(dir.join(format!("{name}.jsonl")))
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect()
+}
+
+/// The (orderingId, type) of each task a node process ran.
+fn ran(dir: &std::path::Path, name: &str) -> Vec<(String, String)> {
+    process_log(dir, name)
+        .iter()
+        .filter_map(|l| {
+            Some((
+                l["ordering_id"].as_str()?.to_string(),
+                l["task_type"].as_str()?.to_string(),
+            ))
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn node_processes_with_different_handlers_consume_only_their_queues() {
+    let env = TestEnv::new("queue_procs", 2).await;
+    let dir = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(&env.topic);
+    std::fs::create_dir_all(&dir).expect("log dir");
+    std::fs::write(
+        dir.join("scheduler.toml"),
+        "[[queues]]\nname = \"emails\"\ntask_types = [\"send-email\"]\ncreate_topic_partitions = 2\n\
+         [[queues]]\nname = \"reports\"\ntask_types = [\"report\"]\ncreate_topic_partitions = 2\n",
+    )
+    .expect("settings file");
+    let mut children = vec![
+        node_process(&env, &dir, "mailer", "send-email"),
+        node_process(&env, &dir, "biller", "charge"),
+    ];
+    let queues_of = |name: &str| {
+        process_log(&dir, name)
+            .iter()
+            .find_map(|l| l.get("queues").cloned())
+    };
+    wait_until(Duration::from_secs(60), "both processes to start", || {
+        queues_of("mailer").is_some() && queues_of("biller").is_some()
+    })
+    .await;
+    assert_eq!(queues_of("mailer"), Some(serde_json::json!(["emails"])));
+    assert_eq!(queues_of("biller"), Some(serde_json::json!(["default"])));
+
+    let config = SchedulerConfig::new(env.stack.kafka_bootstrap.clone(), env.topic.clone())
+        .route("send-email", format!("{}-emails", env.topic))
+        .route("report", format!("{}-reports", env.topic));
+    let producer = scheduler_client::Scheduler::new(config).expect("producer");
+    let soon = Utc::now() + TimeDelta::seconds(1);
+    for i in 0..10 {
+        for (prefix, task_type) in [("mail", "send-email"), ("bill", "charge")] {
+            let t = task(&format!("{prefix}-{i}"), soon, "u").of_type(task_type);
+            producer.schedule_task(t).await.expect("scheduled");
+        }
+    }
+    producer
+        .schedule_task(task("monthly", soon, "r").of_type("report"))
+        .await
+        .expect("scheduled");
+    wait_until(
+        Duration::from_secs(60),
+        "every email and charge to run",
+        || ran(&dir, "mailer").len() >= 10 && ran(&dir, "biller").len() >= 10,
+    )
+    .await;
+    assert!(ran(&dir, "mailer")
+        .iter()
+        .all(|(o, t)| o.starts_with("mail") && t == "send-email"));
+    assert!(ran(&dir, "biller")
+        .iter()
+        .all(|(o, t)| o.starts_with("bill") && t == "charge"));
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(
+        !ran(&dir, "mailer")
+            .iter()
+            .chain(&ran(&dir, "biller"))
+            .any(|(o, _)| o == "monthly"),
+        "no running node handles reports"
+    );
+
+    let joined = std::time::Instant::now();
+    children.push(node_process(&env, &dir, "reporter", "report"));
+    wait_until(
+        Duration::from_secs(60),
+        "the report to run on the new node",
+        || ran(&dir, "reporter") == [("monthly".to_string(), "report".to_string())],
+    )
+    .await;
+    println!(
+        "the report ran {:?} after its node process started",
+        joined.elapsed()
+    );
+    for mut child in children {
+        let _ = child.kill();
+        let _ = child.wait();
     }
 }

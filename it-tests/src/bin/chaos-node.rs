@@ -3,7 +3,9 @@
 //! execution and every change of the partitions it owns is appended as one JSON line to the
 //! file named by `CHAOS_LOG` (and the node's own log to `CHAOS_TRACE`, when set). Each call of
 //! the executor takes `CHAOS_WORK_MS` milliseconds, or the task's own `work_ms`. On SIGTERM it
-//! shuts down cleanly and appends its count of fencing rejections.
+//! shuts down cleanly and appends its count of fencing rejections. `CHAOS_SETTINGS` names a
+//! settings file read first (e.g. its `[[queues]]`); `CHAOS_TYPES` (comma-separated) makes the
+//! node a handler of those task types only, instead of every type.
 
 use std::fs::{File, OpenOptions};
 use std::io::Write;
@@ -35,6 +37,7 @@ impl Log {
 }
 
 /// Records each execution after a fixed amount of work.
+#[derive(Clone)]
 struct Recorder {
     log: Log,
     work: Duration,
@@ -53,6 +56,7 @@ impl TaskExecutor for Recorder {
         self.log.append(json!({
             "ordering_id": task.ordering_id,
             "uniqueness_key": task.uniqueness_key,
+            "task_type": task.task_type,
             "scheduled_ms": task.scheduled_time.timestamp_millis(),
             "start_ms": start.timestamp_millis(),
             "end_ms": Utc::now().timestamp_millis(),
@@ -97,16 +101,24 @@ fn run(node: &str) -> Result<(), String> {
             .with_writer(Mutex::new(file))
             .init();
     }
-    let settings = Settings::load(None).map_err(|e| e.to_string())?;
+    let file = std::env::var_os("CHAOS_SETTINGS").map(std::path::PathBuf::from);
+    let settings = Settings::load(file.as_deref()).map_err(|e| e.to_string())?;
+    let types = std::env::var("CHAOS_TYPES").unwrap_or_default();
     let runtime = tokio::runtime::Runtime::new().map_err(|e| e.to_string())?;
     runtime.block_on(async {
         let recorder = Recorder {
             log: log.clone(),
             work: Duration::from_millis(work_ms),
         };
-        let node = SchedulerNode::start(settings, recorder)
-            .await
-            .map_err(|e| e.to_string())?;
+        let mut builder = SchedulerNode::builder(settings);
+        for task_type in types.split(',').map(str::trim).filter(|t| !t.is_empty()) {
+            builder = builder.handler(task_type, recorder.clone());
+        }
+        if types.trim().is_empty() {
+            builder = builder.fallback(recorder);
+        }
+        let node = builder.start().await.map_err(|e| e.to_string())?;
+        log.append(json!({ "queues": node.queues(), "at_ms": Utc::now().timestamp_millis() }));
         let mut terminate =
             tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
                 .map_err(|e| e.to_string())?;
