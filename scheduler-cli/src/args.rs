@@ -70,7 +70,7 @@ pub(crate) struct MigrateArgs {
 
 #[derive(Args)]
 pub(crate) struct AdminArgs {
-    /// A node's admin API.
+    /// A node's admin API (a queue's: `http://host:9464/queues/<name>`).
     #[arg(
         long,
         env = "SCHEDULER_ADMIN_URL",
