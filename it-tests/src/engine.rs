@@ -125,6 +125,11 @@ impl TestEnv {
         let node = SchedulerNode::start(settings, executor)
             .await
             .expect("node starts");
+        self.owning_every_partition(node).await
+    }
+
+    /// `node`, once it owns every partition of the topic.
+    pub async fn owning_every_partition(&self, node: SchedulerNode) -> SchedulerNode {
         let partitions = self.partitions as usize;
         wait_until(
             Duration::from_secs(30),

@@ -242,7 +242,7 @@ async fn each_node_consumes_only_the_queues_it_has_handlers_for() {
     })
     .await;
     println!(
-        "the report ran {:?} after its node started",
+        "the report ran {:?} after its node began starting ({started:?} to start)",
         joined.elapsed()
     );
     assert!(joined.elapsed() < Duration::from_secs(20));

@@ -69,17 +69,6 @@ fn succeeded(calls: &Calls, ordering_id: &str) -> usize {
         .count()
 }
 
-async fn start(env: &TestEnv, node: SchedulerNode) -> SchedulerNode {
-    let partitions = env.partitions as usize;
-    wait_until(
-        Duration::from_secs(30),
-        "the node to own every partition",
-        || node.owned_partitions().len() == partitions,
-    )
-    .await;
-    node
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_type_no_running_node_handles_waits_then_runs_once_a_node_with_its_handler_owns_it() {
     let env = TestEnv::new("it_types_wait", 4).await;
@@ -89,7 +78,7 @@ async fn a_type_no_running_node_handles_waits_then_runs_once_a_node_with_its_han
         .start()
         .await
         .expect("node starts");
-    let first = start(&env, first).await;
+    let first = env.owning_every_partition(first).await;
     let scheduler = env.scheduler(Duration::from_secs(10));
     let at = Utc::now() + TimeDelta::seconds(1);
     for i in 0..3 {
@@ -171,7 +160,7 @@ async fn dead_letters_are_listed_redriven_and_purged_and_their_handler_hears_of_
         .start()
         .await
         .expect("node starts");
-    let node = start(&env, node).await;
+    let node = env.owning_every_partition(node).await;
     let addr = node.admin_address().expect("admin API");
     let scheduler = env.scheduler(Duration::from_secs(10));
     let at = Utc::now() + TimeDelta::seconds(1);
@@ -409,7 +398,7 @@ async fn under_saturation_due_tasks_take_the_slot_by_priority() {
     let node = SchedulerNode::start(env.settings(scheduling), handler)
         .await
         .expect("node starts");
-    let node = start(&env, node).await;
+    let node = env.owning_every_partition(node).await;
     let scheduler = env.scheduler(Duration::from_secs(10));
     let at = Utc::now() + TimeDelta::seconds(3);
     // The blocker holds the only slot while the rest come due.

@@ -17,7 +17,7 @@ use super::api::{
     PurgeResponse, RedriveResponse,
 };
 use super::parse_key;
-use super::state::{store_error, AdminState, ApiError};
+use super::state::{parse_rfc3339, store_error, AdminState, ApiError};
 use crate::store::{schedule_start, DeadLetter, DeadLetterFilter};
 
 /// Largest page of `GET /api/v1/dead-letters`.
@@ -30,15 +30,7 @@ const MAX_LISTED: usize = 1000;
 fn parse_time(value: Option<String>, name: &str) -> Result<Option<DateTime<Utc>>, ApiError> {
     value
         .filter(|v| !v.is_empty())
-        .map(|text| {
-            DateTime::parse_from_rfc3339(&text)
-                .map(|t| t.with_timezone(&Utc))
-                .map_err(|_| {
-                    ApiError::bad_request(format!(
-                        "{name} {text:?} is not an RFC 3339 timestamp such as 2026-11-22T06:00:00.000Z"
-                    ))
-                })
-        })
+        .map(|text| parse_rfc3339(&text, name))
         .transpose()
 }
 

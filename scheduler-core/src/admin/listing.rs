@@ -14,7 +14,7 @@ use scheduler_client::{truncate_to_millis, wire, Task, TaskKey};
 use serde_json::Value;
 
 use super::api::{ListQuery, ListResponse, ListedTask, PageCursor};
-use super::state::{store_error, AdminState, ApiError};
+use super::state::{parse_rfc3339, required, store_error, AdminState, ApiError};
 use crate::store::{PartitionId, ReadCursor};
 
 /// Largest page of `GET /api/v1/tasks`.
@@ -65,16 +65,7 @@ impl SmallestKeys {
 }
 
 fn parse_time(value: Option<String>, name: &str) -> Result<DateTime<Utc>, ApiError> {
-    let text = value
-        .filter(|v| !v.is_empty())
-        .ok_or_else(|| ApiError::bad_request(format!("{name} is required")))?;
-    DateTime::parse_from_rfc3339(&text)
-        .map(|t| t.with_timezone(&Utc))
-        .map_err(|_| {
-            ApiError::bad_request(format!(
-                "{name} {text:?} is not an RFC 3339 timestamp such as 2026-11-22T06:00:00.000Z"
-            ))
-        })
+    parse_rfc3339(&required(value, name)?, name)
 }
 
 /// Incomplete tasks due in `[from, to)` across all partitions, in task-key order, a page at a

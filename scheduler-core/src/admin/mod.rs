@@ -27,7 +27,6 @@ use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use chrono::{DateTime, Utc};
 use scheduler_client::{partition_for, wire, Task, TaskIdentity, TaskKey};
 use serde_json::Value;
 use subtle::ConstantTimeEq;
@@ -43,7 +42,7 @@ use api::{
     TaskQuery, TaskResponse,
 };
 use listing::tasks;
-use state::store_error;
+use state::{parse_rfc3339, required, store_error};
 pub use state::{AdminState, ApiError};
 
 /// Most attempts one task lookup returns.
@@ -187,11 +186,6 @@ fn parse_identity(
     ordering_id: Option<String>,
     uniqueness_key: Option<String>,
 ) -> Result<TaskIdentity, ApiError> {
-    let required = |value: Option<String>, name: &str| {
-        value
-            .filter(|v| !v.is_empty())
-            .ok_or_else(|| ApiError::bad_request(format!("{name} is required")))
-    };
     Ok(TaskIdentity::new(
         required(ordering_id, "orderingId")?,
         required(uniqueness_key, "uniquenessKey")?,
@@ -203,21 +197,10 @@ fn parse_key(
     scheduled_time: Option<String>,
     uniqueness_key: Option<String>,
 ) -> Result<TaskKey, ApiError> {
-    let required = |value: Option<String>, name: &str| {
-        value
-            .filter(|v| !v.is_empty())
-            .ok_or_else(|| ApiError::bad_request(format!("{name} is required")))
-    };
     let ordering_id = required(ordering_id, "orderingId")?;
     let uniqueness_key = required(uniqueness_key, "uniquenessKey")?;
     let time = required(scheduled_time, "scheduledTime")?;
-    let scheduled_time = DateTime::parse_from_rfc3339(&time)
-        .map_err(|_| {
-            ApiError::bad_request(format!(
-                "scheduledTime {time:?} is not an RFC 3339 timestamp such as 2026-11-22T06:00:00.000Z"
-            ))
-        })?
-        .with_timezone(&Utc);
+    let scheduled_time = parse_rfc3339(&time, "scheduledTime")?;
     Ok(Task::new(
         ordering_id,
         scheduled_time,

@@ -83,3 +83,24 @@ pub(super) fn store_error(e: StoreError) -> ApiError {
         message: e.to_string(),
     }
 }
+
+/// `value`, answered 400 "`name` is required" when absent or empty.
+pub(super) fn required(value: Option<String>, name: &str) -> Result<String, ApiError> {
+    value
+        .filter(|v| !v.is_empty())
+        .ok_or_else(|| ApiError::bad_request(format!("{name} is required")))
+}
+
+/// `text` as an RFC 3339 time, answered 400 naming `name` when it is not one.
+pub(super) fn parse_rfc3339(
+    text: &str,
+    name: &str,
+) -> Result<chrono::DateTime<chrono::Utc>, ApiError> {
+    chrono::DateTime::parse_from_rfc3339(text)
+        .map(|t| t.with_timezone(&chrono::Utc))
+        .map_err(|_| {
+            ApiError::bad_request(format!(
+                "{name} {text:?} is not an RFC 3339 timestamp such as 2026-11-22T06:00:00.000Z"
+            ))
+        })
+}
