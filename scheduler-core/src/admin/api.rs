@@ -55,11 +55,12 @@ pub struct StatusResponse {
     /// Due tasks waiting because this node has no handler for their type, by type.
     #[serde(default)]
     pub waiting_for_handler: std::collections::BTreeMap<String, i64>,
-    /// The queue this answer is of (`default` unless under `/queues/<name>/`).
-    #[serde(default)]
+    /// The queue this answer is of (`default` unless under `/queues/<name>/`; absent from
+    /// nodes before queues, and left out when empty so their answer prints as it was).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
     pub queue: String,
     /// Every queue the node serves; the first is the one at the API's root.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub queues: Vec<QueueView>,
 }
 
