@@ -22,7 +22,6 @@ mod validate;
 
 pub use cassandra::{CassandraSettings, ConsistencyLevel, SerialConsistencyLevel};
 pub use queues::{Limits, Queue, QueueSettings, TypeLimits, DEFAULT_QUEUE};
-use validate::is_keyspace_name;
 
 /// Prefix of environment overrides.
 pub const ENV_PREFIX: &str = "SCHEDULER__";

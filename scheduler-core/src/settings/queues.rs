@@ -11,8 +11,9 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use super::{is_keyspace_name, CassandraSettings, KafkaSettings, SchedulingSettings, Settings};
+use super::validate::is_keyspace_name;
 use super::{optional_duration, SettingsError};
+use super::{CassandraSettings, KafkaSettings, SchedulingSettings, Settings};
 
 /// The default queue's name (`[kafka]`, `[cassandra]`, `[scheduling]`).
 pub const DEFAULT_QUEUE: &str = "default";
