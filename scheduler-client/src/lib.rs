@@ -19,6 +19,6 @@ pub mod wire;
 pub use partitioner::{murmur2, partition_for};
 pub use scheduler::{validate, ScheduleError, Scheduler, SchedulerConfig, TopicError};
 pub use task::{
-    truncate_to_millis, OnConflict, RunOrder, Task, TaskData, TaskIdentity, TaskKey,
+    truncate_to_millis, GroupMember, OnConflict, RunOrder, Task, TaskData, TaskIdentity, TaskKey,
     DEFAULT_TASK_TYPE,
 };

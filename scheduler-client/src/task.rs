@@ -131,6 +131,48 @@ impl RunOrder {
     }
 }
 
+/// A task's place in a group: a set of tasks (any orderingIds, any times) whose join, the
+/// group-finished call of their task type's handler, runs once every member has a final outcome
+/// (see design.md "Groups"). A group is named by its task type and `id`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct GroupMember {
+    /// The group's id, unique among the groups of the task type.
+    pub id: String,
+    /// This member's number in the group, from 1: a member submitted again with the same
+    /// number is the same member (regenerating a group is idempotent).
+    pub index: u32,
+    /// How many members the group has, if this member knows: at least one member must carry it
+    /// (when the total is not known up front, the last one submitted, as `total/total`).
+    pub total: Option<u32>,
+    /// The first member that fails (retries exhausted, or invalid) cancels the members that
+    /// have not run yet and triggers the join at once.
+    pub fail_fast: bool,
+}
+
+impl GroupMember {
+    /// Member `index` (from 1) of group `id`, the total not known by this member.
+    pub fn new(id: impl Into<String>, index: u32) -> GroupMember {
+        GroupMember {
+            id: id.into(),
+            index,
+            total: None,
+            fail_fast: false,
+        }
+    }
+
+    /// The member, knowing that the group has `total` members.
+    pub fn of(mut self, total: u32) -> GroupMember {
+        self.total = Some(total);
+        self
+    }
+
+    /// The member of a group that fails fast.
+    pub fn fail_fast(mut self) -> GroupMember {
+        self.fail_fast = true;
+        self
+    }
+}
+
 /// The task type of a task that names none: what every record written before task types had.
 pub const DEFAULT_TASK_TYPE: &str = "default";
 
@@ -157,6 +199,11 @@ pub struct Task {
     /// the node that consumed it (`None` on the producer's side, where it is not sent). Tasks
     /// of one `ordering_id` due at the same time run in this order.
     pub enqueue_offset: Option<i64>,
+    /// The group the task belongs to, if any (see [`GroupMember`]).
+    pub group: Option<GroupMember>,
+    /// Set on a group's join task (created by the engine): the id of the group of the task's
+    /// type that finished. Its handler's `group_finished` runs instead of `execute`.
+    pub join_of: Option<String>,
 }
 
 impl Task {
@@ -176,6 +223,8 @@ impl Task {
             priority: 0,
             on_conflict: None,
             enqueue_offset: None,
+            group: None,
+            join_of: None,
         }
     }
 
@@ -188,6 +237,12 @@ impl Task {
     /// The task with a conflict mode for a pending task of its identity.
     pub fn on_conflict(mut self, mode: OnConflict) -> Task {
         self.on_conflict = Some(mode);
+        self
+    }
+
+    /// The task as a member of a group.
+    pub fn in_group(mut self, member: GroupMember) -> Task {
+        self.group = Some(member);
         self
     }
 

@@ -14,6 +14,14 @@
 //! The record's Kafka key is the `orderingId` and its partition is [`crate::partition_for`] of it.
 //! Unknown fields are ignored, so later versions can add fields that v1 readers skip.
 //!
+//! A task may belong to a group (`group`: `id`, `index` from 1, optional `total` and
+//! `failFast`; see [`crate::GroupMember`]); the engine's join task of a group carries `joinOf`,
+//! the group's id:
+//!
+//! ```json
+//! {"version":1,"orderingId":"...","scheduledTime":"...","uniquenessKey":"...","taskData":{},"group":{"id":"recon-x","index":3,"total":100}}
+//! ```
+//!
 //! A task may carry a conflict mode (`onConflict`: `replace`, `keepTime`, `debounce` with
 //! `maxWaitMs`, or `ifAbsent`; see [`crate::OnConflict`]), applied by the owning node to a pending
 //! task of the same identity (orderingId and uniquenessKey).
@@ -53,7 +61,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 use serde_json::Value;
 
-use crate::task::{OnConflict, Task, TaskData, TaskIdentity, TaskKey};
+use crate::task::{GroupMember, OnConflict, Task, TaskData, TaskIdentity, TaskKey};
 
 /// The wire format version this crate writes.
 pub const WIRE_VERSION: u64 = 1;
@@ -70,6 +78,10 @@ pub const MAX_ORDERING_ID_BYTES: usize = 1024;
 
 /// The longest `uniquenessKey`, in UTF-8 bytes (see [`MAX_ORDERING_ID_BYTES`]).
 pub const MAX_UNIQUENESS_KEY_BYTES: usize = 1024;
+
+/// The longest group id (`group.id`, `joinOf`), in UTF-8 bytes: it is the join task's
+/// orderingId.
+pub const MAX_GROUP_ID_BYTES: usize = MAX_ORDERING_ID_BYTES;
 
 /// The longest `taskType`, in bytes.
 pub const MAX_TASK_TYPE_BYTES: usize = 128;
@@ -105,6 +117,39 @@ pub enum ContentError {
     /// ASCII letters, digits and `-_.:/`.
     #[error("taskType {0:?} is not 1 to 128 ASCII letters, digits or -_.:/")]
     BadTaskType(String),
+    /// `group` or `joinOf` breaks its limits (see [`check_group`]).
+    #[error("group {0}")]
+    BadGroup(String),
+}
+
+/// Checks a group membership and a join's group id: ids of 1 to [`MAX_GROUP_ID_BYTES`] bytes,
+/// member numbers from 1, and no number above the total.
+pub fn check_group(
+    member: Option<&GroupMember>,
+    join_of: Option<&str>,
+) -> Result<(), ContentError> {
+    let bad = |why: String| Err(ContentError::BadGroup(why));
+    for id in member.map(|m| m.id.as_str()).into_iter().chain(join_of) {
+        if id.is_empty() || id.len() > MAX_GROUP_ID_BYTES {
+            return bad(format!(
+                "id is {} bytes, not 1 to {MAX_GROUP_ID_BYTES}",
+                id.len()
+            ));
+        }
+    }
+    if let Some(member) = member {
+        if member.index == 0 {
+            return bad("index must be 1 or more".to_string());
+        }
+        match member.total {
+            Some(0) => return bad("total must be 1 or more".to_string()),
+            Some(total) if member.index > total => {
+                return bad(format!("index {} is above the total {total}", member.index))
+            }
+            _ => {}
+        }
+    }
+    Ok(())
 }
 
 /// Checks a task type: 1 to [`MAX_TASK_TYPE_BYTES`] bytes of ASCII letters, digits and `-_.:/`.
@@ -159,6 +204,7 @@ pub fn check_task_data(data: &TaskData) -> Result<(), ContentError> {
 pub fn check_task(task: &Task) -> Result<(), ContentError> {
     check_key(&task.ordering_id, &task.uniqueness_key)?;
     check_task_type(&task.task_type)?;
+    check_group(task.group.as_ref(), task.join_of.as_deref())?;
     check_task_data(&task.task_data)
 }
 
@@ -243,6 +289,9 @@ pub enum DecodeError {
     /// `onConflict` names no mode, or `debounce` comes without `maxWaitMs`.
     #[error("onConflict {0}")]
     BadConflict(String),
+    /// `group` or `joinOf` breaks its limits (see [`check_group`]).
+    #[error("group {0}")]
+    BadGroup(String),
 }
 
 impl From<ContentError> for DecodeError {
@@ -255,6 +304,7 @@ impl From<ContentError> for DecodeError {
             }
             ContentError::TaskDataTooDeep { max } => DecodeError::TaskDataTooDeep { max },
             ContentError::BadTaskType(found) => DecodeError::BadTaskType(found),
+            ContentError::BadGroup(why) => DecodeError::BadGroup(why),
         }
     }
 }
@@ -290,6 +340,7 @@ impl DecodeError {
             DecodeError::FieldTooLong { .. } => "field_too_long",
             DecodeError::BadTaskType(_) => "task_type",
             DecodeError::BadConflict(_) => "conflict",
+            DecodeError::BadGroup(_) => "group",
         }
     }
 }
@@ -310,6 +361,78 @@ struct WireOut<'a> {
     on_conflict: Option<&'static str>,
     #[serde(skip_serializing_if = "Option::is_none")]
     max_wait_ms: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    group: Option<WireGroup>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    join_of: Option<&'a str>,
+}
+
+/// `group` on the wire: `{"id":"...","index":3,"total":200,"failFast":true}` (`total` and
+/// `failFast` optional).
+#[derive(Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct WireGroup {
+    id: String,
+    index: u32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    total: Option<u32>,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    fail_fast: bool,
+}
+
+impl From<&GroupMember> for WireGroup {
+    fn from(member: &GroupMember) -> Self {
+        WireGroup {
+            id: member.id.clone(),
+            index: member.index,
+            total: member.total,
+            fail_fast: member.fail_fast,
+        }
+    }
+}
+
+impl From<WireGroup> for GroupMember {
+    fn from(wire: WireGroup) -> Self {
+        GroupMember {
+            id: wire.id,
+            index: wire.index,
+            total: wire.total,
+            fail_fast: wire.fail_fast,
+        }
+    }
+}
+
+/// A task's group fields as the node stores them (a `grouping` column): the wire's `group` and
+/// `joinOf`, in one JSON object.
+#[derive(Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Grouping {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    group: Option<WireGroup>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    join_of: Option<String>,
+}
+
+/// A task's `group` and `joinOf` as one JSON text, for storage; `None` when it has neither.
+pub fn encode_grouping(task: &Task) -> Option<String> {
+    if task.group.is_none() && task.join_of.is_none() {
+        return None;
+    }
+    let grouping = Grouping {
+        group: task.group.as_ref().map(WireGroup::from),
+        join_of: task.join_of.clone(),
+    };
+    serde_json::to_string(&grouping).ok()
+}
+
+/// `task` with the group fields stored as [`encode_grouping`] wrote them.
+pub fn with_grouping(mut task: Task, stored: Option<&str>) -> Result<Task, serde_json::Error> {
+    if let Some(text) = stored {
+        let grouping: Grouping = serde_json::from_str(text)?;
+        task.group = grouping.group.map(GroupMember::from);
+        task.join_of = grouping.join_of;
+    }
+    Ok(task)
 }
 
 fn is_default_type(task_type: &&str) -> bool {
@@ -338,6 +461,8 @@ struct WireIn<'a> {
     priority: Option<i32>,
     on_conflict: Option<String>,
     max_wait_ms: Option<u64>,
+    group: Option<WireGroup>,
+    join_of: Option<String>,
 }
 
 /// The latest time the wire format carries: RFC 3339 has four-digit years.
@@ -365,6 +490,8 @@ pub fn encode(task: &Task) -> Vec<u8> {
             .on_conflict
             .and_then(OnConflict::max_wait)
             .map(|wait| u64::try_from(wait.as_millis()).unwrap_or(u64::MAX)),
+        group: task.group.as_ref().map(WireGroup::from),
+        join_of: task.join_of.as_deref(),
     };
     // Serializing strings and a JSON map into a Vec cannot fail.
     serde_json::to_vec(&out).unwrap_or_default()
@@ -483,9 +610,13 @@ pub fn decode_record(value: Option<&[u8]>, max_size: usize) -> Result<Record, De
                 }
                 None => crate::task::DEFAULT_TASK_TYPE.to_string(),
             };
-            let task = Task::new(ordering_id, scheduled_time, uniqueness_key, task_data)
+            let group = wire.group.map(GroupMember::from);
+            check_group(group.as_ref(), wire.join_of.as_deref())?;
+            let mut task = Task::new(ordering_id, scheduled_time, uniqueness_key, task_data)
                 .of_type(task_type)
                 .with_priority(wire.priority.unwrap_or(0));
+            task.group = group;
+            task.join_of = wire.join_of;
             match conflict_mode(wire.on_conflict.as_deref(), wire.max_wait_ms)? {
                 Some(mode) => task.on_conflict(mode),
                 None => task,

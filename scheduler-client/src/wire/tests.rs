@@ -335,3 +335,53 @@ fn conflict_modes_and_identity_control_records_have_the_documented_shape() {
         "missing_field"
     );
 }
+
+#[test]
+fn group_members_and_joins_have_the_documented_shape_and_round_trip() {
+    let member = sample().in_group(GroupMember::new("recon-x", 3).of(100).fail_fast());
+    let text = String::from_utf8(encode(&member)).unwrap();
+    assert_eq!(
+        text,
+        r#"{"version":1,"orderingId":"order-1","scheduledTime":"2026-11-22T06:00:00.000Z","uniquenessKey":"u-1","taskData":{"n":3,"to":"ops"},"group":{"id":"recon-x","index":3,"total":100,"failFast":true}}"#
+    );
+    assert_eq!(decode(Some(text.as_bytes()), 1 << 20).unwrap(), member);
+    // Without a total and fail-fast, neither is written.
+    let open = sample().in_group(GroupMember::new("recon-x", 1));
+    let text = String::from_utf8(encode(&open)).unwrap();
+    assert!(text.ends_with(r#""group":{"id":"recon-x","index":1}}"#), "{text}");
+    assert_eq!(decode(Some(text.as_bytes()), 1 << 20).unwrap(), open);
+    let mut join = sample();
+    join.join_of = Some("recon-x".into());
+    let text = String::from_utf8(encode(&join)).unwrap();
+    assert!(text.ends_with(r#""joinOf":"recon-x"}"#), "{text}");
+    assert_eq!(decode(Some(text.as_bytes()), 1 << 20).unwrap(), join);
+    // The stored form carries the same fields back.
+    for task in [member, open, join, sample()] {
+        let stored = encode_grouping(&task);
+        let plain = Task {
+            group: None,
+            join_of: None,
+            ..task.clone()
+        };
+        assert_eq!(with_grouping(plain, stored.as_deref()).unwrap(), task);
+    }
+}
+
+#[test]
+fn bad_groups_are_refused_by_client_check_and_decoder_alike() {
+    let long = "g".repeat(MAX_GROUP_ID_BYTES + 1);
+    for (member, why) in [
+        (GroupMember::new("", 1), "id is 0 bytes"),
+        (GroupMember::new(long.as_str(), 1), "id is 1025 bytes"),
+        (GroupMember::new("g", 0), "index must be 1 or more"),
+        (GroupMember::new("g", 1).of(0), "total must be 1 or more"),
+        (GroupMember::new("g", 4).of(3), "index 4 is above the total 3"),
+    ] {
+        let task = sample().in_group(member);
+        let error = check_task(&task).unwrap_err();
+        assert!(error.to_string().contains(why), "{error}");
+        let decoded = decode(Some(&encode(&task)), 1 << 20).unwrap_err();
+        assert_eq!(decoded.reason(), "group");
+        assert!(decoded.to_string().contains(why), "{decoded}");
+    }
+}
