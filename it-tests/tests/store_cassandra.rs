@@ -1,14 +1,19 @@
 //! The engine's Cassandra store against the real database: schema creation, the schedule's
-//! time-bucketed wide rows read in key order across buckets, and status and attempt records.
+//! time-bucketed wide rows read in key order across buckets, status and attempt records, and
+//! task groups (a task's group fields wherever it is stored, the groups' members and headers).
 
 use chrono::{DateTime, TimeDelta, TimeZone, Utc};
 use it_tests::{unique_name, Stack};
 use std::time::Duration;
 
+use futures::StreamExt;
+use scheduler_client::{GroupMember, OnConflict};
 use scheduler_core::settings::{CassandraSettings, ConsistencyLevel, SerialConsistencyLevel};
 use scheduler_core::store::{
-    AttemptOutcome, AttemptRecord, AttemptStore, CassandraStore, OwnershipStore, ReadCursor,
-    ScheduleStore, StatusRecord, StatusStore, StoreLevels, TaskStatus,
+    AttemptOutcome, AttemptRecord, AttemptStore, CassandraStore, DeadLetter, DeadLetterFilter,
+    DeadLetterStore, DeadReason, GroupKey, GroupStore, IdentityRecord, IdentityStore,
+    MemberOutcome, OwnershipStore, ReadCursor, ScheduleStore, StatusRecord, StatusStore,
+    StoreLevels, TaskStatus,
 };
 use scheduler_core::{Task, TaskKey};
 
@@ -141,6 +146,7 @@ async fn schedule_loads_in_key_order_across_hour_buckets_and_records_outcomes() 
         attempts: 3,
         updated_at: finished,
         last_error: Some("boom".into()),
+        result: None,
     };
     store
         .record_status(5, key.clone(), record.clone())
@@ -394,7 +400,12 @@ async fn consistency_and_retention_settings_reach_the_driver_and_the_schema() {
 
     // The schema keeps the retention (Cassandra 2.1 lists tables in system.schema_columnfamilies,
     // later versions in system_schema.tables).
-    for (table, ttl) in [("task_status", 3600), ("task_attempts", 7200)] {
+    for (table, ttl) in [
+        ("task_status", 3600),
+        ("task_attempts", 7200),
+        // Group members are kept as long as statuses.
+        ("group_members", 3600),
+    ] {
         let read = session
             .query_unpaged(
                 "SELECT default_time_to_live FROM system.schema_columnfamilies \
@@ -437,6 +448,7 @@ async fn consistency_and_retention_settings_reach_the_driver_and_the_schema() {
                 attempts: 1,
                 updated_at: at,
                 last_error: None,
+                result: None,
             },
         )
         .await
@@ -460,4 +472,372 @@ async fn consistency_and_retention_settings_reach_the_driver_and_the_schema() {
         left.is_some_and(|s| (3500..=3600).contains(&s)),
         "TTL left: {left:?}"
     );
+}
+
+async fn drop_keyspace(keyspace: &str) {
+    let session = Stack::from_env().require_cassandra().await;
+    session
+        .query_unpaged(format!("DROP KEYSPACE {keyspace}"), &[])
+        .await
+        .expect("drop keyspace");
+}
+
+/// A group member, a join and a grouped task with a conflict mode keep their group fields through
+/// the schedule (load and read by key), identities and dead letters; a task without them (a
+/// null `grouping`, as in rows from before schema version 4) has no group. A status keeps its
+/// handler's result.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn grouped_and_join_tasks_keep_their_group_everywhere_a_task_is_stored_and_statuses_their_result(
+) {
+    Stack::from_env().require_cassandra().await;
+    let keyspace = unique_name("it_store_grouping");
+    let store = CassandraStore::connect(&settings(&keyspace))
+        .await
+        .expect("connect and create schema");
+    let at = Utc
+        .with_ymd_and_hms(2030, 1, 1, 10, 0, 0)
+        .single()
+        .expect("valid time");
+    let member = task(at, "o1", 1)
+        .of_type("recon")
+        .in_group(GroupMember::new("g-1", 2).of(3).fail_fast());
+    let open_member = task(at, "o2", 2)
+        .of_type("recon")
+        .in_group(GroupMember::new("g-1", 1));
+    let mut join = task(at + TimeDelta::seconds(1), "o3", 3).of_type("recon");
+    join.join_of = Some("g-1".into());
+    let identity_member = task(at + TimeDelta::seconds(2), "o4", 4)
+        .of_type("recon")
+        .on_conflict(OnConflict::Debounce {
+            max_wait: Duration::from_secs(60),
+        })
+        .in_group(GroupMember::new("g-2", 1).of(1));
+    let plain = task(at + TimeDelta::seconds(3), "o5", 5);
+    let tasks = vec![
+        member.clone(),
+        open_member.clone(),
+        join.clone(),
+        identity_member.clone(),
+        plain.clone(),
+    ];
+    let refused = store.persist(7, tasks.clone()).await.expect("persist");
+    assert!(refused.is_empty(), "{refused:?}");
+
+    let mut expected = tasks.clone();
+    expected.sort_by_key(Task::key);
+    let loaded = store
+        .load(7, ReadCursor::From(at), at + TimeDelta::hours(1), 100)
+        .await
+        .expect("load");
+    assert_eq!(loaded, expected, "loaded whole, group fields included");
+    for task in &tasks {
+        let read = store
+            .scheduled_task(7, task.key())
+            .await
+            .expect("task read");
+        assert_eq!(read.as_ref(), Some(task), "read by key");
+    }
+    assert_eq!(loaded.last().and_then(|t| t.group.clone()), None);
+
+    // Identities.
+    for task in [&identity_member, &plain] {
+        let record = IdentityRecord {
+            task: task.clone(),
+            first_time: at,
+            offset: 17,
+        };
+        store
+            .record_identity(7, record.clone())
+            .await
+            .expect("identity write");
+        let read = store
+            .identity(7, task.identity())
+            .await
+            .expect("identity read");
+        assert_eq!(read, Some(record), "identity of {}", task.key());
+    }
+
+    // Dead letters, read by key and listed.
+    for task in [&member, &join, &plain] {
+        store
+            .add_dead_letter(DeadLetter {
+                partition: 7,
+                task: task.clone(),
+                attempts: 3,
+                last_error: "boom".into(),
+                reason: DeadReason::RetriesExhausted,
+                dead_at: at,
+                redriven_at: None,
+                redrives: 0,
+            })
+            .await
+            .expect("dead-letter write");
+        let letter = store
+            .dead_letter(task.key())
+            .await
+            .expect("dead-letter read")
+            .expect("the dead letter");
+        assert_eq!(
+            (&letter.task.group, &letter.task.join_of),
+            (&task.group, &task.join_of),
+            "dead letter of {}",
+            task.key()
+        );
+    }
+    let listed = store
+        .dead_letters(
+            DeadLetterFilter {
+                task_type: Some("recon".into()),
+                from: at,
+                to: at + TimeDelta::days(1),
+                include_redriven: true,
+            },
+            None,
+            10,
+        )
+        .await
+        .expect("dead-letter list");
+    let groups: Vec<_> = listed
+        .iter()
+        .map(|l| (l.task.group.clone(), l.task.join_of.clone()))
+        .collect();
+    assert_eq!(
+        groups,
+        [
+            (member.group.clone(), None),
+            (None, Some("g-1".to_string()))
+        ]
+    );
+
+    // A status keeps its result; one without, and a cancellation, have none.
+    let with_result = StatusRecord {
+        status: TaskStatus::Completed,
+        attempts: 1,
+        updated_at: at,
+        last_error: None,
+        result: Some(serde_json::json!({ "rows": 3, "files": ["a", "b"], "ratio": 0.5 })),
+    };
+    store
+        .record_status(7, member.key(), with_result.clone())
+        .await
+        .expect("status write");
+    assert_eq!(
+        store.status(7, member.key()).await.expect("status read"),
+        Some(with_result)
+    );
+    let without = StatusRecord {
+        status: TaskStatus::Failed,
+        attempts: 2,
+        updated_at: at,
+        last_error: Some("boom".into()),
+        result: None,
+    };
+    store
+        .record_status(7, plain.key(), without.clone())
+        .await
+        .expect("status write");
+    assert_eq!(
+        store.status(7, plain.key()).await.expect("status read"),
+        Some(without)
+    );
+    assert_eq!(
+        store.cancel(7, join.key(), at).await.expect("cancel"),
+        None,
+        "the cancellation is recorded"
+    );
+    let cancelled = store
+        .status(7, join.key())
+        .await
+        .expect("status read")
+        .expect("the cancellation");
+    assert_eq!(
+        (cancelled.status, cancelled.result),
+        (TaskStatus::Cancelled, None)
+    );
+    drop_keyspace(&keyspace).await;
+}
+
+fn outcome(index: u32, status: TaskStatus, millis: i64) -> MemberOutcome {
+    let finished_at = Utc
+        .timestamp_millis_opt(1_900_000_000_000 + millis)
+        .single()
+        .expect("valid time");
+    MemberOutcome {
+        index,
+        key: TaskKey {
+            scheduled_time: finished_at - TimeDelta::minutes(1),
+            ordering_id: format!("o{index}"),
+            uniqueness_key: format!("u{index}"),
+        },
+        status,
+        error: match status {
+            TaskStatus::Failed | TaskStatus::Dropped => Some(format!("member {index} failed")),
+            _ => None,
+        },
+        result: None,
+        finished_at,
+    }
+}
+
+/// `group_members`: a member's row and the header (statics) the members write; the total written
+/// by one member is not erased by another without it, a member written again is one row, the
+/// group is finished exactly when its last member is recorded; in a fail-fast group the first
+/// failure is `failed_by` and stays so, a cancelled member is no failure. A partition holding
+/// only a header reads as a group without members, and a group of thousands reads whole.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn group_members_and_headers_round_trip_and_the_first_failure_of_a_fail_fast_group_stays() {
+    let stack = Stack::from_env();
+    let session = stack.require_cassandra().await;
+    let keyspace = unique_name("it_store_groups");
+    let store = CassandraStore::connect(&settings(&keyspace))
+        .await
+        .expect("connect and create schema");
+    let group = |id: &str| GroupKey {
+        task_type: "recon".into(),
+        id: id.into(),
+    };
+
+    // All members finish: the total comes with member 2 only.
+    let g = group("all");
+    assert_eq!(store.group(g.clone()).await.expect("read"), None);
+    assert_eq!(store.group_failed_by(g.clone()).await.expect("read"), None);
+    let two = outcome(2, TaskStatus::Completed, 2);
+    store
+        .record_member(g.clone(), two.clone(), Some(3), false)
+        .await
+        .expect("member write");
+    let state = store.group(g.clone()).await.expect("read").expect("group");
+    assert_eq!(
+        (state.total, state.fail_fast, state.failed_by),
+        (Some(3), false, None)
+    );
+    assert_eq!(state.members, std::slice::from_ref(&two));
+    assert!(!state.is_finished());
+
+    // Member 1 twice, without the total: first failed, then completed with a result. One row,
+    // the second write's (its null error included); the total stays.
+    store
+        .record_member(g.clone(), outcome(1, TaskStatus::Failed, 1), None, false)
+        .await
+        .expect("member write");
+    let one = MemberOutcome {
+        result: Some(serde_json::json!({ "rows": 12 })),
+        ..outcome(1, TaskStatus::Completed, 5)
+    };
+    store
+        .record_member(g.clone(), one.clone(), None, false)
+        .await
+        .expect("member write again");
+    let state = store.group(g.clone()).await.expect("read").expect("group");
+    assert_eq!(state.total, Some(3), "not erased by members without it");
+    assert_eq!(state.members, [one.clone(), two.clone()]);
+    assert!(!state.is_finished());
+
+    let three = outcome(3, TaskStatus::Dropped, 3);
+    store
+        .record_member(g.clone(), three.clone(), None, false)
+        .await
+        .expect("member write");
+    let state = store.group(g.clone()).await.expect("read").expect("group");
+    assert_eq!(state.members, [one, two, three], "by number");
+    assert!(state.is_finished(), "the last member finishes it");
+    assert_eq!(
+        state.failed_by, None,
+        "not fail-fast: a failure is an outcome"
+    );
+    assert_eq!(store.group_failed_by(g).await.expect("read"), None);
+
+    // Fail fast: a cancelled member is no failure, the first failure stays.
+    let g = group("fast");
+    store
+        .record_member(
+            g.clone(),
+            outcome(1, TaskStatus::Cancelled, 1),
+            Some(5),
+            true,
+        )
+        .await
+        .expect("member write");
+    assert_eq!(store.group_failed_by(g.clone()).await.expect("read"), None);
+    let state = store.group(g.clone()).await.expect("read").expect("group");
+    assert!(state.fail_fast && !state.is_finished());
+    store
+        .record_member(g.clone(), outcome(4, TaskStatus::Failed, 2), None, true)
+        .await
+        .expect("member write");
+    assert_eq!(
+        store.group_failed_by(g.clone()).await.expect("read"),
+        Some(4)
+    );
+    store
+        .record_member(g.clone(), outcome(2, TaskStatus::Dropped, 3), None, true)
+        .await
+        .expect("member write");
+    assert_eq!(
+        store.group_failed_by(g.clone()).await.expect("read"),
+        Some(4),
+        "a second failure does not replace the first"
+    );
+    // A member that does not say fail-fast neither clears the flag nor sets `failed_by`.
+    store
+        .record_member(g.clone(), outcome(3, TaskStatus::Failed, 4), None, false)
+        .await
+        .expect("member write");
+    let state = store.group(g.clone()).await.expect("read").expect("group");
+    assert_eq!(
+        (state.total, state.fail_fast, state.failed_by),
+        (Some(5), true, Some(4))
+    );
+    assert_eq!(
+        state.members.iter().map(|m| m.index).collect::<Vec<_>>(),
+        [1, 2, 3, 4]
+    );
+    assert!(
+        state.is_finished(),
+        "finished by the failure, members missing"
+    );
+
+    // A partition with only its header (statics, no member row).
+    session
+        .query_unpaged(
+            format!(
+                "INSERT INTO {keyspace}.group_members (task_type, group_id, total) \
+                 VALUES ('recon', 'header', 4)"
+            ),
+            &[],
+        )
+        .await
+        .expect("header only");
+    let state = store
+        .group(group("header"))
+        .await
+        .expect("read")
+        .expect("the header");
+    assert_eq!((state.total, state.members.len()), (Some(4), 0));
+    assert!(!state.is_finished());
+
+    // A group larger than a page, written in any order.
+    let g = group("large");
+    let total = 2_500u32;
+    futures::stream::iter((1..=total).rev())
+        .map(|index| {
+            let (store, g) = (store.clone(), g.clone());
+            let known = (index == total).then_some(total);
+            async move {
+                let outcome = outcome(index, TaskStatus::Completed, i64::from(index));
+                store.record_member(g, outcome, known, false).await
+            }
+        })
+        .buffer_unordered(32)
+        .for_each(|written| async move { written.expect("member write") })
+        .await;
+    let state = store.group(g).await.expect("read").expect("group");
+    assert_eq!(state.total, Some(total));
+    assert_eq!(
+        state.members.iter().map(|m| m.index).collect::<Vec<_>>(),
+        (1..=total).collect::<Vec<_>>(),
+        "every member, by number, across pages"
+    );
+    assert!(state.is_finished());
+    drop_keyspace(&keyspace).await;
 }

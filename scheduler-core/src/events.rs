@@ -110,6 +110,7 @@ mod tests {
             attempts: 3,
             updated_at: at,
             last_error: Some("boom".into()),
+            result: None,
         };
         assert_eq!(
             event_json(&key, &record),

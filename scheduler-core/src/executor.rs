@@ -16,7 +16,7 @@ use crate::clock::Clock;
 pub use crate::handlers::Handlers;
 use crate::lease::LeaseState;
 use crate::slots::{PrioritySlots, SlotPermit};
-use crate::store::DeadLetter;
+use crate::store::{DeadLetter, GroupKey, MemberOutcome};
 
 /// Runs tasks. Implement it with
 /// `async fn execute(&self, task: &Task, ctx: &TaskContext) -> Result<(), TaskError>`.
@@ -41,6 +41,50 @@ pub trait TaskExecutor: Send + Sync + 'static {
         let _ = letter;
         async {}
     }
+
+    /// The join of a group of this handler's type: called once every member has a final
+    /// outcome (or a member of a fail-fast group failed), with the members' outcomes and
+    /// results. `task` is the join task (`join_of` names the group). It is a task like any
+    /// other: at-least-once, retried on a retryable error, a dead letter when it gives up.
+    /// Does nothing unless implemented.
+    fn group_finished(
+        &self,
+        task: &Task,
+        group: &GroupOutcome,
+        ctx: &TaskContext,
+    ) -> impl Future<Output = Result<(), TaskError>> + Send {
+        let _ = (task, group, ctx);
+        async { Ok(()) }
+    }
+}
+
+/// A finished group, as its join sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GroupOutcome {
+    /// The group: its members' task type and its id.
+    pub group: GroupKey,
+    /// How many members it has (`None` if no finished member carried the total: only a
+    /// fail-fast group can finish so).
+    pub total: Option<u32>,
+    /// The member whose failure finished a fail-fast group early, if one did.
+    pub failed_by: Option<u32>,
+    /// The outcome of every member that finished, by number (under fail-fast, the members
+    /// cancelled after the join was triggered may be missing).
+    pub members: Vec<MemberOutcome>,
+}
+
+/// The largest result a handler may set, in bytes of JSON: results are stored with the task's
+/// status and read, all of a group's, by its join.
+pub const MAX_RESULT_BYTES: usize = 16 * 1024;
+
+/// A result larger than [`MAX_RESULT_BYTES`].
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("the task's result is {bytes} bytes of JSON, over the {max}-byte limit")]
+pub struct ResultTooLarge {
+    /// Its size.
+    pub bytes: usize,
+    /// The limit.
+    pub max: usize,
 }
 
 /// Why a running call is asked to stop.
@@ -68,6 +112,10 @@ pub struct TaskContext {
     attempt: u32,
     tree: watch::Receiver<Option<StopReason>>,
     lease: watch::Receiver<LeaseState>,
+    /// What the call sets with [`TaskContext::set_result`] (shared with the lifecycle).
+    result: Arc<std::sync::Mutex<Option<serde_json::Value>>>,
+    /// The finished group, for a join's call.
+    group: Option<Arc<GroupOutcome>>,
 }
 
 impl TaskContext {
@@ -84,7 +132,43 @@ impl TaskContext {
             attempt,
             tree,
             lease,
+            result: Arc::default(),
+            group: None,
         }
+    }
+
+    /// The context of a join's call, with its finished group.
+    pub(crate) fn with_group(mut self, group: Arc<GroupOutcome>) -> Self {
+        self.group = Some(group);
+        self
+    }
+
+    /// The finished group, when this call is a group's join.
+    pub fn group(&self) -> Option<&GroupOutcome> {
+        self.group.as_deref()
+    }
+
+    /// Sets the task's result: a small JSON value (at most [`MAX_RESULT_BYTES`]) stored with its
+    /// final status if this attempt succeeds, and handed to its group's join. A later call
+    /// replaces it.
+    pub fn set_result(&self, result: serde_json::Value) -> Result<(), ResultTooLarge> {
+        let bytes = result.to_string().len();
+        if bytes > MAX_RESULT_BYTES {
+            return Err(ResultTooLarge {
+                bytes,
+                max: MAX_RESULT_BYTES,
+            });
+        }
+        *self
+            .result
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(result);
+        Ok(())
+    }
+
+    /// Where the call's result lands, for the lifecycle to take once the call returns.
+    pub(crate) fn result_slot(&self) -> ResultSlot {
+        ResultSlot(Arc::clone(&self.result))
     }
 
     /// A context for calling an executor outside a node (tests, tools): never asked to stop.
@@ -144,6 +228,19 @@ impl TaskContext {
                 changed = lease.changed() => if changed.is_err() { std::future::pending::<()>().await },
             }
         }
+    }
+}
+
+/// The result a call set, taken by the lifecycle after the call.
+pub(crate) struct ResultSlot(Arc<std::sync::Mutex<Option<serde_json::Value>>>);
+
+impl ResultSlot {
+    /// The result set, if any.
+    pub(crate) fn take(&self) -> Option<serde_json::Value> {
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take()
     }
 }
 

@@ -19,8 +19,15 @@ pub(crate) trait DynTaskExecutor: Send + Sync + 'static {
 }
 
 impl<E: TaskExecutor> DynTaskExecutor for E {
+    /// A join's call (its context carries the finished group) goes to `group_finished`.
     fn execute_boxed(&self, task: Task, ctx: TaskContext) -> BoxFuture<'_, Result<(), TaskError>> {
-        async move { self.execute(&task, &ctx).await }.boxed()
+        async move {
+            match ctx.group() {
+                Some(group) => self.group_finished(&task, group, &ctx).await,
+                None => self.execute(&task, &ctx).await,
+            }
+        }
+        .boxed()
     }
 
     fn dead_lettered_boxed(&self, letter: DeadLetter) -> BoxFuture<'_, ()> {

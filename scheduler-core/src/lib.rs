@@ -16,9 +16,11 @@ mod actors;
 mod admin;
 mod cancel_gate;
 mod clock;
+mod enqueue;
 mod epoch;
 mod events;
 pub mod executor;
+mod groups;
 mod handlers;
 mod identity;
 mod in_flight;
@@ -37,8 +39,8 @@ pub use admin::api as admin_api;
 #[cfg(test)]
 mod simulation;
 
-pub use executor::{Handlers, StopReason, TaskContext, TaskError, TaskExecutor};
+pub use executor::{GroupOutcome, Handlers, StopReason, TaskContext, TaskError, TaskExecutor};
 pub use node::{NodeBuilder, NodeError, SchedulerNode};
-pub use scheduler_client::{Task, TaskData, TaskKey};
+pub use scheduler_client::{GroupMember, Task, TaskData, TaskKey};
 pub use settings::Settings;
-pub use store::{DeadLetter, DeadReason, StatusRecord, TaskStatus};
+pub use store::{DeadLetter, DeadReason, GroupKey, MemberOutcome, StatusRecord, TaskStatus};

@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use chrono::Utc;
 use scheduler_core::settings::Settings;
-use scheduler_core::{SchedulerNode, Task, TaskContext, TaskError, TaskExecutor};
+use scheduler_core::{GroupOutcome, SchedulerNode, Task, TaskContext, TaskError, TaskExecutor};
 use serde_json::json;
 
 /// Appends JSON lines to the node's log, one `write` each.
@@ -44,7 +44,7 @@ struct Recorder {
 }
 
 impl TaskExecutor for Recorder {
-    async fn execute(&self, task: &Task, _ctx: &TaskContext) -> Result<(), TaskError> {
+    async fn execute(&self, task: &Task, ctx: &TaskContext) -> Result<(), TaskError> {
         let start = Utc::now();
         // A task may ask for more work (`"work_ms"` in its data), to be caught running by a fault.
         let work = task
@@ -60,6 +60,36 @@ impl TaskExecutor for Recorder {
             "scheduled_ms": task.scheduled_time.timestamp_millis(),
             "start_ms": start.timestamp_millis(),
             "end_ms": Utc::now().timestamp_millis(),
+        }));
+        if task.task_data.get("fail").and_then(|v| v.as_bool()) == Some(true) {
+            return Err(TaskError::invalid("asked to fail"));
+        }
+        // A group member's result: the node that ran it.
+        if task.group.is_some() {
+            ctx.set_result(json!({ "node": self.log.node }))
+                .map_err(|e| TaskError::invalid(e.to_string()))?;
+        }
+        Ok(())
+    }
+
+    /// A join: logged with what it was given.
+    async fn group_finished(
+        &self,
+        task: &Task,
+        group: &GroupOutcome,
+        _ctx: &TaskContext,
+    ) -> Result<(), TaskError> {
+        let statuses: Vec<&str> = group.members.iter().map(|m| m.status.as_str()).collect();
+        let results = group.members.iter().filter(|m| m.result.is_some()).count();
+        self.log.append(json!({
+            "join_of": task.join_of,
+            "task_type": task.task_type,
+            "total": group.total,
+            "failed_by": group.failed_by,
+            "members": group.members.len(),
+            "statuses": statuses,
+            "results": results,
+            "start_ms": Utc::now().timestamp_millis(),
         }));
         Ok(())
     }

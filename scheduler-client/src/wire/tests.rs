@@ -348,7 +348,10 @@ fn group_members_and_joins_have_the_documented_shape_and_round_trip() {
     // Without a total and fail-fast, neither is written.
     let open = sample().in_group(GroupMember::new("recon-x", 1));
     let text = String::from_utf8(encode(&open)).unwrap();
-    assert!(text.ends_with(r#""group":{"id":"recon-x","index":1}}"#), "{text}");
+    assert!(
+        text.ends_with(r#""group":{"id":"recon-x","index":1}}"#),
+        "{text}"
+    );
     assert_eq!(decode(Some(text.as_bytes()), 1 << 20).unwrap(), open);
     let mut join = sample();
     join.join_of = Some("recon-x".into());
@@ -375,7 +378,10 @@ fn bad_groups_are_refused_by_client_check_and_decoder_alike() {
         (GroupMember::new(long.as_str(), 1), "id is 1025 bytes"),
         (GroupMember::new("g", 0), "index must be 1 or more"),
         (GroupMember::new("g", 1).of(0), "total must be 1 or more"),
-        (GroupMember::new("g", 4).of(3), "index 4 is above the total 3"),
+        (
+            GroupMember::new("g", 4).of(3),
+            "index 4 is above the total 3",
+        ),
     ] {
         let task = sample().in_group(member);
         let error = check_task(&task).unwrap_err();

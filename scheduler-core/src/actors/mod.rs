@@ -41,6 +41,7 @@ use std::sync::Arc;
 use actix::Message;
 
 use crate::clock::Clock;
+use crate::enqueue::Enqueuer;
 use crate::events::EventPublisher;
 use crate::executor::CallPool;
 use crate::in_flight::InFlightGauges;
@@ -145,6 +146,8 @@ pub struct PartitionDeps {
     pub metrics: Arc<Metrics>,
     /// Where completion events go, when enabled.
     pub events: Option<EventPublisher>,
+    /// Enqueues the tasks the engine creates (a group's join) on the scheduler's topic.
+    pub enqueuer: Arc<dyn Enqueuer>,
 }
 
 /// Why a partition tree did not serve a request: the store failed, or the tree is stopping.
@@ -153,6 +156,9 @@ pub enum TreeError {
     /// A Cassandra operation failed.
     #[error(transparent)]
     Store(#[from] StoreError),
+    /// Enqueueing a task the engine creates (a group's join) failed.
+    #[error(transparent)]
+    Enqueue(#[from] crate::enqueue::EnqueueError),
     /// The tree, or the actor asked, is stopping: the request is left to the next tree.
     #[error("{doing}: the partition is stopping")]
     Stopping {
@@ -171,6 +177,15 @@ pub enum TreeError {
         /// The epoch stored now.
         current: u64,
     },
+}
+
+impl From<crate::groups::GroupStepError> for TreeError {
+    fn from(error: crate::groups::GroupStepError) -> Self {
+        match error {
+            crate::groups::GroupStepError::Store(e) => TreeError::Store(e),
+            crate::groups::GroupStepError::Enqueue(e) => TreeError::Enqueue(e),
+        }
+    }
 }
 
 /// The result of a request to a partition tree.

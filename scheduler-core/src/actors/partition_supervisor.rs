@@ -251,6 +251,7 @@ impl Actor for PartitionSupervisor {
                 ownership: ownership.clone(),
                 cancels,
                 lease,
+                enqueuer: deps.enqueuer.clone(),
             },
             deps.settings.persist_timeout,
         ));

@@ -29,6 +29,7 @@
 //! it stays in Cassandra for the next tree. After the call, the outcome is recorded if the tree
 //! still owns the partition.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use actix::Addr;
@@ -39,13 +40,14 @@ use tracing::{debug, warn, Instrument};
 use super::partition_ownership::{CheckOwnership, Ownership, PartitionOwnership};
 use super::{PartitionDeps, TreeError};
 use crate::cancel_gate::{Armed, CancelGate};
-use crate::executor::{Called, ExecutionOutcome, StopReason, TaskContext, TaskError};
+use crate::executor::{Called, ExecutionOutcome, GroupOutcome, StopReason, TaskContext, TaskError};
+use crate::groups;
 use crate::in_flight::Pin;
 use crate::lease::{LeaseHold, TreeLease};
 use crate::retry::{backoff_delay, exponential_period};
 use crate::store::{
-    AttemptOutcome, AttemptRecord, DeadLetter, DeadReason, PartitionId, StatusRecord, StoreResult,
-    TaskStatus,
+    AttemptOutcome, AttemptRecord, DeadLetter, DeadReason, MemberOutcome, PartitionId,
+    StatusRecord, StoreResult, TaskStatus,
 };
 use futures::future::OptionFuture;
 
@@ -202,13 +204,26 @@ impl TaskRun {
                 self.wait_for_handler(&task.task_type).await?;
                 continue;
             }
+            // A member of a fail-fast group that failed meanwhile is cancelled, not run.
+            if let Some(failed_by) = self.group_failed_by(&task).await? {
+                drop((hold, armed));
+                let why = format!("its group failed fast: member {failed_by} failed");
+                debug!(partition, task = %self.key, failed_by, "cancelled by its fail-fast group");
+                return self
+                    .record_final(&task, TaskStatus::Cancelled, Some(why), None)
+                    .await;
+            }
+            // A join is called with its group as stored now (every member's outcome is there:
+            // each was written before the read that triggered the join).
+            let group = self.joined_group(&task).await?;
             // 5. Its time, then a slot, then 6. the call: waited for on the pool's runtime, so
             // that a busy actor thread does not make the call late. The checks still hold if
             // the lease stayed live without a break since step 2 (else a newer tree may have
             // taken the task over: a pause of the process, a step retried past the TTL) and no
             // cancel reached the task since its status read.
             self.attempts += 1;
-            let context = self.context(epoch, &hold);
+            let context = self.context(epoch, &hold, group.clone());
+            let result_slot = context.result_slot();
             let called = self
                 .deps
                 .pool
@@ -217,7 +232,7 @@ impl TaskRun {
                     (hold, armed),
                     checks_hold,
                     task.clone(),
-                    context,
+                    context.clone(),
                     self.span.clone(),
                     self.stop.clone(),
                 )
@@ -247,7 +262,8 @@ impl TaskRun {
                     }
                     let held = (hold, armed);
                     if checks_hold(&held) {
-                        let context = self.context(epoch, &held.0);
+                        // (The same context: its result lands where the lifecycle takes it.)
+                        let context = context.clone();
                         let pool = &self.deps.pool;
                         pool.call_in_slot(slot, held, task.clone(), context, self.span.clone())
                             .await
@@ -325,11 +341,18 @@ impl TaskRun {
                 .await?;
             }
             let (reason, after) = match result {
-                Ok(()) => return self.record_final(TaskStatus::Completed, None).await,
+                Ok(()) => {
+                    let result = result_slot.take();
+                    return self
+                        .record_final(&task, TaskStatus::Completed, None, result)
+                        .await;
+                }
                 Err(TaskError::Invalid(reason)) => {
                     self.dead_letter(&task, DeadReason::Invalid, &reason)
                         .await?;
-                    return self.record_final(TaskStatus::Dropped, Some(reason)).await;
+                    return self
+                        .record_final(&task, TaskStatus::Dropped, Some(reason), None)
+                        .await;
                 }
                 Err(TaskError::Retry { reason, after }) => (reason, after),
             };
@@ -339,7 +362,9 @@ impl TaskRun {
                     .retries_exhausted(partition, &self.key, self.attempts, &reason);
                 self.dead_letter(&task, DeadReason::RetriesExhausted, &reason)
                     .await?;
-                return self.record_final(TaskStatus::Failed, Some(reason)).await;
+                return self
+                    .record_final(&task, TaskStatus::Failed, Some(reason), None)
+                    .await;
             }
             let delay = after.unwrap_or_else(|| {
                 backoff_delay(
@@ -371,15 +396,92 @@ impl TaskRun {
         ExecutionOutcome::AlreadyFinished
     }
 
-    /// The context of the attempt about to be made, under `epoch` and `hold`'s lease.
-    fn context(&self, epoch: u64, hold: &LeaseHold) -> TaskContext {
-        TaskContext::new(
+    /// The context of the attempt about to be made, under `epoch` and `hold`'s lease (with its
+    /// finished group, for a join).
+    fn context(
+        &self,
+        epoch: u64,
+        hold: &LeaseHold,
+        group: Option<Arc<GroupOutcome>>,
+    ) -> TaskContext {
+        let context = TaskContext::new(
             self.partition,
             epoch,
             self.attempts,
             self.stop.clone(),
             hold.watch(),
-        )
+        );
+        match group {
+            Some(group) => context.with_group(group),
+            None => context,
+        }
+    }
+
+    /// For a member of a fail-fast group: the member whose failure finished the group, unless
+    /// it is this one (run again after a crash, it runs on).
+    async fn group_failed_by(&mut self, task: &Task) -> Result<Option<u32>, Halt> {
+        let Some(member) = task.group.as_ref().filter(|m| m.fail_fast) else {
+            return Ok(None);
+        };
+        let (store, group) = (
+            self.deps.store.clone(),
+            groups::key_of(&task.task_type, &member.id),
+        );
+        let failed_by = self
+            .store_step("group read", || store.group_failed_by(group.clone()))
+            .await?;
+        Ok(failed_by.filter(|by| *by != member.index))
+    }
+
+    /// For a join: its group as stored now (empty if nothing was stored, e.g. past retention).
+    async fn joined_group(&mut self, task: &Task) -> Result<Option<Arc<GroupOutcome>>, Halt> {
+        let Some(id) = task.join_of.as_ref() else {
+            return Ok(None);
+        };
+        let (store, group) = (self.deps.store.clone(), groups::key_of(&task.task_type, id));
+        let state = self
+            .store_step("group read", || store.group(group.clone()))
+            .await?;
+        let outcome = groups::outcome_of(group, state.unwrap_or_default());
+        Ok(Some(Arc::new(outcome)))
+    }
+
+    /// For a member of a group, as owner: records its final outcome in the group and enqueues
+    /// the join if that finishes the group (before the member's own status, so a member with a
+    /// final status always has its outcome in the group; a crash in between runs it again).
+    async fn record_in_group(&mut self, task: &Task, record: &StatusRecord) -> Result<(), Halt> {
+        let Some(member) = task.group.clone() else {
+            return Ok(());
+        };
+        let outcome = MemberOutcome {
+            index: member.index,
+            key: self.key.clone(),
+            status: record.status,
+            error: record.last_error.clone(),
+            result: record.result.clone(),
+            finished_at: record.updated_at,
+        };
+        self.owner(None).await?;
+        let (store, enqueuer, now) = (
+            self.deps.store.clone(),
+            self.deps.enqueuer.clone(),
+            record.updated_at,
+        );
+        let joined = self
+            .store_step("group outcome", || {
+                groups::member_finished(
+                    store.clone(),
+                    enqueuer.clone(),
+                    task.clone(),
+                    member.clone(),
+                    outcome.clone(),
+                    now,
+                )
+            })
+            .await?;
+        debug!(partition = self.partition, task = %self.key, group = %member.id,
+            index = member.index, joined, "outcome recorded in its group");
+        Ok(())
     }
 
     /// The tree's epoch, if it still owns the partition (by a read begun after `read_after`).
@@ -498,19 +600,24 @@ impl TaskRun {
         Ok(())
     }
 
-    /// Records the final status, as owner, confirming ownership again before every retry of the
-    /// write; then takes the task out of the schedule and announces the outcome.
+    /// Records the final status (and, for a group's member, first its outcome in the group), as
+    /// owner, confirming ownership again before every retry of the write; then takes the task
+    /// out of the schedule and announces the outcome.
     async fn record_final(
         &mut self,
+        task: &Task,
         status: TaskStatus,
         last_error: Option<String>,
+        result: Option<serde_json::Value>,
     ) -> Result<ExecutionOutcome, Halt> {
         let record = StatusRecord {
             status,
             attempts: self.attempts,
             updated_at: self.deps.clock.now(),
             last_error,
+            result,
         };
+        self.record_in_group(task, &record).await?;
         loop {
             self.owner(None).await?;
             match self

@@ -40,7 +40,9 @@ use super::partition_scheduler::{PartitionScheduler, ScheduleTasks, UnscheduleTa
 use super::{PolledTasks, StopActor, TreeError, TreeResult};
 use crate::cancel_gate::CancelGate;
 use crate::clock::Clock;
+use crate::enqueue::Enqueuer;
 use crate::executor::StopReason;
+use crate::groups;
 use crate::identity;
 use crate::in_flight::InFlight;
 use crate::lease::TreeLease;
@@ -48,8 +50,8 @@ use crate::metrics::{Metrics, ParkReason, Parked};
 use crate::retry::exponential_period;
 use crate::store::pages::{load_whole_ties, TieCursor};
 use crate::store::{
-    last_of_each_key, schedule_start, PartitionId, ReadCursor, ScheduleStore, StoreError,
-    StoreResult, TaskStore, WRITE_CONCURRENCY,
+    last_of_each_key, schedule_start, MemberOutcome, PartitionId, ReadCursor, ScheduleStore,
+    StoreError, StoreResult, TaskStatus, TaskStore, WRITE_CONCURRENCY,
 };
 
 /// How often the low-water mark is considered for advancing.
@@ -121,6 +123,8 @@ pub struct TaskPersistence {
     epoch: u64,
     /// The low-water mark as stored.
     low_water: DateTime<Utc>,
+    /// Enqueues a group's join when a cancel finishes the group.
+    enqueuer: Arc<dyn Enqueuer>,
 }
 
 /// Where a partition's persistence sends tasks, and the limit on what it may hold in memory.
@@ -146,6 +150,8 @@ pub struct PersistenceLinks {
     /// The tree's running-task lease: told, at the start, what earlier trees left (their
     /// running calls, the tasks marked retrying), so tasks know whether to read attempts.
     pub lease: TreeLease,
+    /// Enqueues a group's join when a cancel finishes the group.
+    pub enqueuer: Arc<dyn Enqueuer>,
 }
 
 impl TaskPersistence {
@@ -175,6 +181,7 @@ impl TaskPersistence {
             lease: links.lease,
             epoch: 0,
             low_water: start,
+            enqueuer: links.enqueuer,
         }
     }
 
@@ -457,6 +464,7 @@ impl Handler<PersistTasks> for TaskPersistence {
         let gate = self.cancels.clone();
         let cancelled_at = self.clock.now();
         let timeout = self.persist_timeout;
+        let enqueuer = Arc::clone(&self.enqueuer);
         let work = async move {
             // Records acting on identities come to tasks, superseded tasks and cancels.
             let resolved = identity::resolve(&store, partition, by_identity, &metrics).await?;
@@ -498,6 +506,7 @@ impl Handler<PersistTasks> for TaskPersistence {
             };
             let mut cancelled = apply_cancels(
                 Arc::clone(&store),
+                &enqueuer,
                 &metrics,
                 partition,
                 cancels,
@@ -569,38 +578,60 @@ where
 }
 
 /// Records the cancellation of each of `cancels` (unless it already finished) and takes it out
-/// of the schedule; returns the keys cancelled. Applied `WRITE_CONCURRENCY` at a time, so a
-/// large batch of cancels completes within the persist timeout.
+/// of the schedule; returns the keys cancelled. A cancelled member of a group records its
+/// outcome in the group first (which may trigger the join), also when the cancel was recorded
+/// by an earlier try of the batch: the task leaves the schedule only after. Applied
+/// `WRITE_CONCURRENCY` at a time, so a large batch of cancels completes within the persist
+/// timeout.
 async fn apply_cancels(
     store: Arc<dyn TaskStore>,
+    enqueuer: &Arc<dyn Enqueuer>,
     metrics: &Metrics,
     partition: PartitionId,
     cancels: Vec<TaskKey>,
     at: DateTime<Utc>,
-) -> StoreResult<Vec<TaskKey>> {
+) -> TreeResult<Vec<TaskKey>> {
     futures::stream::iter(cancels)
         .map(|key| {
             let store = Arc::clone(&store);
             async move {
-                match store.cancel(partition, key.clone(), at).await {
+                let cancelled = match store.cancel(partition, key.clone(), at).await {
                     Ok(None) => {
                         metrics.cancelled(partition, &key);
-                        if let Err(e) = store.remove_scheduled(partition, key.clone()).await {
-                            debug!(partition, task = %key, error = %e, "cancelled task left in the schedule (it will be skipped)");
-                        }
-                        Ok(Some(key))
+                        true
                     }
+                    Ok(Some(existing)) if existing.status == TaskStatus::Cancelled => false,
                     Ok(Some(existing)) => {
                         info!(partition, task = %key, status = existing.status.as_str(), "cancel ignored: the task already finished");
-                        Ok(None)
+                        return Ok(None);
                     }
                     Err(StoreError::Refused { reason, .. }) => {
                         let what = Parked::Cancellation(&key);
                         metrics.parked(partition, what, ParkReason::RefusedByStore, &reason);
-                        Ok(None)
+                        return Ok(None);
                     }
-                    Err(e) => Err(e),
+                    Err(e) => return Err(e.into()),
+                };
+                let scheduled = store.scheduled_task(partition, key.clone()).await?;
+                if let Some(task) = scheduled {
+                    if let Some(member) = task.group.clone() {
+                        let outcome = MemberOutcome {
+                            index: member.index,
+                            key: key.clone(),
+                            status: TaskStatus::Cancelled,
+                            error: None,
+                            result: None,
+                            finished_at: at,
+                        };
+                        let enqueuer = Arc::clone(enqueuer);
+                        let store = Arc::clone(&store);
+                        groups::member_finished(store, enqueuer, task, member, outcome, at).await?;
+                    }
+                    if let Err(e) = store.remove_scheduled(partition, key.clone()).await {
+                        debug!(partition, task = %key, error = %e, "cancelled task left in the schedule (it will be skipped)");
+                    }
                 }
+                Ok(cancelled.then_some(key))
             }
         })
         .buffer_unordered(WRITE_CONCURRENCY)

@@ -39,7 +39,7 @@ pub struct AdminState {
     /// Where tasks, statuses and attempts are read.
     pub store: Arc<dyn TaskStore>,
     /// Sends cancellations and redriven dead letters to the topic.
-    pub canceller: Scheduler,
+    pub canceller: Arc<Scheduler>,
     /// The task types the node has a handler for.
     pub handlers: Vec<String>,
     /// Whether a handler of the node runs every other type too.

@@ -21,7 +21,6 @@ use tracing::info;
 
 use self::admin_server::{start_admin, AdminServer};
 pub use self::error::{Cause, NodeError};
-use self::kafka::canceller;
 pub use self::kafka::consumer_config;
 use self::queue::{start_consumer, Prepared, Served, Shared};
 use crate::actors::topic_supervisor::TopicSupervisor;
@@ -204,7 +203,7 @@ impl SchedulerNode {
                     in_flight: p.deps.in_flight.clone(),
                     lag: Arc::clone(&shared.lag),
                     store: Arc::clone(&p.store),
-                    canceller: canceller(&p.queue.kafka)?,
+                    canceller: Arc::clone(&p.producer),
                     handlers: handler_types.clone(),
                     handles_every_type,
                     token: settings.admin.token.clone(),

@@ -10,14 +10,16 @@ use std::thread::JoinHandle;
 use actix::Addr;
 use prometheus_client::registry::Registry;
 use rdkafka::consumer::{BaseConsumer, Consumer};
+use scheduler_client::Scheduler;
 
 use super::consumer::{PollLoop, RebalanceHandler};
 use super::error::NodeError;
-use super::kafka::{consumer_config, ensure_topic};
+use super::kafka::{canceller, consumer_config, ensure_topic};
 use crate::actors::topic_supervisor::TopicSupervisor;
 use crate::actors::PartitionDeps;
 use crate::admin::api::QueueView;
 use crate::clock::SystemClock;
+use crate::enqueue::KafkaEnqueuer;
 use crate::events::EventPublisher;
 use crate::executor::{CallPool, Handlers};
 use crate::in_flight::InFlightGauges;
@@ -31,6 +33,9 @@ pub(super) struct Prepared {
     pub(super) deps: PartitionDeps,
     pub(super) store: Arc<dyn TaskStore>,
     pub(super) partition_count: u32,
+    /// The queue's producer: joins enqueued by the engine, and the admin API's cancels and
+    /// redrives.
+    pub(super) producer: Arc<Scheduler>,
 }
 
 impl Prepared {
@@ -81,6 +86,7 @@ impl Prepared {
             ),
             None => None,
         };
+        let producer = Arc::new(canceller(&queue.kafka)?);
         let deps = PartitionDeps {
             node_id: Arc::clone(node_id),
             store: Arc::clone(&store),
@@ -91,12 +97,14 @@ impl Prepared {
             in_flight: InFlightGauges::default(),
             metrics,
             events,
+            enqueuer: Arc::new(KafkaEnqueuer(Arc::clone(&producer))),
         };
         Ok(Prepared {
             queue,
             deps,
             store,
             partition_count,
+            producer,
         })
     }
 
@@ -160,6 +168,7 @@ pub(super) fn start_consumer(
         deps,
         store,
         partition_count,
+        ..
     } = prepared;
     let scheduling = &deps.settings;
     let topic = queue.kafka.topic.clone();

@@ -41,6 +41,10 @@ impl World {
             .into_iter()
             .map(|((_, k), s)| (k, s.status))
             .collect();
+        let group_cancellable: BTreeSet<TaskKey> = (self.produced.tasks.keys())
+            .filter(|k| self.cancelled_by_its_group(k))
+            .cloned()
+            .collect();
         let v = &mut self.violations;
         // Nothing lost: each task has the status its plan leads to (or cancelled).
         for (key, (plan, _)) in &self.produced.tasks {
@@ -48,7 +52,9 @@ impl World {
             let expected = plan.final_status();
             let fine = match status {
                 Some(s) if s == expected => true,
-                Some(TaskStatus::Cancelled) => self.produced.cancelled.contains(key),
+                Some(TaskStatus::Cancelled) => {
+                    self.produced.cancelled.contains(key) || group_cancellable.contains(key)
+                }
                 _ => false,
             };
             if !fine {
@@ -208,6 +214,7 @@ impl World {
         }
         self.check_dead_letters(&statuses);
         self.check_identities(&statuses, &calls);
+        self.check_groups(&statuses, &calls);
         let v = &mut self.violations;
         // The last record of a key in one batch is what runs.
         for call in &calls {

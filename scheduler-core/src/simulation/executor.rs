@@ -11,7 +11,7 @@ use tokio::time::Instant;
 
 use super::pausable_store::Pause;
 use crate::clock::{Clock, TokioClock};
-use crate::executor::{TaskContext, TaskError, TaskExecutor};
+use crate::executor::{GroupOutcome, TaskContext, TaskError, TaskExecutor};
 use crate::store::TaskStatus;
 
 /// What a task's calls do.
@@ -55,6 +55,8 @@ pub(super) struct Shared {
     pub(super) calls: Mutex<Vec<Call>>,
     /// How often each task's dead-letter hook was called.
     pub(super) dead_lettered: Mutex<BTreeMap<TaskKey, usize>>,
+    /// Each successful join call: the join task and the group it was given.
+    pub(super) joins: Mutex<Vec<(TaskKey, GroupOutcome)>>,
 }
 
 impl Shared {
@@ -92,7 +94,7 @@ impl Drop for EndOnDrop {
 }
 
 impl TaskExecutor for SimExecutor {
-    async fn execute(&self, task: &Task, _: &TaskContext) -> Result<(), TaskError> {
+    async fn execute(&self, task: &Task, ctx: &TaskContext) -> Result<(), TaskError> {
         let key = task.key();
         let (index, previous) = {
             let mut calls = self
@@ -140,6 +142,9 @@ impl TaskExecutor for SimExecutor {
             Plan::PanicOnce | Plan::HangOnce => Ok(()),
         };
         self.pause.resumed().await;
+        if let (Ok(()), Some(member)) = (&result, &task.group) {
+            let _ = ctx.set_result(serde_json::json!({ "index": member.index }));
+        }
         if result.is_ok() {
             let mut calls = self
                 .shared
@@ -151,6 +156,23 @@ impl TaskExecutor for SimExecutor {
             }
         }
         result
+    }
+
+    /// A join is a call like any other (logged, checked for overlaps and runs after its final
+    /// status); what it was given is kept for the group checks.
+    async fn group_finished(
+        &self,
+        task: &Task,
+        group: &GroupOutcome,
+        ctx: &TaskContext,
+    ) -> Result<(), TaskError> {
+        self.execute(task, ctx).await?;
+        self.shared
+            .joins
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push((task.key(), group.clone()));
+        Ok(())
     }
 
     async fn dead_lettered(&self, letter: &crate::store::DeadLetter) {

@@ -26,6 +26,10 @@
 //! - of an identity's chain of records (Replace, KeepTime, Debounce, a reschedule, a cancel),
 //!   the last scheduled data is what its current task runs, or it is cancelled; of a burst of
 //!   IfAbsent records, only the first one's task ever runs;
+//! - every group's join (enqueued by the members that find it finished, consumed from the topic)
+//!   runs as one task however many members triggered it, after every member's outcome, given
+//!   each one's outcome and result; a fail-fast group's members may end cancelled once a member
+//!   failed;
 //! - at a calm end, one orderingId stuck on failing tasks does not hold up another of its
 //!   partition (its tasks start within a second of their time).
 //!
@@ -58,6 +62,7 @@ use crate::store::{PartitionId, StatusRecord, TaskStatus};
 mod checks;
 mod executor;
 mod faults;
+mod groups;
 mod pausable_store;
 mod runner;
 mod workload;
@@ -153,6 +158,12 @@ struct Produced {
     chains: BTreeMap<scheduler_client::TaskIdentity, (i64, bool)>,
     /// Identities given a burst of IfAbsent records: the first record's key.
     singletons: BTreeMap<scheduler_client::TaskIdentity, TaskKey>,
+    /// Groups by id: their members' keys (by number) and whether they fail fast.
+    groups: BTreeMap<String, (Vec<TaskKey>, bool)>,
+    /// Each group member's place in its group (a duplicate delivery carries it too).
+    members: BTreeMap<TaskKey, scheduler_client::GroupMember>,
+    /// The join tasks the nodes enqueued, by group id.
+    joins: BTreeMap<String, BTreeSet<TaskKey>>,
 }
 
 /// A time when a node (or, with no node, the store for every node) was disturbed by a fault:
@@ -184,6 +195,8 @@ struct World {
     origin: Instant,
     /// Whether the faults are over (every node added since handles every type).
     healed: bool,
+    /// What the nodes enqueued (groups' joins), appended to the topic at each step.
+    outbox: crate::enqueue::Outbox,
 }
 
 impl World {
@@ -197,6 +210,7 @@ impl World {
             plans: Mutex::default(),
             calls: Mutex::default(),
             dead_lettered: Mutex::default(),
+            joins: Mutex::default(),
         });
         let mut world = World {
             rng: fastrand::Rng::with_seed(seed),
@@ -215,6 +229,7 @@ impl World {
             disturbances: Vec::new(),
             origin: Instant::now(),
             healed: false,
+            outbox: crate::enqueue::Outbox::default(),
         };
         world.add_node();
         world.add_node();
@@ -262,6 +277,7 @@ impl World {
             in_flight: InFlightGauges::default(),
             metrics: Arc::new(crate::metrics::Metrics::new()),
             events: None,
+            enqueuer: Arc::new(self.outbox.clone()),
         };
         let gauges = deps.in_flight.clone();
         self.nodes.push(Node {
@@ -328,8 +344,18 @@ impl World {
         }
     }
 
-    /// Each member polls each of its partitions once and commits what became durable.
+    /// Each member polls each of its partitions once and commits what became durable (after
+    /// the joins the nodes enqueued are appended to the topic).
     async fn poll(&mut self) {
+        for join in self.outbox.take() {
+            if let Some(group) = &join.join_of {
+                let keys = self.produced.joins.entry(group.clone()).or_default();
+                keys.insert(join.key());
+            }
+            self.append(Record::ByIdentity(crate::actors::IdentityOp::Schedule(
+                join,
+            )));
+        }
         for node in self.members() {
             let owned = self.nodes[node].owned.clone();
             for partition in owned {
@@ -445,5 +471,6 @@ impl World {
         consumed
             && self.produced.tasks.keys().all(|k| statuses.contains(k))
             && self.identities_done(&statuses)
+            && self.joins_done(&statuses)
     }
 }

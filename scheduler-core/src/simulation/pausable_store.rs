@@ -19,6 +19,7 @@ use crate::store::{
     RefusedTask, ScheduleStore, StatusRecord, StatusStore, StoreError, StoreResult, WriteStamp,
 };
 use crate::store::{DeadLetter, DeadLetterFilter, DeadLetterStore, IdentityRecord, IdentityStore};
+use crate::store::{GroupKey, GroupState, GroupStore, MemberOutcome};
 
 /// Whether a node's process is paused (and how many pauses began so far): shared by its store
 /// and its executor. A pause may also be set to begin on the node's next request of one kind
@@ -275,6 +276,28 @@ impl IdentityStore for PausableStore {
         record: IdentityRecord,
     ) -> BoxFuture<'static, StoreResult<()>> {
         self.send("identity write", |s| s.record_identity(partition, record))
+    }
+}
+
+impl GroupStore for PausableStore {
+    fn record_member(
+        &self,
+        group: GroupKey,
+        outcome: MemberOutcome,
+        total: Option<u32>,
+        fail_fast: bool,
+    ) -> BoxFuture<'static, StoreResult<()>> {
+        self.send("group write", |s| {
+            s.record_member(group, outcome, total, fail_fast)
+        })
+    }
+
+    fn group(&self, group: GroupKey) -> BoxFuture<'static, StoreResult<Option<GroupState>>> {
+        self.send("group read", |s| s.group(group))
+    }
+
+    fn group_failed_by(&self, group: GroupKey) -> BoxFuture<'static, StoreResult<Option<u32>>> {
+        self.send("group read", |s| s.group_failed_by(group))
     }
 }
 

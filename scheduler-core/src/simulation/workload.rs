@@ -118,7 +118,9 @@ impl World {
                     let key = keys[self.rng.usize(0..keys.len())].clone();
                     let version = self.produced.tasks.get(&key).map_or(1, |(_, v)| *v);
                     self.produced.redelivered.insert(key.clone());
-                    self.append(Record::Task(versioned(&key, version)));
+                    let mut task = versioned(&key, version);
+                    task.group = self.produced.members.get(&key).cloned();
+                    self.append(Record::Task(task));
                 }
             }
             // A cancellation.
@@ -133,6 +135,7 @@ impl World {
             // A chain of records on one identity, or a burst of IfAbsent ones.
             400..=429 => self.produce_chain(),
             430..=444 => self.produce_singleton(),
+            445..=454 => self.produce_group(),
             80..=399 => {
                 let o = ordering(&mut self.rng);
                 let at = now + TimeDelta::milliseconds(self.rng.i64(-500..8_000));

@@ -5,6 +5,7 @@
 
 mod cassandra;
 pub mod dead_letters;
+pub mod groups;
 pub mod identities;
 #[cfg(test)]
 pub mod memory;
@@ -15,6 +16,7 @@ use futures::future::BoxFuture;
 use scheduler_client::{Task, TaskKey};
 
 pub use dead_letters::{DeadLetter, DeadLetterFilter, DeadLetterStore, DeadReason};
+pub use groups::{GroupKey, GroupState, GroupStore, MemberOutcome};
 pub use identities::{IdentityRecord, IdentityStore};
 
 pub use cassandra::{
@@ -147,6 +149,8 @@ pub struct StatusRecord {
     pub updated_at: DateTime<Utc>,
     /// The last attempt's error, for failed and dropped tasks.
     pub last_error: Option<String>,
+    /// The small JSON result the handler set ([`crate::TaskContext::set_result`]), if any.
+    pub result: Option<serde_json::Value>,
 }
 
 /// How one attempt ended.
@@ -467,7 +471,13 @@ pub trait OwnershipStore: Send + Sync + 'static {
 /// given. A part of the tree that needs one table only holds that one (ownership checks, loads
 /// and read-backs).
 pub trait TaskStore:
-    ScheduleStore + StatusStore + AttemptStore + OwnershipStore + DeadLetterStore + IdentityStore
+    ScheduleStore
+    + StatusStore
+    + AttemptStore
+    + OwnershipStore
+    + DeadLetterStore
+    + IdentityStore
+    + GroupStore
 {
 }
 
@@ -478,6 +488,7 @@ impl<T> TaskStore for T where
         + OwnershipStore
         + DeadLetterStore
         + IdentityStore
+        + GroupStore
 {
 }
 

@@ -3,6 +3,7 @@
 //! store, and an executor that records every call.
 
 mod cancels;
+mod groups;
 mod identities;
 mod low_water;
 mod memory;
@@ -209,6 +210,8 @@ struct Harness {
     topic: Addr<TopicSupervisor>,
     in_flight: InFlightGauges,
     metrics: Arc<crate::metrics::Metrics>,
+    /// What the engine enqueued (a group's join): delivered by `deliver_enqueued`.
+    outbox: crate::enqueue::Outbox,
 }
 
 impl Harness {
@@ -251,6 +254,7 @@ impl Harness {
         recorder: Arc<Recorder>,
         handlers: crate::executor::Handlers,
     ) -> Harness {
+        let outbox = crate::enqueue::Outbox::default();
         let pool = CallPool::with_handlers(
             handlers,
             tokio::runtime::Handle::current(),
@@ -268,6 +272,7 @@ impl Harness {
             in_flight: InFlightGauges::default(),
             metrics: Arc::new(crate::metrics::Metrics::new()),
             events: None,
+            enqueuer: Arc::new(outbox.clone()),
         };
         let in_flight = deps.in_flight.clone();
         let metrics = Arc::clone(&deps.metrics);
@@ -278,6 +283,7 @@ impl Harness {
             topic,
             in_flight,
             metrics,
+            outbox,
         }
     }
 

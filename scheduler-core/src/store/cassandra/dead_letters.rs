@@ -8,9 +8,10 @@ use std::sync::Arc;
 use chrono::{DateTime, TimeDelta, Utc};
 use futures::future::BoxFuture;
 use futures::FutureExt;
+use scheduler_client::wire::encode_grouping;
 use scheduler_client::{Task, TaskData, TaskKey};
 
-use super::rows::{first_row_of, limit_value, rows_of};
+use super::rows::{first_row_of, limit_value, rows_of, with_stored_grouping};
 use super::{CassandraStore, Inner};
 use crate::store::dead_letters::{
     dead_letter_day, DeadLetter, DeadLetterFilter, DeadLetterStore, DeadReason,
@@ -39,13 +40,14 @@ type LetterRow = (
     Option<DateTime<Utc>>,
     Option<DateTime<Utc>>,
     Option<i32>,
+    Option<String>,
 );
 
 fn letter_from_row(row: LetterRow) -> StoreResult<Option<DeadLetter>> {
     let (time, ordering_id, uniqueness_key, partition, task_type, priority, data, attempts) =
         (row.0, row.1, row.2, row.3, row.4, row.5, row.6, row.7);
-    let (last_error, reason, dead_at, redriven_at, redrives) =
-        (row.8, row.9, row.10, row.11, row.12);
+    let (last_error, reason, dead_at, redriven_at, redrives, grouping) =
+        (row.8, row.9, row.10, row.11, row.12, row.13);
     let (Some(partition), Some(data), Some(reason), Some(dead_at)) =
         (partition, data, reason, dead_at)
     else {
@@ -62,6 +64,8 @@ fn letter_from_row(row: LetterRow) -> StoreResult<Option<DeadLetter>> {
     if let Some(task_type) = task_type {
         task = task.of_type(task_type);
     }
+    // A redriven member runs in its group again, a redriven join joins its group again.
+    let task = with_stored_grouping(task, grouping.as_deref(), "dead letter")?;
     Ok(Some(DeadLetter {
         partition,
         task,
@@ -115,6 +119,7 @@ impl DeadLetterStore for CassandraStore {
                 letter.dead_at,
                 letter.redriven_at,
                 i32::try_from(letter.redrives).unwrap_or(i32::MAX),
+                encode_grouping(task),
             );
             inner
                 .run(&statements.insert, values, "dead-letter write")

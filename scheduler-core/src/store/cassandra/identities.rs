@@ -6,9 +6,10 @@ use std::sync::Arc;
 use chrono::{DateTime, Utc};
 use futures::future::BoxFuture;
 use futures::FutureExt;
+use scheduler_client::wire::encode_grouping;
 use scheduler_client::{Task, TaskData, TaskIdentity};
 
-use super::rows::{first_row_of, with_stored_kind};
+use super::rows::{first_row_of, with_stored_grouping, with_stored_kind};
 use super::CassandraStore;
 use crate::store::{IdentityRecord, IdentityStore, PartitionId, StoreError, StoreResult};
 
@@ -21,6 +22,7 @@ type IdentityRow = (
     Option<i64>,
     DateTime<Utc>,
     i64,
+    Option<String>,
 );
 
 impl IdentityStore for CassandraStore {
@@ -41,7 +43,8 @@ impl IdentityStore for CassandraStore {
             let Some(row) = first_row_of::<IdentityRow>(result, "identity")? else {
                 return Ok(None);
             };
-            let (time, data, task_type, priority, on_conflict, wait, first_time, offset) = row;
+            let (time, data, task_type, priority, on_conflict, wait, first_time, offset, grouping) =
+                row;
             let task_data: TaskData =
                 serde_json::from_str(&data).map_err(|e| StoreError::Corrupt {
                     what: "identity",
@@ -53,8 +56,9 @@ impl IdentityStore for CassandraStore {
                 identity.uniqueness_key,
                 task_data,
             );
+            let task = with_stored_kind(task, task_type, priority, on_conflict, wait);
             Ok(Some(IdentityRecord {
-                task: with_stored_kind(task, task_type, priority, on_conflict, wait),
+                task: with_stored_grouping(task, grouping.as_deref(), "identity")?,
                 first_time,
                 offset,
             }))
@@ -89,6 +93,7 @@ impl IdentityStore for CassandraStore {
                     .map(|w| i64::try_from(w.as_millis()).unwrap_or(i64::MAX)),
                 record.first_time,
                 record.offset,
+                encode_grouping(task),
                 ttl,
             );
             inner

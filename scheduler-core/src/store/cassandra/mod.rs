@@ -13,6 +13,7 @@ use std::sync::Arc;
 use chrono::{DateTime, TimeDelta, Utc};
 use futures::future::BoxFuture;
 use futures::{FutureExt, StreamExt, TryStreamExt};
+use scheduler_client::wire::encode_grouping;
 use scheduler_client::{Task, TaskKey};
 use scylla::client::execution_profile::ExecutionProfile;
 use scylla::client::session::Session;
@@ -29,6 +30,7 @@ use super::{
 use crate::settings::CassandraSettings;
 
 mod dead_letters;
+mod groups;
 mod identities;
 mod levels;
 mod rows;
@@ -108,6 +110,50 @@ impl Inner {
             .execute_unpaged(statement, values)
             .await
             .map_err(query_error(operation))
+    }
+
+    /// Runs `statement` with `values` a page at a time (the statement's page size), every row
+    /// decoded as `R`: a read that may return more rows than one response should carry. A
+    /// failure names `operation`; a row that does not decode is a corrupt `what` row. Counted
+    /// once in [`CassandraStore::statements_run`], whatever its pages.
+    async fn run_paged<R>(
+        &self,
+        statement: &PreparedStatement,
+        values: impl SerializeRow,
+        operation: &'static str,
+        what: &'static str,
+    ) -> StoreResult<Vec<R>>
+    where
+        R: for<'frame, 'metadata> scylla::deserialize::row::DeserializeRow<'frame, 'metadata>,
+    {
+        use scylla::errors::NextRowError;
+        *self
+            .counts
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .entry(operation)
+            .or_default() += 1;
+        let failed = |reason: String| StoreError::Query { operation, reason };
+        let corrupt = |reason: String| StoreError::Corrupt { what, reason };
+        let pager = self
+            .session
+            .execute_iter(statement.clone(), values)
+            .await
+            .map_err(|e| failed(e.to_string()))?;
+        let mut rows = pager
+            .rows_stream::<R>()
+            .map_err(|e| corrupt(e.to_string()))?;
+        let mut decoded = Vec::new();
+        loop {
+            match rows.try_next().await {
+                Ok(Some(row)) => decoded.push(row),
+                Ok(None) => return Ok(decoded),
+                Err(e @ NextRowError::RowDeserializationError(_)) => {
+                    return Err(corrupt(e.to_string()))
+                }
+                Err(e) => return Err(failed(e.to_string())),
+            }
+        }
     }
 }
 
@@ -204,8 +250,9 @@ impl ScheduleStore for CassandraStore {
                     let inner = &inner;
                     async move {
                         let key = task.key();
+                        let grouping = encode_grouping(&task);
                         let data = serde_json::Value::Object(task.task_data).to_string();
-                        let values = (
+                        let (p, b, t, o, u, d, e, ty, pr) = (
                             partition,
                             hour_bucket(task.scheduled_time),
                             task.scheduled_time,
@@ -216,25 +263,33 @@ impl ScheduleStore for CassandraStore {
                             task.task_type,
                             task.priority,
                         );
-                        let written = match task.on_conflict {
-                            None => {
-                                inner
-                                    .run(&inner.statements.insert_task, values, "task insert")
-                                    .await
+                        let inserts = &inner.statements.insert_task;
+                        let op = "task insert";
+                        // Only the columns the task has a value for: no null (tombstone) per task.
+                        let written = match (task.on_conflict, grouping) {
+                            (None, None) => {
+                                let values = (p, b, t, o, u, d, e, ty, pr);
+                                inner.run(&inserts.plain, values, op).await
                             }
-                            Some(mode) => {
+                            (None, Some(g)) => {
+                                let values = (p, b, t, o, u, d, e, ty, pr, g);
+                                inner.run(&inserts.grouped, values, op).await
+                            }
+                            (Some(mode), grouping) => {
                                 let wait = mode
                                     .max_wait()
                                     .map(|w| i64::try_from(w.as_millis()).unwrap_or(i64::MAX));
-                                let (p, b, t, o, u, d, e, ty, pr) = values;
-                                let values = (p, b, t, o, u, d, e, ty, pr, mode.as_str(), wait);
-                                inner
-                                    .run(
-                                        &inner.statements.insert_identity_task,
-                                        values,
-                                        "task insert",
-                                    )
-                                    .await
+                                let mode = mode.as_str();
+                                match grouping {
+                                    None => {
+                                        let values = (p, b, t, o, u, d, e, ty, pr, mode, wait);
+                                        inner.run(&inserts.identity, values, op).await
+                                    }
+                                    Some(g) => {
+                                        let values = (p, b, t, o, u, d, e, ty, pr, mode, wait, g);
+                                        inner.run(&inserts.grouped_identity, values, op).await
+                                    }
+                                }
                             }
                         };
                         match written {
@@ -346,10 +401,11 @@ impl ScheduleStore for CassandraStore {
                 Option<i32>,
                 Option<String>,
                 Option<i64>,
+                Option<String>,
             );
             let row = first_row_of::<Row>(result, "schedule")?;
-            Ok(
-                row.and_then(|(data, offset, task_type, priority, on_conflict, wait)| {
+            Ok(row.and_then(
+                |(data, offset, task_type, priority, on_conflict, wait, grouping)| {
                     task_from_row(
                         partition,
                         (
@@ -362,10 +418,11 @@ impl ScheduleStore for CassandraStore {
                             priority,
                             on_conflict,
                             wait,
+                            grouping,
                         ),
                     )
-                }),
-            )
+                },
+            ))
         }
         .boxed()
     }
@@ -511,15 +568,20 @@ impl StatusStore for CassandraStore {
                 what: "status",
                 reason,
             };
-            let row =
-                first_row_of::<(String, i32, DateTime<Utc>, Option<String>)>(result, "status")?;
-            row.map(|(status, attempts, updated_at, last_error)| {
+            type StatusRow = (String, i32, DateTime<Utc>, Option<String>, Option<String>);
+            let row = first_row_of::<StatusRow>(result, "status")?;
+            row.map(|(status, attempts, updated_at, last_error, result)| {
                 Ok(StatusRecord {
                     status: TaskStatus::parse(&status)
                         .ok_or_else(|| corrupt(format!("unknown status {status:?}")))?,
                     attempts: u32::try_from(attempts).unwrap_or(0),
                     updated_at,
                     last_error,
+                    // Null in rows written before schema version 4, and when the handler set none.
+                    result: result
+                        .map(|text| serde_json::from_str(&text))
+                        .transpose()
+                        .map_err(|e| corrupt(format!("result: {e}")))?,
                 })
             })
             .transpose()
@@ -549,6 +611,7 @@ impl StatusStore for CassandraStore {
                         i32::try_from(status.attempts).unwrap_or(i32::MAX),
                         status.updated_at,
                         status.last_error,
+                        status.result.map(|value| value.to_string()),
                     ),
                     "status write",
                 )

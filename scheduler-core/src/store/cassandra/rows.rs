@@ -2,6 +2,7 @@
 //! the values of a task key, and the store's errors from the driver's.
 
 use chrono::{DateTime, Utc};
+use scheduler_client::wire::with_grouping;
 use scheduler_client::{OnConflict, Task, TaskData, TaskKey};
 use scylla::deserialize::row::DeserializeRow;
 use scylla::response::query_result::QueryResult;
@@ -30,8 +31,9 @@ pub(super) fn query_error(
 }
 
 /// A schedule row: the key, `task_data`, `enqueue_offset`, `task_type`, `priority`,
-/// `on_conflict` and `max_wait_ms` (the last four null in rows written before schema version 3,
-/// and the last two in tasks without a conflict mode).
+/// `on_conflict`, `max_wait_ms` and `grouping` (`task_type` to `max_wait_ms` null in rows written
+/// before schema version 3, the conflict mode in tasks without one, `grouping` in tasks without
+/// a group and in rows written before version 4).
 pub(super) type TaskRow = (
     DateTime<Utc>,
     String,
@@ -42,7 +44,21 @@ pub(super) type TaskRow = (
     Option<i32>,
     Option<String>,
     Option<i64>,
+    Option<String>,
 );
+
+/// `task` with its stored `grouping` (null: no group); text that does not parse is a corrupt
+/// `what` row.
+pub(super) fn with_stored_grouping(
+    task: Task,
+    grouping: Option<&str>,
+    what: &'static str,
+) -> StoreResult<Task> {
+    with_grouping(task, grouping).map_err(|e| StoreError::Corrupt {
+        what,
+        reason: format!("grouping: {e}"),
+    })
+}
 
 /// A task's type, priority and conflict mode as stored (null: the defaults).
 pub(super) fn with_stored_kind(
@@ -75,20 +91,30 @@ pub(super) fn task_from_row(
         priority,
         on_conflict,
         max_wait_ms,
+        grouping,
     ): TaskRow,
 ) -> Option<Task> {
-    match serde_json::from_str::<TaskData>(&data) {
-        Ok(task_data) => {
-            let task = Task::new(ordering_id, scheduled_time, uniqueness_key, task_data);
+    let read = serde_json::from_str::<TaskData>(&data)
+        .map_err(|e| format!("task data: {e}"))
+        .and_then(|task_data| {
+            let task = Task::new(
+                ordering_id.clone(),
+                scheduled_time,
+                uniqueness_key.clone(),
+                task_data,
+            );
             let task = with_stored_kind(task, task_type, priority, on_conflict, max_wait_ms);
-            Some(Task {
-                enqueue_offset,
-                ..task
-            })
-        }
-        Err(e) => {
-            // Only this engine writes the table; a row it cannot read is skipped, not retried forever.
-            warn!(partition, %ordering_id, %uniqueness_key, %scheduled_time, error = %e, "skipping schedule row with unreadable task data");
+            with_grouping(task, grouping.as_deref()).map_err(|e| format!("grouping: {e}"))
+        });
+    match read {
+        Ok(task) => Some(Task {
+            enqueue_offset,
+            ..task
+        }),
+        Err(error) => {
+            // Only this engine writes the table; a row it cannot read is skipped, not retried
+            // forever (an error here would stop the partition's loading at this row).
+            warn!(partition, %ordering_id, %uniqueness_key, %scheduled_time, %error, "skipping unreadable schedule row");
             None
         }
     }

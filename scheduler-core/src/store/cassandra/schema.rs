@@ -23,7 +23,7 @@ use crate::settings::CassandraSettings;
 use crate::store::{StoreError, StoreResult};
 
 /// The schema version this release runs on.
-pub const SCHEMA_VERSION: u32 = 3;
+pub const SCHEMA_VERSION: u32 = 4;
 
 /// Where every keyspace's schema version and migration lock are kept.
 pub const META_KEYSPACE: &str = "scheduler_meta";
@@ -237,6 +237,9 @@ async fn apply_migrations(
     if at < 3 {
         migrate_v3(session, ks).await?;
     }
+    if at < 4 {
+        migrate_v4(session, ks).await?;
+    }
     session
         .query_unpaged(
             format!(
@@ -250,14 +253,17 @@ async fn apply_migrations(
     Ok(())
 }
 
-/// Sets the retention of statuses and attempts: the tables' `default_time_to_live`, from the
-/// settings (a table option, not the schema's structure, so each node applies its own). Altered
-/// only when it differs, so a node's start makes no schema change in the usual case.
+/// Sets the retention of statuses, attempts and group members: the tables'
+/// `default_time_to_live`, from the settings (a table option, not the schema's structure, so each
+/// node applies its own). Altered only when it differs, so a node's start makes no schema change
+/// in the usual case. Group members live as long as statuses: a member's outcome is what its join
+/// reads, and a member delivered again within `status_ttl` finds its status, not a new run.
 async fn apply_retention(session: &Session, settings: &CassandraSettings) -> StoreResult<()> {
     let ks = &settings.keyspace;
     for (table, ttl) in [
         ("task_status", settings.status_ttl),
         ("task_attempts", settings.attempts_ttl),
+        ("group_members", settings.status_ttl),
     ] {
         let wanted = i32::try_from(ttl.as_secs()).unwrap_or(i32::MAX);
         if table_ttl(session, ks, table).await? == Some(wanted) {
@@ -434,6 +440,29 @@ async fn migrate_v3(session: &Session, ks: &str) -> StoreResult<()> {
          PRIMARY KEY ((shard), day_bucket))"
     );
     run_schema_statement(session, days).await?;
+    await_agreement(session).await
+}
+
+/// Version 4: task groups. A task's group fields are one JSON text (`grouping`, see
+/// `scheduler_client::wire::encode_grouping`) wherever a task is stored whole, a status keeps its
+/// handler's result, and `group_members` holds each group's finished members. Null in rows
+/// written before: a task without a group, a status without a result.
+async fn migrate_v4(session: &Session, ks: &str) -> StoreResult<()> {
+    for table in ["scheduled_tasks", "task_identities", "dead_letters"] {
+        add_column_if_absent(session, ks, table, "grouping", "text").await?;
+    }
+    add_column_if_absent(session, ks, "task_status", "result", "text").await?;
+    // One partition per group, a row per finished member; the header in static columns, so
+    // that a member's write and the header's are one statement, and `failed_by` can be set
+    // once by a lightweight transaction (`IF failed_by = null`).
+    let members = format!(
+        "CREATE TABLE IF NOT EXISTS {ks}.group_members (task_type text, group_id text, \
+         member int, total int static, fail_fast boolean static, failed_by int static, \
+         ordering_id text, scheduled_time timestamp, uniqueness_key text, status text, \
+         error text, result text, finished_at timestamp, \
+         PRIMARY KEY ((task_type, group_id), member))"
+    );
+    run_schema_statement(session, members).await?;
     await_agreement(session).await
 }
 

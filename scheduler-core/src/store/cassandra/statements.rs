@@ -3,15 +3,16 @@
 use scylla::client::session::Session;
 use scylla::statement::prepared::PreparedStatement;
 
+use super::groups::GroupStatements;
 use super::levels;
 use crate::settings::SerialConsistencyLevel;
 use crate::store::{StoreError, StoreResult};
 
 /// Every statement the store runs, prepared once per session.
 pub(super) struct Statements {
-    pub(super) insert_task: PreparedStatement,
-    /// A task with a conflict mode: its mode written too (the plain insert writes no null).
-    pub(super) insert_identity_task: PreparedStatement,
+    /// The schedule's inserts, by what the task carries: a column the task has no value for is
+    /// left out, not written null (a null is a tombstone, one per task).
+    pub(super) insert_task: TaskInserts,
     pub(super) insert_bucket: PreparedStatement,
     pub(super) select_buckets: PreparedStatement,
     pub(super) forget_bucket_rows: PreparedStatement,
@@ -40,6 +41,49 @@ pub(super) struct Statements {
     pub(super) select_leases: PreparedStatement,
     pub(super) dead_letters: DeadLetterStatements,
     pub(super) identities: IdentityStatements,
+    pub(super) groups: GroupStatements,
+}
+
+/// The four inserts of a task into the schedule: with or without a conflict mode
+/// (`on_conflict`, `max_wait_ms`), with or without a group (`grouping`).
+pub(super) struct TaskInserts {
+    pub(super) plain: PreparedStatement,
+    pub(super) identity: PreparedStatement,
+    pub(super) grouped: PreparedStatement,
+    pub(super) grouped_identity: PreparedStatement,
+}
+
+impl TaskInserts {
+    async fn prepare(session: &Session, ks: &str) -> StoreResult<Self> {
+        let prepare = |identity: bool, grouped: bool| {
+            let mut columns = "partition_id, hour_bucket, scheduled_time, ordering_id, \
+                               uniqueness_key, task_data, enqueue_offset, task_type, priority"
+                .to_string();
+            let mut count = 9;
+            if identity {
+                columns.push_str(", on_conflict, max_wait_ms");
+                count += 2;
+            }
+            if grouped {
+                columns.push_str(", grouping");
+                count += 1;
+            }
+            let marks = vec!["?"; count].join(", ");
+            let cql = format!("INSERT INTO {ks}.scheduled_tasks ({columns}) VALUES ({marks})");
+            async move {
+                session.prepare(cql).await.map_err(|e| StoreError::Query {
+                    operation: "prepare insert",
+                    reason: e.to_string(),
+                })
+            }
+        };
+        Ok(TaskInserts {
+            plain: prepare(false, false).await?,
+            identity: prepare(true, false).await?,
+            grouped: prepare(false, true).await?,
+            grouped_identity: prepare(true, true).await?,
+        })
+    }
 }
 
 impl Statements {
@@ -89,23 +133,7 @@ impl Statements {
             "partition_id = ? AND hour_bucket = ? AND scheduled_time = ? AND ordering_id = ? \
                          AND uniqueness_key = ?";
         Ok(Statements {
-            insert_task: prepare(
-                format!(
-                    "INSERT INTO {ks}.scheduled_tasks (partition_id, hour_bucket, {key_columns}, task_data, \
-                     enqueue_offset, task_type, priority) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
-                ),
-                "prepare insert",
-            )
-            .await?,
-            insert_identity_task: prepare(
-                format!(
-                    "INSERT INTO {ks}.scheduled_tasks (partition_id, hour_bucket, {key_columns}, task_data, \
-                     enqueue_offset, task_type, priority, on_conflict, max_wait_ms) \
-                     VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
-                ),
-                "prepare insert",
-            )
-            .await?,
+            insert_task: TaskInserts::prepare(session, ks).await?,
             insert_bucket: prepare(
                 format!(
                     "INSERT INTO {ks}.schedule_buckets (partition_id, hour_bucket) VALUES (?, ?)"
@@ -174,7 +202,7 @@ impl Statements {
             .await?,
             load_from: prepare(
                 format!(
-                    "SELECT {key_columns}, task_data, enqueue_offset, task_type, priority, on_conflict, max_wait_ms FROM {ks}.scheduled_tasks \
+                    "SELECT {key_columns}, task_data, enqueue_offset, task_type, priority, on_conflict, max_wait_ms, grouping FROM {ks}.scheduled_tasks \
                      WHERE partition_id = ? AND hour_bucket = ? AND (scheduled_time) >= (?) \
                      AND (scheduled_time) < (?) LIMIT ?"
                 ),
@@ -183,7 +211,7 @@ impl Statements {
             .await?,
             load_after: prepare(
                 format!(
-                    "SELECT {key_columns}, task_data, enqueue_offset, task_type, priority, on_conflict, max_wait_ms FROM {ks}.scheduled_tasks \
+                    "SELECT {key_columns}, task_data, enqueue_offset, task_type, priority, on_conflict, max_wait_ms, grouping FROM {ks}.scheduled_tasks \
                      WHERE partition_id = ? AND hour_bucket = ? AND ({key_columns}) > (?, ?, ?) \
                      AND (scheduled_time) < (?) LIMIT ?"
                 ),
@@ -196,12 +224,12 @@ impl Statements {
             )
             .await?,
             select_status: prepare(
-                format!("SELECT status, attempts, updated_at, last_error FROM {ks}.task_status WHERE {key_match}"),
+                format!("SELECT status, attempts, updated_at, last_error, result FROM {ks}.task_status WHERE {key_match}"),
                 "prepare status read",
             )
             .await?,
             select_task: prepare(
-                format!("SELECT task_data, enqueue_offset, task_type, priority, on_conflict, max_wait_ms FROM {ks}.scheduled_tasks WHERE {key_match}"),
+                format!("SELECT task_data, enqueue_offset, task_type, priority, on_conflict, max_wait_ms, grouping FROM {ks}.scheduled_tasks WHERE {key_match}"),
                 "prepare task read",
             )
             .await?,
@@ -216,7 +244,7 @@ impl Statements {
             insert_status: prepare(
                 format!(
                     "INSERT INTO {ks}.task_status (partition_id, hour_bucket, {key_columns}, status, attempts, \
-                     updated_at, last_error) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
+                     updated_at, last_error, result) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
                 ),
                 "prepare status write",
             )
@@ -298,6 +326,7 @@ impl Statements {
             .await?,
             dead_letters: DeadLetterStatements::prepare(session, ks).await?,
             identities: IdentityStatements::prepare(session, ks).await?,
+            groups: GroupStatements::prepare(session, ks).await?,
         })
     }
 }
@@ -315,7 +344,8 @@ pub(super) struct DeadLetterStatements {
 }
 
 const COLUMNS: &str = "scheduled_time, ordering_id, uniqueness_key, partition_id, task_type, \
-                       priority, task_data, attempts, last_error, reason, dead_at, redriven_at, redrives";
+                       priority, task_data, attempts, last_error, reason, dead_at, redriven_at, redrives, \
+                       grouping";
 
 const KEY_MATCH: &str =
     "day_bucket = ? AND scheduled_time = ? AND ordering_id = ? AND uniqueness_key = ?";
@@ -331,7 +361,7 @@ impl DeadLetterStatements {
         Ok(DeadLetterStatements {
             insert: prepare(format!(
                 "INSERT INTO {ks}.dead_letters (day_bucket, {COLUMNS}) \
-                 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+                 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
             ))
             .await?,
             insert_day: prepare(format!(
@@ -384,14 +414,15 @@ impl IdentityStatements {
         Ok(IdentityStatements {
             select: prepare(format!(
                 "SELECT scheduled_time, task_data, task_type, priority, on_conflict, max_wait_ms, \
-                 first_time, record_offset FROM {ks}.task_identities \
+                 first_time, record_offset, grouping FROM {ks}.task_identities \
                  WHERE partition_id = ? AND ordering_id = ? AND uniqueness_key = ?"
             ))
             .await?,
             insert: prepare(format!(
                 "INSERT INTO {ks}.task_identities (partition_id, ordering_id, uniqueness_key, \
                  scheduled_time, task_data, task_type, priority, on_conflict, max_wait_ms, \
-                 first_time, record_offset) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) USING TTL ?"
+                 first_time, record_offset, grouping) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) \
+                 USING TTL ?"
             ))
             .await?,
         })

@@ -46,6 +46,8 @@ struct State {
     identities: HashMap<(PartitionId, scheduler_client::TaskIdentity), super::IdentityRecord>,
     /// Dead letters, by task key.
     dead_letters: BTreeMap<TaskKey, super::DeadLetter>,
+    /// Groups, by key.
+    groups: BTreeMap<super::GroupKey, super::GroupState>,
     /// When set, a multi-row write applies its rows in a random order, as concurrent inserts
     /// land in Cassandra.
     write_order: Option<fastrand::Rng>,
@@ -196,6 +198,11 @@ impl MemoryStore {
     /// Every dead letter, by task key.
     pub fn all_dead_letters(&self) -> BTreeMap<TaskKey, super::DeadLetter> {
         self.lock().dead_letters.clone()
+    }
+
+    /// Every group the store holds.
+    pub fn groups(&self) -> BTreeMap<super::GroupKey, super::GroupState> {
+        self.lock().groups.clone()
     }
 
     /// Whether a task is recorded as retrying.

@@ -17,6 +17,7 @@ use crate::store::{
     RefusedTask, ScheduleStore, StatusRecord, StatusStore, StoreError, StoreResult, WriteStamp,
 };
 use crate::store::{DeadLetter, DeadLetterFilter, DeadLetterStore, IdentityRecord, IdentityStore};
+use crate::store::{GroupKey, GroupState, GroupStore, MemberOutcome};
 use scheduler_client::TaskIdentity;
 
 impl ScheduleStore for MemoryStore {
@@ -280,6 +281,7 @@ impl StatusStore for MemoryStore {
                         attempts: 0,
                         updated_at: at,
                         last_error: None,
+                        result: None,
                     };
                     s.status_writes.push((
                         key.clone(),
@@ -315,6 +317,38 @@ impl IdentityStore for MemoryStore {
                 .push((record.clone(), tokio::time::Instant::now()));
             s.identities
                 .insert((partition, record.task.identity()), record);
+        })
+    }
+}
+
+impl GroupStore for MemoryStore {
+    fn record_member(
+        &self,
+        group: GroupKey,
+        outcome: MemberOutcome,
+        total: Option<u32>,
+        fail_fast: bool,
+    ) -> BoxFuture<'static, StoreResult<()>> {
+        self.run("group write", move |s| {
+            let state = s.groups.entry(group).or_default();
+            state.total = total.or(state.total);
+            state.fail_fast |= fail_fast;
+            if fail_fast && outcome.is_failure() && state.failed_by.is_none() {
+                state.failed_by = Some(outcome.index);
+            }
+            state.members.retain(|m| m.index != outcome.index);
+            state.members.push(outcome);
+            state.members.sort_by_key(|m| m.index);
+        })
+    }
+
+    fn group(&self, group: GroupKey) -> BoxFuture<'static, StoreResult<Option<GroupState>>> {
+        self.run("group read", move |s| s.groups.get(&group).cloned())
+    }
+
+    fn group_failed_by(&self, group: GroupKey) -> BoxFuture<'static, StoreResult<Option<u32>>> {
+        self.run("group read", move |s| {
+            s.groups.get(&group).and_then(|state| state.failed_by)
         })
     }
 }

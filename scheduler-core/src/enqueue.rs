@@ -1,0 +1,76 @@
+//! Tasks the engine enqueues itself (a group's join): produced to the scheduler's topic like any
+//! producer's task, so that each reaches the owner of its orderingId's partition and is applied
+//! there in partition order (a join's `IfAbsent` identity makes every trigger after the first a
+//! no-op).
+
+use std::sync::Arc;
+
+use futures::future::BoxFuture;
+use futures::FutureExt;
+use scheduler_client::{Scheduler, Task};
+
+/// Enqueues a task on the scheduler's topic, resolving once it is durable there.
+pub trait Enqueuer: Send + Sync + 'static {
+    /// Enqueues `task`.
+    fn enqueue(&self, task: Task) -> BoxFuture<'static, Result<(), EnqueueError>>;
+}
+
+/// A task could not be enqueued (the broker did not acknowledge it); the caller retries.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("enqueueing {task} failed: {reason}")]
+pub struct EnqueueError {
+    /// The task.
+    pub task: String,
+    /// The producer's error.
+    pub reason: String,
+}
+
+/// A node's enqueuer: the client's Kafka producer, on the node's topic.
+pub struct KafkaEnqueuer(pub Arc<Scheduler>);
+
+impl Enqueuer for KafkaEnqueuer {
+    fn enqueue(&self, task: Task) -> BoxFuture<'static, Result<(), EnqueueError>> {
+        let scheduler = Arc::clone(&self.0);
+        async move {
+            let name = task.key().to_string();
+            scheduler
+                .schedule_task(task)
+                .await
+                .map_err(|e| EnqueueError {
+                    task: name,
+                    reason: e.to_string(),
+                })
+        }
+        .boxed()
+    }
+}
+
+/// Keeps what is enqueued for a test (the actor tests and the simulation deliver it to the
+/// partition's log themselves).
+#[cfg(test)]
+#[derive(Clone, Default)]
+pub struct Outbox(Arc<std::sync::Mutex<Vec<Task>>>);
+
+#[cfg(test)]
+impl Outbox {
+    /// Everything enqueued since the last call, in order.
+    pub fn take(&self) -> Vec<Task> {
+        std::mem::take(
+            &mut *self
+                .0
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+        )
+    }
+}
+
+#[cfg(test)]
+impl Enqueuer for Outbox {
+    fn enqueue(&self, task: Task) -> BoxFuture<'static, Result<(), EnqueueError>> {
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .push(task);
+        futures::future::ready(Ok(())).boxed()
+    }
+}

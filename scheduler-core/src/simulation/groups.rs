@@ -1,0 +1,149 @@
+//! Groups in the simulation: members spread over orderingIds with drawn plans (the total carried
+//! by the last member only, some groups failing fast), joins enqueued by the nodes and consumed
+//! from the topic like any record, and the checks: every group's join runs, as one task however
+//! many members triggered it, and is given every member's outcome and result.
+
+use super::*;
+use scheduler_client::GroupMember;
+
+impl World {
+    /// Two to eight members of a new group, due within six seconds.
+    pub(super) fn produce_group(&mut self) {
+        self.next_unique += 1;
+        let id = format!("g{:06}", self.next_unique);
+        let size = self.rng.u32(2..9);
+        let fail_fast = self.rng.u32(0..3) == 0;
+        let now = self.now();
+        let mut keys = Vec::new();
+        for index in 1..=size {
+            let ordering_id = format!("o{}", self.rng.usize(0..ORDERING_IDS));
+            let at = now + TimeDelta::milliseconds(self.rng.i64(300..6_000));
+            let plan = self.draw_plan();
+            let key = self.new_key(&ordering_id, at);
+            self.produced.sequence.insert(key.clone(), self.next_unique);
+            self.shared
+                .plans
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .insert(key.clone(), plan);
+            let mut member = GroupMember::new(id.clone(), index);
+            if index == size {
+                member = member.of(size);
+            }
+            if fail_fast {
+                member = member.fail_fast();
+            }
+            self.produced.members.insert(key.clone(), member.clone());
+            self.append(Record::Task(workload::versioned(&key, 1).in_group(member)));
+            self.produced.tasks.insert(key.clone(), (plan, 1));
+            keys.push(key);
+        }
+        self.produced.groups.insert(id, (keys, fail_fast));
+    }
+
+    /// Whether a member may end cancelled by its group: it fails fast and a member's plan fails.
+    pub(super) fn cancelled_by_its_group(&self, key: &TaskKey) -> bool {
+        self.produced.groups.values().any(|(keys, fail_fast)| {
+            *fail_fast
+                && keys.contains(key)
+                && keys.iter().any(|k| {
+                    self.produced
+                        .tasks
+                        .get(k)
+                        .is_some_and(|(plan, _)| plan.final_status() != TaskStatus::Completed)
+                })
+        })
+    }
+
+    /// Whether every group's join has its final status.
+    pub(super) fn joins_done(&self, statuses: &BTreeSet<TaskKey>) -> bool {
+        self.produced.groups.keys().all(|id| {
+            self.produced
+                .joins
+                .get(id)
+                .is_some_and(|keys| keys.iter().any(|k| statuses.contains(k)))
+        })
+    }
+
+    /// Each group's join: one task (of all those enqueued, the first admitted by its identity),
+    /// called at least once with success, given every member's final outcome (a fail-fast
+    /// group's, from its failure on) and each completed member's result.
+    pub(super) fn check_groups(
+        &mut self,
+        statuses: &BTreeMap<TaskKey, TaskStatus>,
+        calls: &[Call],
+    ) {
+        let joins = self
+            .shared
+            .joins
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
+        let v = &mut self.violations;
+        for (id, (members, fail_fast)) in &self.produced.groups {
+            let join_key = crate::groups::join_uniqueness_key(scheduler_client::DEFAULT_TASK_TYPE);
+            let called: BTreeSet<&TaskKey> = calls
+                .iter()
+                .map(|c| &c.key)
+                .filter(|k| k.ordering_id == *id && k.uniqueness_key == join_key)
+                .collect();
+            if called.len() != 1 {
+                v.push(format!(
+                    "join: group {id} had {} join tasks called: {called:?}",
+                    called.len()
+                ));
+            }
+            let given: Vec<&GroupOutcomeOf> =
+                joins.iter().filter(|(k, _)| k.ordering_id == *id).collect();
+            if given.is_empty() {
+                let stored = self.store.groups();
+                let stored = stored.iter().find(|(k, _)| k.id == *id).map(|(_, g)| g);
+                v.push(format!(
+                    "join: group {id}'s join never succeeded (members {members:?}, stored: {stored:?}, enqueued: {:?})",
+                    self.produced.joins.get(id)
+                ));
+            }
+            for (_, group) in given {
+                let failed_fast = *fail_fast && group.failed_by.is_some();
+                if !failed_fast && group.members.len() != members.len() {
+                    v.push(format!(
+                        "join: group {id}'s join was given {} of its {} members: {group:?}",
+                        group.members.len(),
+                        members.len()
+                    ));
+                }
+                for outcome in &group.members {
+                    let Some(key) = members.get(outcome.index as usize - 1) else {
+                        v.push(format!(
+                            "join: group {id} has an unknown member {}",
+                            outcome.index
+                        ));
+                        continue;
+                    };
+                    let last = statuses.get(key).copied();
+                    // A cancel recorded while the member ran is replaced by the call's outcome:
+                    // a join triggered by the cancel may have seen it.
+                    let raced = outcome.status == TaskStatus::Cancelled
+                        && self.produced.cancelled.contains(key);
+                    if last != Some(outcome.status) && !raced {
+                        v.push(format!(
+                            "join: group {id}'s join saw member {} ({key}) as {:?}, its status is {last:?}",
+                            outcome.index, outcome.status
+                        ));
+                    }
+                    let expected = serde_json::json!({ "index": outcome.index });
+                    if outcome.status == TaskStatus::Completed
+                        && outcome.result.as_ref() != Some(&expected)
+                    {
+                        v.push(format!(
+                            "join: group {id}'s member {} completed with result {:?}",
+                            outcome.index, outcome.result
+                        ));
+                    }
+                }
+            }
+        }
+    }
+}
+
+type GroupOutcomeOf = (TaskKey, crate::executor::GroupOutcome);
