@@ -9,6 +9,7 @@
 
 pub mod engine;
 pub mod logs;
+pub mod processes;
 
 use std::collections::HashMap;
 use std::net::{SocketAddr, ToSocketAddrs};

@@ -18,9 +18,9 @@ use std::time::{Duration, Instant};
 
 use chrono::{TimeDelta, Utc};
 use it_tests::engine::TestEnv;
+use it_tests::processes::node_command;
 use it_tests::{dev_stack, RestartStackOnDrop};
 use scheduler_client::{partition_for, Task, TaskKey};
-use scheduler_core::settings::SchedulingSettings;
 
 const PARTITIONS: u32 = 6;
 const ORDERING_IDS: usize = 150;
@@ -55,36 +55,10 @@ struct Nodes {
 
 impl Nodes {
     fn start(&mut self, name: &str) {
-        let settings = self.env.settings(SchedulingSettings {
-            isolation_wait: Duration::from_millis(500),
-            drain_timeout: Duration::from_secs(5),
-            ..SchedulingSettings::default()
-        });
-        let child = Command::new(env!("CARGO_BIN_EXE_chaos-node"))
-            .env("CHAOS_NODE", name)
-            .env("CHAOS_LOG", self.dir.join(format!("{name}.jsonl")))
+        let child = node_command(env!("CARGO_BIN_EXE_chaos-node"), &self.env, &self.dir, name)
             .env("CHAOS_TRACE", self.dir.join(format!("{name}.log")))
             .env("CHAOS_WORK_MS", "20")
-            .env(
-                "SCHEDULER__KAFKA__BOOTSTRAP_SERVERS",
-                &settings.kafka.bootstrap_servers,
-            )
-            .env("SCHEDULER__KAFKA__TOPIC", &settings.kafka.topic)
-            .env("SCHEDULER__KAFKA__GROUP_ID", &settings.kafka.group_id)
-            .env(
-                "SCHEDULER__CASSANDRA__CONTACT_POINTS",
-                &settings.cassandra.contact_points[0],
-            )
-            .env(
-                "SCHEDULER__CASSANDRA__KEYSPACE",
-                &settings.cassandra.keyspace,
-            )
-            .env("SCHEDULER__CASSANDRA__FETCH_SCHEMA_METADATA", "false")
-            // Three nodes start together on a fresh keyspace: the migration lock serialises them.
-            .env("SCHEDULER__CASSANDRA__AUTO_MIGRATE", "true")
-            .env("SCHEDULER__SCHEDULING__ISOLATION_WAIT", "500ms")
             .env("SCHEDULER__SCHEDULING__DRAIN_TIMEOUT", "5s")
-            .env("SCHEDULER__ADMIN__LISTEN", "127.0.0.1:0")
             .spawn()
             .unwrap_or_else(|e| panic!("start {name}: {e}"));
         self.children.insert(name.to_string(), child);

@@ -2,13 +2,14 @@
 //! queues they have a handler for, a queue no running node serves waits for one to join, and
 //! each queue's limits (and a type's own) take effect.
 
-use std::process::{Child, Command};
+use std::process::Child;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use chrono::{TimeDelta, Utc};
 use it_tests::engine::{http, task, wait_until, TestEnv};
+use it_tests::processes::{node_command, process_log};
 use scheduler_client::{SchedulerConfig, Task};
 use scheduler_core::settings::{QueueSettings, TypeLimits};
 use scheduler_core::{SchedulerNode, Settings, TaskContext, TaskError, TaskExecutor};
@@ -257,38 +258,12 @@ async fn each_node_consumes_only_the_queues_it_has_handlers_for() {
 
 /// A `chaos-node` process handling `types` only, with `queues_file`'s queues over `env`.
 fn node_process(env: &TestEnv, dir: &std::path::Path, name: &str, types: &str) -> Child {
-    Command::new(env!("CARGO_BIN_EXE_chaos-node"))
-        .env("CHAOS_NODE", name)
-        .env("CHAOS_LOG", dir.join(format!("{name}.jsonl")))
+    node_command(env!("CARGO_BIN_EXE_chaos-node"), env, dir, name)
         .env("CHAOS_WORK_MS", "10")
         .env("CHAOS_TYPES", types)
         .env("CHAOS_SETTINGS", dir.join("scheduler.toml"))
-        .env(
-            "SCHEDULER__KAFKA__BOOTSTRAP_SERVERS",
-            &env.stack.kafka_bootstrap,
-        )
-        .env("SCHEDULER__KAFKA__TOPIC", &env.topic)
-        .env("SCHEDULER__KAFKA__GROUP_ID", &env.group)
-        .env(
-            "SCHEDULER__CASSANDRA__CONTACT_POINTS",
-            &env.stack.cql_contact_point,
-        )
-        .env("SCHEDULER__CASSANDRA__KEYSPACE", &env.keyspace)
-        .env("SCHEDULER__CASSANDRA__FETCH_SCHEMA_METADATA", "false")
-        .env("SCHEDULER__CASSANDRA__AUTO_MIGRATE", "true")
-        .env("SCHEDULER__SCHEDULING__ISOLATION_WAIT", "500ms")
-        .env("SCHEDULER__ADMIN__LISTEN", "127.0.0.1:0")
         .spawn()
         .unwrap_or_else(|e| panic!("start {name}: {e}"))
-}
-
-/// The JSON lines a node process wrote.
-fn process_log(dir: &std::path::Path, name: &str) -> Vec<serde_json::Value> {
-    std::fs::read_to_string(dir.join(format!("{name}.jsonl")))
-        .unwrap_or_default()
-        .lines()
-        .filter_map(|l| serde_json::from_str(l).ok())
-        .collect()
 }
 
 /// The (orderingId, type) of each task a node process ran.
