@@ -41,6 +41,24 @@ struct Recon {
 impl TaskExecutor for Recon {
     async fn execute(&self, task: &Task, ctx: &TaskContext) -> Result<(), TaskError> {
         tokio::time::sleep(Duration::from_millis(5)).await;
+        // `spawn: n` sub-tasks on orderingIds of their own; `grandchildren: m` more under
+        // every tenth of them.
+        let count = |field: &str| task.task_data.get(field).and_then(|v| v.as_u64());
+        if let Some(n) = count("spawn") {
+            for i in 0..n {
+                let mut data = serde_json::Map::new();
+                if i % 10 == 0 {
+                    if let Some(m) = count("grandchildren") {
+                        data.insert("spawn".into(), json!(m));
+                    }
+                }
+                let at = task.scheduled_time + TimeDelta::milliseconds(500);
+                let child =
+                    Task::new(format!("{}.{i}", task.ordering_id), at, "sub", data).of_type(TYPE);
+                ctx.spawn(child)
+                    .map_err(|e| TaskError::invalid(e.to_string()))?;
+            }
+        }
         let mut log = self.log.lock().unwrap_or_else(PoisonError::into_inner);
         log.members
             .push((self.node.clone(), task.key(), Utc::now()));
@@ -357,4 +375,81 @@ async fn a_node_process_killed_mid_group_does_not_stop_the_join_from_running_exa
     let statuses = join["statuses"].as_array().expect("statuses");
     assert!(statuses.iter().all(|s| s == "completed"), "{statuses:?}");
     env.drop_keyspace().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_parent_spawning_100_children_two_levels_deep_is_joined_once_after_them() {
+    let _serial = ONE_AT_A_TIME.lock().await;
+    let env = TestEnv::new("groups_sub", 4).await;
+    let log = Arc::new(Mutex::new(Log::default()));
+    let node = env
+        .owning_every_partition(start(&env, "solo", &log).await)
+        .await;
+    // 100 children over 100 orderingIds (every partition); every tenth spawns 5 of its own.
+    let mut parent = Task::new(
+        "recon-system-x",
+        Utc::now() + TimeDelta::seconds(1),
+        "parent",
+        Default::default(),
+    )
+    .of_type(TYPE);
+    parent.task_data.insert("spawn".into(), json!(100));
+    parent.task_data.insert("grandchildren".into(), json!(5));
+    env.scheduler(Duration::from_secs(10))
+        .schedule_task(parent.clone())
+        .await
+        .expect("scheduled");
+    wait_until(Duration::from_secs(90), "the parent's join", || {
+        snapshot(&log)
+            .joins
+            .iter()
+            .any(|(_, _, g, _)| g.parent.as_ref().map(Task::key) == Some(parent.key()))
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let log = snapshot(&log);
+    // The parent, 100 children, 10 x 5 grandchildren, each run once.
+    let ran: Vec<&TaskKey> = log.members.iter().map(|(_, k, _)| k).collect();
+    let distinct: BTreeSet<&TaskKey> = ran.iter().copied().collect();
+    assert_eq!(distinct.len(), 1 + 100 + 50);
+    let partitions: BTreeSet<i32> = (distinct.iter())
+        .map(|k| partition_for(&k.ordering_id, env.partitions))
+        .collect();
+    assert_eq!(partitions.len(), 4, "children on every partition");
+    // A join per task with sub-tasks (10 children, the parent), each once.
+    assert_eq!(
+        log.joins.len(),
+        11,
+        "{:?}",
+        log.joins.iter().map(|j| &j.1).collect::<Vec<_>>()
+    );
+    let parents: BTreeSet<TaskKey> = (log.joins.iter())
+        .filter_map(|(_, _, g, _)| g.parent.as_ref().map(Task::key))
+        .collect();
+    assert_eq!(parents.len(), 11, "one join per parent");
+    // Each join after its children: their last execution, and their own joins.
+    for (_, join, group, joined_at) in &log.joins {
+        let parent = group.parent.as_ref().expect("a parent");
+        let prefix = format!("{}.", parent.ordering_id);
+        let children_done = (log.members.iter())
+            .filter(|(_, k, _)| k.ordering_id.starts_with(&prefix))
+            .map(|(_, _, at)| *at)
+            .max()
+            .expect("children ran");
+        assert!(
+            *joined_at >= children_done,
+            "{join:?} joined before its children finished"
+        );
+        let expected = if parent.ordering_id == "recon-system-x" {
+            100
+        } else {
+            5
+        };
+        assert_eq!(group.members.len(), expected);
+        assert!(group
+            .members
+            .iter()
+            .all(|m| m.status == TaskStatus::Completed));
+    }
+    node.shutdown().await.expect("shutdown");
 }

@@ -147,6 +147,9 @@ pub struct GroupMember {
     /// The first member that fails (retries exhausted, or invalid) cancels the members that
     /// have not run yet and triggers the join at once.
     pub fail_fast: bool,
+    /// The task type whose handler runs the group's join, if not the member's own (a parent's
+    /// sub-tasks are joined by the parent's handler). The group is named by this type and `id`.
+    pub join_type: Option<String>,
 }
 
 impl GroupMember {
@@ -157,6 +160,7 @@ impl GroupMember {
             index,
             total: None,
             fail_fast: false,
+            join_type: None,
         }
     }
 
@@ -169,6 +173,12 @@ impl GroupMember {
     /// The member of a group that fails fast.
     pub fn fail_fast(mut self) -> GroupMember {
         self.fail_fast = true;
+        self
+    }
+
+    /// The member of a group joined by the handler of `task_type`.
+    pub fn joined_by(mut self, task_type: impl Into<String>) -> GroupMember {
+        self.join_type = Some(task_type.into());
         self
     }
 }

@@ -14,8 +14,8 @@
 //! The record's Kafka key is the `orderingId` and its partition is [`crate::partition_for`] of it.
 //! Unknown fields are ignored, so later versions can add fields that v1 readers skip.
 //!
-//! A task may belong to a group (`group`: `id`, `index` from 1, optional `total` and
-//! `failFast`; see [`crate::GroupMember`]); the engine's join task of a group carries `joinOf`,
+//! A task may belong to a group (`group`: `id`, `index` from 1, optional `total`, `failFast`
+//! and `joinType`; see [`crate::GroupMember`]); the engine's join task of a group carries `joinOf`,
 //! the group's id:
 //!
 //! ```json
@@ -140,6 +140,11 @@ pub fn check_group(
     if let Some(member) = member {
         if member.index == 0 {
             return bad("index must be 1 or more".to_string());
+        }
+        if let Some(join_type) = &member.join_type {
+            if check_task_type(join_type).is_err() {
+                return bad(format!("joinType {join_type:?} is not a task type"));
+            }
         }
         match member.total {
             Some(0) => return bad("total must be 1 or more".to_string()),
@@ -367,8 +372,8 @@ struct WireOut<'a> {
     join_of: Option<&'a str>,
 }
 
-/// `group` on the wire: `{"id":"...","index":3,"total":200,"failFast":true}` (`total` and
-/// `failFast` optional).
+/// `group` on the wire: `{"id":"...","index":3,"total":200,"failFast":true,"joinType":"..."}`
+/// (`total`, `failFast` and `joinType` optional).
 #[derive(Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 struct WireGroup {
@@ -378,6 +383,8 @@ struct WireGroup {
     total: Option<u32>,
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     fail_fast: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    join_type: Option<String>,
 }
 
 impl From<&GroupMember> for WireGroup {
@@ -387,6 +394,7 @@ impl From<&GroupMember> for WireGroup {
             index: member.index,
             total: member.total,
             fail_fast: member.fail_fast,
+            join_type: member.join_type.clone(),
         }
     }
 }
@@ -398,6 +406,7 @@ impl From<WireGroup> for GroupMember {
             index: wire.index,
             total: wire.total,
             fail_fast: wire.fail_fast,
+            join_type: wire.join_type,
         }
     }
 }

@@ -59,7 +59,7 @@ pub trait TaskExecutor: Send + Sync + 'static {
 }
 
 /// A finished group, as its join sees it.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct GroupOutcome {
     /// The group: its members' task type and its id.
     pub group: GroupKey,
@@ -71,6 +71,8 @@ pub struct GroupOutcome {
     /// The outcome of every member that finished, by number (under fail-fast, the members
     /// cancelled after the join was triggered may be missing).
     pub members: Vec<MemberOutcome>,
+    /// For the sub-tasks of a task ([`TaskContext::spawn`]): that task, their parent.
+    pub parent: Option<Task>,
 }
 
 /// The largest result a handler may set, in bytes of JSON: results are stored with the task's
@@ -112,8 +114,8 @@ pub struct TaskContext {
     attempt: u32,
     tree: watch::Receiver<Option<StopReason>>,
     lease: watch::Receiver<LeaseState>,
-    /// What the call sets with [`TaskContext::set_result`] (shared with the lifecycle).
-    result: Arc<std::sync::Mutex<Option<serde_json::Value>>>,
+    /// What the call sets and spawns (shared with the lifecycle).
+    output: Arc<std::sync::Mutex<Output>>,
     /// The finished group, for a join's call.
     group: Option<Arc<GroupOutcome>>,
 }
@@ -132,7 +134,7 @@ impl TaskContext {
             attempt,
             tree,
             lease,
-            result: Arc::default(),
+            output: Arc::default(),
             group: None,
         }
     }
@@ -159,16 +161,30 @@ impl TaskContext {
                 max: MAX_RESULT_BYTES,
             });
         }
-        *self
-            .result
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(result);
+        self.output().result = Some(result);
         Ok(())
     }
 
-    /// Where the call's result lands, for the lifecycle to take once the call returns.
-    pub(crate) fn result_slot(&self) -> ResultSlot {
-        ResultSlot(Arc::clone(&self.result))
+    /// Spawns `task` as a sub-task of this one, enqueued once this attempt succeeds (not if it
+    /// fails: a retry spawns again). The sub-tasks of a task are a group joined by its handler's
+    /// `group_finished`, which runs once every one of them (and their own sub-tasks, at any
+    /// depth) has finished; the task itself counts as finished in its own group only then.
+    /// Numbered in the order spawned, so a task run again must spawn the same sub-tasks (same
+    /// keys, same order) for them to be the same ones. Any group `task` names is replaced.
+    pub fn spawn(&self, task: Task) -> Result<(), SpawnError> {
+        scheduler_client::wire::check_task(&task).map_err(SpawnError::Invalid)?;
+        let mut output = self.output();
+        if output.spawned.len() >= MAX_SUB_TASKS {
+            return Err(SpawnError::TooMany { max: MAX_SUB_TASKS });
+        }
+        output.spawned.push(task);
+        Ok(())
+    }
+
+    fn output(&self) -> std::sync::MutexGuard<'_, Output> {
+        self.output
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// A context for calling an executor outside a node (tests, tools): never asked to stop.
@@ -229,18 +245,55 @@ impl TaskContext {
             }
         }
     }
+
+    /// Where the call's result and sub-tasks land, for the lifecycle to take once it returns.
+    pub(crate) fn output_slot(&self) -> OutputSlot {
+        OutputSlot(Arc::clone(&self.output))
+    }
 }
 
-/// The result a call set, taken by the lifecycle after the call.
-pub(crate) struct ResultSlot(Arc<std::sync::Mutex<Option<serde_json::Value>>>);
+/// The most sub-tasks one attempt may spawn (they are enqueued before its status is recorded).
+pub const MAX_SUB_TASKS: usize = 10_000;
 
-impl ResultSlot {
-    /// The result set, if any.
-    pub(crate) fn take(&self) -> Option<serde_json::Value> {
+/// A sub-task could not be spawned.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SpawnError {
+    /// The task breaks the wire format's limits (the client's check).
+    #[error("sub-task refused: {0}")]
+    Invalid(#[from] scheduler_client::wire::ContentError),
+    /// The attempt spawned [`MAX_SUB_TASKS`] already.
+    #[error("more than {max} sub-tasks in one attempt")]
+    TooMany {
+        /// The limit.
+        max: usize,
+    },
+}
+
+/// What a call set and spawned.
+#[derive(Debug, Default)]
+struct Output {
+    result: Option<serde_json::Value>,
+    spawned: Vec<Task>,
+}
+
+/// A call's output, taken by the lifecycle after the call.
+pub(crate) struct OutputSlot(Arc<std::sync::Mutex<Output>>);
+
+impl OutputSlot {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Output> {
         self.0
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .take()
+    }
+
+    /// The result set, if any.
+    pub(crate) fn take_result(&self) -> Option<serde_json::Value> {
+        self.lock().result.take()
+    }
+
+    /// The sub-tasks spawned, in order.
+    pub(crate) fn take_spawned(&self) -> Vec<Task> {
+        std::mem::take(&mut self.lock().spawned)
     }
 }
 

@@ -20,7 +20,7 @@ pub(crate) fn join_uniqueness_key(task_type: &str) -> String {
     format!("group-finished:{task_type}")
 }
 
-/// The group of a member task.
+/// The group named by a join type and an id.
 pub(crate) fn key_of(task_type: &str, group_id: &str) -> GroupKey {
     GroupKey {
         task_type: task_type.to_string(),
@@ -28,19 +28,61 @@ pub(crate) fn key_of(task_type: &str, group_id: &str) -> GroupKey {
     }
 }
 
-/// The join of `member`'s group, enqueued `now` by a member task of it.
-fn join_task(member_task: &Task, member: &GroupMember, now: DateTime<Utc>) -> Task {
+/// The group `member` (of `task`) belongs to: named by the type that joins it.
+pub(crate) fn group_of(task: &Task, member: &GroupMember) -> GroupKey {
+    key_of(
+        member.join_type.as_ref().unwrap_or(&task.task_type),
+        &member.id,
+    )
+}
+
+/// The join of `group`, enqueued `now` by a member task of it. A group of sub-tasks is joined in
+/// its parent's place: the join is the member of the parent's own group that the parent was
+/// (so a parent counts as finished once its sub-tasks' join has run, at any depth).
+fn join_task(member_task: &Task, group: &GroupKey, state: &GroupState, now: DateTime<Utc>) -> Task {
     let mut join = Task::new(
-        member.id.clone(),
+        group.id.clone(),
         truncate_to_millis(now),
-        join_uniqueness_key(&member_task.task_type),
+        join_uniqueness_key(&group.task_type),
         TaskData::new(),
     )
-    .of_type(member_task.task_type.clone())
+    .of_type(group.task_type.clone())
     .with_priority(member_task.priority)
     .on_conflict(OnConflict::IfAbsent);
-    join.join_of = Some(member.id.clone());
+    join.join_of = Some(group.id.clone());
+    join.group = state
+        .parent
+        .as_ref()
+        .and_then(|parent| parent.group.clone());
     join
+}
+
+/// The id of the group of `parent`'s sub-tasks: derived from its key (two 64-bit xxHashes, so
+/// that it fits the group id limit whatever the key's length), the same on every run of it.
+pub(crate) fn children_of(parent: &Task) -> GroupKey {
+    let key = parent.key().to_string();
+    let hash = |seed| twox_hash::XxHash64::oneshot(seed, key.as_bytes());
+    key_of(
+        &parent.task_type,
+        &format!("children:{:016x}{:016x}", hash(0), hash(1)),
+    )
+}
+
+/// `children` as the sub-tasks of `parent`: members of its children's group, numbered in the
+/// order spawned, joined by the parent's handler.
+pub(crate) fn as_children(parent: &Task, children: Vec<Task>) -> (GroupKey, Vec<Task>) {
+    let group = children_of(parent);
+    let total = u32::try_from(children.len()).unwrap_or(u32::MAX);
+    let children = (1..=total)
+        .zip(children)
+        .map(|(index, child)| {
+            let member = GroupMember::new(group.id.clone(), index)
+                .of(total)
+                .joined_by(parent.task_type.clone());
+            child.in_group(member)
+        })
+        .collect();
+    (group, children)
 }
 
 /// A group step failed: the store or the producer; the caller retries the whole step (every
@@ -65,18 +107,18 @@ pub(crate) async fn member_finished(
     outcome: MemberOutcome,
     now: DateTime<Utc>,
 ) -> Result<bool, GroupStepError> {
-    let group = key_of(&task.task_type, &member.id);
+    let group = group_of(&task, &member);
     store
         .record_member(group.clone(), outcome, member.total, member.fail_fast)
         .await?;
-    let finished = store
-        .group(group)
-        .await?
-        .is_some_and(|state| state.is_finished());
-    if finished {
-        enqueuer.enqueue(join_task(&task, &member, now)).await?;
-    }
-    Ok(finished)
+    let state = store.group(group.clone()).await?;
+    let Some(state) = state.filter(GroupState::is_finished) else {
+        return Ok(false);
+    };
+    enqueuer
+        .enqueue(join_task(&task, &group, &state, now))
+        .await?;
+    Ok(true)
 }
 
 /// What a join's call is given: its group as stored now.
@@ -86,5 +128,6 @@ pub(crate) fn outcome_of(group: GroupKey, state: GroupState) -> GroupOutcome {
         total: state.total,
         failed_by: state.failed_by,
         members: state.members,
+        parent: state.parent,
     }
 }

@@ -358,8 +358,15 @@ fn group_members_and_joins_have_the_documented_shape_and_round_trip() {
     let text = String::from_utf8(encode(&join)).unwrap();
     assert!(text.ends_with(r#""joinOf":"recon-x"}"#), "{text}");
     assert_eq!(decode(Some(text.as_bytes()), 1 << 20).unwrap(), join);
+    let child = sample().in_group(GroupMember::new("children:ab", 2).of(2).joined_by("parent"));
+    let text = String::from_utf8(encode(&child)).unwrap();
+    assert!(
+        text.ends_with(r#""group":{"id":"children:ab","index":2,"total":2,"joinType":"parent"}}"#),
+        "{text}"
+    );
+    assert_eq!(decode(Some(text.as_bytes()), 1 << 20).unwrap(), child);
     // The stored form carries the same fields back.
-    for task in [member, open, join, sample()] {
+    for task in [member, open, join, child, sample()] {
         let stored = encode_grouping(&task);
         let plain = Task {
             group: None,

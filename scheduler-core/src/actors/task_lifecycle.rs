@@ -50,6 +50,7 @@ use crate::store::{
     StatusRecord, StoreResult, TaskStatus,
 };
 use futures::future::OptionFuture;
+use futures::{StreamExt, TryStreamExt};
 
 /// First wait before retrying a store step (status read, lease write, record) that failed.
 const STORE_RETRY_BASE: Duration = Duration::from_millis(500);
@@ -117,6 +118,7 @@ pub(crate) async fn run_task(
         called: false,
         store_failures: 0,
         handler_waits: 0,
+        membership_deferred: false,
         rng: fastrand::Rng::new(),
         span: span.clone(),
     };
@@ -144,6 +146,8 @@ struct TaskRun {
     store_failures: u32,
     /// Waits for a handler so far (see `wait_for_handler`).
     handler_waits: u32,
+    /// The task spawned sub-tasks: their join records it in its group, not its own status.
+    membership_deferred: bool,
     rng: fastrand::Rng,
     span: tracing::Span,
 }
@@ -197,7 +201,8 @@ impl TaskRun {
                 self.attempts = self.attempts.max(last);
             }
             if let Some(found) = status {
-                return Ok(self.already_finished(&found));
+                drop((hold, armed));
+                return self.found_finished(&task, found).await;
             }
             if !self.deps.pool.handles(&task.task_type) {
                 drop((hold, armed));
@@ -223,7 +228,7 @@ impl TaskRun {
             // cancel reached the task since its status read.
             self.attempts += 1;
             let context = self.context(epoch, &hold, group.clone());
-            let result_slot = context.result_slot();
+            let output = context.output_slot();
             let called = self
                 .deps
                 .pool
@@ -258,7 +263,7 @@ impl TaskRun {
                         })
                         .await?;
                     if let Some(found) = found {
-                        return Ok(self.already_finished(&found));
+                        return self.found_finished(&task, found).await;
                     }
                     let held = (hold, armed);
                     if checks_hold(&held) {
@@ -342,7 +347,11 @@ impl TaskRun {
             }
             let (reason, after) = match result {
                 Ok(()) => {
-                    let result = result_slot.take();
+                    let children = output.take_spawned();
+                    if !children.is_empty() {
+                        self.spawn_children(&task, children).await?;
+                    }
+                    let result = output.take_result();
                     return self
                         .record_final(&task, TaskStatus::Completed, None, result)
                         .await;
@@ -381,6 +390,22 @@ impl TaskRun {
             drop(hold);
             self.unless_stopped(tokio::time::sleep(delay)).await?;
         }
+    }
+
+    /// A task found finished by its status check. A member of a group found cancelled records
+    /// that in its group first: a cancel applied before the task was in the schedule had no
+    /// row to learn its group from (recording it again is harmless).
+    async fn found_finished(
+        &mut self,
+        task: &Task,
+        found: Found,
+    ) -> Result<ExecutionOutcome, Halt> {
+        if let Found::Final(record) = &found {
+            if record.status == TaskStatus::Cancelled && task.group.is_some() {
+                self.record_in_group(task, record).await?;
+            }
+        }
+        Ok(self.already_finished(&found))
     }
 
     /// A task found finished (or cancelled, or superseded by a newer task of its identity) by
@@ -423,10 +448,7 @@ impl TaskRun {
         let Some(member) = task.group.as_ref().filter(|m| m.fail_fast) else {
             return Ok(None);
         };
-        let (store, group) = (
-            self.deps.store.clone(),
-            groups::key_of(&task.task_type, &member.id),
-        );
+        let (store, group) = (self.deps.store.clone(), groups::group_of(task, member));
         let failed_by = self
             .store_step("group read", || store.group_failed_by(group.clone()))
             .await?;
@@ -446,11 +468,43 @@ impl TaskRun {
         Ok(Some(Arc::new(outcome)))
     }
 
+    /// A successful attempt's sub-tasks, as owner, before the task's status: the group of its
+    /// sub-tasks records the task as their parent (their join takes its place in its own
+    /// group), then each is enqueued. A crash before the status runs the task again, which
+    /// spawns the same sub-tasks again.
+    async fn spawn_children(&mut self, task: &Task, children: Vec<Task>) -> Result<(), Halt> {
+        let (group, children) = groups::as_children(task, children);
+        self.owner(None).await?;
+        let store = self.deps.store.clone();
+        self.store_step("sub-task group write", || {
+            store.record_parent(group.clone(), task.clone())
+        })
+        .await?;
+        let enqueuer = self.deps.enqueuer.clone();
+        let count = children.len();
+        self.store_step("sub-task enqueue", || {
+            let enqueues = children
+                .iter()
+                .cloned()
+                .map(|child| enqueuer.enqueue(child));
+            futures::stream::iter(enqueues)
+                .buffer_unordered(crate::store::WRITE_CONCURRENCY)
+                .try_collect::<Vec<()>>()
+        })
+        .await?;
+        // Its own place in a group is taken by its sub-tasks' join.
+        self.membership_deferred = true;
+        debug!(partition = self.partition, task = %self.key, sub_tasks = count,
+            group = %group, "sub-tasks enqueued");
+        Ok(())
+    }
+
     /// For a member of a group, as owner: records its final outcome in the group and enqueues
     /// the join if that finishes the group (before the member's own status, so a member with a
     /// final status always has its outcome in the group; a crash in between runs it again).
+    /// A task that spawned sub-tasks is recorded there by their join instead.
     async fn record_in_group(&mut self, task: &Task, record: &StatusRecord) -> Result<(), Halt> {
-        let Some(member) = task.group.clone() else {
+        let Some(member) = task.group.clone().filter(|_| !self.membership_deferred) else {
             return Ok(());
         };
         let outcome = MemberOutcome {

@@ -612,23 +612,17 @@ async fn apply_cancels(
                     }
                     Err(e) => return Err(e.into()),
                 };
-                let scheduled = store.scheduled_task(partition, key.clone()).await?;
-                if let Some(task) = scheduled {
-                    if let Some(member) = task.group.clone() {
-                        let outcome = MemberOutcome {
-                            index: member.index,
-                            key: key.clone(),
-                            status: TaskStatus::Cancelled,
-                            error: None,
-                            result: None,
-                            finished_at: at,
-                        };
-                        let enqueuer = Arc::clone(enqueuer);
-                        let store = Arc::clone(&store);
-                        groups::member_finished(store, enqueuer, task, member, outcome, at).await?;
+                // Best effort: a row left behind (a read or the group step failed) is loaded
+                // again, and its status check finishes the group (`found_finished`).
+                let finished = finish_cancelled(&store, enqueuer, partition, &key, at).await;
+                match finished {
+                    Ok(()) => {
+                        if let Err(e) = store.remove_scheduled(partition, key.clone()).await {
+                            debug!(partition, task = %key, error = %e, "cancelled task left in the schedule (it will be skipped)");
+                        }
                     }
-                    if let Err(e) = store.remove_scheduled(partition, key.clone()).await {
-                        debug!(partition, task = %key, error = %e, "cancelled task left in the schedule (it will be skipped)");
+                    Err(e) => {
+                        debug!(partition, task = %key, error = %e, "cancelled task left in the schedule (its group is told when it is loaded)");
                     }
                 }
                 Ok(cancelled.then_some(key))
@@ -638,6 +632,32 @@ async fn apply_cancels(
         .try_filter_map(|cancelled| futures::future::ready(Ok(cancelled)))
         .try_collect()
         .await
+}
+
+/// A cancelled task that is a member of a group records its outcome there (which may trigger
+/// the join); read from the schedule, where it still is.
+async fn finish_cancelled(
+    store: &Arc<dyn TaskStore>,
+    enqueuer: &Arc<dyn Enqueuer>,
+    partition: PartitionId,
+    key: &TaskKey,
+    at: DateTime<Utc>,
+) -> Result<(), groups::GroupStepError> {
+    let scheduled = store.scheduled_task(partition, key.clone()).await?;
+    let Some((task, member)) = scheduled.and_then(|t| t.group.clone().map(|m| (t, m))) else {
+        return Ok(());
+    };
+    let outcome = MemberOutcome {
+        index: member.index,
+        key: key.clone(),
+        status: TaskStatus::Cancelled,
+        error: None,
+        result: None,
+        finished_at: at,
+    };
+    let (store, enqueuer) = (Arc::clone(store), Arc::clone(enqueuer));
+    groups::member_finished(store, enqueuer, task, member, outcome, at).await?;
+    Ok(())
 }
 
 impl TaskPersistence {

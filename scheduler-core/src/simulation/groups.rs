@@ -79,6 +79,10 @@ impl World {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .clone();
+        let cancellable_by_group: BTreeSet<TaskKey> = (self.produced.members.keys())
+            .filter(|k| self.cancelled_by_its_group(k))
+            .cloned()
+            .collect();
         let v = &mut self.violations;
         for (id, (members, fail_fast)) in &self.produced.groups {
             let join_key = crate::groups::join_uniqueness_key(scheduler_client::DEFAULT_TASK_TYPE);
@@ -121,10 +125,14 @@ impl World {
                         continue;
                     };
                     let last = statuses.get(key).copied();
-                    // A cancel recorded while the member ran is replaced by the call's outcome:
-                    // a join triggered by the cancel may have seen it.
-                    let raced = outcome.status == TaskStatus::Cancelled
-                        && self.produced.cancelled.contains(key);
+                    // A cancel does not interrupt a call already running: the join may see the
+                    // cancel that the call's outcome replaces, or the call's outcome where its
+                    // tree stopped before replacing the cancel with its status.
+                    let cancellable =
+                        self.produced.cancelled.contains(key) || cancellable_by_group.contains(key);
+                    let raced = cancellable
+                        && (outcome.status == TaskStatus::Cancelled
+                            || last == Some(TaskStatus::Cancelled));
                     if last != Some(outcome.status) && !raced {
                         v.push(format!(
                             "join: group {id}'s join saw member {} ({key}) as {:?}, its status is {last:?}",

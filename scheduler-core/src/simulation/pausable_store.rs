@@ -296,6 +296,10 @@ impl GroupStore for PausableStore {
         self.send("group read", |s| s.group(group))
     }
 
+    fn record_parent(&self, group: GroupKey, parent: Task) -> BoxFuture<'static, StoreResult<()>> {
+        self.send("group write", |s| s.record_parent(group, parent))
+    }
+
     fn group_failed_by(&self, group: GroupKey) -> BoxFuture<'static, StoreResult<Option<u32>>> {
         self.send("group read", |s| s.group_failed_by(group))
     }

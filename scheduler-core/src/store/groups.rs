@@ -6,7 +6,7 @@
 
 use chrono::{DateTime, Utc};
 use futures::future::BoxFuture;
-use scheduler_client::TaskKey;
+use scheduler_client::{Task, TaskKey};
 use serde_json::Value;
 
 use super::{StoreResult, TaskStatus};
@@ -51,7 +51,7 @@ impl MemberOutcome {
 }
 
 /// What the store knows of a group.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, PartialEq, Default)]
 pub struct GroupState {
     /// How many members the group has, once a member that knows it has finished.
     pub total: Option<u32>,
@@ -61,6 +61,9 @@ pub struct GroupState {
     pub failed_by: Option<u32>,
     /// The members with a final outcome, by number.
     pub members: Vec<MemberOutcome>,
+    /// For a group of sub-tasks: the task that spawned them (its join inherits the parent's
+    /// own place in a group).
+    pub parent: Option<Task>,
 }
 
 impl GroupState {
@@ -96,6 +99,9 @@ pub trait GroupStore: Send + Sync + 'static {
     /// The group, read at the level that sees every member's completed write; `None` when no
     /// member has finished.
     fn group(&self, group: GroupKey) -> BoxFuture<'static, StoreResult<Option<GroupState>>>;
+
+    /// Records the task whose sub-tasks the group holds (again: overwritten).
+    fn record_parent(&self, group: GroupKey, parent: Task) -> BoxFuture<'static, StoreResult<()>>;
 
     /// The failed member of a fail-fast group, if one failed (the header only: a member about to
     /// run checks it).

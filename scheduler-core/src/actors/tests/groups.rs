@@ -22,6 +22,23 @@ impl TaskExecutor for Grouped {
     async fn execute(&self, task: &Task, ctx: &TaskContext) -> Result<(), TaskError> {
         self.calls.lock().expect("lock").push(task.key());
         tokio::time::sleep(Duration::from_millis(10)).await;
+        // `spawn: [n, m]`: n sub-tasks, each spawning m of its own.
+        let spawn: Vec<u64> = (task.task_data.get("spawn").and_then(|v| v.as_array()))
+            .map(|n| n.iter().filter_map(serde_json::Value::as_u64).collect())
+            .unwrap_or_default();
+        if let Some((n, rest)) = spawn.split_first() {
+            for i in 0..*n {
+                let data = serde_json::json!({ "spawn": rest });
+                let child = Task::new(
+                    format!("{}.{i}", task.ordering_id),
+                    task.scheduled_time + TimeDelta::milliseconds(100),
+                    "child",
+                    data.as_object().cloned().unwrap_or_default(),
+                );
+                ctx.spawn(child)
+                    .map_err(|e| TaskError::invalid(e.to_string()))?;
+            }
+        }
         if task.ordering_id.starts_with("bad") {
             return Err(TaskError::invalid("bad member"));
         }
@@ -70,12 +87,14 @@ impl Harness {
     /// conflict mode: records acting on their identity); returns it.
     async fn deliver_enqueued(&self) -> Vec<Task> {
         let enqueued = self.outbox.take();
-        assert!(enqueued
-            .iter()
-            .all(|t| t.on_conflict == Some(OnConflict::IfAbsent)));
-        let ops = enqueued
-            .iter()
-            .cloned()
+        let (joins, tasks): (Vec<Task>, Vec<Task>) =
+            (enqueued.iter().cloned()).partition(|t| t.on_conflict == Some(OnConflict::IfAbsent));
+        assert!(joins.iter().all(|j| j.join_of.is_some()));
+        if !tasks.is_empty() {
+            self.enqueue(tasks).await;
+        }
+        let ops = joins
+            .into_iter()
             .map(super::super::IdentityOp::Schedule)
             .collect();
         self.by_identity(ops).await;
@@ -222,5 +241,84 @@ fn a_fail_fast_groups_first_failure_cancels_the_rest_and_triggers_the_join() {
             6,
             "every member has its outcome in the end"
         );
+    });
+}
+
+#[test]
+fn sub_tasks_two_levels_deep_are_joined_after_their_children_each_join_once() {
+    run_paused(|| async {
+        let (handler, handlers) = grouped();
+        let h = node(handlers);
+        h.assign().await;
+        // The parent spawns 3 children, each of which spawns 2.
+        let data = serde_json::json!({ "spawn": [3, 2] });
+        let parent = Task::new(
+            "p",
+            t0(),
+            "parent",
+            data.as_object().cloned().unwrap_or_default(),
+        );
+        h.enqueue(vec![parent.clone()]).await;
+        // Deliver what the engine enqueues (sub-tasks, joins) until nothing more comes.
+        for _ in 0..20 {
+            advance(Duration::from_secs(1)).await;
+            h.deliver_enqueued().await;
+        }
+        let calls = handler.calls.lock().expect("lock").clone();
+        assert_eq!(
+            calls.len(),
+            1 + 3 + 6,
+            "the parent, 3 children, 6 grandchildren: {calls:?}"
+        );
+        let joins = handler.joins.lock().expect("lock").clone();
+        let joined: Vec<String> = joins.iter().map(|(k, _)| k.ordering_id.clone()).collect();
+        assert_eq!(
+            joins.len(),
+            4,
+            "a join per parent of sub-tasks, once each: {joined:?}"
+        );
+        // The parent's join comes last, with its three children's joins as its members.
+        let (_, last) = joins.last().expect("joins");
+        assert_eq!(last.parent.as_ref().map(Task::key), Some(parent.key()));
+        assert_eq!(last.total, Some(3));
+        assert_eq!(last.members.len(), 3);
+        for member in &last.members {
+            assert_eq!(member.status, TaskStatus::Completed);
+            assert!(
+                member.key.uniqueness_key.starts_with("group-finished:"),
+                "{member:?}"
+            );
+        }
+        for (_, group) in &joins[..3] {
+            let child = group.parent.as_ref().expect("a child's sub-tasks");
+            assert!(child.ordering_id.starts_with("p."), "{child:?}");
+            assert_eq!(group.members.len(), 2);
+        }
+        assert_eq!(
+            h.store.status_of(P, &parent.key()).map(|s| s.status),
+            Some(TaskStatus::Completed)
+        );
+    });
+}
+
+#[test]
+fn a_member_cancelled_before_it_reached_the_schedule_still_finishes_its_group() {
+    run_paused(|| async {
+        let (handler, handlers) = grouped();
+        let h = node(handlers);
+        h.assign().await;
+        let group = |i| GroupMember::new("early-cancel", i).of(2);
+        let first = member("o1", t0() + ms(100), group(1));
+        let second = member("o2", t0() + ms(200), group(2));
+        // The cancel of the second comes before the second itself.
+        h.cancel(vec![second.key()]).await;
+        h.enqueue(vec![first.clone(), second.clone()]).await;
+        advance(Duration::from_secs(2)).await;
+        assert_eq!(h.deliver_enqueued().await.len(), 1, "the group finished");
+        advance(Duration::from_secs(2)).await;
+        let joins = handler.joins.lock().expect("lock").clone();
+        assert_eq!(joins.len(), 1);
+        let statuses: Vec<TaskStatus> = joins[0].1.members.iter().map(|m| m.status).collect();
+        assert_eq!(statuses, vec![TaskStatus::Completed, TaskStatus::Cancelled]);
     });
 }

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use chrono::{DateTime, Utc};
 use futures::future::BoxFuture;
 use futures::FutureExt;
-use scheduler_client::TaskKey;
+use scheduler_client::{Task, TaskKey};
 use scylla::client::session::Session;
 use scylla::statement::prepared::PreparedStatement;
 
@@ -31,6 +31,8 @@ pub(super) struct GroupStatements {
     /// The whole partition: the header and every member, paged.
     select_group: PreparedStatement,
     select_failed_by: PreparedStatement,
+    /// The task whose sub-tasks the group holds.
+    set_parent: PreparedStatement,
 }
 
 impl GroupStatements {
@@ -60,7 +62,7 @@ impl GroupStatements {
         };
         let mut select_group = prepare(format!(
             "SELECT total, fail_fast, failed_by, member, ordering_id, scheduled_time, \
-             uniqueness_key, status, error, result, finished_at FROM {ks}.group_members \
+             uniqueness_key, status, error, result, finished_at, parent FROM {ks}.group_members \
              WHERE task_type = ? AND group_id = ?"
         ))
         .await?;
@@ -89,12 +91,17 @@ impl GroupStatements {
                  LIMIT 1"
             ))
             .await?,
+            // Only the header: a static column set by partition key alone.
+            set_parent: prepare(format!(
+                "UPDATE {ks}.group_members SET parent = ? WHERE task_type = ? AND group_id = ?"
+            ))
+            .await?,
         })
     }
 }
 
 /// A `group_members` row: the statics (`total`, `fail_fast`, `failed_by`), then the member's
-/// columns, all null in a partition that holds only its header.
+/// columns, all null in a partition that holds only its header, then the static `parent`.
 type MemberRow = (
     Option<i32>,
     Option<bool>,
@@ -107,6 +114,7 @@ type MemberRow = (
     Option<String>,
     Option<String>,
     Option<DateTime<Utc>>,
+    Option<String>,
 );
 
 fn corrupt(reason: String) -> StoreError {
@@ -238,10 +246,33 @@ impl GroupStore for CassandraStore {
                 if let (None, Some(failed_by)) = (state.failed_by, row.2) {
                     state.failed_by = Some(read_number(failed_by, "failed_by")?);
                 }
+                if let (None, Some(text)) = (&state.parent, row.11.take()) {
+                    let parent = scheduler_client::wire::decode(Some(text.as_bytes()), usize::MAX)
+                        .map_err(|e| corrupt(format!("parent: {e}")))?;
+                    state.parent = Some(parent);
+                }
                 state.members.extend(member_from_row(&mut row)?);
             }
             // The members came in clustering order: by number.
             Ok(Some(state))
+        }
+        .boxed()
+    }
+
+    fn record_parent(&self, group: GroupKey, parent: Task) -> BoxFuture<'static, StoreResult<()>> {
+        let inner = Arc::clone(&self.inner);
+        async move {
+            let text =
+                String::from_utf8_lossy(&scheduler_client::wire::encode(&parent)).into_owned();
+            let values = (text, group.task_type.as_str(), group.id.as_str());
+            inner
+                .run(
+                    &inner.statements.groups.set_parent,
+                    values,
+                    "group parent write",
+                )
+                .await?;
+            Ok(())
         }
         .boxed()
     }

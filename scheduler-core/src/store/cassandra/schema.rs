@@ -459,10 +459,12 @@ async fn migrate_v4(session: &Session, ks: &str) -> StoreResult<()> {
         "CREATE TABLE IF NOT EXISTS {ks}.group_members (task_type text, group_id text, \
          member int, total int static, fail_fast boolean static, failed_by int static, \
          ordering_id text, scheduled_time timestamp, uniqueness_key text, status text, \
-         error text, result text, finished_at timestamp, \
+         error text, result text, finished_at timestamp, parent text static, \
          PRIMARY KEY ((task_type, group_id), member))"
     );
     run_schema_statement(session, members).await?;
+    // (A keyspace migrated by a build of this version without sub-tasks lacks it.)
+    add_column_if_absent(session, ks, "group_members", "parent", "text static").await?;
     await_agreement(session).await
 }
 

@@ -346,6 +346,12 @@ impl GroupStore for MemoryStore {
         self.run("group read", move |s| s.groups.get(&group).cloned())
     }
 
+    fn record_parent(&self, group: GroupKey, parent: Task) -> BoxFuture<'static, StoreResult<()>> {
+        self.run("group write", move |s| {
+            s.groups.entry(group).or_default().parent = Some(parent);
+        })
+    }
+
     fn group_failed_by(&self, group: GroupKey) -> BoxFuture<'static, StoreResult<Option<u32>>> {
         self.run("group read", move |s| {
             s.groups.get(&group).and_then(|state| state.failed_by)
