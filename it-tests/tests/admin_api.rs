@@ -8,6 +8,7 @@ use std::time::Duration;
 use chrono::{TimeDelta, Utc};
 use it_tests::engine::{by_task, http, task, wait_until, Recorder, TestEnv};
 use scheduler_client::{wire, Task};
+use scheduler_core::settings::QueueSettings;
 use scheduler_core::{NodeError, SchedulerNode};
 
 fn task_path(t: &Task) -> String {
@@ -425,5 +426,202 @@ async fn a_taken_admin_port_fails_the_start_cleanly() {
             Recorder::new("n2", &log, Duration::ZERO),
         )
         .await;
+    node.shutdown().await.expect("clean shutdown");
+}
+
+/// Suspensions: none at first; each kind suspended (201, the suspension as listed), again (its
+/// reason replaced), lifted (204, also when there is none); bad input refused (400, saying
+/// why); every endpoint behind the token (401). A queue's API suspends in its own keyspace.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn suspensions_are_listed_suspended_and_lifted_in_each_queues_keyspace_behind_the_token() {
+    let env = TestEnv::new("it_admin_susp", 2).await;
+    let log = Arc::new(Mutex::new(Vec::new()));
+    let mut settings = env.settings(TestEnv::quick_scheduling());
+    settings.admin.token = Some("s3cret".into());
+    settings.queues = vec![QueueSettings {
+        name: "emails".into(),
+        task_types: vec!["send-email".into()],
+        create_topic_partitions: Some(1),
+        ..QueueSettings::default()
+    }];
+    let node = env
+        .start_sole_node(settings, Recorder::new("n1", &log, Duration::ZERO))
+        .await;
+    let addr = node.admin_address().expect("admin API enabled");
+    let token = Some("s3cret");
+    let path = "/api/v1/suspensions";
+    let list = |path: &'static str| async move {
+        let listed = http(addr, "GET", path, token, None).await;
+        assert_eq!(listed.status, 200, "{}", listed.body);
+        listed.json()["suspensions"].clone()
+    };
+    let suspend = |body: &'static str| http(addr, "POST", path, token, Some(body));
+
+    // Behind the token, all three.
+    let body = r#"{"kind":"taskType","target":"send-email"}"#;
+    for (method, path, body) in [
+        ("GET", path.to_string(), None),
+        ("POST", path.to_string(), Some(body)),
+        (
+            "DELETE",
+            format!("{path}?kind=taskType&target=send-email"),
+            None,
+        ),
+        ("POST", format!("/queues/emails{path}"), Some(body)),
+    ] {
+        for wrong in [None, Some("wrong")] {
+            let refused = http(addr, method, &path, wrong, body).await;
+            assert_eq!(refused.status, 401, "{method} {path} with {wrong:?}");
+        }
+    }
+    assert_eq!(list("/api/v1/suspensions").await, serde_json::json!([]));
+
+    // One of each kind.
+    let before = scheduler_client::truncate_to_millis(Utc::now());
+    let created =
+        suspend(r#"{"kind":"taskType","target":"send-email","reason":"SMTP down"}"#).await;
+    assert_eq!(created.status, 201, "{}", created.body);
+    let created = created.json();
+    assert_eq!(
+        (&created["kind"], &created["target"], &created["reason"]),
+        (
+            &serde_json::json!("taskType"),
+            &serde_json::json!("send-email"),
+            &serde_json::json!("SMTP down")
+        )
+    );
+    let since = created["since"].as_str().unwrap_or_default();
+    let parsed = chrono::DateTime::parse_from_rfc3339(since).expect("since, RFC 3339");
+    assert!(
+        parsed >= before && parsed <= Utc::now(),
+        "{since} is when it was recorded"
+    );
+    assert_eq!(
+        since,
+        wire::format_time(parsed.into()),
+        "in the wire format"
+    );
+    for body in [
+        r#"{"kind":"orderingId","target":"customer 7"}"#,
+        r#"{"kind":"group","target":"recon/2026-05","reason":""}"#,
+    ] {
+        let created = suspend(body).await;
+        assert_eq!(created.status, 201, "{body}: {}", created.body);
+        assert_eq!(created.json()["reason"], serde_json::Value::Null, "{body}");
+    }
+    let listed = list("/api/v1/suspensions").await;
+    let targets = |listed: &serde_json::Value| -> Vec<String> {
+        listed
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|s| {
+                format!(
+                    "{} {}",
+                    s["kind"].as_str().unwrap_or("?"),
+                    s["target"].as_str().unwrap_or("?")
+                )
+            })
+            .collect()
+    };
+    assert_eq!(
+        targets(&listed),
+        [
+            "group recon/2026-05",
+            "orderingId customer 7",
+            "taskType send-email"
+        ],
+        "by kind, then target"
+    );
+    assert_eq!(listed[2], created, "listed as it was answered");
+
+    // Again: the reason is replaced.
+    let again = suspend(r#"{"kind":"taskType","target":"send-email","reason":"still down"}"#).await;
+    assert_eq!(again.status, 201, "{}", again.body);
+    let listed = list("/api/v1/suspensions").await;
+    assert_eq!(listed.as_array().map(Vec::len), Some(3));
+    assert_eq!(listed[2]["reason"], "still down");
+
+    // Lifted, twice; the target as a query parameter, encoded.
+    for _ in 0..2 {
+        let lifted = http(
+            addr,
+            "DELETE",
+            "/api/v1/suspensions?kind=orderingId&target=customer%207",
+            token,
+            None,
+        )
+        .await;
+        assert_eq!((lifted.status, lifted.body.as_str()), (204, ""));
+    }
+    assert_eq!(
+        targets(&list("/api/v1/suspensions").await),
+        ["group recon/2026-05", "taskType send-email"]
+    );
+
+    // Bad input: 400, saying why.
+    for (body, says) in [
+        (
+            r#"{"kind":"queue","target":"emails"}"#,
+            "kind must be orderingId, taskType or group",
+        ),
+        (r#"{"kind":"group","target":"recon"}"#, "<type>/<id>"),
+        (r#"{"kind":"taskType","target":""}"#, "target is required"),
+        (r#"{"target":"send-email"}"#, "kind is required"),
+        (r#"{"kind":"taskType","target":"send email"}"#, "taskType"),
+        ("{not json", ""),
+    ] {
+        let refused = suspend(body).await;
+        assert_eq!(refused.status, 400, "{body}: {}", refused.body);
+        let error = refused.json()["error"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        assert!(error.contains(says), "{body}: {error}");
+    }
+    for query in [
+        "?kind=group&target=recon",
+        "?target=send-email",
+        "?kind=taskType",
+    ] {
+        let refused = http(addr, "DELETE", &format!("{path}{query}"), token, None).await;
+        assert_eq!(refused.status, 400, "{query}: {}", refused.body);
+        assert!(refused.json()["error"].is_string());
+    }
+
+    // The emails queue's API: its own keyspace, apart from the default queue's.
+    let created = http(
+        addr,
+        "POST",
+        "/queues/emails/api/v1/suspensions",
+        token,
+        Some(r#"{"kind":"orderingId","target":"mailbox-1"}"#),
+    )
+    .await;
+    assert_eq!(created.status, 201, "{}", created.body);
+    assert_eq!(
+        targets(&list("/queues/emails/api/v1/suspensions").await),
+        ["orderingId mailbox-1"]
+    );
+    assert_eq!(
+        targets(&list("/api/v1/suspensions").await),
+        ["group recon/2026-05", "taskType send-email"]
+    );
+    let session = env.stack.require_cassandra().await;
+    let rows = session
+        .query_unpaged(
+            format!("SELECT target FROM {}_emails.suspensions", env.keyspace),
+            &[],
+        )
+        .await
+        .expect("read the queue's keyspace")
+        .into_rows_result()
+        .expect("rows");
+    let stored: Vec<(String,)> = rows
+        .rows::<(String,)>()
+        .expect("text")
+        .collect::<Result<_, _>>()
+        .expect("rows");
+    assert_eq!(stored, [("mailbox-1".to_string(),)]);
     node.shutdown().await.expect("clean shutdown");
 }

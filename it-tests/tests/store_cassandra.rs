@@ -1,6 +1,7 @@
 //! The engine's Cassandra store against the real database: schema creation, the schedule's
-//! time-bucketed wide rows read in key order across buckets, status and attempt records, and
-//! task groups (a task's group fields wherever it is stored, the groups' members and headers).
+//! time-bucketed wide rows read in key order across buckets, status and attempt records, task
+//! groups (a task's group fields wherever it is stored, the groups' members and headers), and
+//! suspensions.
 
 use chrono::{DateTime, TimeDelta, TimeZone, Utc};
 use it_tests::{unique_name, Stack};
@@ -13,7 +14,7 @@ use scheduler_core::store::{
     AttemptOutcome, AttemptRecord, AttemptStore, CassandraStore, DeadLetter, DeadLetterFilter,
     DeadLetterStore, DeadReason, GroupKey, GroupStore, IdentityRecord, IdentityStore,
     MemberOutcome, OwnershipStore, ReadCursor, ScheduleStore, StatusRecord, StatusStore,
-    StoreLevels, TaskStatus,
+    StoreError, StoreLevels, Suspension, SuspensionStore, SuspensionTarget, TaskStatus,
 };
 use scheduler_core::{Task, TaskKey};
 
@@ -839,5 +840,97 @@ async fn group_members_and_headers_round_trip_and_the_first_failure_of_a_fail_fa
         "every member, by number, across pages"
     );
     assert!(state.is_finished());
+    drop_keyspace(&keyspace).await;
+}
+
+/// `suspensions`: one of each kind written, read back whole (to the millisecond, with or without
+/// a reason), written again (the new time and reason replace the old, a reason left out too),
+/// one lifted (twice: lifting is idempotent); a row of an unknown kind is corrupt.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn suspensions_of_every_kind_round_trip_are_replaced_and_lifted() {
+    let session = Stack::from_env().require_cassandra().await;
+    let keyspace = unique_name("it_store_suspensions");
+    let store = CassandraStore::connect(&settings(&keyspace))
+        .await
+        .expect("connect and create schema");
+    assert_eq!(store.suspensions().await.expect("read"), []);
+
+    let at = Utc
+        .with_ymd_and_hms(2030, 1, 1, 10, 0, 0)
+        .single()
+        .expect("valid time");
+    let suspension = |target: SuspensionTarget, millis: i64, reason: Option<&str>| Suspension {
+        target,
+        since: at + TimeDelta::milliseconds(millis),
+        reason: reason.map(str::to_string),
+    };
+    let ordering = SuspensionTarget::OrderingId("customer 7/a".into());
+    let task_type = SuspensionTarget::TaskType("send-email".into());
+    let group = SuspensionTarget::Group {
+        task_type: "recon".into(),
+        id: "2026-05/eu".into(),
+    };
+    let written = [
+        suspension(ordering.clone(), 1, Some("bad data")),
+        suspension(task_type.clone(), 2, None),
+        suspension(group.clone(), 3, Some("input file late")),
+    ];
+    for s in &written {
+        store.suspend(s.clone()).await.expect("suspend");
+    }
+    // In clustering order: by kind, then target.
+    let by_kind = |mut all: Vec<Suspension>| {
+        all.sort_by_key(|s| (s.target.kind(), s.target.target()));
+        all
+    };
+    assert_eq!(
+        store.suspensions().await.expect("read"),
+        by_kind(written.to_vec())
+    );
+
+    // Written again: the new time and reason, or none, replace the old ones.
+    let again = [
+        suspension(ordering.clone(), 10, None),
+        suspension(task_type.clone(), 20, Some("SMTP down")),
+    ];
+    for s in &again {
+        store.suspend(s.clone()).await.expect("suspend again");
+    }
+    let mut expected = vec![again[0].clone(), again[1].clone(), written[2].clone()];
+    assert_eq!(
+        store.suspensions().await.expect("read"),
+        by_kind(expected.clone())
+    );
+
+    // Lifted, twice.
+    for _ in 0..2 {
+        store.resume(task_type.clone()).await.expect("resume");
+    }
+    expected.retain(|s| s.target != task_type);
+    assert_eq!(store.suspensions().await.expect("read"), by_kind(expected));
+    // Lifting what was never suspended is no error.
+    store
+        .resume(SuspensionTarget::TaskType("never".into()))
+        .await
+        .expect("resume");
+
+    // A row this engine cannot read fails the read, naming the table.
+    session
+        .query_unpaged(
+            format!(
+                "INSERT INTO {keyspace}.suspensions (shard, kind, target, since) \
+                 VALUES (0, 'queue', 'emails', '2030-01-01T10:00:00Z')"
+            ),
+            &[],
+        )
+        .await
+        .expect("a foreign row");
+    match store.suspensions().await {
+        Err(StoreError::Corrupt { what, reason }) => {
+            assert_eq!(what, "suspension");
+            assert!(reason.contains("\"queue\""), "{reason}");
+        }
+        other => panic!("a corrupt row read as {other:?}"),
+    }
     drop_keyspace(&keyspace).await;
 }

@@ -16,7 +16,7 @@ use crate::clock::Clock;
 pub use crate::handlers::Handlers;
 use crate::lease::LeaseState;
 use crate::slots::{PrioritySlots, SlotPermit};
-use crate::store::{DeadLetter, GroupKey, MemberOutcome};
+use crate::store::{BucketProgress, DeadLetter, GroupKey, MemberOutcome};
 
 /// Runs tasks. Implement it with
 /// `async fn execute(&self, task: &Task, ctx: &TaskContext) -> Result<(), TaskError>`.
@@ -118,6 +118,8 @@ pub struct TaskContext {
     output: Arc<std::sync::Mutex<Output>>,
     /// The finished group, for a join's call.
     group: Option<Arc<GroupOutcome>>,
+    /// Where a group member's progress goes.
+    progress: Option<Arc<ProgressReporter>>,
 }
 
 impl TaskContext {
@@ -136,6 +138,7 @@ impl TaskContext {
             lease,
             output: Arc::default(),
             group: None,
+            progress: None,
         }
     }
 
@@ -143,6 +146,51 @@ impl TaskContext {
     pub(crate) fn with_group(mut self, group: Arc<GroupOutcome>) -> Self {
         self.group = Some(group);
         self
+    }
+
+    /// The context of a group member's call, which may report its progress.
+    pub(crate) fn with_progress(mut self, reporter: Arc<ProgressReporter>) -> Self {
+        self.progress = Some(reporter);
+        self
+    }
+
+    /// Reports how many items this task (a job's bucket, or any group member) has processed
+    /// so far, for its job's progress (`scheduler jobs show`). The last report counts.
+    pub async fn report_progress(&self, items: u64) -> Result<(), ProgressError> {
+        let reporter = self.progress.as_ref().ok_or(ProgressError::NotInAGroup)?;
+        let progress = BucketProgress {
+            bucket: reporter.member,
+            items,
+            at: reporter.clock.now(),
+        };
+        reporter
+            .store
+            .record_progress(reporter.group.clone(), progress)
+            .await
+            .map_err(ProgressError::Store)
+    }
+
+    /// Starts a job: one bucket sub-task of `job.bucket_type` per item of `job.buckets` (its
+    /// data), spread so that every partition of the topic (so every node) gets buckets, enqueued
+    /// once this attempt succeeds. The buckets are this task's sub-tasks: its handler's
+    /// `group_finished` runs once all have finished; the job's progress and errors are at
+    /// `/api/v1/jobs/<id>` and `scheduler jobs show <id>`. A task starts one job and spawns no
+    /// other sub-tasks.
+    pub fn start_job(&self, job: JobSpec) -> Result<(), SpawnError> {
+        check_job_id(&job.id)?;
+        scheduler_client::wire::check_task_type(&job.bucket_type).map_err(SpawnError::Invalid)?;
+        for data in &job.buckets {
+            scheduler_client::wire::check_task_data(data).map_err(SpawnError::Invalid)?;
+        }
+        if job.buckets.is_empty() || job.buckets.len() > MAX_SUB_TASKS {
+            return Err(SpawnError::TooMany { max: MAX_SUB_TASKS });
+        }
+        let mut output = self.output();
+        if output.job.is_some() || !output.spawned.is_empty() {
+            return Err(SpawnError::JobAndSubTasks);
+        }
+        output.job = Some(job);
+        Ok(())
     }
 
     /// The finished group, when this call is a group's join.
@@ -174,6 +222,9 @@ impl TaskContext {
     pub fn spawn(&self, task: Task) -> Result<(), SpawnError> {
         scheduler_client::wire::check_task(&task).map_err(SpawnError::Invalid)?;
         let mut output = self.output();
+        if output.job.is_some() {
+            return Err(SpawnError::JobAndSubTasks);
+        }
         if output.spawned.len() >= MAX_SUB_TASKS {
             return Err(SpawnError::TooMany { max: MAX_SUB_TASKS });
         }
@@ -261,12 +312,66 @@ pub enum SpawnError {
     /// The task breaks the wire format's limits (the client's check).
     #[error("sub-task refused: {0}")]
     Invalid(#[from] scheduler_client::wire::ContentError),
-    /// The attempt spawned [`MAX_SUB_TASKS`] already.
-    #[error("more than {max} sub-tasks in one attempt")]
+    /// The attempt spawned [`MAX_SUB_TASKS`] already (or a job has none, or more).
+    #[error("a job or an attempt has 1 to {max} sub-tasks")]
     TooMany {
         /// The limit.
         max: usize,
     },
+    /// A task starts one job, and spawns no other sub-tasks beside it.
+    #[error("a task starts one job and spawns no other sub-tasks")]
+    JobAndSubTasks,
+    /// The job's id is not 1 to 200 ASCII letters, digits or `-_.:`.
+    #[error("job id {0:?} is not 1 to 200 ASCII letters, digits or -_.:")]
+    BadJobId(String),
+}
+
+/// Checks a job id: it names the job in URLs and its buckets' orderingIds.
+fn check_job_id(id: &str) -> Result<(), SpawnError> {
+    let allowed = |c: char| c.is_ascii_alphanumeric() || "-_.:".contains(c);
+    if id.is_empty() || id.len() > 200 || !id.chars().all(allowed) {
+        return Err(SpawnError::BadJobId(id.chars().take(200).collect()));
+    }
+    Ok(())
+}
+
+/// A job to start ([`TaskContext::start_job`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct JobSpec {
+    /// The job's id: 1 to 200 ASCII letters, digits or `-_.:`, unique among the queue's jobs.
+    pub id: String,
+    /// The task type of its buckets.
+    pub bucket_type: String,
+    /// Each bucket's data (a range, a list of items: the handler's to interpret), in order.
+    pub buckets: Vec<scheduler_client::TaskData>,
+}
+
+/// A report of progress could not be recorded.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum ProgressError {
+    /// Only a member of a group (a job's bucket) reports progress.
+    #[error("only a job's bucket (a member of a group) reports progress")]
+    NotInAGroup,
+    /// The store failed.
+    #[error(transparent)]
+    Store(crate::store::StoreError),
+}
+
+/// Where a group member's progress is recorded.
+pub(crate) struct ProgressReporter {
+    pub(crate) store: Arc<dyn crate::store::TaskStore>,
+    pub(crate) clock: Arc<dyn Clock>,
+    pub(crate) group: GroupKey,
+    pub(crate) member: u32,
+}
+
+impl std::fmt::Debug for ProgressReporter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ProgressReporter")
+            .field("group", &self.group)
+            .field("member", &self.member)
+            .finish()
+    }
 }
 
 /// What a call set and spawned.
@@ -274,6 +379,7 @@ pub enum SpawnError {
 struct Output {
     result: Option<serde_json::Value>,
     spawned: Vec<Task>,
+    job: Option<JobSpec>,
 }
 
 /// A call's output, taken by the lifecycle after the call.
@@ -294,6 +400,11 @@ impl OutputSlot {
     /// The sub-tasks spawned, in order.
     pub(crate) fn take_spawned(&self) -> Vec<Task> {
         std::mem::take(&mut self.lock().spawned)
+    }
+
+    /// The job started, if any.
+    pub(crate) fn take_job(&self) -> Option<JobSpec> {
+        self.lock().job.take()
     }
 }
 

@@ -11,7 +11,7 @@ use chrono::{DateTime, Utc};
 use scheduler_client::{truncate_to_millis, GroupMember, OnConflict, Task, TaskData};
 
 use crate::enqueue::{EnqueueError, Enqueuer};
-use crate::executor::GroupOutcome;
+use crate::executor::{GroupOutcome, JobSpec};
 use crate::store::{GroupKey, GroupState, MemberOutcome, StoreError, TaskStore};
 
 /// The uniqueness key of a group's join (its orderingId is the group's id): one join per group
@@ -66,6 +66,38 @@ pub(crate) fn children_of(parent: &Task) -> GroupKey {
         &parent.task_type,
         &format!("children:{:016x}{:016x}", hash(0), hash(1)),
     )
+}
+
+/// An orderingId starting with `prefix` on `partition` of `partitions` (a suffix `~n` is tried
+/// until one lands there: about `partitions` tries), so that a job's buckets reach every
+/// partition, so every node.
+pub(crate) fn ordering_id_on(prefix: &str, partition: u32, partitions: u32) -> String {
+    let partitions = partitions.max(1);
+    let target = i32::try_from(partition % partitions).unwrap_or(0);
+    (0u32..)
+        .map(|n| format!("{prefix}~{n}"))
+        .find(|candidate| scheduler_client::partition_for(candidate, partitions) == target)
+        .unwrap_or_else(|| prefix.to_string())
+}
+
+/// The buckets of `job`, started by `coordinator`: bucket `i` (from 1) on partition
+/// `(i - 1) % partitions`, due at the coordinator's time (at once, and the same keys on a rerun).
+pub(crate) fn job_buckets(coordinator: &Task, job: &JobSpec, partitions: u32) -> Vec<Task> {
+    (0u32..)
+        .zip(&job.buckets)
+        .map(|(i, data)| {
+            let prefix = format!("{}/b{}", job.id, i + 1);
+            let ordering_id = ordering_id_on(&prefix, i, partitions);
+            Task::new(
+                ordering_id,
+                coordinator.scheduled_time,
+                "bucket",
+                data.clone(),
+            )
+            .of_type(job.bucket_type.clone())
+            .with_priority(coordinator.priority)
+        })
+        .collect()
 }
 
 /// `children` as the sub-tasks of `parent`: members of its children's group, numbered in the
@@ -129,5 +161,44 @@ pub(crate) fn outcome_of(group: GroupKey, state: GroupState) -> GroupOutcome {
         failed_by: state.failed_by,
         members: state.members,
         parent: state.parent,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_jobs_buckets_land_on_every_partition_in_turn() {
+        let coordinator = Task::new("c", Utc::now(), "job", TaskData::new());
+        let job = JobSpec {
+            id: "nightly-2026-11-23".into(),
+            bucket_type: "bucket".into(),
+            buckets: vec![TaskData::new(); 64],
+        };
+        let buckets = job_buckets(&coordinator, &job, 6);
+        let partitions: Vec<i32> = (buckets.iter())
+            .map(|b| scheduler_client::partition_for(&b.ordering_id, 6))
+            .collect();
+        let expected: Vec<i32> = (0..64).map(|i| i % 6).collect();
+        assert_eq!(partitions, expected);
+        assert!(buckets[0].ordering_id.starts_with("nightly-2026-11-23/b1~"));
+        // The same buckets when the coordinator runs again.
+        assert_eq!(job_buckets(&coordinator, &job, 6), buckets);
+    }
+
+    #[test]
+    fn sub_task_groups_are_named_by_their_parent_the_same_every_time() {
+        let parent = Task::new(
+            "p".repeat(1024),
+            Utc::now(),
+            "u".repeat(1024),
+            TaskData::new(),
+        );
+        let group = children_of(&parent);
+        assert_eq!(group, children_of(&parent.clone()));
+        assert!(group.id.len() <= scheduler_client::wire::MAX_GROUP_ID_BYTES);
+        let other = Task::new("p", parent.scheduled_time, "v", TaskData::new());
+        assert_ne!(children_of(&other), group);
     }
 }

@@ -31,6 +31,7 @@ mod retry;
 pub mod settings;
 mod slots;
 pub mod store;
+mod suspend;
 
 /// The admin HTTP API's requests and answers, for clients such as the `scheduler` command; the
 /// API itself is internal.
@@ -39,7 +40,10 @@ pub use admin::api as admin_api;
 #[cfg(test)]
 mod simulation;
 
-pub use executor::{GroupOutcome, Handlers, StopReason, TaskContext, TaskError, TaskExecutor};
+pub use executor::{
+    GroupOutcome, Handlers, JobSpec, ProgressError, SpawnError, StopReason, TaskContext, TaskError,
+    TaskExecutor,
+};
 pub use node::{NodeBuilder, NodeError, SchedulerNode};
 pub use scheduler_client::{GroupMember, Task, TaskData, TaskKey};
 pub use settings::Settings;

@@ -153,6 +153,7 @@ pub struct Metrics {
     purged: Counter,
     no_handler: Family<TypeLabel, Counter>,
     waiting_for_handler: Family<TypeLabel, Gauge>,
+    suspended: Family<PartitionLabel, Gauge>,
     /// The task types that have waited for a handler (the family cannot list its labels).
     waiting_types: Arc<Mutex<std::collections::BTreeSet<String>>>,
     statement_source: std::sync::OnceLock<StatementSource>,
@@ -209,6 +210,12 @@ impl Metrics {
             (Family::default(), Family::default(), Counter::default());
         let (no_handler, waiting_for_handler) = (Family::default(), Family::default());
         let identity_records = Family::default();
+        let suspended = Family::default();
+        registry.register(
+            "scheduler_suspended_tasks",
+            "Due tasks held back by a suspension (of their orderingId, type or group) now, by partition",
+            suspended.clone(),
+        );
         registry.register(
             "scheduler_identity_records",
             "Records acting on a task identity, by op (replace, keepTime, debounce, ifAbsent, reschedule, cancel) and result (applied, ignored, duplicate)",
@@ -318,6 +325,7 @@ impl Metrics {
             purged,
             no_handler,
             waiting_for_handler,
+            suspended,
             waiting_types: Default::default(),
             statement_source: std::sync::OnceLock::new(),
             persisted,
@@ -467,6 +475,16 @@ impl Metrics {
             .unwrap_or_else(PoisonError::into_inner)
             .insert(label.task_type.clone());
         let gauge = self.waiting_for_handler.get_or_create(&label).clone();
+        gauge.inc();
+        WaitingForHandler(gauge)
+    }
+
+    /// A due task held back by a suspension: counted until the returned guard drops.
+    pub fn suspended(&self, partition: PartitionId) -> WaitingForHandler {
+        let gauge = self
+            .suspended
+            .get_or_create(&PartitionLabel { partition })
+            .clone();
         gauge.inc();
         WaitingForHandler(gauge)
     }

@@ -5,7 +5,8 @@
 //! the executor takes `CHAOS_WORK_MS` milliseconds, or the task's own `work_ms`. On SIGTERM it
 //! shuts down cleanly and appends its count of fencing rejections. `CHAOS_SETTINGS` names a
 //! settings file read first (e.g. its `[[queues]]`); `CHAOS_TYPES` (comma-separated) makes the
-//! node a handler of those task types only, instead of every type.
+//! node a handler of those task types only, instead of every type. A task whose data has `job`
+//! starts a job (see `execute`); a `bucket` reports its progress and fails when its data says so.
 
 use std::fs::{File, OpenOptions};
 use std::io::Write;
@@ -15,7 +16,9 @@ use std::time::Duration;
 
 use chrono::Utc;
 use scheduler_core::settings::Settings;
-use scheduler_core::{GroupOutcome, SchedulerNode, Task, TaskContext, TaskError, TaskExecutor};
+use scheduler_core::{
+    GroupOutcome, JobSpec, SchedulerNode, Task, TaskContext, TaskError, TaskExecutor,
+};
 use serde_json::json;
 
 /// Appends JSON lines to the node's log, one `write` each.
@@ -52,7 +55,44 @@ impl TaskExecutor for Recorder {
             .get("work_ms")
             .and_then(|v| v.as_u64())
             .map_or(self.work, Duration::from_millis);
-        tokio::time::sleep(work).await;
+        // A job's coordinator: `job: {"id", "buckets": n, "fail": k}` starts n buckets of type
+        // `bucket`, bucket k failing.
+        if let Some(job) = task.task_data.get("job") {
+            let buckets = job.get("buckets").and_then(|v| v.as_u64()).unwrap_or(0);
+            let fail = job.get("fail").and_then(|v| v.as_u64());
+            let spec = JobSpec {
+                id: job
+                    .get("id")
+                    .and_then(|v| v.as_str())
+                    .unwrap_or("job")
+                    .to_string(),
+                bucket_type: "bucket".into(),
+                buckets: (1..=buckets)
+                    .map(|i| {
+                        let mut data = serde_json::Map::new();
+                        data.insert("work_ms".into(), json!(work.as_millis() as u64));
+                        data.insert("fail".into(), json!(Some(i) == fail));
+                        data
+                    })
+                    .collect(),
+            };
+            ctx.start_job(spec)
+                .map_err(|e| TaskError::invalid(e.to_string()))?;
+        }
+        // A bucket reports half its 100 items midway, and all at the end.
+        let bucket = task.task_type == "bucket";
+        if bucket {
+            tokio::time::sleep(work / 2).await;
+            ctx.report_progress(50)
+                .await
+                .map_err(|e| TaskError::retry(e.to_string()))?;
+            tokio::time::sleep(work / 2).await;
+            ctx.report_progress(100)
+                .await
+                .map_err(|e| TaskError::retry(e.to_string()))?;
+        } else {
+            tokio::time::sleep(work).await;
+        }
         self.log.append(json!({
             "ordering_id": task.ordering_id,
             "uniqueness_key": task.uniqueness_key,
@@ -148,7 +188,11 @@ fn run(node: &str) -> Result<(), String> {
             builder = builder.fallback(recorder);
         }
         let node = builder.start().await.map_err(|e| e.to_string())?;
-        log.append(json!({ "queues": node.queues(), "at_ms": Utc::now().timestamp_millis() }));
+        log.append(json!({
+            "queues": node.queues(),
+            "admin": node.admin_address().map(|a| a.to_string()),
+            "at_ms": Utc::now().timestamp_millis(),
+        }));
         let mut terminate =
             tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
                 .map_err(|e| e.to_string())?;

@@ -148,6 +148,10 @@ pub struct PartitionDeps {
     pub events: Option<EventPublisher>,
     /// Enqueues the tasks the engine creates (a group's join) on the scheduler's topic.
     pub enqueuer: Arc<dyn Enqueuer>,
+    /// How many partitions the topic has (a job spreads its buckets over all of them).
+    pub partitions: u32,
+    /// The suspensions in force, as the node last read them (see [`crate::suspend`]).
+    pub suspensions: tokio::sync::watch::Receiver<Arc<crate::store::Suspensions>>,
 }
 
 /// Why a partition tree did not serve a request: the store failed, or the tree is stopping.

@@ -40,13 +40,15 @@ use tracing::{debug, warn, Instrument};
 use super::partition_ownership::{CheckOwnership, Ownership, PartitionOwnership};
 use super::{PartitionDeps, TreeError};
 use crate::cancel_gate::{Armed, CancelGate};
-use crate::executor::{Called, ExecutionOutcome, GroupOutcome, StopReason, TaskContext, TaskError};
+use crate::executor::{
+    Called, ExecutionOutcome, GroupOutcome, ProgressReporter, StopReason, TaskContext, TaskError,
+};
 use crate::groups;
 use crate::in_flight::Pin;
 use crate::lease::{LeaseHold, TreeLease};
 use crate::retry::{backoff_delay, exponential_period};
 use crate::store::{
-    AttemptOutcome, AttemptRecord, DeadLetter, DeadReason, MemberOutcome, PartitionId,
+    AttemptOutcome, AttemptRecord, DeadLetter, DeadReason, JobRecord, MemberOutcome, PartitionId,
     StatusRecord, StoreResult, TaskStatus,
 };
 use futures::future::OptionFuture;
@@ -209,6 +211,13 @@ impl TaskRun {
                 self.wait_for_handler(&task.task_type).await?;
                 continue;
             }
+            // A suspended task (its orderingId, type or group) waits like one without a
+            // handler: pending, no attempt used, holding nothing back, until resumed.
+            if self.deps.suspensions.borrow().of(&task).is_some() {
+                drop((hold, armed));
+                self.wait_while_suspended(&task).await?;
+                continue;
+            }
             // A member of a fail-fast group that failed meanwhile is cancelled, not run.
             if let Some(failed_by) = self.group_failed_by(&task).await? {
                 drop((hold, armed));
@@ -227,7 +236,7 @@ impl TaskRun {
             // taken the task over: a pause of the process, a step retried past the TTL) and no
             // cancel reached the task since its status read.
             self.attempts += 1;
-            let context = self.context(epoch, &hold, group.clone());
+            let context = self.context(&task, epoch, &hold, group.clone());
             let output = context.output_slot();
             let called = self
                 .deps
@@ -235,7 +244,7 @@ impl TaskRun {
                 .call_when_due(
                     self.key.scheduled_time,
                     (hold, armed),
-                    checks_hold,
+                    ready_to_call(&task, &self.deps.suspensions),
                     task.clone(),
                     context.clone(),
                     self.span.clone(),
@@ -266,7 +275,7 @@ impl TaskRun {
                         return self.found_finished(&task, found).await;
                     }
                     let held = (hold, armed);
-                    if checks_hold(&held) {
+                    if ready_to_call(&task, &self.deps.suspensions)(&held) {
                         // (The same context: its result lands where the lifecycle takes it.)
                         let context = context.clone();
                         let pool = &self.deps.pool;
@@ -303,7 +312,7 @@ impl TaskRun {
                         debug!(partition, task = %self.key, "a cancel was applied after the status read; checking again once it is recorded");
                         self.unless_stopped(armed.settled()).await?;
                     } else {
-                        debug!(partition, task = %self.key, "lease lapsed before the call; checking again");
+                        debug!(partition, task = %self.key, "lease lapsed, or the task was suspended, before the call; checking again");
                     }
                     continue;
                 }
@@ -347,9 +356,14 @@ impl TaskRun {
             }
             let (reason, after) = match result {
                 Ok(()) => {
-                    let children = output.take_spawned();
+                    let job = output.take_job();
+                    let children = match &job {
+                        Some(job) => groups::job_buckets(&task, job, self.deps.partitions),
+                        None => output.take_spawned(),
+                    };
                     if !children.is_empty() {
-                        self.spawn_children(&task, children).await?;
+                        let job = job.map(|job| job.id);
+                        self.spawn_children(&task, children, job).await?;
                     }
                     let result = output.take_result();
                     return self
@@ -422,24 +436,33 @@ impl TaskRun {
     }
 
     /// The context of the attempt about to be made, under `epoch` and `hold`'s lease (with its
-    /// finished group, for a join).
+    /// finished group, for a join; with where its progress goes, for a group's member).
     fn context(
         &self,
+        task: &Task,
         epoch: u64,
         hold: &LeaseHold,
         group: Option<Arc<GroupOutcome>>,
     ) -> TaskContext {
-        let context = TaskContext::new(
+        let mut context = TaskContext::new(
             self.partition,
             epoch,
             self.attempts,
             self.stop.clone(),
             hold.watch(),
         );
-        match group {
-            Some(group) => context.with_group(group),
-            None => context,
+        if let Some(group) = group {
+            context = context.with_group(group);
         }
+        if let Some(member) = &task.group {
+            context = context.with_progress(Arc::new(ProgressReporter {
+                store: self.deps.store.clone(),
+                clock: self.deps.clock.clone(),
+                group: groups::group_of(task, member),
+                member: member.index,
+            }));
+        }
+        context
     }
 
     /// For a member of a fail-fast group: the member whose failure finished the group, unless
@@ -472,7 +495,12 @@ impl TaskRun {
     /// sub-tasks records the task as their parent (their join takes its place in its own
     /// group), then each is enqueued. A crash before the status runs the task again, which
     /// spawns the same sub-tasks again.
-    async fn spawn_children(&mut self, task: &Task, children: Vec<Task>) -> Result<(), Halt> {
+    async fn spawn_children(
+        &mut self,
+        task: &Task,
+        children: Vec<Task>,
+        job: Option<String>,
+    ) -> Result<(), Halt> {
         let (group, children) = groups::as_children(task, children);
         self.owner(None).await?;
         let store = self.deps.store.clone();
@@ -480,6 +508,17 @@ impl TaskRun {
             store.record_parent(group.clone(), task.clone())
         })
         .await?;
+        if let Some(id) = job {
+            let record = JobRecord {
+                id,
+                coordinator: self.key.clone(),
+                group: group.clone(),
+                buckets: u32::try_from(children.len()).unwrap_or(u32::MAX),
+                started_at: self.deps.clock.now(),
+            };
+            self.store_step("job write", || store.record_job(record.clone()))
+                .await?;
+        }
         let enqueuer = self.deps.enqueuer.clone();
         let count = children.len();
         self.store_step("sub-task enqueue", || {
@@ -578,6 +617,31 @@ impl TaskRun {
             .metrics
             .no_handler(self.partition, &self.key, task_type, delay);
         self.unless_stopped(tokio::time::sleep(delay)).await
+    }
+
+    /// The task is suspended: recorded as retrying (so it holds the low-water mark back no
+    /// more, and a new tree loads it), it waits until the node reads that its suspension was
+    /// lifted (the steps before the call are taken again then).
+    async fn wait_while_suspended(&mut self, task: &Task) -> Result<(), Halt> {
+        self.record_retrying().await?;
+        let suspension = self.deps.suspensions.borrow().of(task).cloned();
+        if let Some(suspension) = &suspension {
+            debug!(partition = self.partition, task = %self.key, suspended = %suspension.target,
+                "suspended; waiting to be resumed");
+        }
+        let _waiting = self.deps.metrics.suspended(self.partition);
+        let mut suspensions = self.deps.suspensions.clone();
+        let resumed = self
+            .unless_stopped(suspensions.wait_for(|now| now.of(task).is_none()))
+            .await?;
+        match resumed {
+            Ok(_) => {
+                debug!(partition = self.partition, task = %self.key, "resumed");
+                Ok(())
+            }
+            // The node is stopping: the task is left for the next tree.
+            Err(_) => Err(Halt::Abandoned),
+        }
     }
 
     /// The task becomes a dead letter: its handler hears of it once, then the letter is
@@ -831,6 +895,17 @@ async fn finished_or_superseded(
     }
     let record = record.transpose()?.flatten();
     Ok(crate::identity::superseded(key, record.as_ref()).then_some(Found::Superseded))
+}
+
+/// Whether the task may be called now that its time and slot came: the checks made before
+/// still hold, and no suspension of it was read meanwhile (a task waiting for a slot when its
+/// job is suspended does not start).
+fn ready_to_call(
+    task: &Task,
+    suspensions: &watch::Receiver<Arc<crate::store::Suspensions>>,
+) -> impl FnOnce(&(LeaseHold, Armed)) -> bool + Send + 'static {
+    let (task, suspensions) = (task.clone(), suspensions.clone());
+    move |held| checks_hold(held) && suspensions.borrow().of(&task).is_none()
 }
 
 /// Whether the checks made before the waits for the task's time and slot still hold: its lease

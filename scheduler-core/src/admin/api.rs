@@ -412,3 +412,106 @@ pub struct PurgeResponse {
     /// How many dead letters were deleted.
     pub purged: usize,
 }
+
+/// A suspension: what it holds back, since when and why.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SuspensionView {
+    /// orderingId, taskType or group.
+    pub kind: String,
+    /// The orderingId, the task type, or `<type>/<id>` for a group.
+    pub target: String,
+    /// When it was recorded.
+    pub since: String,
+    /// Why, as the operator said; null if not said.
+    pub reason: Option<String>,
+}
+
+/// `GET /api/v1/suspensions`'s answer.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SuspensionsResponse {
+    /// Every suspension in force, by kind and target.
+    pub suspensions: Vec<SuspensionView>,
+}
+
+/// `POST /api/v1/suspensions`'s body. Optional parts, as in [`TaskQuery`], so that a missing
+/// one is answered with its name.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SuspendRequest {
+    /// orderingId, taskType or group.
+    pub kind: Option<String>,
+    /// The orderingId, the task type, or `<type>/<id>` for a group.
+    pub target: Option<String>,
+    /// Why (shown by `GET /api/v1/suspensions`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}
+
+/// `DELETE /api/v1/suspensions`'s query: the suspension to lift.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SuspensionQuery {
+    /// orderingId, taskType or group.
+    pub kind: Option<String>,
+    /// The orderingId, the task type, or `<type>/<id>` for a group.
+    pub target: Option<String>,
+}
+
+/// `GET /api/v1/jobs`'s answer.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct JobsResponse {
+    /// The queue's jobs (within the status retention), newest first.
+    pub jobs: Vec<JobView>,
+}
+
+/// A job and its progress (`GET /api/v1/jobs/{id}`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct JobView {
+    /// The job's id.
+    pub id: String,
+    /// `running`, `suspended`, `completed` (every bucket finished, none failed) or `failed`
+    /// (every bucket finished, some failed).
+    pub state: String,
+    /// The coordinator task (`orderingId/time/uniquenessKey`).
+    pub coordinator: String,
+    /// The coordinator's task type (its handler joins the buckets).
+    pub task_type: String,
+    /// The buckets' group id (suspend the job with `--group <taskType>/<group>`).
+    pub group: String,
+    /// When the coordinator started it (RFC 3339).
+    pub started_at: String,
+    /// How many buckets it has.
+    pub buckets: u32,
+    /// Buckets completed.
+    pub completed: usize,
+    /// Buckets failed (retries exhausted, or invalid).
+    pub failed: usize,
+    /// Buckets cancelled.
+    pub cancelled: usize,
+    /// Buckets not finished yet (running or waiting).
+    pub pending: usize,
+    /// Items the buckets reported processed so far.
+    pub items: u64,
+    /// Whether the job is suspended (its buckets not yet running wait).
+    pub suspended: bool,
+    /// The failed buckets and why (at most 100).
+    pub errors: Vec<BucketError>,
+}
+
+/// A failed bucket of a job.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct BucketError {
+    /// The bucket's number, from 1.
+    pub bucket: u32,
+    /// The bucket task.
+    pub task: String,
+    /// `failed` or `dropped`.
+    pub status: String,
+    /// Its last error.
+    pub error: String,
+}

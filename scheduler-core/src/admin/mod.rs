@@ -12,6 +12,11 @@
 //! | `GET /api/v1/dead-letters?[taskType=&from=&to=&limit=&includeRedriven=&after…]` | dead letters, in task-key order, a page at a time |
 //! | `POST /api/v1/dead-letters/redrive` with a task's key, a filter (`taskType`, `from`, `to`) or `{"all":true}` | enqueue dead letters again, due now, with a fresh retry budget |
 //! | `POST /api/v1/dead-letters/purge`, the same selection | delete dead letters |
+//! | `GET /api/v1/suspensions` | the suspensions in force: kind, target, since, reason |
+//! | `POST /api/v1/suspensions` with `{"kind","target","reason"?}` | suspend an orderingId, a task type or a group (`<type>/<id>`): its tasks wait, pending (201) |
+//! | `DELETE /api/v1/suspensions?kind=&target=` | lift a suspension (204, also when there was none) |
+//! | `GET /api/v1/jobs` | the queue's jobs with their progress: buckets done, failed, pending, items |
+//! | `GET /api/v1/jobs/{id}` | one job, with its failed buckets and why |
 //! | `GET /metrics` | the node's metrics (OpenMetrics text) |
 //!
 //! The requests and answers are in [`api`], public as `scheduler_core::admin_api` so that
@@ -35,8 +40,10 @@ use crate::store::{AttemptOutcome, PartitionId, StatusRecord, TaskStatus};
 
 pub mod api;
 mod dead_letters;
+mod jobs;
 mod listing;
 mod state;
+mod suspensions;
 use api::{
     AttemptView, CancelResponse, PartitionStatus, ReadyResponse, StatusResponse, TaskKeyBody,
     TaskQuery, TaskResponse,
@@ -65,7 +72,7 @@ pub fn router(queues: Vec<Arc<AdminState>>) -> Router {
     app.fallback(|| async {
         ApiError {
             status: StatusCode::NOT_FOUND,
-            message: "no such endpoint (see /api/v1/status, /api/v1/task, /api/v1/tasks, /api/v1/task/cancel, /api/v1/dead-letters, /metrics, and the same under /queues/<name>/)"
+            message: "no such endpoint (see /api/v1/status, /api/v1/task, /api/v1/tasks, /api/v1/task/cancel, /api/v1/dead-letters, /api/v1/suspensions, /api/v1/jobs, /metrics, and the same under /queues/<name>/)"
                 .into(),
         }
     })
@@ -84,6 +91,14 @@ fn queue_routes() -> Router<Arc<AdminState>> {
         .route("/api/v1/dead-letters", get(dead_letters::list))
         .route("/api/v1/dead-letters/redrive", post(dead_letters::redrive))
         .route("/api/v1/dead-letters/purge", post(dead_letters::purge))
+        .route("/api/v1/jobs", get(jobs::list))
+        .route("/api/v1/jobs/{id}", get(jobs::show))
+        .route(
+            "/api/v1/suspensions",
+            get(suspensions::list)
+                .post(suspensions::suspend)
+                .delete(suspensions::resume),
+        )
         .route("/metrics", get(metrics))
 }
 

@@ -62,6 +62,13 @@ impl ApiError {
             message: message.into(),
         }
     }
+
+    pub(super) fn not_found(message: impl Into<String>) -> Self {
+        ApiError {
+            status: StatusCode::NOT_FOUND,
+            message: message.into(),
+        }
+    }
 }
 
 impl IntoResponse for ApiError {

@@ -25,7 +25,8 @@ use crate::executor::{CallPool, Handlers};
 use crate::in_flight::InFlightGauges;
 use crate::metrics::Metrics;
 use crate::settings::Queue;
-use crate::store::{CassandraStore, LeaseStore, PartitionId, TaskStore};
+use crate::store::{CassandraStore, LeaseStore, PartitionId, SuspensionStore, TaskStore};
+use crate::suspend;
 
 /// A queue's parts before its tree starts.
 pub(super) struct Prepared {
@@ -87,6 +88,15 @@ impl Prepared {
             None => None,
         };
         let producer = Arc::new(canceller(&queue.kafka)?);
+        let (suspended, suspensions) = runtime
+            .spawn({
+                let store = Arc::clone(&store);
+                async move { suspend::read(store.as_ref()).await }
+            })
+            .await
+            .map_err(NodeError::runtime("reading the suspensions"))??;
+        let watched: Arc<dyn SuspensionStore> = store.clone();
+        runtime.spawn(suspend::poll(watched, suspended));
         let deps = PartitionDeps {
             node_id: Arc::clone(node_id),
             store: Arc::clone(&store),
@@ -98,6 +108,8 @@ impl Prepared {
             metrics,
             events,
             enqueuer: Arc::new(KafkaEnqueuer(Arc::clone(&producer))),
+            suspensions,
+            partitions: partition_count,
         };
         Ok(Prepared {
             queue,

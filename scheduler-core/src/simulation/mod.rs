@@ -278,6 +278,9 @@ impl World {
             metrics: Arc::new(crate::metrics::Metrics::new()),
             events: None,
             enqueuer: Arc::new(self.outbox.clone()),
+            // (The simulation suspends nothing.)
+            suspensions: tokio::sync::watch::channel(Arc::default()).1,
+            partitions: PARTITIONS,
         };
         let gauges = deps.in_flight.clone();
         self.nodes.push(Node {

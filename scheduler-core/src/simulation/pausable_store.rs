@@ -18,8 +18,10 @@ use crate::store::{
     AttemptRecord, AttemptStore, LeaseRecord, LeaseStore, OwnershipStore, PartitionId, ReadCursor,
     RefusedTask, ScheduleStore, StatusRecord, StatusStore, StoreError, StoreResult, WriteStamp,
 };
+use crate::store::{BucketProgress, JobRecord, JobStore};
 use crate::store::{DeadLetter, DeadLetterFilter, DeadLetterStore, IdentityRecord, IdentityStore};
 use crate::store::{GroupKey, GroupState, GroupStore, MemberOutcome};
+use crate::store::{Suspension, SuspensionStore, SuspensionTarget};
 
 /// Whether a node's process is paused (and how many pauses began so far): shared by its store
 /// and its executor. A pause may also be set to begin on the node's next request of one kind
@@ -302,6 +304,46 @@ impl GroupStore for PausableStore {
 
     fn group_failed_by(&self, group: GroupKey) -> BoxFuture<'static, StoreResult<Option<u32>>> {
         self.send("group read", |s| s.group_failed_by(group))
+    }
+}
+
+impl SuspensionStore for PausableStore {
+    fn suspensions(&self) -> BoxFuture<'static, StoreResult<Vec<Suspension>>> {
+        self.send("suspensions read", |s| s.suspensions())
+    }
+
+    fn suspend(&self, suspension: Suspension) -> BoxFuture<'static, StoreResult<()>> {
+        self.send("suspension write", |s| s.suspend(suspension))
+    }
+
+    fn resume(&self, target: SuspensionTarget) -> BoxFuture<'static, StoreResult<()>> {
+        self.send("suspension write", |s| s.resume(target))
+    }
+}
+
+impl JobStore for PausableStore {
+    fn record_job(&self, job: JobRecord) -> BoxFuture<'static, StoreResult<()>> {
+        self.send("job write", |s| s.record_job(job))
+    }
+
+    fn jobs(&self) -> BoxFuture<'static, StoreResult<Vec<JobRecord>>> {
+        self.send("jobs read", |s| s.jobs())
+    }
+
+    fn job(&self, id: String) -> BoxFuture<'static, StoreResult<Option<JobRecord>>> {
+        self.send("jobs read", |s| s.job(id))
+    }
+
+    fn record_progress(
+        &self,
+        group: GroupKey,
+        progress: BucketProgress,
+    ) -> BoxFuture<'static, StoreResult<()>> {
+        self.send("progress write", |s| s.record_progress(group, progress))
+    }
+
+    fn progress(&self, group: GroupKey) -> BoxFuture<'static, StoreResult<Vec<BucketProgress>>> {
+        self.send("progress read", |s| s.progress(group))
     }
 }
 

@@ -7,9 +7,11 @@ mod cassandra;
 pub mod dead_letters;
 pub mod groups;
 pub mod identities;
+pub mod jobs;
 #[cfg(test)]
 pub mod memory;
 pub(crate) mod pages;
+pub mod suspensions;
 
 use chrono::{DateTime, DurationRound, TimeDelta, Utc};
 use futures::future::BoxFuture;
@@ -18,6 +20,8 @@ use scheduler_client::{Task, TaskKey};
 pub use dead_letters::{DeadLetter, DeadLetterFilter, DeadLetterStore, DeadReason};
 pub use groups::{GroupKey, GroupState, GroupStore, MemberOutcome};
 pub use identities::{IdentityRecord, IdentityStore};
+pub use jobs::{BucketProgress, JobRecord, JobStore};
+pub use suspensions::{Suspension, SuspensionStore, SuspensionTarget, Suspensions};
 
 pub use cassandra::{
     CassandraStore, Migration, StoreLevels, META_KEYSPACE, SCHEMA_VERSION, WRITE_CONCURRENCY,
@@ -478,6 +482,8 @@ pub trait TaskStore:
     + DeadLetterStore
     + IdentityStore
     + GroupStore
+    + SuspensionStore
+    + JobStore
 {
 }
 
@@ -489,6 +495,8 @@ impl<T> TaskStore for T where
         + DeadLetterStore
         + IdentityStore
         + GroupStore
+        + SuspensionStore
+        + JobStore
 {
 }
 

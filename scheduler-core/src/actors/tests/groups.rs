@@ -39,6 +39,31 @@ impl TaskExecutor for Grouped {
                     .map_err(|e| TaskError::invalid(e.to_string()))?;
             }
         }
+        // `job: n`: a job of n buckets; a bucket reports 10 items per number, `fail` fails it.
+        if let Some(n) = task.task_data.get("job").and_then(|v| v.as_u64()) {
+            let buckets = (0..n)
+                .map(|i| {
+                    let data = serde_json::json!({ "fail": i == 2 });
+                    data.as_object().cloned().unwrap_or_default()
+                })
+                .collect();
+            let job = crate::JobSpec {
+                id: "job-1".into(),
+                bucket_type: "bucket".into(),
+                buckets,
+            };
+            ctx.start_job(job)
+                .map_err(|e| TaskError::invalid(e.to_string()))?;
+        }
+        if task.task_type == "bucket" {
+            let index = task.group.as_ref().map_or(0, |g| g.index);
+            ctx.report_progress(10 * u64::from(index))
+                .await
+                .map_err(|e| TaskError::retry(e.to_string()))?;
+            if task.task_data.get("fail") == Some(&serde_json::json!(true)) {
+                return Err(TaskError::invalid("bucket unreadable"));
+            }
+        }
         if task.ordering_id.starts_with("bad") {
             return Err(TaskError::invalid("bad member"));
         }
@@ -320,5 +345,59 @@ fn a_member_cancelled_before_it_reached_the_schedule_still_finishes_its_group() 
         assert_eq!(joins.len(), 1);
         let statuses: Vec<TaskStatus> = joins[0].1.members.iter().map(|m| m.status).collect();
         assert_eq!(statuses, vec![TaskStatus::Completed, TaskStatus::Cancelled]);
+    });
+}
+
+#[test]
+fn a_job_spreads_its_buckets_records_their_progress_and_errors_and_joins_once() {
+    run_paused(|| async {
+        let (handler, handlers) = grouped();
+        let h = node(handlers);
+        h.assign().await;
+        let data = serde_json::json!({ "job": 6 });
+        let coordinator = Task::new(
+            "coord",
+            t0(),
+            "job",
+            data.as_object().cloned().unwrap_or_default(),
+        );
+        h.enqueue(vec![coordinator.clone()]).await;
+        for _ in 0..10 {
+            advance(Duration::from_secs(1)).await;
+            h.deliver_enqueued().await;
+        }
+        let job = crate::store::JobStore::job(&h.store, "job-1".into())
+            .await
+            .expect("read")
+            .expect("the job is recorded");
+        assert_eq!(job.buckets, 6);
+        assert_eq!(job.coordinator, coordinator.key());
+        let progress = crate::store::JobStore::progress(&h.store, job.group.clone())
+            .await
+            .expect("read");
+        let items: u64 = progress.iter().map(|p| p.items).sum();
+        assert_eq!(items, 10 * (1 + 2 + 3 + 4 + 5 + 6));
+        let group = h
+            .store
+            .group(job.group.clone())
+            .await
+            .expect("read")
+            .expect("group");
+        let failed: Vec<(u32, Option<String>)> = (group.members.iter())
+            .filter(|m| m.is_failure())
+            .map(|m| (m.index, m.error.clone()))
+            .collect();
+        assert_eq!(failed, vec![(3, Some("bucket unreadable".into()))]);
+        let joins = handler.joins.lock().expect("lock").clone();
+        assert_eq!(joins.len(), 1, "the coordinator's join, once");
+        assert_eq!(
+            joins[0].1.parent.as_ref().map(Task::key),
+            Some(coordinator.key())
+        );
+        // Bucket orderingIds name the job and the bucket.
+        assert!(group
+            .members
+            .iter()
+            .all(|m| m.key.ordering_id.starts_with("job-1/b")));
     });
 }

@@ -11,6 +11,7 @@ mod one_run_at_a_time;
 mod ownership;
 mod retries;
 mod scheduling;
+mod suspensions;
 mod task_types;
 
 use std::collections::HashMap;
@@ -212,6 +213,8 @@ struct Harness {
     metrics: Arc<crate::metrics::Metrics>,
     /// What the engine enqueued (a group's join): delivered by `deliver_enqueued`.
     outbox: crate::enqueue::Outbox,
+    /// The suspensions the node's trees see (as the node's poll would set them).
+    suspend: tokio::sync::watch::Sender<Arc<crate::store::Suspensions>>,
 }
 
 impl Harness {
@@ -255,6 +258,7 @@ impl Harness {
         handlers: crate::executor::Handlers,
     ) -> Harness {
         let outbox = crate::enqueue::Outbox::default();
+        let (suspend, _) = tokio::sync::watch::channel(Arc::default());
         let pool = CallPool::with_handlers(
             handlers,
             tokio::runtime::Handle::current(),
@@ -273,6 +277,8 @@ impl Harness {
             metrics: Arc::new(crate::metrics::Metrics::new()),
             events: None,
             enqueuer: Arc::new(outbox.clone()),
+            suspensions: suspend.subscribe(),
+            partitions: 1,
         };
         let in_flight = deps.in_flight.clone();
         let metrics = Arc::clone(&deps.metrics);
@@ -284,6 +290,7 @@ impl Harness {
             in_flight,
             metrics,
             outbox,
+            suspend,
         }
     }
 

@@ -32,10 +32,12 @@ use crate::settings::CassandraSettings;
 mod dead_letters;
 mod groups;
 mod identities;
+mod jobs;
 mod levels;
 mod rows;
 mod schema;
 mod statements;
+mod suspensions;
 pub use levels::StoreLevels;
 use rows::{
     applied, epoch_value, first_row_of, key_values, limit_value, query_error, rows_of,

@@ -23,7 +23,7 @@ use crate::settings::CassandraSettings;
 use crate::store::{StoreError, StoreResult};
 
 /// The schema version this release runs on.
-pub const SCHEMA_VERSION: u32 = 4;
+pub const SCHEMA_VERSION: u32 = 5;
 
 /// Where every keyspace's schema version and migration lock are kept.
 pub const META_KEYSPACE: &str = "scheduler_meta";
@@ -240,6 +240,9 @@ async fn apply_migrations(
     if at < 4 {
         migrate_v4(session, ks).await?;
     }
+    if at < 5 {
+        migrate_v5(session, ks).await?;
+    }
     session
         .query_unpaged(
             format!(
@@ -264,6 +267,8 @@ async fn apply_retention(session: &Session, settings: &CassandraSettings) -> Sto
         ("task_status", settings.status_ttl),
         ("task_attempts", settings.attempts_ttl),
         ("group_members", settings.status_ttl),
+        ("jobs", settings.status_ttl),
+        ("group_progress", settings.status_ttl),
     ] {
         let wanted = i32::try_from(ttl.as_secs()).unwrap_or(i32::MAX);
         if table_ttl(session, ks, table).await? == Some(wanted) {
@@ -465,6 +470,34 @@ async fn migrate_v4(session: &Session, ks: &str) -> StoreResult<()> {
     run_schema_statement(session, members).await?;
     // (A keyspace migrated by a build of this version without sub-tasks lacks it.)
     add_column_if_absent(session, ks, "group_members", "parent", "text static").await?;
+    await_agreement(session).await
+}
+
+/// Version 5: suspensions and jobs. What operators suspended, the jobs coordinators started
+/// and their buckets' progress.
+async fn migrate_v5(session: &Session, ks: &str) -> StoreResult<()> {
+    // What operators suspended: one small partition (`shard` is always 0), so that a node reads
+    // every suspension with one single-partition query. No TTL: a suspension lasts until it is
+    // lifted.
+    let suspensions = format!(
+        "CREATE TABLE IF NOT EXISTS {ks}.suspensions (shard int, kind text, target text, \
+         since timestamp, reason text, PRIMARY KEY ((shard), kind, target))"
+    );
+    run_schema_statement(session, suspensions).await?;
+    // Jobs (one small partition, like the suspensions) and their buckets' progress (a partition
+    // per group, beside `group_members`).
+    let jobs = format!(
+        "CREATE TABLE IF NOT EXISTS {ks}.jobs (shard int, job_id text, ordering_id text, \
+         scheduled_time timestamp, uniqueness_key text, task_type text, group_id text, \
+         buckets int, started_at timestamp, PRIMARY KEY ((shard), job_id))"
+    );
+    run_schema_statement(session, jobs).await?;
+    let progress = format!(
+        "CREATE TABLE IF NOT EXISTS {ks}.group_progress (task_type text, group_id text, \
+         member int, items bigint, updated_at timestamp, \
+         PRIMARY KEY ((task_type, group_id), member))"
+    );
+    run_schema_statement(session, progress).await?;
     await_agreement(session).await
 }
 

@@ -48,6 +48,12 @@ struct State {
     dead_letters: BTreeMap<TaskKey, super::DeadLetter>,
     /// Groups, by key.
     groups: BTreeMap<super::GroupKey, super::GroupState>,
+    /// Jobs, by id.
+    jobs: BTreeMap<String, super::JobRecord>,
+    /// Buckets' progress, by group and bucket.
+    progress: BTreeMap<(super::GroupKey, u32), super::BucketProgress>,
+    /// Suspensions in force.
+    suspensions: BTreeMap<super::SuspensionTarget, super::Suspension>,
     /// When set, a multi-row write applies its rows in a random order, as concurrent inserts
     /// land in Cassandra.
     write_order: Option<fastrand::Rng>,

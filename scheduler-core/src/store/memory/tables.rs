@@ -16,8 +16,10 @@ use crate::store::{
     AttemptRecord, AttemptStore, LeaseRecord, LeaseStore, OwnershipStore, PartitionId, ReadCursor,
     RefusedTask, ScheduleStore, StatusRecord, StatusStore, StoreError, StoreResult, WriteStamp,
 };
+use crate::store::{BucketProgress, JobRecord, JobStore};
 use crate::store::{DeadLetter, DeadLetterFilter, DeadLetterStore, IdentityRecord, IdentityStore};
 use crate::store::{GroupKey, GroupState, GroupStore, MemberOutcome};
+use crate::store::{Suspension, SuspensionStore, SuspensionTarget};
 use scheduler_client::TaskIdentity;
 
 impl ScheduleStore for MemoryStore {
@@ -355,6 +357,65 @@ impl GroupStore for MemoryStore {
     fn group_failed_by(&self, group: GroupKey) -> BoxFuture<'static, StoreResult<Option<u32>>> {
         self.run("group read", move |s| {
             s.groups.get(&group).and_then(|state| state.failed_by)
+        })
+    }
+}
+
+impl SuspensionStore for MemoryStore {
+    fn suspensions(&self) -> BoxFuture<'static, StoreResult<Vec<Suspension>>> {
+        self.run("suspensions read", |s| {
+            s.suspensions.values().cloned().collect()
+        })
+    }
+
+    fn suspend(&self, suspension: Suspension) -> BoxFuture<'static, StoreResult<()>> {
+        self.run("suspension write", move |s| {
+            s.suspensions.insert(suspension.target.clone(), suspension);
+        })
+    }
+
+    fn resume(&self, target: SuspensionTarget) -> BoxFuture<'static, StoreResult<()>> {
+        self.run("suspension write", move |s| {
+            s.suspensions.remove(&target);
+        })
+    }
+}
+
+impl JobStore for MemoryStore {
+    fn record_job(&self, job: JobRecord) -> BoxFuture<'static, StoreResult<()>> {
+        self.run("job write", move |s| {
+            s.jobs.insert(job.id.clone(), job);
+        })
+    }
+
+    fn jobs(&self) -> BoxFuture<'static, StoreResult<Vec<JobRecord>>> {
+        self.run("jobs read", |s| {
+            let mut jobs: Vec<JobRecord> = s.jobs.values().cloned().collect();
+            jobs.sort_by_key(|job| std::cmp::Reverse(job.started_at));
+            jobs
+        })
+    }
+
+    fn job(&self, id: String) -> BoxFuture<'static, StoreResult<Option<JobRecord>>> {
+        self.run("jobs read", move |s| s.jobs.get(&id).cloned())
+    }
+
+    fn record_progress(
+        &self,
+        group: GroupKey,
+        progress: BucketProgress,
+    ) -> BoxFuture<'static, StoreResult<()>> {
+        self.run("progress write", move |s| {
+            s.progress.insert((group, progress.bucket), progress);
+        })
+    }
+
+    fn progress(&self, group: GroupKey) -> BoxFuture<'static, StoreResult<Vec<BucketProgress>>> {
+        self.run("progress read", move |s| {
+            (s.progress.iter())
+                .filter(|((g, _), _)| *g == group)
+                .map(|(_, p)| p.clone())
+                .collect()
         })
     }
 }

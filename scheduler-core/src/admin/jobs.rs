@@ -1,0 +1,103 @@
+//! Jobs: `GET /api/v1/jobs` lists the queue's jobs with their progress, `GET /api/v1/jobs/{id}`
+//! shows one with its failed buckets and why. A job's progress is read from its group (buckets
+//! finished, failed and why), the buckets' progress reports (items) and the suspensions.
+
+use std::sync::Arc;
+
+use axum::extract::{Path, State};
+use axum::Json;
+
+use super::api::{BucketError, JobView, JobsResponse};
+use super::state::{store_error, AdminState, ApiError};
+use crate::store::{JobRecord, MemberOutcome, SuspensionTarget, Suspensions, TaskStatus};
+
+/// Most failed buckets one job's answer lists (the counts cover all).
+const MAX_ERRORS: usize = 100;
+
+/// `GET /api/v1/jobs`
+pub(super) async fn list(
+    State(state): State<Arc<AdminState>>,
+) -> Result<Json<JobsResponse>, ApiError> {
+    let jobs = state.store.jobs().await.map_err(store_error)?;
+    let suspensions = suspensions(&state).await?;
+    let mut views = Vec::with_capacity(jobs.len());
+    for job in jobs {
+        views.push(view(&state, job, &suspensions).await?);
+    }
+    Ok(Json(JobsResponse { jobs: views }))
+}
+
+/// `GET /api/v1/jobs/{id}`
+pub(super) async fn show(
+    State(state): State<Arc<AdminState>>,
+    Path(id): Path<String>,
+) -> Result<Json<JobView>, ApiError> {
+    let job = state.store.job(id.clone()).await.map_err(store_error)?;
+    let job = job.ok_or_else(|| ApiError::not_found(format!("no job {id:?}")))?;
+    let suspensions = suspensions(&state).await?;
+    Ok(Json(view(&state, job, &suspensions).await?))
+}
+
+async fn suspensions(state: &AdminState) -> Result<Suspensions, ApiError> {
+    let all = state.store.suspensions().await.map_err(store_error)?;
+    Ok(Suspensions::new(all))
+}
+
+/// A job with its progress now.
+async fn view(
+    state: &AdminState,
+    job: JobRecord,
+    suspensions: &Suspensions,
+) -> Result<JobView, ApiError> {
+    let group = state
+        .store
+        .group(job.group.clone())
+        .await
+        .map_err(store_error)?;
+    let progress = state
+        .store
+        .progress(job.group.clone())
+        .await
+        .map_err(store_error)?;
+    let members: Vec<MemberOutcome> = group.map(|g| g.members).unwrap_or_default();
+    let count = |status: TaskStatus| members.iter().filter(|m| m.status == status).count();
+    let failed: Vec<&MemberOutcome> = members.iter().filter(|m| m.is_failure()).collect();
+    let finished = members.len();
+    let target = SuspensionTarget::Group {
+        task_type: job.group.task_type.clone(),
+        id: job.group.id.clone(),
+    };
+    let suspended = suspensions.all().any(|s| s.target == target);
+    let buckets = job.buckets as usize;
+    let state_name = match (finished >= buckets, failed.is_empty(), suspended) {
+        (true, true, _) => "completed",
+        (true, false, _) => "failed",
+        (false, _, true) => "suspended",
+        (false, _, false) => "running",
+    };
+    Ok(JobView {
+        id: job.id,
+        state: state_name.to_string(),
+        coordinator: job.coordinator.to_string(),
+        task_type: job.group.task_type.clone(),
+        group: job.group.id.clone(),
+        started_at: scheduler_client::wire::format_time(job.started_at),
+        buckets: job.buckets,
+        completed: count(TaskStatus::Completed),
+        failed: failed.len(),
+        cancelled: count(TaskStatus::Cancelled),
+        pending: buckets.saturating_sub(finished),
+        items: progress.iter().map(|p| p.items).sum(),
+        suspended,
+        errors: failed
+            .iter()
+            .take(MAX_ERRORS)
+            .map(|m| BucketError {
+                bucket: m.index,
+                task: m.key.to_string(),
+                status: m.status.as_str().to_string(),
+                error: m.error.clone().unwrap_or_default(),
+            })
+            .collect(),
+    })
+}
