@@ -50,8 +50,8 @@ use crate::metrics::{Metrics, ParkReason, Parked};
 use crate::retry::exponential_period;
 use crate::store::pages::{load_whole_ties, TieCursor};
 use crate::store::{
-    last_of_each_key, schedule_start, MemberOutcome, PartitionId, ReadCursor, ScheduleStore,
-    StoreError, StoreResult, TaskStatus, TaskStore, WRITE_CONCURRENCY,
+    last_of_each_key, schedule_start, DeadReason, MemberOutcome, PartitionId, ReadCursor,
+    ScheduleStore, StatusRecord, StoreError, StoreResult, TaskStatus, TaskStore, WRITE_CONCURRENCY,
 };
 
 /// How often the low-water mark is considered for advancing.
@@ -596,10 +596,7 @@ async fn apply_cancels(
             let store = Arc::clone(&store);
             async move {
                 let cancelled = match store.cancel(partition, key.clone(), at).await {
-                    Ok(None) => {
-                        metrics.cancelled(partition, &key);
-                        true
-                    }
+                    Ok(None) => true,
                     Ok(Some(existing)) if existing.status == TaskStatus::Cancelled => false,
                     Ok(Some(existing)) => {
                         info!(partition, task = %key, status = existing.status.as_str(), "cancel ignored: the task already finished");
@@ -612,6 +609,17 @@ async fn apply_cancels(
                     }
                     Err(e) => return Err(e.into()),
                 };
+                // A task whose dead letter was recorded had failed already: the cancel came
+                // while its outcome was being recorded (a call is not interrupted by a cancel),
+                // so the outcome stands, as its tree would have written it.
+                if let Some(failed) = failed_status(store.as_ref(), &key).await? {
+                    info!(partition, task = %key, status = failed.status.as_str(), "cancel ignored: the task had failed (its dead letter is recorded)");
+                    store.record_status(partition, key.clone(), failed).await?;
+                    return Ok(None);
+                }
+                if cancelled {
+                    metrics.cancelled(partition, &key);
+                }
                 // Best effort: a row left behind (a read or the group step failed) is loaded
                 // again, and its status check finishes the group (`found_finished`).
                 let finished = finish_cancelled(&store, enqueuer, partition, &key, at).await;
@@ -632,6 +640,21 @@ async fn apply_cancels(
         .try_filter_map(|cancelled| futures::future::ready(Ok(cancelled)))
         .try_collect()
         .await
+}
+
+/// The final status a task's dead letter records, if it has one.
+async fn failed_status(store: &dyn TaskStore, key: &TaskKey) -> StoreResult<Option<StatusRecord>> {
+    let letter = store.dead_letter(key.clone()).await?;
+    Ok(letter.map(|letter| StatusRecord {
+        status: match letter.reason {
+            DeadReason::Invalid => TaskStatus::Dropped,
+            DeadReason::RetriesExhausted => TaskStatus::Failed,
+        },
+        attempts: letter.attempts,
+        updated_at: letter.dead_at,
+        last_error: Some(letter.last_error),
+        result: None,
+    }))
 }
 
 /// A cancelled task that is a member of a group records its outcome there (which may trigger

@@ -146,6 +146,17 @@ impl TaskExecutor for SimExecutor {
             let _ = ctx.set_result(serde_json::json!({ "index": member.index }));
         }
         if result.is_ok() {
+            let spawn = task
+                .task_data
+                .get("spawn")
+                .and_then(serde_json::Value::as_u64);
+            for i in 1..=spawn.unwrap_or(0) {
+                let child = super::groups::child_of(&key, i);
+                ctx.spawn(super::workload::versioned(&child, 1))
+                    .map_err(|e| TaskError::invalid(e.to_string()))?;
+            }
+        }
+        if result.is_ok() {
             let mut calls = self
                 .shared
                 .calls

@@ -6,7 +6,59 @@
 use super::*;
 use scheduler_client::GroupMember;
 
+/// The key of sub-task `i` (from 1) of the task with `parent`'s key.
+pub(super) fn child_of(parent: &TaskKey, i: u64) -> TaskKey {
+    TaskKey {
+        scheduled_time: parent.scheduled_time + TimeDelta::milliseconds(500),
+        ordering_id: format!("{}-c{i}", parent.uniqueness_key),
+        uniqueness_key: "child".into(),
+    }
+}
+
 impl World {
+    /// A task that spawns one to three sub-tasks when it succeeds: their group is joined by its
+    /// handler, checked like any group.
+    pub(super) fn produce_parent(&mut self) {
+        let ordering_id = format!("o{}", self.rng.usize(0..ORDERING_IDS));
+        let at = self.now() + TimeDelta::milliseconds(self.rng.i64(300..4_000));
+        let plan = Plan::Succeed(Duration::from_millis(self.rng.u64(5..300)));
+        let key = self.new_key(&ordering_id, at);
+        self.produced.sequence.insert(key.clone(), self.next_unique);
+        self.shared
+            .plans
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(key.clone(), plan);
+        self.produced.tasks.insert(key.clone(), (plan, 1));
+        let count = self.rng.u32(1..4);
+        self.produced.spawns.insert(key.clone(), count);
+        let mut parent = workload::versioned(&key, 1);
+        parent.task_data.insert("spawn".into(), count.into());
+        let group = crate::groups::children_of(&parent);
+        let mut children = Vec::new();
+        for i in 1..=count {
+            let child = child_of(&key, u64::from(i));
+            let plan = self.draw_plan();
+            self.shared
+                .plans
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .insert(child.clone(), plan);
+            self.produced.tasks.insert(child.clone(), (plan, 1));
+            let member = GroupMember::new(group.id.clone(), i)
+                .of(count)
+                .joined_by(group.task_type.clone());
+            self.produced.members.insert(child.clone(), member);
+            self.produced.parents.insert(child.clone(), key.clone());
+            children.push(child);
+        }
+        self.produced
+            .group_parents
+            .insert(group.id.clone(), key.clone());
+        self.produced.groups.insert(group.id, (children, false));
+        self.append(Record::Task(parent));
+    }
+
     /// Two to eight members of a new group, due within six seconds.
     pub(super) fn produce_group(&mut self) {
         self.next_unique += 1;
@@ -55,9 +107,30 @@ impl World {
         })
     }
 
+    /// Whether `key` is a sub-task whose parent was cancelled before it ran (so never spawned
+    /// it): its parent has a final status, and it has none.
+    pub(super) fn never_spawned(&self, key: &TaskKey, statuses: &BTreeSet<TaskKey>) -> bool {
+        self.produced
+            .parents
+            .get(key)
+            .is_some_and(|parent| statuses.contains(parent) && self.parent_cancelled(parent))
+    }
+
+    fn parent_cancelled(&self, parent: &TaskKey) -> bool {
+        self.store
+            .statuses()
+            .iter()
+            .any(|((_, k), s)| k == parent && s.status == TaskStatus::Cancelled)
+    }
+
     /// Whether every group's join has its final status.
     pub(super) fn joins_done(&self, statuses: &BTreeSet<TaskKey>) -> bool {
         self.produced.groups.keys().all(|id| {
+            if let Some(parent) = self.produced.group_parents.get(id) {
+                if self.parent_cancelled(parent) {
+                    return true;
+                }
+            }
             self.produced
                 .joins
                 .get(id)
@@ -79,12 +152,20 @@ impl World {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .clone();
+        // A cancelled parent spawned no sub-tasks: their group never forms.
+        let cancelled_parents: BTreeSet<String> = (self.produced.group_parents.iter())
+            .filter(|(_, parent)| self.parent_cancelled(parent))
+            .map(|(id, _)| id.clone())
+            .collect();
         let cancellable_by_group: BTreeSet<TaskKey> = (self.produced.members.keys())
             .filter(|k| self.cancelled_by_its_group(k))
             .cloned()
             .collect();
         let v = &mut self.violations;
         for (id, (members, fail_fast)) in &self.produced.groups {
+            if cancelled_parents.contains(id) {
+                continue;
+            }
             let join_key = crate::groups::join_uniqueness_key(scheduler_client::DEFAULT_TASK_TYPE);
             let called: BTreeSet<&TaskKey> = calls
                 .iter()

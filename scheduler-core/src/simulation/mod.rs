@@ -160,6 +160,11 @@ struct Produced {
     singletons: BTreeMap<scheduler_client::TaskIdentity, TaskKey>,
     /// Groups by id: their members' keys (by number) and whether they fail fast.
     groups: BTreeMap<String, (Vec<TaskKey>, bool)>,
+    /// Tasks that spawn sub-tasks, and how many (a duplicate delivery says so too).
+    spawns: BTreeMap<TaskKey, u32>,
+    /// Each sub-task's parent, and each sub-task group's (a cancelled parent spawns nothing).
+    parents: BTreeMap<TaskKey, TaskKey>,
+    group_parents: BTreeMap<String, TaskKey>,
     /// Each group member's place in its group (a duplicate delivery carries it too).
     members: BTreeMap<TaskKey, scheduler_client::GroupMember>,
     /// The join tasks the nodes enqueued, by group id.
@@ -348,16 +353,19 @@ impl World {
     }
 
     /// Each member polls each of its partitions once and commits what became durable (after
-    /// the joins the nodes enqueued are appended to the topic).
+    /// the joins and sub-tasks the nodes enqueued are appended to the topic).
     async fn poll(&mut self) {
-        for join in self.outbox.take() {
-            if let Some(group) = &join.join_of {
+        for task in self.outbox.take() {
+            if let Some(group) = &task.join_of {
                 let keys = self.produced.joins.entry(group.clone()).or_default();
-                keys.insert(join.key());
+                keys.insert(task.key());
             }
-            self.append(Record::ByIdentity(crate::actors::IdentityOp::Schedule(
-                join,
-            )));
+            // A join acts on its identity; a sub-task is a task like any producer's.
+            let record = match task.on_conflict {
+                Some(_) => Record::ByIdentity(crate::actors::IdentityOp::Schedule(task)),
+                None => Record::Task(task),
+            };
+            self.append(record);
         }
         for node in self.members() {
             let owned = self.nodes[node].owned.clone();
@@ -472,7 +480,8 @@ impl World {
             .map(|((_, k), _)| k)
             .collect();
         consumed
-            && self.produced.tasks.keys().all(|k| statuses.contains(k))
+            && (self.produced.tasks.keys())
+                .all(|k| statuses.contains(k) || self.never_spawned(k, &statuses))
             && self.identities_done(&statuses)
             && self.joins_done(&statuses)
     }

@@ -120,6 +120,9 @@ impl World {
                     self.produced.redelivered.insert(key.clone());
                     let mut task = versioned(&key, version);
                     task.group = self.produced.members.get(&key).cloned();
+                    if let Some(count) = self.produced.spawns.get(&key) {
+                        task.task_data.insert("spawn".into(), (*count).into());
+                    }
                     self.append(Record::Task(task));
                 }
             }
@@ -136,6 +139,7 @@ impl World {
             400..=429 => self.produce_chain(),
             430..=444 => self.produce_singleton(),
             445..=454 => self.produce_group(),
+            455..=459 => self.produce_parent(),
             80..=399 => {
                 let o = ordering(&mut self.rng);
                 let at = now + TimeDelta::milliseconds(self.rng.i64(-500..8_000));
