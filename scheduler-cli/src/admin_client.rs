@@ -5,8 +5,9 @@ use std::time::Duration;
 
 use scheduler_core::admin_api::{
     CancelResponse, DeadLetterQuery, DeadLetterSelection, DeadLettersResponse, ErrorResponse,
-    ListQuery, ListResponse, PurgeResponse, RedriveResponse, StatusResponse, TaskKeyBody,
-    TaskQuery, TaskResponse,
+    JobView, JobsResponse, ListQuery, ListResponse, PurgeResponse, RedriveResponse, StatusResponse,
+    SuspendRequest, SuspensionQuery, SuspensionView, SuspensionsResponse, TaskKeyBody, TaskQuery,
+    TaskResponse,
 };
 use serde::de::DeserializeOwned;
 use serde::Serialize;
@@ -29,7 +30,7 @@ pub(crate) enum AdminError {
     /// The answer broke off.
     #[error("reading the admin API's answer: {0}")]
     Read(#[source] ureq::Error),
-    /// 404: no such task or dead letter (or endpoint); the API's error message.
+    /// 404: no such task, dead letter or job (or endpoint); the API's error message.
     #[error("{0}")]
     NotFound(String),
     /// Another 4xx: the request is at fault.
@@ -132,6 +133,27 @@ impl<'a> AdminClient<'a> {
         self.post("/api/v1/dead-letters/purge", selection)
     }
 
+    pub(crate) fn suspensions(&self) -> Result<SuspensionsResponse, AdminError> {
+        self.get("/api/v1/suspensions", &())
+    }
+
+    pub(crate) fn suspend(&self, request: &SuspendRequest) -> Result<SuspensionView, AdminError> {
+        self.post("/api/v1/suspensions", request)
+    }
+
+    pub(crate) fn resume(&self, target: &SuspensionQuery) -> Result<(), AdminError> {
+        self.delete("/api/v1/suspensions", target)
+    }
+
+    pub(crate) fn jobs(&self) -> Result<JobsResponse, AdminError> {
+        self.get("/api/v1/jobs", &())
+    }
+
+    /// The job `id`, which the caller checked is a job id (it goes into the path as it is).
+    pub(crate) fn job(&self, id: &str) -> Result<JobView, AdminError> {
+        self.get(&format!("/api/v1/jobs/{id}"), &())
+    }
+
     fn post<T: DeserializeOwned>(
         &self,
         path: &str,
@@ -149,20 +171,34 @@ impl<'a> AdminClient<'a> {
         path: &str,
         query: &impl Serialize,
     ) -> Result<T, AdminError> {
-        let query = serde_urlencoded::to_string(query).map_err(AdminError::Query)?;
-        let mut url = self.url(path);
-        if !query.is_empty() {
-            url = format!("{url}?{query}");
-        }
-        let mut request = self.agent.get(url);
+        let mut request = self.agent.get(self.url_with_query(path, query)?);
         if let Some(auth) = self.authorization() {
             request = request.header("Authorization", auth);
         }
         self.answer(request.call())
     }
 
+    /// A `DELETE`, whose success has no body (204).
+    fn delete(&self, path: &str, query: &impl Serialize) -> Result<(), AdminError> {
+        let mut request = self.agent.delete(self.url_with_query(path, query)?);
+        if let Some(auth) = self.authorization() {
+            request = request.header("Authorization", auth);
+        }
+        self.answer_text(request.call()).map(|_| ())
+    }
+
     fn url(&self, path: &str) -> String {
         format!("{}{path}", self.args.admin.trim_end_matches('/'))
+    }
+
+    fn url_with_query(&self, path: &str, query: &impl Serialize) -> Result<String, AdminError> {
+        let query = serde_urlencoded::to_string(query).map_err(AdminError::Query)?;
+        let url = self.url(path);
+        Ok(if query.is_empty() {
+            url
+        } else {
+            format!("{url}?{query}")
+        })
     }
 
     fn authorization(&self) -> Option<String> {
@@ -174,6 +210,15 @@ impl<'a> AdminClient<'a> {
         &self,
         response: Result<ureq::http::Response<ureq::Body>, ureq::Error>,
     ) -> Result<T, AdminError> {
+        let text = self.answer_text(response)?;
+        serde_json::from_str(&text).map_err(AdminError::Unexpected)
+    }
+
+    /// The body of a successful answer, or the API's error message with what its status means.
+    fn answer_text(
+        &self,
+        response: Result<ureq::http::Response<ureq::Body>, ureq::Error>,
+    ) -> Result<String, AdminError> {
         let mut response = response.map_err(|source| AdminError::Unreachable {
             admin: self.args.admin.clone(),
             source,
@@ -184,7 +229,7 @@ impl<'a> AdminClient<'a> {
             .read_to_string()
             .map_err(AdminError::Read)?;
         if (200..300).contains(&status) {
-            return serde_json::from_str(&text).map_err(AdminError::Unexpected);
+            return Ok(text);
         }
         // An error answer that is not the API's JSON (a proxy's page, say) has no message.
         let message = serde_json::from_str::<ErrorResponse>(&text)

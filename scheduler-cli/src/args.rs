@@ -23,6 +23,11 @@ use scheduler_client::{defaults, DEFAULT_TASK_TYPE};
         scheduler status --json\n  \
         scheduler dead-letters list --type send-email\n  \
         scheduler dead-letters redrive --type send-email --from 2026-11-22T00:00:00Z\n  \
+        scheduler suspend --task-type send-email --reason 'SMTP provider down'\n  \
+        scheduler suspensions\n  \
+        scheduler resume --task-type send-email\n  \
+        scheduler jobs list\n  \
+        scheduler jobs show nightly-2026-11-23\n  \
         scheduler node scheduler.toml --exec send-email=./send-email.sh --exec ./handle-task.sh\n\n\
         Exit codes: 0 success, 1 a service failed or was unreachable, 2 bad usage or input, 3 not found."
 )]
@@ -55,6 +60,18 @@ pub(crate) enum Command {
     Status(AdminArgs),
     /// List, redrive or purge dead letters: tasks given up on (invalid, or out of retries).
     DeadLetters(DeadLettersArgs),
+    /// Suspend an orderingId, a task type or a group: from the nodes' next read of the
+    /// suspensions (every few seconds), their tasks wait, pending, without using an attempt,
+    /// until resumed (a task already running finishes). Suspending again replaces the reason.
+    Suspend(SuspendArgs),
+    /// Lift a suspension: its tasks run again from the nodes' next read of the suspensions
+    /// (nothing happens if there is none).
+    Resume(ResumeArgs),
+    /// List the suspensions in force: kind, target, since when and why.
+    Suspensions(AdminArgs),
+    /// List jobs or show one: a coordinator task's buckets, dealt round the partitions, with
+    /// their progress and the failed buckets' errors.
+    Jobs(JobsArgs),
     /// Run a scheduler node from a settings file (TOML; SCHEDULER__SECTION__KEY variables override it).
     Node(NodeArgs),
     /// Create or upgrade the keyspace's schema to this release's version (a no-op when current),
@@ -307,6 +324,68 @@ pub(crate) struct DeadLetterSelectionArgs {
     /// Every dead letter.
     #[arg(long)]
     pub(crate) all: bool,
+}
+
+/// What `suspend` and `resume` act on: exactly one of an orderingId, a task type or a group.
+#[derive(Args)]
+#[command(group(
+    ArgGroup::new("target")
+        .required(true)
+        .args(["ordering_id", "task_type", "group"])
+))]
+pub(crate) struct SuspensionTargetArgs {
+    /// Every task of this orderingId.
+    #[arg(long, value_name = "ID")]
+    pub(crate) ordering_id: Option<String>,
+    /// Every task of this type.
+    #[arg(long, value_name = "TYPE", alias = "type")]
+    pub(crate) task_type: Option<String>,
+    /// Every member of this group: the type that joins it and its id.
+    #[arg(long, value_name = "TYPE/ID")]
+    pub(crate) group: Option<String>,
+}
+
+#[derive(Args)]
+pub(crate) struct SuspendArgs {
+    #[command(flatten)]
+    pub(crate) admin: AdminArgs,
+    #[command(flatten)]
+    pub(crate) target: SuspensionTargetArgs,
+    /// Why, shown by `scheduler suspensions`.
+    #[arg(long, value_name = "TEXT")]
+    pub(crate) reason: Option<String>,
+}
+
+#[derive(Args)]
+pub(crate) struct ResumeArgs {
+    #[command(flatten)]
+    pub(crate) admin: AdminArgs,
+    #[command(flatten)]
+    pub(crate) target: SuspensionTargetArgs,
+}
+
+#[derive(Args)]
+pub(crate) struct JobsArgs {
+    #[command(subcommand)]
+    pub(crate) command: JobsCommand,
+}
+
+#[derive(Subcommand)]
+pub(crate) enum JobsCommand {
+    /// List the queue's jobs, newest first: state, buckets finished of all, failed buckets,
+    /// items processed, when started.
+    List(AdminArgs),
+    /// Show a job: its state, coordinator, group (what `suspend --group` takes), buckets by
+    /// outcome, items processed, and the failed buckets with their errors.
+    Show(JobShowArgs),
+}
+
+#[derive(Args)]
+pub(crate) struct JobShowArgs {
+    #[command(flatten)]
+    pub(crate) admin: AdminArgs,
+    /// The job's id, as its coordinator named it.
+    pub(crate) id: String,
 }
 
 #[derive(Args)]

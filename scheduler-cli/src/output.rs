@@ -9,7 +9,7 @@ use serde::Serialize;
 pub const EXIT_FAILURE: i32 = 1;
 /// Exit code: bad usage or input.
 pub const EXIT_USAGE: i32 = 2;
-/// Exit code: the task (or dead letter) does not exist.
+/// Exit code: the task (or dead letter, or job) does not exist.
 pub const EXIT_NOT_FOUND: i32 = 3;
 
 /// A failure with its exit code; `run` prints its message on stderr.
@@ -44,6 +44,14 @@ pub(crate) fn or_dash<T: std::fmt::Display>(value: Option<T>) -> String {
     value.map_or_else(|| "-".to_string(), |v| v.to_string())
 }
 
+/// `text` on one line: an error's (or a reason's) line breaks and tabs would break a table's
+/// rows.
+pub(crate) fn one_line(text: &str) -> String {
+    text.chars()
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .collect()
+}
+
 /// Prints `answer` as one line of JSON with its keys sorted, as this command always printed
 /// the API's answers (through a `serde_json::Value`, whose keys are sorted).
 pub(crate) fn print_json(out: &mut dyn Write, answer: &impl Serialize) -> Outcome {
@@ -55,4 +63,14 @@ pub(crate) fn print_json(out: &mut dyn Write, answer: &impl Serialize) -> Outcom
 /// Writing to the output failed.
 pub(crate) fn io_failure(e: std::io::Error) -> Failure {
     Failure::service(format!("cannot write output: {e}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn errors_print_on_one_line() {
+        assert_eq!(one_line("a\nb\tc"), "a b c");
+    }
 }

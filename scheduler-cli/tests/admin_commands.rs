@@ -4,79 +4,9 @@
 //! gives. The it-tests run the same commands against a real node; these pin the output to the
 //! character.
 
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::TcpListener;
-use std::sync::{Arc, Mutex};
+mod common;
 
-/// A request as the canned API received it: the request line, its headers and its body.
-#[derive(Debug, Clone, Default)]
-struct Received {
-    line: String,
-    headers: Vec<String>,
-    body: String,
-}
-
-/// Serves `answer(request line) -> (status, body)` on a free loopback port until the test ends;
-/// returns its URL and what it received.
-fn canned_api(
-    answer: impl Fn(&str) -> (u16, String) + Send + 'static,
-) -> (String, Arc<Mutex<Vec<Received>>>) {
-    let listener = TcpListener::bind("127.0.0.1:0").expect("bind a loopback port");
-    let url = format!("http://{}", listener.local_addr().expect("local address"));
-    let received = Arc::new(Mutex::new(Vec::new()));
-    let log = Arc::clone(&received);
-    std::thread::spawn(move || {
-        for stream in listener.incoming() {
-            let Ok(mut stream) = stream else { return };
-            let mut reader = BufReader::new(stream.try_clone().expect("clone the stream"));
-            let mut request = Received::default();
-            reader.read_line(&mut request.line).expect("request line");
-            request.line = request.line.trim_end().to_string();
-            let mut length = 0;
-            loop {
-                let mut header = String::new();
-                reader.read_line(&mut header).expect("header");
-                let header = header.trim_end().to_string();
-                if header.is_empty() {
-                    break;
-                }
-                if let Some((name, value)) = header.split_once(':') {
-                    if name.eq_ignore_ascii_case("content-length") {
-                        length = value.trim().parse().expect("content length");
-                    }
-                }
-                request.headers.push(header);
-            }
-            let mut body = vec![0; length];
-            reader.read_exact(&mut body).expect("body");
-            request.body = String::from_utf8_lossy(&body).to_string();
-            let (status, payload) = answer(&request.line);
-            log.lock().expect("log").push(request);
-            let response = format!(
-                "HTTP/1.1 {status} X\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{payload}",
-                payload.len()
-            );
-            let _ = stream.write_all(response.as_bytes());
-        }
-    });
-    (url, received)
-}
-
-/// Runs the command line `args` (after the program name); returns the exit code and the output.
-fn scheduler(args: &[&str]) -> (i32, String) {
-    let mut argv = vec!["scheduler"];
-    argv.extend(args);
-    let mut out = Vec::new();
-    let code = scheduler_cli::run(argv, &mut out);
-    (code, String::from_utf8_lossy(&out).to_string())
-}
-
-/// The query parameters of a request line, decoded.
-fn query(line: &str) -> Vec<(String, String)> {
-    let target = line.split_whitespace().nth(1).unwrap_or_default();
-    let query = target.split_once('?').map_or("", |(_, q)| q);
-    serde_urlencoded::from_str(query).expect("a well-formed query")
-}
+use common::{body, canned_api, query, scheduler};
 
 const TASK: &str = r#"{"orderingId":"o 1","scheduledTime":"2026-11-22T09:00:00.000Z","uniquenessKey":"u&1","partition":2,"status":"failed","attempts":2,"lastError":"boom","updatedAt":"2026-11-22T09:00:03.000Z","taskData":null,"history":[{"attempt":2,"startedAt":"2026-11-22T09:00:02.000Z","finishedAt":"2026-11-22T09:00:03.000Z","outcome":"failed","error":"boom"},{"attempt":1,"startedAt":"2026-11-22T09:00:00.000Z","finishedAt":"2026-11-22T09:00:01.000Z","outcome":"failed","error":null}]}"#;
 
@@ -729,11 +659,6 @@ fn dead_letters_list_asks_with_the_filter_and_prints_a_row_per_dead_letter() {
     ]);
     assert_eq!(code, scheduler_cli::EXIT_USAGE);
     assert_eq!(received.lock().expect("log").len(), 5);
-}
-
-/// The body of the `n`th request, as JSON.
-fn body(received: &Mutex<Vec<Received>>, n: usize) -> serde_json::Value {
-    serde_json::from_str(&received.lock().expect("log")[n].body).expect("a JSON body")
 }
 
 #[test]

@@ -9,7 +9,7 @@ use scheduler_core::admin_api::{DeadLetterQuery, DeadLetterSelection, DeadLetter
 use super::parse_time;
 use crate::admin_client::AdminClient;
 use crate::args::{DeadLetterSelectionArgs, DeadLettersCommand, DeadLettersListArgs};
-use crate::output::{io_failure, or_dash, print_json, Failure, Outcome};
+use crate::output::{io_failure, one_line, or_dash, print_json, Failure, Outcome};
 
 pub(crate) fn dead_letters(
     command: DeadLettersCommand,
@@ -200,13 +200,6 @@ fn dead_letters_count(n: usize) -> String {
     }
 }
 
-/// `text` on one line: an error's line breaks and tabs would break the table's rows.
-fn one_line(text: &str) -> String {
-    text.chars()
-        .map(|c| if c.is_control() { ' ' } else { c })
-        .collect()
-}
-
 /// `text` as one shell word, quoted when it needs to be, so the next-page hint can be pasted.
 fn shell_word(text: &str) -> String {
     let plain = |c: char| c.is_ascii_alphanumeric() || "-_.:/,+@%=".contains(c);
@@ -231,10 +224,5 @@ mod tests {
         assert_eq!(shell_word("o 1"), "'o 1'");
         assert_eq!(shell_word("it's"), r"'it'\''s'");
         assert_eq!(shell_word(""), "''");
-    }
-
-    #[test]
-    fn errors_print_on_one_line() {
-        assert_eq!(one_line("a\nb\tc"), "a b c");
     }
 }

@@ -3,9 +3,11 @@
 
 mod admin;
 mod dead_letters;
+mod jobs;
 mod migrate;
 mod node;
 mod schedule;
+mod suspensions;
 
 use std::time::Duration;
 
@@ -14,9 +16,11 @@ use scheduler_core::settings::duration_text;
 
 pub(crate) use admin::{cancel, get, list, reschedule, status};
 pub(crate) use dead_letters::dead_letters;
+pub(crate) use jobs::jobs;
 pub(crate) use migrate::migrate;
 pub(crate) use node::node;
 pub(crate) use schedule::schedule;
+pub(crate) use suspensions::{resume, suspend, suspensions};
 
 use crate::output::Failure;
 
