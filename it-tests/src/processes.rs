@@ -42,3 +42,12 @@ pub fn process_log(dir: &Path, name: &str) -> Vec<serde_json::Value> {
         .filter_map(|l| serde_json::from_str(l).ok())
         .collect()
 }
+
+/// How many partitions node `name` said it owns last (its `owned` lines).
+pub fn owned_partitions(dir: &Path, name: &str) -> usize {
+    process_log(dir, name)
+        .iter()
+        .rev()
+        .find_map(|l| l.get("owned").and_then(|o| o.as_array()).map(Vec::len))
+        .unwrap_or(0)
+}

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, TimeDelta, Utc};
 use it_tests::engine::{wait_until, TestEnv};
-use it_tests::processes::{node_command, process_log};
+use it_tests::processes::{node_command, owned_partitions, process_log};
 use scheduler_client::{partition_for, GroupMember, Task, TaskKey};
 use scheduler_core::store::StatusStore;
 use scheduler_core::{
@@ -111,6 +111,16 @@ fn snapshot(log: &Arc<Mutex<Log>>) -> Log {
     log.lock().unwrap_or_else(PoisonError::into_inner).clone()
 }
 
+async fn schedule_all(env: &TestEnv, tasks: &[Task]) {
+    let producer = env.scheduler(Duration::from_secs(10));
+    for task in tasks {
+        producer
+            .schedule_task(task.clone())
+            .await
+            .expect("scheduled");
+    }
+}
+
 fn joins_of(log: &Arc<Mutex<Log>>) -> usize {
     log.lock()
         .unwrap_or_else(PoisonError::into_inner)
@@ -142,13 +152,7 @@ async fn a_group_of_200_over_50_ordering_ids_on_two_nodes_joins_once_with_every_
             member("recon-200", i, 200, &format!("acct-{}", i % 50), at)
         })
         .collect();
-    let producer = env.scheduler(Duration::from_secs(10));
-    for task in &members {
-        producer
-            .schedule_task(task.clone())
-            .await
-            .expect("scheduled");
-    }
+    schedule_all(&env, &members).await;
     wait_until(Duration::from_secs(60), "the join to run", || {
         joins_of(&log) >= 1
     })
@@ -219,13 +223,7 @@ async fn a_fail_fast_groups_first_failure_cancels_the_pending_rest_and_joins_at_
             task
         })
         .collect();
-    let producer = env.scheduler(Duration::from_secs(10));
-    for task in &members {
-        producer
-            .schedule_task(task.clone())
-            .await
-            .expect("scheduled");
-    }
+    schedule_all(&env, &members).await;
     wait_until(Duration::from_secs(30), "the join to run", || {
         joins_of(&log) >= 1
     })
@@ -312,13 +310,7 @@ async fn a_node_process_killed_mid_group_does_not_stop_the_join_from_running_exa
     std::fs::create_dir_all(&dir).expect("log dir");
     let mut a = node_process(&env, &dir, "a");
     let mut b = node_process(&env, &dir, "b");
-    let owned = |name: &str| {
-        process_log(&dir, name)
-            .iter()
-            .rev()
-            .find_map(|l| l.get("owned").and_then(|o| o.as_array()).map(Vec::len))
-            .unwrap_or(0)
-    };
+    let owned = |name: &str| owned_partitions(&dir, name);
     wait_until(
         Duration::from_secs(60),
         "the two processes to split the partitions",

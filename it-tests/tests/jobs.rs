@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use chrono::Utc;
 use it_tests::engine::{http, wait_until, TestEnv};
-use it_tests::processes::{node_command, process_log};
+use it_tests::processes::{node_command, owned_partitions, process_log};
 use scheduler_client::Task;
 use scheduler_core::admin_api::JobView;
 use serde_json::json;
@@ -76,13 +76,7 @@ async fn a_job_of_64_buckets_on_three_nodes_shows_progress_suspends_resumes_and_
         .iter()
         .map(|name| node_process(&env, &dir, name))
         .collect();
-    let owned = |name: &str| {
-        process_log(&dir, name)
-            .iter()
-            .rev()
-            .find_map(|l| l.get("owned").and_then(|o| o.as_array()).map(Vec::len))
-            .unwrap_or(0)
-    };
+    let owned = |name: &str| owned_partitions(&dir, name);
     wait_until(
         Duration::from_secs(90),
         "the three processes to share the partitions",

@@ -24,11 +24,7 @@ impl World {
         let plan = Plan::Succeed(Duration::from_millis(self.rng.u64(5..300)));
         let key = self.new_key(&ordering_id, at);
         self.produced.sequence.insert(key.clone(), self.next_unique);
-        self.shared
-            .plans
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .insert(key.clone(), plan);
+        self.plan(&key, plan);
         self.produced.tasks.insert(key.clone(), (plan, 1));
         let count = self.rng.u32(1..4);
         self.produced.spawns.insert(key.clone(), count);
@@ -39,11 +35,7 @@ impl World {
         for i in 1..=count {
             let child = child_of(&key, u64::from(i));
             let plan = self.draw_plan();
-            self.shared
-                .plans
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .insert(child.clone(), plan);
+            self.plan(&child, plan);
             self.produced.tasks.insert(child.clone(), (plan, 1));
             let member = GroupMember::new(group.id.clone(), i)
                 .of(count)
@@ -73,11 +65,7 @@ impl World {
             let plan = self.draw_plan();
             let key = self.new_key(&ordering_id, at);
             self.produced.sequence.insert(key.clone(), self.next_unique);
-            self.shared
-                .plans
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .insert(key.clone(), plan);
+            self.plan(&key, plan);
             let mut member = GroupMember::new(id.clone(), index);
             if index == size {
                 member = member.of(size);

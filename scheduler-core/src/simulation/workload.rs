@@ -49,6 +49,15 @@ impl World {
         }
     }
 
+    /// Sets what the calls of `key` do.
+    pub(super) fn plan(&self, key: &TaskKey, plan: Plan) {
+        self.shared
+            .plans
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(key.clone(), plan);
+    }
+
     pub(super) fn append(&mut self, record: Record) {
         let ordering_id = match &record {
             Record::Task(t) => t.ordering_id.clone(),
@@ -74,11 +83,7 @@ impl World {
         let plan = plan.unwrap_or_else(|| self.draw_plan());
         let key = self.new_key(ordering_id, at);
         self.produced.sequence.insert(key.clone(), self.next_unique);
-        self.shared
-            .plans
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .insert(key.clone(), plan);
+        self.plan(&key, plan);
         // Some tasks are of a type the odd nodes learn only with the heal's deploy.
         let late = self.rng.u32(0..10) == 0;
         for version in 1..=versions {
