@@ -445,3 +445,41 @@ async fn a_parent_spawning_100_children_two_levels_deep_is_joined_once_after_the
     }
     node.shutdown().await.expect("shutdown");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sub_tasks_of_a_parent_run_long_after_its_time_are_enqueued_and_joined() {
+    let _serial = ONE_AT_A_TIME.lock().await;
+    let env = TestEnv::new("groups_late", 2).await;
+    let log = Arc::new(Mutex::new(Log::default()));
+    let node = env
+        .owning_every_partition(start(&env, "solo", &log).await)
+        .await;
+    // A parent a minute overdue (a backlog, a resumed suspension): its sub-tasks are due at its
+    // time, far beyond a producer's grace window; the engine enqueues them all the same.
+    let mut parent = Task::new(
+        "late-parent",
+        Utc::now() - TimeDelta::seconds(60),
+        "parent",
+        Default::default(),
+    )
+    .of_type(TYPE);
+    parent.task_data.insert("spawn".into(), json!(3));
+    env.scheduler(Duration::from_secs(120))
+        .schedule_task(parent.clone())
+        .await
+        .expect("scheduled");
+    wait_until(Duration::from_secs(30), "the parent's join", || {
+        snapshot(&log)
+            .joins
+            .iter()
+            .any(|(_, _, g, _)| g.parent.as_ref().map(Task::key) == Some(parent.key()))
+    })
+    .await;
+    let log = snapshot(&log);
+    assert_eq!(
+        log.members.len(),
+        1 + 3,
+        "the parent and its 3 sub-tasks ran"
+    );
+    node.shutdown().await.expect("shutdown");
+}

@@ -210,7 +210,19 @@ pub fn check_task(task: &Task) -> Result<(), ContentError> {
     check_key(&task.ordering_id, &task.uniqueness_key)?;
     check_task_type(&task.task_type)?;
     check_group(task.group.as_ref(), task.join_of.as_deref())?;
+    check_group_conflict(task)?;
     check_task_data(&task.task_data)
+}
+
+/// Refuses a group member with a conflict mode (but a join, which the engine gives one): a
+/// member superseded or ignored by its identity would never finish its group.
+pub fn check_group_conflict(task: &Task) -> Result<(), ContentError> {
+    if task.group.is_some() && task.on_conflict.is_some() && task.join_of.is_none() {
+        return Err(ContentError::BadGroup(
+            "member with onConflict: a member superseded or ignored by its identity would never finish its group".to_string(),
+        ));
+    }
+    Ok(())
 }
 
 /// Whether `map`, one level with `levels` allowed, nests deeper; recursion stops when `levels`
@@ -642,6 +654,7 @@ pub fn decode_record(value: Option<&[u8]>, max_size: usize) -> Result<Record, De
         }
         Some(other) => return Err(DecodeError::UnknownType(other.to_string())),
     };
+    check_group_conflict(&task)?;
     Ok(Record::Task(task))
 }
 

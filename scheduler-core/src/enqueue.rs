@@ -17,12 +17,13 @@ pub trait Enqueuer: Send + Sync + 'static {
 
 /// A task could not be enqueued (the broker did not acknowledge it); the caller retries.
 #[derive(Debug, Clone, thiserror::Error)]
-#[error("enqueueing {task} failed: {reason}")]
+#[error("enqueueing {task} failed")]
 pub struct EnqueueError {
     /// The task.
     pub task: String,
     /// The producer's error.
-    pub reason: String,
+    #[source]
+    pub source: Arc<scheduler_client::ScheduleError>,
 }
 
 /// A node's enqueuer: the client's Kafka producer, on the node's topic.
@@ -38,7 +39,7 @@ impl Enqueuer for KafkaEnqueuer {
                 .await
                 .map_err(|e| EnqueueError {
                     task: name,
-                    reason: e.to_string(),
+                    source: Arc::new(e),
                 })
         }
         .boxed()

@@ -181,6 +181,11 @@ impl TaskContext {
         scheduler_client::wire::check_task_type(&job.bucket_type).map_err(SpawnError::Invalid)?;
         for data in &job.buckets {
             scheduler_client::wire::check_task_data(data).map_err(SpawnError::Invalid)?;
+            // The bucket's record is its data and a few hundred bytes of key and fields.
+            let bytes = serde_json::Value::Object(data.clone()).to_string().len() + 1024;
+            if bytes > scheduler_client::defaults::MAX_TASK_BYTES {
+                return Err(SpawnError::TooLarge { bytes });
+            }
         }
         if job.buckets.is_empty() || job.buckets.len() > MAX_SUB_TASKS {
             return Err(SpawnError::TooMany { max: MAX_SUB_TASKS });
@@ -221,6 +226,10 @@ impl TaskContext {
     /// keys, same order) for them to be the same ones. Any group `task` names is replaced.
     pub fn spawn(&self, task: Task) -> Result<(), SpawnError> {
         scheduler_client::wire::check_task(&task).map_err(SpawnError::Invalid)?;
+        let bytes = scheduler_client::wire::encode(&task).len();
+        if bytes > scheduler_client::defaults::MAX_TASK_BYTES {
+            return Err(SpawnError::TooLarge { bytes });
+        }
         let mut output = self.output();
         if output.job.is_some() {
             return Err(SpawnError::JobAndSubTasks);
@@ -317,6 +326,12 @@ pub enum SpawnError {
     TooMany {
         /// The limit.
         max: usize,
+    },
+    /// The sub-task's record would be larger than the producer takes (512 KiB).
+    #[error("a sub-task of {bytes} bytes is over the {max}-byte limit", max = scheduler_client::defaults::MAX_TASK_BYTES)]
+    TooLarge {
+        /// Its encoded size.
+        bytes: usize,
     },
     /// A task starts one job, and spawns no other sub-tasks beside it.
     #[error("a task starts one job and spawns no other sub-tasks")]

@@ -398,3 +398,18 @@ fn bad_groups_are_refused_by_client_check_and_decoder_alike() {
         assert!(decoded.to_string().contains(why), "{decoded}");
     }
 }
+
+#[test]
+fn a_group_member_with_a_conflict_mode_is_refused_but_a_join_is_not() {
+    let member = sample()
+        .in_group(GroupMember::new("g", 1).of(1))
+        .on_conflict(crate::OnConflict::IfAbsent);
+    let error = check_task(&member).unwrap_err();
+    assert!(error.to_string().contains("onConflict"), "{error}");
+    let decoded = decode(Some(&encode(&member)), 1 << 20).unwrap_err();
+    assert_eq!(decoded.reason(), "group");
+    let mut join = member.clone();
+    join.join_of = Some("child-group".into());
+    check_task(&join).unwrap();
+    assert_eq!(decode(Some(&encode(&join)), 1 << 20).unwrap(), join);
+}

@@ -406,16 +406,18 @@ impl TaskRun {
         }
     }
 
-    /// A task found finished by its status check. A member of a group found cancelled records
-    /// that in its group first: a cancel applied before the task was in the schedule had no
-    /// row to learn its group from (recording it again is harmless).
+    /// A task found finished by its status check. A member of a group found cancelled, failed
+    /// or dropped records that in its group first (recording it again is harmless): a cancel
+    /// applied before the task was in the schedule had no row to learn its group from, and a
+    /// failure's outcome may have been cut off between its dead letter and its group.
     async fn found_finished(
         &mut self,
         task: &Task,
         found: Found,
     ) -> Result<ExecutionOutcome, Halt> {
         if let Found::Final(record) = &found {
-            if record.status == TaskStatus::Cancelled && task.group.is_some() {
+            // (Not a completed one: a task that spawned sub-tasks is recorded by their join.)
+            if record.status != TaskStatus::Completed && task.group.is_some() {
                 self.record_in_group(task, record).await?;
             }
         }

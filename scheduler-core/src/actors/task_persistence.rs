@@ -620,18 +620,11 @@ async fn apply_cancels(
                 if cancelled {
                     metrics.cancelled(partition, &key);
                 }
-                // Best effort: a row left behind (a read or the group step failed) is loaded
-                // again, and its status check finishes the group (`found_finished`).
-                let finished = finish_cancelled(&store, enqueuer, partition, &key, at).await;
-                match finished {
-                    Ok(()) => {
-                        if let Err(e) = store.remove_scheduled(partition, key.clone()).await {
-                            debug!(partition, task = %key, error = %e, "cancelled task left in the schedule (it will be skipped)");
-                        }
-                    }
-                    Err(e) => {
-                        debug!(partition, task = %key, error = %e, "cancelled task left in the schedule (its group is told when it is loaded)");
-                    }
+                // A failed group step fails the batch, which is applied again (every step of it
+                // is idempotent): a member's cancel reaches its group before it is unscheduled.
+                finish_cancelled(&store, enqueuer, partition, &key, at).await?;
+                if let Err(e) = store.remove_scheduled(partition, key.clone()).await {
+                    debug!(partition, task = %key, error = %e, "cancelled task left in the schedule (it will be skipped)");
                 }
                 Ok(cancelled.then_some(key))
             }

@@ -17,10 +17,17 @@ use crate::settings::KafkaSettings;
 /// How long Kafka metadata requests at start-up may take.
 const METADATA_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// A producer for cancellations, with the node's Kafka settings.
+/// How far in the past a task the engine enqueues may be due: any time. A join, a sub-task or a
+/// job's bucket keeps the key it was given (due at its parent's time, so that a parent run again
+/// enqueues the same ones) however late its parent runs; the node takes any time it can parse.
+const ENGINE_GRACE_WINDOW: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
+
+/// The node's producer (cancellations and redrives of the admin API, the engine's own tasks),
+/// with the node's Kafka settings.
 pub(super) fn canceller(kafka: &KafkaSettings) -> Result<Scheduler, NodeError> {
     let mut config = SchedulerConfig::new(kafka.bootstrap_servers.clone(), kafka.topic.clone());
     config.properties = kafka.properties.clone();
+    config.scheduling_grace_window = ENGINE_GRACE_WINDOW;
     Scheduler::new(config).map_err(NodeError::Canceller)
 }
 
