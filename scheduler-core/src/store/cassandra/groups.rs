@@ -9,96 +9,12 @@ use chrono::{DateTime, Utc};
 use futures::future::BoxFuture;
 use futures::FutureExt;
 use scheduler_client::{Task, TaskKey};
-use scylla::client::session::Session;
-use scylla::statement::prepared::PreparedStatement;
 
 use super::rows::first_row_of;
 use super::CassandraStore;
 use crate::store::{
     GroupKey, GroupState, GroupStore, MemberOutcome, StoreError, StoreResult, TaskStatus,
 };
-
-/// Rows read per page of a group: a group may have thousands of members.
-const GROUP_PAGE: i32 = 1000;
-
-/// The statements of `group_members`.
-pub(super) struct GroupStatements {
-    /// A member's row, by the header columns written with it (an absent value is left out,
-    /// never written null): neither, `total`, `fail_fast`, both.
-    insert_member: [PreparedStatement; 4],
-    /// `failed_by`, unless a failure set it first.
-    set_failed_by: PreparedStatement,
-    /// The whole partition: the header and every member, paged.
-    select_group: PreparedStatement,
-    select_failed_by: PreparedStatement,
-    /// The task whose sub-tasks the group holds.
-    set_parent: PreparedStatement,
-}
-
-impl GroupStatements {
-    pub(super) async fn prepare(session: &Session, ks: &str) -> StoreResult<Self> {
-        let prepare = |cql: String| async move {
-            session.prepare(cql).await.map_err(|e| StoreError::Query {
-                operation: "prepare group statement",
-                reason: e.to_string(),
-            })
-        };
-        let insert = |total: bool, fail_fast: bool| {
-            let mut columns = "task_type, group_id, member, ordering_id, scheduled_time, \
-                               uniqueness_key, status, error, result, finished_at"
-                .to_string();
-            let mut values = "?, ?, ?, ?, ?, ?, ?, ?, ?, ?".to_string();
-            if total {
-                columns.push_str(", total");
-                values.push_str(", ?");
-            }
-            if fail_fast {
-                columns.push_str(", fail_fast");
-                values.push_str(", true");
-            }
-            prepare(format!(
-                "INSERT INTO {ks}.group_members ({columns}) VALUES ({values})"
-            ))
-        };
-        let mut select_group = prepare(format!(
-            "SELECT total, fail_fast, failed_by, member, ordering_id, scheduled_time, \
-             uniqueness_key, status, error, result, finished_at, parent FROM {ks}.group_members \
-             WHERE task_type = ? AND group_id = ?"
-        ))
-        .await?;
-        select_group.set_page_size(GROUP_PAGE);
-        Ok(GroupStatements {
-            insert_member: [
-                insert(false, false).await?,
-                insert(true, false).await?,
-                insert(false, true).await?,
-                insert(true, true).await?,
-            ],
-            // A lightweight transaction on a static column (Cassandra 2.1 has them): of
-            // concurrent failures, one is recorded and stays.
-            set_failed_by: prepare(format!(
-                "UPDATE {ks}.group_members SET failed_by = ? WHERE task_type = ? \
-                 AND group_id = ? IF failed_by = null"
-            ))
-            .await?,
-            select_group,
-            // At the session's consistency, like the ownership check: a failure whose
-            // transaction completed was committed at that level, so a read that begins after it
-            // sees it; one still in progress may be missed, as if the member had started just
-            // before it. One round trip instead of a Paxos round before every member runs.
-            select_failed_by: prepare(format!(
-                "SELECT failed_by FROM {ks}.group_members WHERE task_type = ? AND group_id = ? \
-                 LIMIT 1"
-            ))
-            .await?,
-            // Only the header: a static column set by partition key alone.
-            set_parent: prepare(format!(
-                "UPDATE {ks}.group_members SET parent = ? WHERE task_type = ? AND group_id = ?"
-            ))
-            .await?,
-        })
-    }
-}
 
 /// A `group_members` row: the statics (`total`, `fail_fast`, `failed_by`), then the member's
 /// columns, all null in a partition that holds only its header, then the static `parent`.

@@ -8,8 +8,6 @@ use chrono::{DateTime, Utc};
 use futures::future::BoxFuture;
 use futures::FutureExt;
 use scheduler_client::TaskKey;
-use scylla::client::session::Session;
-use scylla::statement::prepared::PreparedStatement;
 
 use super::rows::rows_of;
 use super::CassandraStore;
@@ -17,53 +15,6 @@ use crate::store::{BucketProgress, GroupKey, JobRecord, JobStore, StoreError, St
 
 /// The one partition every job is in.
 const SHARD: i32 = 0;
-
-/// The statements of `jobs` and `group_progress`.
-pub(super) struct JobStatements {
-    insert_job: PreparedStatement,
-    select_jobs: PreparedStatement,
-    select_job: PreparedStatement,
-    insert_progress: PreparedStatement,
-    select_progress: PreparedStatement,
-}
-
-const JOB_COLUMNS: &str = "job_id, ordering_id, scheduled_time, uniqueness_key, task_type, \
-                           group_id, buckets, started_at";
-
-impl JobStatements {
-    pub(super) async fn prepare(session: &Session, ks: &str) -> StoreResult<Self> {
-        let prepare = |cql: String| async move {
-            session.prepare(cql).await.map_err(|e| StoreError::Query {
-                operation: "prepare job statement",
-                reason: e.to_string(),
-            })
-        };
-        Ok(JobStatements {
-            insert_job: prepare(format!(
-                "INSERT INTO {ks}.jobs (shard, {JOB_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
-            ))
-            .await?,
-            select_jobs: prepare(format!(
-                "SELECT {JOB_COLUMNS} FROM {ks}.jobs WHERE shard = ?"
-            ))
-            .await?,
-            select_job: prepare(format!(
-                "SELECT {JOB_COLUMNS} FROM {ks}.jobs WHERE shard = ? AND job_id = ?"
-            ))
-            .await?,
-            insert_progress: prepare(format!(
-                "INSERT INTO {ks}.group_progress (task_type, group_id, member, items, updated_at) \
-                 VALUES (?, ?, ?, ?, ?)"
-            ))
-            .await?,
-            select_progress: prepare(format!(
-                "SELECT member, items, updated_at FROM {ks}.group_progress \
-                 WHERE task_type = ? AND group_id = ?"
-            ))
-            .await?,
-        })
-    }
-}
 
 type JobRow = (
     String,

@@ -3,8 +3,6 @@
 use scylla::client::session::Session;
 use scylla::statement::prepared::PreparedStatement;
 
-use super::groups::GroupStatements;
-use super::jobs::JobStatements;
 use super::levels;
 use crate::settings::SerialConsistencyLevel;
 use crate::store::{StoreError, StoreResult};
@@ -461,6 +459,135 @@ impl SuspensionStatements {
             .await?,
             delete: prepare(format!(
                 "DELETE FROM {ks}.suspensions WHERE shard = ? AND kind = ? AND target = ?"
+            ))
+            .await?,
+        })
+    }
+}
+
+/// Rows read per page of a group: a group may have thousands of members.
+const GROUP_PAGE: i32 = 1000;
+
+/// The statements of `group_members`.
+pub(super) struct GroupStatements {
+    /// A member's row, by the header columns written with it (an absent value is left out,
+    /// never written null): neither, `total`, `fail_fast`, both.
+    pub(super) insert_member: [PreparedStatement; 4],
+    /// `failed_by`, unless a failure set it first.
+    pub(super) set_failed_by: PreparedStatement,
+    /// The whole partition: the header and every member, paged.
+    pub(super) select_group: PreparedStatement,
+    pub(super) select_failed_by: PreparedStatement,
+    /// The task whose sub-tasks the group holds.
+    pub(super) set_parent: PreparedStatement,
+}
+
+impl GroupStatements {
+    pub(super) async fn prepare(session: &Session, ks: &str) -> StoreResult<Self> {
+        let prepare = |cql: String| async move {
+            session.prepare(cql).await.map_err(|e| StoreError::Query {
+                operation: "prepare group statement",
+                reason: e.to_string(),
+            })
+        };
+        let insert = |total: bool, fail_fast: bool| {
+            let mut columns = "task_type, group_id, member, ordering_id, scheduled_time, \
+                               uniqueness_key, status, error, result, finished_at"
+                .to_string();
+            let mut values = "?, ?, ?, ?, ?, ?, ?, ?, ?, ?".to_string();
+            if total {
+                columns.push_str(", total");
+                values.push_str(", ?");
+            }
+            if fail_fast {
+                columns.push_str(", fail_fast");
+                values.push_str(", true");
+            }
+            prepare(format!(
+                "INSERT INTO {ks}.group_members ({columns}) VALUES ({values})"
+            ))
+        };
+        let mut select_group = prepare(format!(
+            "SELECT total, fail_fast, failed_by, member, ordering_id, scheduled_time, \
+             uniqueness_key, status, error, result, finished_at, parent FROM {ks}.group_members \
+             WHERE task_type = ? AND group_id = ?"
+        ))
+        .await?;
+        select_group.set_page_size(GROUP_PAGE);
+        Ok(GroupStatements {
+            insert_member: [
+                insert(false, false).await?,
+                insert(true, false).await?,
+                insert(false, true).await?,
+                insert(true, true).await?,
+            ],
+            // A lightweight transaction on a static column (Cassandra 2.1 has them): of
+            // concurrent failures, one is recorded and stays.
+            set_failed_by: prepare(format!(
+                "UPDATE {ks}.group_members SET failed_by = ? WHERE task_type = ? \
+                 AND group_id = ? IF failed_by = null"
+            ))
+            .await?,
+            select_group,
+            // At the session's consistency, like the ownership check: a failure whose
+            // transaction completed was committed at that level, so a read that begins after it
+            // sees it; one still in progress may be missed, as if the member had started just
+            // before it. One round trip instead of a Paxos round before every member runs.
+            select_failed_by: prepare(format!(
+                "SELECT failed_by FROM {ks}.group_members WHERE task_type = ? AND group_id = ? \
+                 LIMIT 1"
+            ))
+            .await?,
+            // Only the header: a static column set by partition key alone.
+            set_parent: prepare(format!(
+                "UPDATE {ks}.group_members SET parent = ? WHERE task_type = ? AND group_id = ?"
+            ))
+            .await?,
+        })
+    }
+}
+
+/// The statements of `jobs` and `group_progress`.
+pub(super) struct JobStatements {
+    pub(super) insert_job: PreparedStatement,
+    pub(super) select_jobs: PreparedStatement,
+    pub(super) select_job: PreparedStatement,
+    pub(super) insert_progress: PreparedStatement,
+    pub(super) select_progress: PreparedStatement,
+}
+
+const JOB_COLUMNS: &str = "job_id, ordering_id, scheduled_time, uniqueness_key, task_type, \
+                           group_id, buckets, started_at";
+
+impl JobStatements {
+    pub(super) async fn prepare(session: &Session, ks: &str) -> StoreResult<Self> {
+        let prepare = |cql: String| async move {
+            session.prepare(cql).await.map_err(|e| StoreError::Query {
+                operation: "prepare job statement",
+                reason: e.to_string(),
+            })
+        };
+        Ok(JobStatements {
+            insert_job: prepare(format!(
+                "INSERT INTO {ks}.jobs (shard, {JOB_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
+            ))
+            .await?,
+            select_jobs: prepare(format!(
+                "SELECT {JOB_COLUMNS} FROM {ks}.jobs WHERE shard = ?"
+            ))
+            .await?,
+            select_job: prepare(format!(
+                "SELECT {JOB_COLUMNS} FROM {ks}.jobs WHERE shard = ? AND job_id = ?"
+            ))
+            .await?,
+            insert_progress: prepare(format!(
+                "INSERT INTO {ks}.group_progress (task_type, group_id, member, items, updated_at) \
+                 VALUES (?, ?, ?, ?, ?)"
+            ))
+            .await?,
+            select_progress: prepare(format!(
+                "SELECT member, items, updated_at FROM {ks}.group_progress \
+                 WHERE task_type = ? AND group_id = ?"
             ))
             .await?,
         })
