@@ -9,20 +9,27 @@
 //! 4. **Status**, read while 2 and 3 are under way. A task with a final status (completed,
 //!    failed, dropped, cancelled) is not run. Earlier trees recorded their outcomes before 1
 //!    let the task on, and a newer tree's fences this one at 3. The task arms the tree's
-//!    [`CancelGate`] first, so a cancel applied after the read is seen too.
+//!    [`CancelGate`] first, so a cancel applied after the read is seen too. A cancelled, failed
+//!    or dropped member of a group found so records its outcome in the group first. Then, in
+//!    order: a task whose type has no handler here, or that is suspended (its orderingId, type
+//!    or group: [`crate::suspend`]), waits without an attempt and comes back to 2; a member of
+//!    a fail-fast group that failed is recorded `cancelled` (as in 7); a join reads its group.
 //! 5. **Time, then slot.** The task was dispatched `dispatch_lead` before its time, so steps
 //!    1-4 are done by then: it waits for its time, then for a slot of the execution pool, on
 //!    the pool's runtime (a busy actor thread would make the call late). The checks still hold
 //!    if the lease stayed live without a break (no newer tree can have started the task: it
-//!    waits at 1 for the entry) and no cancel of the task was applied meanwhile; otherwise
-//!    they are taken again from 2.
+//!    waits at 1 for the entry), no cancel of the task was applied and no suspension of it
+//!    read meanwhile; otherwise they are taken again from 2.
 //! 6. **Call.** The user's executor, with a [`TaskContext`]; the call keeps its slot and lease
 //!    entry until it returns, even if this function is dropped with its tree.
 //! 7. **Record, as owner.** A retryable failure marks the task as retrying (so it no longer
 //!    holds its partition's low-water mark back, and a later tree knows to continue its attempt
 //!    numbers), then records the attempt, waits out its backoff and goes back to 2. A final
 //!    outcome records its attempt (none for a first attempt: the status says it all), then the
-//!    final status (completed, dropped, failed once retries are exhausted). Each record only
+//!    final status (completed, dropped, failed once retries are exhausted). A success first
+//!    enqueues the sub-tasks or the job's buckets the call spawned ([`crate::groups`]); a
+//!    member of a group records its outcome in the group (which may enqueue the join) before
+//!    its status, unless it spawned sub-tasks (their join takes its place). Each record only
 //!    after ownership is confirmed, and again before every retried write.
 //!
 //! Before the call, the tree's stop signal (revoke, rebuild, fence) abandons the task at once:
