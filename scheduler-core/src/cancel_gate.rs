@@ -123,6 +123,18 @@ impl Armed {
         self.touched.load(Ordering::SeqCst)
     }
 
+    /// Resolves once a cancel of the task was applied since it was armed and none is applying
+    /// any more (a task waiting out a suspension stops waiting for it).
+    pub async fn cancelled(&self) {
+        loop {
+            let settled = self.gate.inner.settled.notified();
+            if self.touched() && !self.gate.is_applying(&self.key) {
+                return;
+            }
+            settled.await;
+        }
+    }
+
     /// Resolves once no cancel of the task is applying.
     pub async fn settled(&self) {
         loop {

@@ -640,17 +640,22 @@ impl TaskRun {
         }
         let _waiting = self.deps.metrics.suspended(self.partition);
         let mut suspensions = self.deps.suspensions.clone();
+        // A cancel applied meanwhile ends the wait too: the status read then finds it.
+        let armed = self.links.cancels.arm(&self.key);
         let resumed = self
-            .unless_stopped(suspensions.wait_for(|now| now.of(task).is_none()))
+            .unless_stopped(async {
+                tokio::select! {
+                    resumed = suspensions.wait_for(|now| now.of(task).is_none()) => resumed.is_ok(),
+                    () = armed.cancelled() => true,
+                }
+            })
             .await?;
-        match resumed {
-            Ok(_) => {
-                debug!(partition = self.partition, task = %self.key, "resumed");
-                Ok(())
-            }
+        if !resumed {
             // The node is stopping: the task is left for the next tree.
-            Err(_) => Err(Halt::Abandoned),
+            return Err(Halt::Abandoned);
         }
+        debug!(partition = self.partition, task = %self.key, "resumed, or cancelled; checking again");
+        Ok(())
     }
 
     /// The task becomes a dead letter: its handler hears of it once, then the letter is

@@ -135,3 +135,44 @@ fn a_task_waiting_for_a_slot_when_suspended_does_not_start() {
         );
     });
 }
+
+#[test]
+fn a_suspended_task_cancelled_meanwhile_stops_waiting() {
+    run_paused(|| async {
+        let h = Harness::new(
+            SchedulingSettings::default(),
+            Duration::from_millis(10),
+            &[],
+        );
+        h.suspensions(&[SuspensionTarget::OrderingId("held".into())]);
+        h.assign().await;
+        let held = task("held", t0() + ms(100), "a");
+        h.enqueue(vec![held.clone()]).await;
+        advance(Duration::from_secs(5)).await;
+        assert_eq!(
+            h.in_flight
+                .all()
+                .iter()
+                .map(|(_, g)| g.current())
+                .sum::<usize>(),
+            1
+        );
+        h.cancel(vec![held.key()]).await;
+        advance(Duration::from_secs(1)).await;
+        // Its wait ended with the cancel: it no longer holds a place in memory (nor its
+        // orderingId), though the suspension stays.
+        assert_eq!(
+            h.store.status_of(P, &held.key()).map(|s| s.status),
+            Some(TaskStatus::Cancelled)
+        );
+        assert_eq!(
+            h.in_flight
+                .all()
+                .iter()
+                .map(|(_, g)| g.current())
+                .sum::<usize>(),
+            0
+        );
+        assert!(h.recorder.calls().is_empty());
+    });
+}
