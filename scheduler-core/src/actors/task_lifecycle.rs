@@ -56,7 +56,7 @@ use crate::lease::{LeaseHold, TreeLease};
 use crate::retry::{backoff_delay, exponential_period};
 use crate::store::{
     AttemptOutcome, AttemptRecord, DeadLetter, DeadReason, JobRecord, MemberOutcome, PartitionId,
-    StatusRecord, StoreResult, TaskStatus,
+    StatusRecord, StoreResult, SuspensionTarget, TaskStatus,
 };
 use futures::future::OptionFuture;
 use futures::{StreamExt, TryStreamExt};
@@ -918,8 +918,9 @@ fn ready_to_call(
     task: &Task,
     suspensions: &watch::Receiver<Arc<crate::store::Suspensions>>,
 ) -> impl FnOnce(&(LeaseHold, Armed)) -> bool + Send + 'static {
-    let (task, suspensions) = (task.clone(), suspensions.clone());
-    move |held| checks_hold(held) && suspensions.borrow().of(&task).is_none()
+    // (Its targets, not the task: the data, up to 512 KiB, is not copied again on the hot path.)
+    let (targets, suspensions) = (SuspensionTarget::all_of(task), suspensions.clone());
+    move |held| checks_hold(held) && suspensions.borrow().holding(&targets).is_none()
 }
 
 /// Whether the checks made before the waits for the task's time and slot still hold: its lease

@@ -62,6 +62,27 @@ impl SuspensionTarget {
     }
 }
 
+impl SuspensionTarget {
+    /// Every target that would hold `task` back: its orderingId, its type, and the group it is a
+    /// member of (named by its join type).
+    pub fn all_of(task: &Task) -> Vec<SuspensionTarget> {
+        let mut targets = vec![
+            SuspensionTarget::OrderingId(task.ordering_id.clone()),
+            SuspensionTarget::TaskType(task.task_type.clone()),
+        ];
+        if let Some(member) = &task.group {
+            targets.push(SuspensionTarget::Group {
+                task_type: member
+                    .join_type
+                    .clone()
+                    .unwrap_or_else(|| task.task_type.clone()),
+                id: member.id.clone(),
+            });
+        }
+        targets
+    }
+}
+
 impl std::fmt::Display for SuspensionTarget {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "{} {}", self.kind(), self.target())
@@ -100,21 +121,12 @@ impl Suspensions {
         if self.0.is_empty() {
             return None;
         }
-        let group = task.group.as_ref().map(|member| SuspensionTarget::Group {
-            task_type: member
-                .join_type
-                .clone()
-                .unwrap_or_else(|| task.task_type.clone()),
-            id: member.id.clone(),
-        });
-        [
-            Some(SuspensionTarget::OrderingId(task.ordering_id.clone())),
-            Some(SuspensionTarget::TaskType(task.task_type.clone())),
-            group,
-        ]
-        .into_iter()
-        .flatten()
-        .find_map(|target| self.0.get(&target))
+        self.holding(&SuspensionTarget::all_of(task))
+    }
+
+    /// The suspension of one of `targets`, if one holds it.
+    pub fn holding(&self, targets: &[SuspensionTarget]) -> Option<&Suspension> {
+        targets.iter().find_map(|target| self.0.get(target))
     }
 
     /// Every suspension, by target.
