@@ -1,7 +1,7 @@
 //! The engine's Cassandra store against the real database: schema creation, the schedule's
 //! time-bucketed wide rows read in key order across buckets, status and attempt records, task
-//! groups (a task's group fields wherever it is stored, the groups' members and headers), and
-//! suspensions.
+//! groups (a task's group fields wherever it is stored, the groups' members and headers),
+//! suspensions, and recurring schedules and their fires.
 
 use chrono::{DateTime, TimeDelta, TimeZone, Utc};
 use it_tests::{unique_name, Stack};
@@ -9,12 +9,14 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use scheduler_client::{GroupMember, OnConflict};
+use scheduler_core::recurring::{CatchUp, Overlap, ScheduleSpec};
 use scheduler_core::settings::{CassandraSettings, ConsistencyLevel, SerialConsistencyLevel};
 use scheduler_core::store::{
     AttemptOutcome, AttemptRecord, AttemptStore, CassandraStore, DeadLetter, DeadLetterFilter,
-    DeadLetterStore, DeadReason, GroupKey, GroupStore, IdentityRecord, IdentityStore,
-    MemberOutcome, OwnershipStore, ReadCursor, ScheduleStore, StatusRecord, StatusStore,
-    StoreError, StoreLevels, Suspension, SuspensionStore, SuspensionTarget, TaskStatus,
+    DeadLetterStore, DeadReason, FireOutcome, FireRecord, GroupKey, GroupStore, IdentityRecord,
+    IdentityStore, MemberOutcome, OwnershipStore, ReadCursor, RecurringStore, ScheduleRecord,
+    ScheduleStore, StatusRecord, StatusStore, StoreError, StoreLevels, Suspension, SuspensionStore,
+    SuspensionTarget, TaskStatus,
 };
 use scheduler_core::{Task, TaskKey};
 
@@ -932,5 +934,455 @@ async fn suspensions_of_every_kind_round_trip_are_replaced_and_lifted() {
         }
         other => panic!("a corrupt row read as {other:?}"),
     }
+    drop_keyspace(&keyspace).await;
+}
+
+/// 2030-01-01T10:00:00Z plus `millis`: the milliseconds Cassandra's timestamps keep.
+fn at_millis(millis: i64) -> DateTime<Utc> {
+    let at = Utc.with_ymd_and_hms(2030, 1, 1, 10, 0, 0).single();
+    at.expect("valid time") + TimeDelta::milliseconds(millis)
+}
+
+/// A schedule firing every minute, as the admin API's JSON would define it.
+fn every_minute(id: &str) -> ScheduleRecord {
+    let spec = serde_json::json!({ "id": id, "every": "1m", "taskType": "tidy" });
+    ScheduleRecord {
+        spec: serde_json::from_value(spec).expect("a schedule"),
+        paused: false,
+        revision: 1,
+        created_at: at_millis(1),
+        updated_at: at_millis(1),
+        next_fire: None,
+        last_fire: None,
+    }
+}
+
+/// `recurring_schedules`: a cron schedule with every option (time zone, jitter, catch-up `all`
+/// and its window) reads back whole, to the millisecond; written again, the new record replaces
+/// it, its chain position cleared; a tick moves only the chain position; the listing is by id;
+/// a definition that does not parse is corrupt, for both reads.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn recurring_schedules_round_trip_are_overwritten_ticked_and_listed_by_id() {
+    let session = Stack::from_env().require_cassandra().await;
+    let keyspace = unique_name("it_store_recurring");
+    let store = CassandraStore::connect(&settings(&keyspace))
+        .await
+        .expect("connect and create schema");
+    assert_eq!(store.recurring_schedules().await.expect("read"), []);
+    assert_eq!(
+        store.recurring_schedule("none".into()).await.expect("read"),
+        None
+    );
+
+    let spec: ScheduleSpec = serde_json::from_value(serde_json::json!({
+        "id": "nightly:recon-eu",
+        "cron": "0 30 2 * * Mon-Fri",
+        "timeZone": "Europe/Paris",
+        "taskType": "recon",
+        "orderingId": "recon-eu",
+        "data": { "region": "eu", "batch": [1, 2] },
+        "priority": 7,
+        "overlap": "allow",
+        "catchUp": "all",
+        "catchUpWindow": "6h",
+        "jitter": "1500ms",
+        "misfireThreshold": "10s",
+    }))
+    .expect("a schedule");
+    assert_eq!(spec.catch_up, CatchUp::All);
+    assert_eq!(spec.overlap, Overlap::Allow);
+    assert_eq!(spec.jitter, Some(Duration::from_millis(1500)));
+    let nightly = ScheduleRecord {
+        spec,
+        paused: true,
+        revision: 42,
+        created_at: at_millis(1),
+        updated_at: at_millis(2),
+        next_fire: Some(at_millis(3_000)),
+        last_fire: Some(at_millis(-3_000)),
+    };
+    store
+        .put_recurring_schedule(nightly.clone())
+        .await
+        .expect("write");
+    let id = nightly.spec.id.clone();
+    assert_eq!(
+        store.recurring_schedule(id.clone()).await.expect("read"),
+        Some(nightly.clone())
+    );
+    // No TTL: a schedule lasts until it is deleted.
+    let (ttl,): (Option<i32>,) = session
+        .query_unpaged(
+            format!(
+                "SELECT TTL(definition) FROM {keyspace}.recurring_schedules \
+                 WHERE shard = 0 AND id = ?"
+            ),
+            (&id,),
+        )
+        .await
+        .expect("ttl read")
+        .into_rows_result()
+        .expect("rows")
+        .single_row()
+        .expect("the schedule row");
+    assert_eq!(ttl, None);
+
+    // Written again (created again): the whole record replaces the old one, and a chain
+    // position it does not have is cleared.
+    let recreated = ScheduleRecord {
+        paused: false,
+        revision: 43,
+        updated_at: at_millis(5),
+        next_fire: None,
+        last_fire: None,
+        ..nightly.clone()
+    };
+    store
+        .put_recurring_schedule(recreated.clone())
+        .await
+        .expect("write again");
+    assert_eq!(
+        store.recurring_schedule(id.clone()).await.expect("read"),
+        Some(recreated.clone())
+    );
+
+    // A tick moves the chain position, nothing else; and can clear it.
+    store
+        .record_tick(
+            id.clone(),
+            Some(at_millis(60_000)),
+            Some(at_millis(120_000)),
+        )
+        .await
+        .expect("tick");
+    let ticked = ScheduleRecord {
+        last_fire: Some(at_millis(60_000)),
+        next_fire: Some(at_millis(120_000)),
+        ..recreated.clone()
+    };
+    assert_eq!(
+        store.recurring_schedule(id.clone()).await.expect("read"),
+        Some(ticked.clone())
+    );
+    store
+        .record_tick(id.clone(), Some(at_millis(60_000)), None)
+        .await
+        .expect("tick");
+    let ended = ScheduleRecord {
+        next_fire: None,
+        ..ticked
+    };
+    assert_eq!(
+        store.recurring_schedule(id.clone()).await.expect("read"),
+        Some(ended.clone())
+    );
+
+    // Listed by id, whatever the order written in.
+    let (b, a) = (every_minute("b-hourly"), every_minute("a.minutely"));
+    for record in [&b, &a] {
+        store
+            .put_recurring_schedule(record.clone())
+            .await
+            .expect("write");
+    }
+    assert_eq!(
+        store.recurring_schedules().await.expect("read"),
+        vec![a, b, ended]
+    );
+
+    // A definition this engine cannot read fails the read, naming the table and the schedule.
+    session
+        .query_unpaged(
+            format!(
+                "INSERT INTO {keyspace}.recurring_schedules (shard, id, definition, paused, \
+                 revision, created_at, updated_at) VALUES (0, 'broken', '{{\"id\": ', false, 1, \
+                 '2030-01-01T10:00:00Z', '2030-01-01T10:00:00Z')"
+            ),
+            &[],
+        )
+        .await
+        .expect("a foreign row");
+    let corrupt = |read: Result<_, StoreError>| match read {
+        Err(StoreError::Corrupt { what, reason }) => {
+            assert_eq!(what, "recurring schedule");
+            assert!(reason.contains("broken"), "{reason}");
+        }
+        Ok(other) => panic!("a corrupt row read as {other:?}"),
+        Err(other) => panic!("a corrupt row failed as {other:?}"),
+    };
+    corrupt(store.recurring_schedules().await.map(|all| all.len()));
+    corrupt(
+        store
+            .recurring_schedule("broken".into())
+            .await
+            .map(|one| usize::from(one.is_some())),
+    );
+    drop_keyspace(&keyspace).await;
+}
+
+/// `schedule_fires`: a tick's fires of each outcome, written in one call, read back whole, newest
+/// first, within the limit (none for a limit of 0, none for a schedule without fires); a fire
+/// recorded again is replaced, even by another outcome, and of one fire time twice in a call the
+/// last is kept; a late tick's largest catch-up is one batch; rows are kept for the status
+/// retention; an unknown outcome is corrupt.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn recurring_schedule_fires_of_every_outcome_read_newest_first_within_the_limit() {
+    let session = Stack::from_env().require_cassandra().await;
+    let keyspace = unique_name("it_store_recurring_fires");
+    let store = CassandraStore::connect(&CassandraSettings {
+        status_ttl: Duration::from_secs(3600),
+        ..settings(&keyspace)
+    })
+    .await
+    .expect("connect and create schema");
+    let id = "every-minute".to_string();
+    assert_eq!(store.fires(id.clone(), 10).await.expect("read"), []);
+
+    let fire = |minute: i64, outcome: FireOutcome| FireRecord {
+        fire_time: at_millis(minute * 60_000),
+        outcome,
+        recorded_at: at_millis(minute * 60_000 + 7),
+    };
+    let written = [
+        fire(
+            1,
+            FireOutcome::Missed {
+                count: 5_000_000_000,
+                last: at_millis(3 * 60_000),
+            },
+        ),
+        fire(
+            4,
+            FireOutcome::Enqueued {
+                run_time: at_millis(4 * 60_000 + 1_234),
+            },
+        ),
+        fire(5, FireOutcome::SkippedOverlap),
+        fire(
+            6,
+            FireOutcome::Enqueued {
+                run_time: at_millis(6 * 60_000 + 999),
+            },
+        ),
+    ];
+    // A tick's fires, in one call, in any order; none is no write.
+    let mut shuffled = written.to_vec();
+    shuffled.swap(0, 2);
+    store
+        .record_fires(id.clone(), shuffled)
+        .await
+        .expect("write");
+    store.record_fires(id.clone(), vec![]).await.expect("none");
+    // Another schedule's fires are apart.
+    store
+        .record_fires("other".into(), vec![fire(5, FireOutcome::SkippedOverlap)])
+        .await
+        .expect("write");
+    let newest_first: Vec<FireRecord> = written.iter().rev().cloned().collect();
+    assert_eq!(
+        store.fires(id.clone(), 10).await.expect("read"),
+        newest_first
+    );
+    assert_eq!(
+        store.fires(id.clone(), 2).await.expect("read"),
+        newest_first[..2]
+    );
+    assert_eq!(store.fires(id.clone(), 0).await.expect("read"), []);
+
+    // Recorded again, even with another outcome: replaced; of one fire time twice in a call, the
+    // last is kept (in a batch, the greater "skippedOverlap" would win).
+    let again = fire(
+        4,
+        FireOutcome::Missed {
+            count: 1,
+            last: at_millis(4 * 60_000),
+        },
+    );
+    let replaced = fire(
+        5,
+        FireOutcome::Enqueued {
+            run_time: at_millis(5 * 60_000 + 1),
+        },
+    );
+    let twice = fire(5, FireOutcome::SkippedOverlap);
+    store
+        .record_fires(id.clone(), vec![twice, again.clone(), replaced.clone()])
+        .await
+        .expect("write again");
+    assert_eq!(
+        store.fires(id.clone(), 10).await.expect("read"),
+        vec![written[3].clone(), replaced, again, written[0].clone()]
+    );
+
+    // A late tick's catch-up, at its largest (MAX_CATCH_UP_RUNS runs and the range passed
+    // over): one batch, read back whole.
+    let runs = scheduler_core::recurring::MAX_CATCH_UP_RUNS;
+    let last_minute = i64::try_from(runs).expect("a count of runs");
+    let mut catch_up: Vec<FireRecord> = (0..=last_minute)
+        .map(|m| {
+            let outcome = match m {
+                0 => FireOutcome::Missed {
+                    count: 77,
+                    last: at_millis(-60_000),
+                },
+                _ => FireOutcome::Enqueued {
+                    run_time: at_millis(m * 60_000 + 5),
+                },
+            };
+            fire(m, outcome)
+        })
+        .collect();
+    store
+        .record_fires("catching-up".into(), catch_up.clone())
+        .await
+        .expect("a catch-up's fires");
+    catch_up.reverse();
+    assert_eq!(
+        store
+            .fires("catching-up".into(), runs + 2)
+            .await
+            .expect("read"),
+        catch_up
+    );
+
+    // Kept for the status retention.
+    let (left,): (Option<i32>,) = session
+        .query_unpaged(
+            format!(
+                "SELECT TTL(outcome) FROM {keyspace}.schedule_fires WHERE schedule_id = ? \
+                 AND fire_time = ?"
+            ),
+            (&id, at_millis(6 * 60_000)),
+        )
+        .await
+        .expect("ttl read")
+        .into_rows_result()
+        .expect("rows")
+        .single_row()
+        .expect("the fire row");
+    assert!(
+        left.is_some_and(|s| (3500..=3600).contains(&s)),
+        "TTL left: {left:?}"
+    );
+
+    // An outcome this engine does not know fails the read, naming the table.
+    session
+        .query_unpaged(
+            format!(
+                "INSERT INTO {keyspace}.schedule_fires (schedule_id, fire_time, outcome, \
+                 recorded_at) VALUES ('other', '2030-01-01T11:00:00Z', 'late', \
+                 '2030-01-01T11:00:00Z')"
+            ),
+            &[],
+        )
+        .await
+        .expect("a foreign row");
+    match store.fires("other".into(), 10).await {
+        Err(StoreError::Corrupt { what, reason }) => {
+            assert_eq!(what, "schedule fire");
+            assert!(reason.contains("\"late\""), "{reason}");
+        }
+        other => panic!("a corrupt row read as {other:?}"),
+    }
+    drop_keyspace(&keyspace).await;
+}
+
+/// A deleted schedule's row and fires are gone; a tick of its chain that lands after the
+/// delete writes a row without a definition, which neither read returns; created again, it
+/// reads back whole, without the old fires.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deleted_recurring_schedule_loses_its_fires_and_a_late_tick_does_not_bring_it_back() {
+    let session = Stack::from_env().require_cassandra().await;
+    let keyspace = unique_name("it_store_recurring_delete");
+    let store = CassandraStore::connect(&settings(&keyspace))
+        .await
+        .expect("connect and create schema");
+    let (gone, kept) = (every_minute("gone"), every_minute("kept"));
+    for record in [&gone, &kept] {
+        store
+            .put_recurring_schedule(record.clone())
+            .await
+            .expect("write");
+    }
+    let fire = FireRecord {
+        fire_time: at_millis(60_000),
+        outcome: FireOutcome::SkippedOverlap,
+        recorded_at: at_millis(60_001),
+    };
+    for id in ["gone", "kept"] {
+        store
+            .record_fires(id.into(), vec![fire.clone()])
+            .await
+            .expect("fire");
+    }
+
+    // Deleted twice: deleting is idempotent.
+    for _ in 0..2 {
+        store
+            .delete_recurring_schedule("gone".into())
+            .await
+            .expect("delete");
+    }
+    assert_eq!(
+        store.recurring_schedule("gone".into()).await.expect("read"),
+        None
+    );
+    assert_eq!(store.fires("gone".into(), 10).await.expect("read"), []);
+    assert_eq!(
+        store.recurring_schedules().await.expect("read"),
+        vec![kept.clone()]
+    );
+    assert_eq!(
+        store.fires("kept".into(), 10).await.expect("read"),
+        vec![fire.clone()]
+    );
+
+    // A late tick of the deleted schedule: a row without a definition, read as no schedule.
+    store
+        .record_tick(
+            "gone".into(),
+            Some(at_millis(60_000)),
+            Some(at_millis(120_000)),
+        )
+        .await
+        .expect("tick");
+    let (definition,): (Option<String>,) = session
+        .query_unpaged(
+            format!(
+                "SELECT definition FROM {keyspace}.recurring_schedules \
+                 WHERE shard = 0 AND id = 'gone'"
+            ),
+            &[],
+        )
+        .await
+        .expect("raw read")
+        .into_rows_result()
+        .expect("rows")
+        .single_row()
+        .expect("the tick's row");
+    assert_eq!(definition, None);
+    assert_eq!(
+        store.recurring_schedule("gone".into()).await.expect("read"),
+        None
+    );
+    assert_eq!(
+        store.recurring_schedules().await.expect("read"),
+        vec![kept.clone()]
+    );
+
+    // Created again: whole, its chain position as written, no old fires.
+    store
+        .put_recurring_schedule(gone.clone())
+        .await
+        .expect("write again");
+    assert_eq!(
+        store.recurring_schedule("gone".into()).await.expect("read"),
+        Some(gone.clone())
+    );
+    assert_eq!(
+        store.recurring_schedules().await.expect("read"),
+        vec![gone, kept]
+    );
+    assert_eq!(store.fires("gone".into(), 10).await.expect("read"), []);
     drop_keyspace(&keyspace).await;
 }

@@ -27,6 +27,7 @@ mod in_flight;
 mod lease;
 mod metrics;
 pub mod node;
+pub mod recurring;
 mod retry;
 pub mod settings;
 mod slots;

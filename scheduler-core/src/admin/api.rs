@@ -515,3 +515,89 @@ pub struct BucketError {
     /// Its last error.
     pub error: String,
 }
+
+/// A recurring schedule and where its chain stands (`GET /api/v1/schedules`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ScheduleView {
+    /// The definition, as created.
+    pub definition: crate::recurring::ScheduleSpec,
+    /// The cadence in words (`every 2s`, or croner's English for a cron expression).
+    pub description: String,
+    /// Paused: no run is enqueued until it is resumed.
+    pub paused: bool,
+    /// Changes on every create and resume (the chain's ticks carry it).
+    pub revision: i64,
+    /// When it was first created.
+    pub created_at: String,
+    /// When it was last created, paused or resumed.
+    pub updated_at: String,
+    /// The fire time of its pending tick; null when paused.
+    pub next_fire: Option<String>,
+    /// The fire time of the last run enqueued.
+    pub last_fire: Option<String>,
+    /// Its pending tick is over a minute overdue (no node runs it: nodes down, or its ticks
+    /// were dead-lettered); creating the same definition again restarts it.
+    pub stalled: bool,
+}
+
+/// `GET /api/v1/schedules`'s answer.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SchedulesResponse {
+    /// Every schedule of the queue, by id.
+    pub schedules: Vec<ScheduleView>,
+}
+
+/// What one fire did.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct FireView {
+    /// The fire time.
+    pub fire_time: String,
+    /// enqueued, skippedOverlap or missed.
+    pub outcome: String,
+    /// For enqueued: when the run is due (the fire time plus its jitter).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run_time: Option<String>,
+    /// For missed: how many fire times were passed over, from this one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub missed_count: Option<u64>,
+    /// For missed: the last of them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub missed_last: Option<String>,
+    /// The run's uniquenessKey (in the run's orderingId), for enqueued fires.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run_key: Option<String>,
+}
+
+/// `GET /api/v1/schedules/{id}`'s answer: the schedule, its next fire times and its last fires.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ScheduleDetail {
+    /// The schedule.
+    pub schedule: ScheduleView,
+    /// Its next fire times (none while paused).
+    pub upcoming: Vec<String>,
+    /// Its last fires (within the status retention), newest first.
+    pub fires: Vec<FireView>,
+}
+
+/// `POST /api/v1/schedules/preview`'s answer: what a definition would do, without creating it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PreviewResponse {
+    /// The cadence in words.
+    pub description: String,
+    /// Its next fire times from now.
+    pub upcoming: Vec<String>,
+}
+
+/// The optional `count` of `GET /api/v1/schedules/{id}` and `POST /api/v1/schedules/preview`:
+/// how many next fire times to show (default 5, at most 100).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PreviewQuery {
+    /// How many.
+    pub count: Option<usize>,
+}

@@ -15,6 +15,12 @@
 //! | `GET /api/v1/suspensions` | the suspensions in force: kind, target, since, reason |
 //! | `POST /api/v1/suspensions` with `{"kind","target","reason"?}` | suspend an orderingId, a task type or a group (`<type>/<id>`): its tasks wait, pending (201) |
 //! | `DELETE /api/v1/suspensions?kind=&target=` | lift a suspension (204, also when there was none) |
+//! | `GET /api/v1/schedules` | the recurring schedules: definition, paused, next and last fire, stalled |
+//! | `POST /api/v1/schedules` with a definition | create or redefine a schedule (201 new, 200 otherwise; the same definition changes nothing) |
+//! | `GET /api/v1/schedules/{id}?count=` | a schedule, its next fire times and its last 20 fires |
+//! | `POST /api/v1/schedules/{id}/pause`, `/resume` | pause (its chain ends at its next tick) or resume from the next fire time |
+//! | `DELETE /api/v1/schedules/{id}` | delete a schedule (204; 404 if none) |
+//! | `POST /api/v1/schedules/preview?count=` with a definition | its next fire times, nothing created |
 //! | `GET /api/v1/jobs` | the queue's jobs with their progress: buckets done, failed, pending, items |
 //! | `GET /api/v1/jobs/{id}` | one job, with its failed buckets and why |
 //! | `GET /metrics` | the node's metrics (OpenMetrics text) |
@@ -42,6 +48,7 @@ pub mod api;
 mod dead_letters;
 mod jobs;
 mod listing;
+mod schedules;
 mod state;
 mod suspensions;
 use api::{
@@ -72,7 +79,7 @@ pub fn router(queues: Vec<Arc<AdminState>>) -> Router {
     app.fallback(|| async {
         ApiError {
             status: StatusCode::NOT_FOUND,
-            message: "no such endpoint (see /api/v1/status, /api/v1/task, /api/v1/tasks, /api/v1/task/cancel, /api/v1/dead-letters, /api/v1/suspensions, /api/v1/jobs, /metrics, and the same under /queues/<name>/)"
+            message: "no such endpoint (see /api/v1/status, /api/v1/task, /api/v1/tasks, /api/v1/task/cancel, /api/v1/dead-letters, /api/v1/suspensions, /api/v1/jobs, /api/v1/schedules, /metrics, and the same under /queues/<name>/)"
                 .into(),
         }
     })
@@ -99,6 +106,17 @@ fn queue_routes() -> Router<Arc<AdminState>> {
                 .post(suspensions::suspend)
                 .delete(suspensions::resume),
         )
+        .route(
+            "/api/v1/schedules",
+            get(schedules::list).post(schedules::create),
+        )
+        .route("/api/v1/schedules/preview", post(schedules::preview))
+        .route(
+            "/api/v1/schedules/{id}",
+            get(schedules::show).delete(schedules::delete),
+        )
+        .route("/api/v1/schedules/{id}/pause", post(schedules::pause))
+        .route("/api/v1/schedules/{id}/resume", post(schedules::resume))
         .route("/metrics", get(metrics))
 }
 

@@ -12,6 +12,7 @@ use super::api::ErrorResponse;
 use super::api::QueueView;
 use crate::in_flight::InFlightGauges;
 use crate::metrics::{Metrics, NodeMetrics};
+use crate::recurring::Schedules;
 use crate::store::{PartitionId, StoreError, TaskStore};
 
 /// What the API reads and acts on.
@@ -40,6 +41,8 @@ pub struct AdminState {
     pub store: Arc<dyn TaskStore>,
     /// Sends cancellations and redriven dead letters to the topic.
     pub canceller: Arc<Scheduler>,
+    /// The queue's recurring schedules.
+    pub schedules: Schedules,
     /// The task types the node has a handler for.
     pub handlers: Vec<String>,
     /// Whether a handler of the node runs every other type too.

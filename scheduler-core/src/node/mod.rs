@@ -28,6 +28,7 @@ use crate::actors::PartitionDeps;
 use crate::admin::AdminState;
 use crate::executor::{Handlers, TaskExecutor};
 use crate::metrics::NodeMetrics;
+use crate::recurring::Schedules;
 use crate::settings::{Queue, Settings};
 use crate::store::{PartitionId, StatusRecord};
 
@@ -204,6 +205,7 @@ impl SchedulerNode {
                     lag: Arc::clone(&shared.lag),
                     store: Arc::clone(&p.store),
                     canceller: Arc::clone(&p.producer),
+                    schedules: p.schedules.clone(),
                     handlers: handler_types.clone(),
                     handles_every_type,
                     token: settings.admin.token.clone(),
@@ -258,6 +260,24 @@ impl SchedulerNode {
             .iter()
             .find(|q| q.name == queue)
             .map(Served::owned)
+    }
+
+    /// The recurring schedules of its first queue (the default queue when it serves it; see
+    /// [`SchedulerNode::schedules_of`]): create, pause, resume, delete, list. `None` once the
+    /// node is stopping.
+    pub fn schedules(&self) -> Option<Schedules> {
+        self.queues.first().and_then(|q| self.schedules_in(q))
+    }
+
+    /// The recurring schedules of `queue` (`None`: the node does not serve it, or is stopping).
+    pub fn schedules_of(&self, queue: &str) -> Option<Schedules> {
+        let served = self.queues.iter().find(|q| q.name == queue)?;
+        self.schedules_in(served)
+    }
+
+    fn schedules_in(&self, queue: &Served) -> Option<Schedules> {
+        let runtime = self.runtime.as_ref()?;
+        Some(queue.schedules.clone().on(runtime.handle().clone()))
     }
 
     /// Whether the node is ready: in every queue it serves, it owns partitions and has loaded

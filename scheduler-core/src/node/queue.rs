@@ -18,12 +18,14 @@ use super::kafka::{canceller, consumer_config, ensure_topic};
 use crate::actors::topic_supervisor::TopicSupervisor;
 use crate::actors::PartitionDeps;
 use crate::admin::api::QueueView;
-use crate::clock::SystemClock;
-use crate::enqueue::KafkaEnqueuer;
+use crate::clock::{Clock, SystemClock};
+use crate::enqueue::{Enqueuer, KafkaEnqueuer};
 use crate::events::EventPublisher;
 use crate::executor::{CallPool, Handlers};
 use crate::in_flight::InFlightGauges;
 use crate::metrics::Metrics;
+use crate::recurring::ticker::Ticker;
+use crate::recurring::{Schedules, TICK_TYPE};
 use crate::settings::Queue;
 use crate::store::{CassandraStore, LeaseStore, PartitionId, SuspensionStore, TaskStore};
 use crate::suspend;
@@ -37,6 +39,8 @@ pub(super) struct Prepared {
     /// The queue's producer: joins enqueued by the engine, and the admin API's cancels and
     /// redrives.
     pub(super) producer: Arc<Scheduler>,
+    /// The queue's recurring schedules.
+    pub(super) schedules: Schedules,
 }
 
 impl Prepared {
@@ -64,8 +68,21 @@ impl Prepared {
             .map_err(NodeError::runtime("reading the topic"))??;
 
         let scheduling = Arc::new(queue.scheduling.clone());
+        let producer = Arc::new(canceller(&queue.kafka)?);
+        let enqueuer: Arc<dyn Enqueuer> = Arc::new(KafkaEnqueuer(Arc::clone(&producer)));
+        let store = Arc::new(store);
+        let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+        // Every node runs the ticks of the queue's recurring schedules.
+        let ticker = Ticker {
+            schedules: store.clone(),
+            statuses: store.clone(),
+            enqueuer: Arc::clone(&enqueuer),
+            clock: Arc::clone(&clock),
+            partitions: partition_count,
+        };
+        let schedules = Schedules::new(store.clone(), Arc::clone(&enqueuer), Arc::clone(&clock));
         let pool = CallPool::with_handlers(
-            handlers.clone(),
+            handlers.clone().handler(TICK_TYPE, ticker),
             runtime.handle().clone(),
             scheduling.executor_concurrency,
             scheduling.execution_timeout,
@@ -78,8 +95,8 @@ impl Prepared {
         ));
         let counted = store.clone();
         metrics.count_statements_from(Box::new(move || counted.statements_run()));
-        let leases: Arc<dyn LeaseStore> = Arc::new(store.clone());
-        let store: Arc<dyn TaskStore> = Arc::new(store);
+        let leases: Arc<dyn LeaseStore> = store.clone();
+        let store: Arc<dyn TaskStore> = store;
         let events = match &queue.kafka.events_topic {
             Some(topic) => Some(
                 EventPublisher::new(&queue.kafka, topic, runtime.handle().clone())
@@ -87,7 +104,6 @@ impl Prepared {
             ),
             None => None,
         };
-        let producer = Arc::new(canceller(&queue.kafka)?);
         let (suspended, suspensions) = runtime
             .spawn({
                 let store = Arc::clone(&store);
@@ -101,13 +117,13 @@ impl Prepared {
             node_id: Arc::clone(node_id),
             store: Arc::clone(&store),
             leases,
-            clock: Arc::new(SystemClock),
+            clock,
             pool,
             settings: scheduling,
             in_flight: InFlightGauges::default(),
             metrics,
             events,
-            enqueuer: Arc::new(KafkaEnqueuer(Arc::clone(&producer))),
+            enqueuer,
             suspensions,
             partitions: partition_count,
         };
@@ -117,6 +133,7 @@ impl Prepared {
             store,
             partition_count,
             producer,
+            schedules,
         })
     }
 
@@ -139,6 +156,7 @@ pub(super) struct Served {
     pub(super) in_flight: InFlightGauges,
     pub(super) store: Arc<dyn TaskStore>,
     pub(super) partition_count: u32,
+    pub(super) schedules: Schedules,
     pub(super) consumer_thread: Option<JoinHandle<()>>,
 }
 
@@ -180,6 +198,7 @@ pub(super) fn start_consumer(
         deps,
         store,
         partition_count,
+        schedules,
         ..
     } = prepared;
     let scheduling = &deps.settings;
@@ -222,6 +241,7 @@ pub(super) fn start_consumer(
         in_flight: deps.in_flight,
         store,
         partition_count,
+        schedules,
         consumer_thread: Some(consumer_thread),
     })
 }

@@ -222,6 +222,7 @@ impl World {
         }
         self.check_dead_letters(&statuses);
         self.check_identities(&statuses, &calls);
+        self.check_schedules(&statuses, &calls);
         self.check_groups(&statuses, &calls);
         let v = &mut self.violations;
         // The last record of a key in one batch is what runs.

@@ -30,6 +30,8 @@
 //!   runs as one task however many members triggered it, after every member's outcome, given
 //!   each one's outcome and result; a fail-fast group's members may end cancelled once a member
 //!   failed;
+//! - each recurring schedule fires each fire time once (one run, finished) or accounts for it
+//!   (an overlap skip, a late tick's catch-up), from its creation to its pause at the heal;
 //! - at a calm end, one orderingId stuck on failing tasks does not hold up another of its
 //!   partition (its tasks start within a second of their time).
 //!
@@ -64,6 +66,7 @@ mod executor;
 mod faults;
 mod groups;
 mod pausable_store;
+mod recurring;
 mod runner;
 mod workload;
 use executor::{Call, Plan, Shared, SimExecutor};
@@ -78,6 +81,8 @@ const FAULT_PHASE: Duration = Duration::from_secs(60);
 /// phase ends as soon as every task has its final status).
 const QUIET_PHASE: Duration = Duration::from_secs(900);
 const POLL_BATCH: usize = 16;
+/// The quiet phase's step at which the recurring schedules pause (they run healed until then).
+const SCHEDULES_PAUSE_STEP: u32 = 100;
 /// The calm end that checks one stuck orderingId does not hold up the others.
 const PROBE_PHASE: Duration = Duration::from_secs(60);
 const PROBE_MAX_LATENESS_MS: i64 = 1_000;
@@ -202,6 +207,8 @@ struct World {
     healed: bool,
     /// What the nodes enqueued (groups' joins), appended to the topic at each step.
     outbox: crate::enqueue::Outbox,
+    /// The recurring schedules' story.
+    recurring: recurring::Recurring,
 }
 
 impl World {
@@ -235,6 +242,7 @@ impl World {
             origin: Instant::now(),
             healed: false,
             outbox: crate::enqueue::Outbox::default(),
+            recurring: recurring::Recurring::default(),
         };
         world.add_node();
         world.add_node();
@@ -265,6 +273,14 @@ impl World {
                 .handler(scheduler_client::DEFAULT_TASK_TYPE, executor),
             false => crate::executor::Handlers::new().fallback(executor),
         };
+        let ticker = crate::recurring::ticker::Ticker {
+            schedules: store.clone(),
+            statuses: store.clone(),
+            enqueuer: Arc::new(self.outbox.clone()),
+            clock: clock.clone(),
+            partitions: PARTITIONS,
+        };
+        let handlers = handlers.handler(crate::recurring::TICK_TYPE, ticker);
         let pool = CallPool::with_handlers(
             handlers,
             tokio::runtime::Handle::current(),
@@ -407,6 +423,7 @@ impl World {
 
     async fn run(&mut self) {
         self.rebalance().await;
+        self.create_schedules().await;
         let faults_end = Instant::now() + FAULT_PHASE;
         while Instant::now() < faults_end {
             self.produce();
@@ -423,7 +440,8 @@ impl World {
             self.sample_memory();
             tokio::time::sleep(STEP).await;
         }
-        // Heal: no more faults, every paused node wakes, and the nodes finish the work.
+        // Heal: no more faults, every paused node wakes, and the nodes finish the work (the
+        // schedules run on for a while, then pause, so that the work has an end).
         self.store.fail_next(0);
         self.store.fail_op("schedule load", 0);
         self.clear_latency();
@@ -450,9 +468,13 @@ impl World {
             self.sample_memory();
             tokio::time::sleep(STEP).await;
             steps += 1;
+            if steps == SCHEDULES_PAUSE_STEP {
+                self.pause_schedules().await;
+            }
             // Done early once every task has its final status and every record is consumed
             // (then a few more seconds, so a wrong late run would still show).
-            if steps.is_multiple_of(10) && self.all_done() {
+            let paused = steps >= SCHEDULES_PAUSE_STEP;
+            if paused && steps.is_multiple_of(10) && self.all_done() {
                 for _ in 0..30 {
                     self.poll().await;
                     tokio::time::sleep(STEP).await;
@@ -469,6 +491,7 @@ impl World {
         for node in self.members() {
             self.ask(node, RevokePartitions).await;
         }
+        self.read_fires().await;
     }
 
     fn all_done(&self) -> bool {

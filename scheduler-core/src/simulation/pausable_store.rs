@@ -20,6 +20,7 @@ use crate::store::{
 };
 use crate::store::{BucketProgress, JobRecord, JobStore};
 use crate::store::{DeadLetter, DeadLetterFilter, DeadLetterStore, IdentityRecord, IdentityStore};
+use crate::store::{FireRecord, RecurringStore, ScheduleRecord};
 use crate::store::{GroupKey, GroupState, GroupStore, MemberOutcome};
 use crate::store::{Suspension, SuspensionStore, SuspensionTarget};
 
@@ -318,6 +319,53 @@ impl SuspensionStore for PausableStore {
 
     fn resume(&self, target: SuspensionTarget) -> BoxFuture<'static, StoreResult<()>> {
         self.send("suspension write", |s| s.resume(target))
+    }
+}
+
+impl RecurringStore for PausableStore {
+    fn recurring_schedules(&self) -> BoxFuture<'static, StoreResult<Vec<ScheduleRecord>>> {
+        self.send("schedules read", |s| s.recurring_schedules())
+    }
+
+    fn recurring_schedule(
+        &self,
+        id: String,
+    ) -> BoxFuture<'static, StoreResult<Option<ScheduleRecord>>> {
+        self.send("schedules read", |s| s.recurring_schedule(id))
+    }
+
+    fn put_recurring_schedule(
+        &self,
+        record: ScheduleRecord,
+    ) -> BoxFuture<'static, StoreResult<()>> {
+        self.send("schedule write", |s| s.put_recurring_schedule(record))
+    }
+
+    fn record_tick(
+        &self,
+        id: String,
+        last_fire: Option<DateTime<Utc>>,
+        next_fire: Option<DateTime<Utc>>,
+    ) -> BoxFuture<'static, StoreResult<()>> {
+        self.send("schedule write", |s| {
+            s.record_tick(id, last_fire, next_fire)
+        })
+    }
+
+    fn delete_recurring_schedule(&self, id: String) -> BoxFuture<'static, StoreResult<()>> {
+        self.send("schedule write", |s| s.delete_recurring_schedule(id))
+    }
+
+    fn record_fires(
+        &self,
+        id: String,
+        fires: Vec<FireRecord>,
+    ) -> BoxFuture<'static, StoreResult<()>> {
+        self.send("fire write", |s| s.record_fires(id, fires))
+    }
+
+    fn fires(&self, id: String, limit: usize) -> BoxFuture<'static, StoreResult<Vec<FireRecord>>> {
+        self.send("fires read", |s| s.fires(id, limit))
     }
 }
 

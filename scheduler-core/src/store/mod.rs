@@ -11,6 +11,7 @@ pub mod jobs;
 #[cfg(test)]
 pub mod memory;
 pub(crate) mod pages;
+pub mod recurring;
 pub mod suspensions;
 
 use chrono::{DateTime, DurationRound, TimeDelta, Utc};
@@ -21,6 +22,7 @@ pub use dead_letters::{DeadLetter, DeadLetterFilter, DeadLetterStore, DeadReason
 pub use groups::{GroupKey, GroupState, GroupStore, MemberOutcome};
 pub use identities::{IdentityRecord, IdentityStore};
 pub use jobs::{BucketProgress, JobRecord, JobStore};
+pub use recurring::{FireOutcome, FireRecord, RecurringStore, ScheduleRecord};
 pub use suspensions::{Suspension, SuspensionStore, SuspensionTarget, Suspensions};
 
 pub use cassandra::{
@@ -484,6 +486,7 @@ pub trait TaskStore:
     + GroupStore
     + SuspensionStore
     + JobStore
+    + RecurringStore
 {
 }
 
@@ -497,6 +500,7 @@ impl<T> TaskStore for T where
         + GroupStore
         + SuspensionStore
         + JobStore
+        + RecurringStore
 {
 }
 

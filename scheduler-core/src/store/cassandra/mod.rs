@@ -34,6 +34,7 @@ mod groups;
 mod identities;
 mod jobs;
 mod levels;
+mod recurring;
 mod rows;
 mod schema;
 mod statements;
@@ -110,6 +111,26 @@ impl Inner {
             .or_default() += 1;
         self.session
             .execute_unpaged(statement, values)
+            .await
+            .map_err(query_error(operation))
+    }
+
+    /// Runs `batch` with `values` (one row of values per statement); a failure names
+    /// `operation`. Counted once in [`CassandraStore::statements_run`], whatever its statements.
+    async fn run_batch(
+        &self,
+        batch: &scylla::statement::batch::Batch,
+        values: impl scylla::serialize::batch::BatchValues,
+        operation: &'static str,
+    ) -> StoreResult<QueryResult> {
+        *self
+            .counts
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .entry(operation)
+            .or_default() += 1;
+        self.session
+            .batch(batch, values)
             .await
             .map_err(query_error(operation))
     }

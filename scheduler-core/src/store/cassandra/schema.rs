@@ -23,7 +23,7 @@ use crate::settings::CassandraSettings;
 use crate::store::{StoreError, StoreResult};
 
 /// The schema version this release runs on.
-pub const SCHEMA_VERSION: u32 = 5;
+pub const SCHEMA_VERSION: u32 = 6;
 
 /// Where every keyspace's schema version and migration lock are kept.
 pub const META_KEYSPACE: &str = "scheduler_meta";
@@ -243,6 +243,9 @@ async fn apply_migrations(
     if at < 5 {
         migrate_v5(session, ks).await?;
     }
+    if at < 6 {
+        migrate_v6(session, ks).await?;
+    }
     session
         .query_unpaged(
             format!(
@@ -256,11 +259,12 @@ async fn apply_migrations(
     Ok(())
 }
 
-/// Sets the retention of statuses, attempts and group members: the tables'
+/// Sets the retention of statuses, attempts, group members, jobs and schedule fires: the tables'
 /// `default_time_to_live`, from the settings (a table option, not the schema's structure, so each
 /// node applies its own). Altered only when it differs, so a node's start makes no schema change
 /// in the usual case. Group members live as long as statuses: a member's outcome is what its join
-/// reads, and a member delivered again within `status_ttl` finds its status, not a new run.
+/// reads, and a member delivered again within `status_ttl` finds its status, not a new run. A
+/// schedule's fires are kept as long as the statuses of the runs they enqueued.
 async fn apply_retention(session: &Session, settings: &CassandraSettings) -> StoreResult<()> {
     let ks = &settings.keyspace;
     for (table, ttl) in [
@@ -269,6 +273,7 @@ async fn apply_retention(session: &Session, settings: &CassandraSettings) -> Sto
         ("group_members", settings.status_ttl),
         ("jobs", settings.status_ttl),
         ("group_progress", settings.status_ttl),
+        ("schedule_fires", settings.status_ttl),
     ] {
         let wanted = i32::try_from(ttl.as_secs()).unwrap_or(i32::MAX);
         if table_ttl(session, ks, table).await? == Some(wanted) {
@@ -498,6 +503,31 @@ async fn migrate_v5(session: &Session, ks: &str) -> StoreResult<()> {
          PRIMARY KEY ((task_type, group_id), member))"
     );
     run_schema_statement(session, progress).await?;
+    await_agreement(session).await
+}
+
+/// Version 6: recurring schedules. Their definitions and where each one's chain of ticks stands,
+/// and what each fire did.
+async fn migrate_v6(session: &Session, ks: &str) -> StoreResult<()> {
+    // One small partition (`shard` is always 0), like the suspensions, so that a listing is one
+    // single-partition query. `definition` is the schedule as JSON (`recurring::ScheduleSpec`).
+    // No TTL: a schedule lasts until it is deleted.
+    let schedules = format!(
+        "CREATE TABLE IF NOT EXISTS {ks}.recurring_schedules (shard int, id text, \
+         definition text, paused boolean, revision bigint, created_at timestamp, \
+         updated_at timestamp, next_fire timestamp, last_fire timestamp, \
+         PRIMARY KEY ((shard), id))"
+    );
+    run_schema_statement(session, schedules).await?;
+    // A partition per schedule, newest fire first; kept for the status retention (the table's
+    // `default_time_to_live`, set by `apply_retention`).
+    let fires = format!(
+        "CREATE TABLE IF NOT EXISTS {ks}.schedule_fires (schedule_id text, \
+         fire_time timestamp, outcome text, run_time timestamp, missed_count bigint, \
+         missed_last timestamp, recorded_at timestamp, \
+         PRIMARY KEY ((schedule_id), fire_time)) WITH CLUSTERING ORDER BY (fire_time DESC)"
+    );
+    run_schema_statement(session, fires).await?;
     await_agreement(session).await
 }
 

@@ -54,6 +54,10 @@ struct State {
     progress: BTreeMap<(super::GroupKey, u32), super::BucketProgress>,
     /// Suspensions in force.
     suspensions: BTreeMap<super::SuspensionTarget, super::Suspension>,
+    /// Recurring schedules, by id.
+    recurring: BTreeMap<String, super::ScheduleRecord>,
+    /// Their fires, by schedule and fire time.
+    fires: BTreeMap<(String, DateTime<Utc>), super::FireRecord>,
     /// When set, a multi-row write applies its rows in a random order, as concurrent inserts
     /// land in Cassandra.
     write_order: Option<fastrand::Rng>,

@@ -1,0 +1,197 @@
+//! Recurring schedules in the simulation: two schedules created when the nodes start (one
+//! allowing overlap and catching up on every missed fire time, one skipping overlaps and
+//! catching up once), their ticks run by the nodes' tickers under every fault, paused ten
+//! seconds after the heal. Checked: each fire time's run is one task and reaches its final
+//! status; every fire time from the first to the chain's pending tick at the pause is
+//! accounted for (a run, an overlap skip, or a catch-up's
+//! passed-over range); nothing fires off its cadence or after the pause.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use chrono::{DateTime, TimeDelta, Utc};
+use scheduler_client::{TaskData, DEFAULT_TASK_TYPE};
+
+use super::executor::Call;
+use super::World;
+use crate::recurring::{CatchUp, Overlap, ScheduleSpec, Schedules};
+use crate::store::{FireOutcome, FireRecord, RecurringStore, TaskStatus};
+
+/// The schedules every seed runs.
+pub(super) fn specs() -> Vec<ScheduleSpec> {
+    vec![
+        ScheduleSpec::every("sim-all", Duration::from_secs(1), DEFAULT_TASK_TYPE, data())
+            .overlap(Overlap::Allow)
+            .catch_up(CatchUp::All, Some(Duration::from_secs(20)))
+            .misfire_threshold(Duration::from_secs(2)),
+        ScheduleSpec::every(
+            "sim-once",
+            Duration::from_secs(3),
+            DEFAULT_TASK_TYPE,
+            data(),
+        )
+        .catch_up(CatchUp::Once, None)
+        .jitter(Duration::from_millis(500)),
+    ]
+}
+
+fn data() -> TaskData {
+    let mut data = TaskData::new();
+    data.insert("recurring".into(), true.into());
+    data
+}
+
+/// What the seed did with its schedules.
+#[derive(Default)]
+pub(super) struct Recurring {
+    pub(super) created_at: Option<DateTime<Utc>>,
+    pub(super) paused_at: Option<DateTime<Utc>>,
+    /// Each schedule's pending tick when it paused: every fire time before it was handled.
+    pub(super) handled_until: BTreeMap<String, DateTime<Utc>>,
+    /// Each schedule's fires, read at the end.
+    pub(super) fires: BTreeMap<String, Vec<FireRecord>>,
+}
+
+impl World {
+    fn schedules(&self) -> Schedules {
+        Schedules::new(
+            Arc::new(self.store.clone()),
+            Arc::new(self.outbox.clone()),
+            Arc::new(self.shared.clock.clone()),
+        )
+    }
+
+    pub(super) async fn create_schedules(&mut self) {
+        let schedules = self.schedules();
+        for spec in specs() {
+            if let Err(e) = schedules.create(spec).await {
+                self.violations.push(format!("creating a schedule: {e}"));
+            }
+        }
+        self.recurring.created_at = Some(self.now());
+    }
+
+    pub(super) async fn pause_schedules(&mut self) {
+        let schedules = self.schedules();
+        for spec in specs() {
+            match schedules.get(&spec.id).await {
+                Ok(Some(record)) => {
+                    if let Some(next) = record.next_fire {
+                        self.recurring.handled_until.insert(spec.id.clone(), next);
+                    }
+                }
+                Ok(None) => self
+                    .violations
+                    .push(format!("schedule {} is gone", spec.id)),
+                Err(e) => self.violations.push(format!("reading a schedule: {e}")),
+            }
+            if let Err(e) = schedules.pause(&spec.id).await {
+                self.violations.push(format!("pausing a schedule: {e}"));
+            }
+        }
+        self.recurring.paused_at = Some(self.now());
+    }
+
+    pub(super) async fn read_fires(&mut self) {
+        for spec in specs() {
+            match self.store.fires(spec.id.clone(), usize::MAX).await {
+                Ok(fires) => {
+                    self.recurring.fires.insert(spec.id, fires);
+                }
+                Err(e) => self.violations.push(format!("reading fires: {e}")),
+            }
+        }
+    }
+
+    pub(super) fn check_schedules(
+        &mut self,
+        statuses: &BTreeMap<scheduler_client::TaskKey, TaskStatus>,
+        calls: &[Call],
+    ) {
+        let (Some(created), Some(paused)) = (self.recurring.created_at, self.recurring.paused_at)
+        else {
+            return;
+        };
+        for spec in specs() {
+            let Ok(cadence) = spec.validate() else {
+                continue;
+            };
+            let fires = self
+                .recurring
+                .fires
+                .get(&spec.id)
+                .cloned()
+                .unwrap_or_default();
+            let mut enqueued = BTreeSet::new();
+            let mut accounted = BTreeSet::new();
+            for fire in &fires {
+                match fire.outcome {
+                    FireOutcome::Enqueued { .. } => {
+                        enqueued.insert(fire.fire_time);
+                        accounted.insert(fire.fire_time);
+                    }
+                    FireOutcome::SkippedOverlap => {
+                        accounted.insert(fire.fire_time);
+                    }
+                    FireOutcome::Missed { last, .. } => {
+                        let passed =
+                            std::iter::successors(Some(fire.fire_time), |t| cadence.next_after(*t));
+                        accounted.extend(passed.take_while(|t| *t <= last));
+                    }
+                }
+            }
+            // Every fire time from the first to the pending tick at the pause is accounted for.
+            let end = self.recurring.handled_until.get(&spec.id).copied();
+            let end = end.unwrap_or(created);
+            let expected =
+                std::iter::successors(cadence.next_after(created), |t| cadence.next_after(*t))
+                    .take_while(|t| *t < end);
+            for fire in expected {
+                if !accounted.contains(&fire) {
+                    self.violations.push(format!(
+                        "schedule {}: fire time {fire} unaccounted for",
+                        spec.id
+                    ));
+                }
+            }
+            // Each enqueued fire's run is one task, on its cadence, before the pause, finished.
+            for fire in &enqueued {
+                let key = spec.run(*fire).key();
+                if cadence.next_after(*fire - TimeDelta::milliseconds(1)) != Some(*fire) {
+                    self.violations.push(format!(
+                        "schedule {}: fired off its cadence at {fire}",
+                        spec.id
+                    ));
+                }
+                if *fire > paused + TimeDelta::seconds(1) {
+                    self.violations.push(format!(
+                        "schedule {}: fired at {fire} after its pause",
+                        spec.id
+                    ));
+                }
+                if statuses.get(&key) != Some(&TaskStatus::Completed) {
+                    self.violations.push(format!(
+                        "schedule {}: the run of {fire} has status {:?}",
+                        spec.id,
+                        statuses.get(&key)
+                    ));
+                }
+            }
+            // No run of the schedule but those of its recorded fires (one key per fire time).
+            let ordering = spec.run_ordering_id();
+            let called: BTreeSet<_> = calls
+                .iter()
+                .filter(|c| c.key.ordering_id == ordering)
+                .map(|c| c.key.clone())
+                .collect();
+            let recorded: BTreeSet<_> = enqueued.iter().map(|f| spec.run(*f).key()).collect();
+            for key in called.difference(&recorded) {
+                self.violations.push(format!(
+                    "schedule {}: a run no fire recorded: {key}",
+                    spec.id
+                ));
+            }
+        }
+    }
+}
