@@ -419,6 +419,7 @@ impl TaskPersistence {
             }
             act.low_water = mark;
             act.in_flight.set_low_water(mark);
+            debug!(partition, %mark, "low-water mark advanced");
             // Not the buckets of tasks retrying behind the mark.
             let keep_from = act
                 .in_flight
@@ -458,14 +459,17 @@ impl Handler<PersistTasks> for TaskPersistence {
         // store and in memory alike.
         let tasks = last_of_each_key(tasks);
         let started = std::time::Instant::now();
-        let (partition, epoch, low_water) = (self.partition, self.epoch, self.low_water);
+        let (partition, epoch) = (self.partition, self.epoch);
         let store = Arc::clone(&self.store);
         let metrics = Arc::clone(&self.metrics);
         let gate = self.cancels.clone();
         let cancelled_at = self.clock.now();
         let timeout = self.persist_timeout;
         let enqueuer = Arc::clone(&self.enqueuer);
-        let work = async move {
+        // Given the low-water mark as the work starts, not as the message arrives: a mark
+        // advance queued meanwhile runs first (the context runs its latest wait first), and a
+        // task due before the mark it wrote must still lower it.
+        let work = move |low_water: DateTime<Utc>| async move {
             // Records acting on identities come to tasks, superseded tasks and cancels.
             let resolved = identity::resolve(&store, partition, by_identity, &metrics).await?;
             let mut tasks = tasks;
@@ -520,48 +524,48 @@ impl Handler<PersistTasks> for TaskPersistence {
             cancelled.extend(resolved.superseded);
             Ok((tasks, refused, cancelled, lower))
         };
-        let bounded = async move {
-            tokio::time::timeout(timeout, work)
+        let bounded = move |low_water| async move {
+            tokio::time::timeout(timeout, work(low_water))
                 .await
                 .unwrap_or(Err(TreeError::Store(StoreError::Timeout {
                     operation: "persisting a polled batch",
                     after: timeout,
                 })))
         };
-        AtomicResponse::new(Box::pin(bounded.into_actor(self).map(
-            move |result, act, _| {
-                let (tasks, refused, cancelled, lower) = result?;
-                if let Some(at) = lower {
-                    act.low_water = at;
-                    act.in_flight.set_low_water(at);
-                }
-                if !tasks.is_empty() {
-                    act.metrics
-                        .persisted(act.partition, tasks.len(), started.elapsed());
-                }
-                for task in &refused {
-                    // Retrying cannot help, and holding the batch back would stall the partition.
-                    act.metrics.parked(
-                        act.partition,
-                        Parked::Task(&task.key),
-                        ParkReason::RefusedByStore,
-                        &task.reason,
-                    );
-                }
-                let refused: HashSet<TaskKey> = refused.into_iter().map(|r| r.key).collect();
-                let behind: Vec<Task> = tasks
-                    .into_iter()
-                    .filter(|t| act.has_passed(&t.key()) && !refused.contains(&t.key()))
-                    .collect();
-                act.step_past_pushed_ties(&behind);
-                act.push(behind);
-                if !cancelled.is_empty() {
-                    // After the push above, so a task cancelled in its own batch is dropped too.
-                    act.scheduler.do_send(UnscheduleTasks(cancelled));
-                }
-                Ok(())
-            },
-        )))
+        let started_work = actix::fut::ready(())
+            .then(move |(), act: &mut Self, _| bounded(act.low_water).into_actor(act));
+        AtomicResponse::new(Box::pin(started_work.map(move |result, act, _| {
+            let (tasks, refused, cancelled, lower) = result?;
+            if let Some(at) = lower {
+                act.low_water = at;
+                act.in_flight.set_low_water(at);
+            }
+            if !tasks.is_empty() {
+                act.metrics
+                    .persisted(act.partition, tasks.len(), started.elapsed());
+            }
+            for task in &refused {
+                // Retrying cannot help, and holding the batch back would stall the partition.
+                act.metrics.parked(
+                    act.partition,
+                    Parked::Task(&task.key),
+                    ParkReason::RefusedByStore,
+                    &task.reason,
+                );
+            }
+            let refused: HashSet<TaskKey> = refused.into_iter().map(|r| r.key).collect();
+            let behind: Vec<Task> = tasks
+                .into_iter()
+                .filter(|t| act.has_passed(&t.key()) && !refused.contains(&t.key()))
+                .collect();
+            act.step_past_pushed_ties(&behind);
+            act.push(behind);
+            if !cancelled.is_empty() {
+                // After the push above, so a task cancelled in its own batch is dropped too.
+                act.scheduler.do_send(UnscheduleTasks(cancelled));
+            }
+            Ok(())
+        })))
     }
 }
 
