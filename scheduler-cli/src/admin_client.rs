@@ -5,10 +5,12 @@ use std::time::Duration;
 
 use scheduler_core::admin_api::{
     CancelResponse, DeadLetterQuery, DeadLetterSelection, DeadLettersResponse, ErrorResponse,
-    JobView, JobsResponse, ListQuery, ListResponse, PurgeResponse, RedriveResponse, StatusResponse,
+    JobView, JobsResponse, ListQuery, ListResponse, PreviewQuery, PreviewResponse, PurgeResponse,
+    RedriveResponse, ScheduleDetail, ScheduleView, SchedulesResponse, StatusResponse,
     SuspendRequest, SuspensionQuery, SuspensionView, SuspensionsResponse, TaskKeyBody, TaskQuery,
     TaskResponse,
 };
+use scheduler_core::recurring::ScheduleSpec;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
@@ -30,7 +32,7 @@ pub(crate) enum AdminError {
     /// The answer broke off.
     #[error("reading the admin API's answer: {0}")]
     Read(#[source] ureq::Error),
-    /// 404: no such task, dead letter or job (or endpoint); the API's error message.
+    /// 404: no such task, dead letter, job or schedule (or endpoint); the API's error message.
     #[error("{0}")]
     NotFound(String),
     /// Another 4xx: the request is at fault.
@@ -154,16 +156,78 @@ impl<'a> AdminClient<'a> {
         self.get(&format!("/api/v1/jobs/{id}"), &())
     }
 
+    pub(crate) fn schedules(&self) -> Result<SchedulesResponse, AdminError> {
+        self.get("/api/v1/schedules", &())
+    }
+
+    /// Creates or redefines the schedule `spec` defines.
+    pub(crate) fn create_schedule(&self, spec: &ScheduleSpec) -> Result<ScheduleView, AdminError> {
+        self.post("/api/v1/schedules", spec)
+    }
+
+    /// The schedule `id`, which the caller checked is a schedule id (it goes into the path as
+    /// it is), with `query.count` next fire times.
+    pub(crate) fn schedule(
+        &self,
+        id: &str,
+        query: &PreviewQuery,
+    ) -> Result<ScheduleDetail, AdminError> {
+        self.get(&format!("/api/v1/schedules/{id}"), query)
+    }
+
+    /// Pauses the schedule `id` (a checked schedule id, as for [`AdminClient::schedule`]).
+    pub(crate) fn pause_schedule(&self, id: &str) -> Result<ScheduleView, AdminError> {
+        self.post_empty(&format!("/api/v1/schedules/{id}/pause"))
+    }
+
+    /// Resumes the schedule `id` (a checked schedule id).
+    pub(crate) fn resume_schedule(&self, id: &str) -> Result<ScheduleView, AdminError> {
+        self.post_empty(&format!("/api/v1/schedules/{id}/resume"))
+    }
+
+    /// Deletes the schedule `id` (a checked schedule id).
+    pub(crate) fn delete_schedule(&self, id: &str) -> Result<(), AdminError> {
+        self.delete(&format!("/api/v1/schedules/{id}"), &())
+    }
+
+    /// What `spec` would do: its cadence in words and its next `query.count` fire times.
+    pub(crate) fn preview_schedule(
+        &self,
+        spec: &ScheduleSpec,
+        query: &PreviewQuery,
+    ) -> Result<PreviewResponse, AdminError> {
+        let url = self.url_with_query("/api/v1/schedules/preview", query)?;
+        self.post_to(url, spec)
+    }
+
     fn post<T: DeserializeOwned>(
         &self,
         path: &str,
         body: &impl Serialize,
     ) -> Result<T, AdminError> {
-        let mut request = self.agent.post(self.url(path));
+        self.post_to(self.url(path), body)
+    }
+
+    /// A `POST` of `body` as JSON to `url` (a path of the API, with its query if any).
+    fn post_to<T: DeserializeOwned>(
+        &self,
+        url: String,
+        body: &impl Serialize,
+    ) -> Result<T, AdminError> {
+        let mut request = self.agent.post(url);
         if let Some(auth) = self.authorization() {
             request = request.header("Authorization", auth);
         }
         self.answer(request.send_json(body))
+    }
+
+    /// A `POST` without a body (an action on the resource its path names).
+    fn post_empty<T: DeserializeOwned>(&self, path: &str) -> Result<T, AdminError> {
+        let mut request = self.agent.post(self.url(path));
+        if let Some(auth) = self.authorization() {
+            request = request.header("Authorization", auth);
+        }
+        self.answer(request.send_empty())
     }
 
     fn get<T: DeserializeOwned>(

@@ -1,10 +1,17 @@
 //! The command line's types (clap): subcommands, their flags and the environment variables
-//! that stand in for them.
+//! that stand in for them; `schedules`' in [`schedules`].
+
+mod schedules;
 
 use std::path::PathBuf;
 
 use clap::{ArgGroup, Args, Parser, Subcommand, ValueEnum};
 use scheduler_client::{defaults, DEFAULT_TASK_TYPE};
+
+pub(crate) use schedules::{
+    ScheduleCreateArgs, ScheduleDefinitionArgs, ScheduleIdArgs, SchedulePreviewArgs,
+    ScheduleShowArgs, SchedulesArgs, SchedulesCommand,
+};
 
 #[derive(Parser)]
 #[command(
@@ -28,6 +35,9 @@ use scheduler_client::{defaults, DEFAULT_TASK_TYPE};
         scheduler resume --task-type send-email\n  \
         scheduler jobs list\n  \
         scheduler jobs show nightly-2026-11-23\n  \
+        scheduler schedules create nightly-report --cron '0 30 2 * * *' --time-zone Europe/Paris --task-type report\n  \
+        scheduler schedules preview --every 15m --count 3\n  \
+        scheduler schedules show nightly-report\n  \
         scheduler node scheduler.toml --exec send-email=./send-email.sh --exec ./handle-task.sh\n\n\
         Exit codes: 0 success, 1 a service failed or was unreachable, 2 bad usage or input, 3 not found."
 )]
@@ -72,6 +82,10 @@ pub(crate) enum Command {
     /// List jobs or show one: a coordinator task's buckets, dealt round the partitions, with
     /// their progress and the failed buckets' errors.
     Jobs(JobsArgs),
+    /// Create, list, show, pause, resume or delete recurring schedules (a cron expression or a
+    /// fixed interval, and the task each fire time enqueues), or preview a definition's fire
+    /// times.
+    Schedules(SchedulesArgs),
     /// Run a scheduler node from a settings file (TOML; SCHEDULER__SECTION__KEY variables override it).
     Node(NodeArgs),
     /// Create or upgrade the keyspace's schema to this release's version (a no-op when current),

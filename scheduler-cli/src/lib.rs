@@ -1,10 +1,11 @@
 //! The `scheduler` command. `schedule` writes to the topic (Kafka); `get`, `list`, `cancel`,
-//! `reschedule`, `status`, `dead-letters`, `suspend`, `resume`, `suspensions` and `jobs` talk to
-//! a node's admin HTTP API; `node` runs a node from a settings file, with a shell command per
-//! task type.
+//! `reschedule`, `status`, `dead-letters`, `suspend`, `resume`, `suspensions`, `jobs` and
+//! `schedules` talk to a node's admin HTTP API; `node` runs a node from a settings file, with a
+//! shell command per task type.
 //!
 //! Exit codes: 0 success, 1 a service failed or was unreachable, 2 bad usage or input,
-//! 3 not found (a task, a dead letter or a job). `--json` prints machine-readable output.
+//! 3 not found (a task, a dead letter, a job or a schedule). `--json` prints machine-readable
+//! output.
 //!
 //! Layout: `args` holds the command line's types, `commands` one module per command group,
 //! `admin_client` the calls of the admin API, `output` exit codes and printing.
@@ -72,6 +73,7 @@ where
         Command::Resume(args) => commands::resume(args, json, out),
         Command::Suspensions(args) => commands::suspensions(args, json, out),
         Command::Jobs(args) => commands::jobs(args.command, json, out),
+        Command::Schedules(args) => commands::schedules(args.command, json, out),
         Command::Node(args) => commands::node(args),
         Command::Migrate(args) => commands::migrate(args, json, out),
     };

@@ -9,7 +9,7 @@ use serde::Serialize;
 pub const EXIT_FAILURE: i32 = 1;
 /// Exit code: bad usage or input.
 pub const EXIT_USAGE: i32 = 2;
-/// Exit code: the task (or dead letter, or job) does not exist.
+/// Exit code: the task (or dead letter, job or schedule) does not exist.
 pub const EXIT_NOT_FOUND: i32 = 3;
 
 /// A failure with its exit code; `run` prints its message on stderr.

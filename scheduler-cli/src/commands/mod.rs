@@ -7,6 +7,7 @@ mod jobs;
 mod migrate;
 mod node;
 mod schedule;
+mod schedules;
 mod suspensions;
 
 use std::time::Duration;
@@ -20,6 +21,7 @@ pub(crate) use jobs::jobs;
 pub(crate) use migrate::migrate;
 pub(crate) use node::node;
 pub(crate) use schedule::schedule;
+pub(crate) use schedules::schedules;
 pub(crate) use suspensions::{resume, suspend, suspensions};
 
 use crate::output::Failure;
