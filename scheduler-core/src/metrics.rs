@@ -105,6 +105,11 @@ struct IdentityLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct OutcomeLabel {
+    outcome: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct DeadLabels {
     task_type: String,
     reason: &'static str,
@@ -149,6 +154,7 @@ pub struct Metrics {
     statements: Family<OperationLabel, Counter>,
     dead_letters: Family<DeadLabels, Counter>,
     identity_records: Family<IdentityLabels, Counter>,
+    schedule_fires: Family<OutcomeLabel, Counter>,
     redriven: Family<TypeLabel, Counter>,
     purged: Counter,
     no_handler: Family<TypeLabel, Counter>,
@@ -210,7 +216,13 @@ impl Metrics {
             (Family::default(), Family::default(), Counter::default());
         let (no_handler, waiting_for_handler) = (Family::default(), Family::default());
         let identity_records = Family::default();
+        let schedule_fires = Family::default();
         let suspended = Family::default();
+        registry.register(
+            "scheduler_schedule_fires",
+            "Fire times of recurring schedules handled by this node's ticks, by outcome (enqueued, skippedOverlap, missed)",
+            schedule_fires.clone(),
+        );
         registry.register(
             "scheduler_suspended_tasks",
             "Due tasks held back by a suspension (of their orderingId, type or group) now, by partition",
@@ -321,6 +333,7 @@ impl Metrics {
             statements,
             dead_letters,
             identity_records,
+            schedule_fires,
             redriven,
             purged,
             no_handler,
@@ -439,6 +452,13 @@ impl Metrics {
         self.identity_records
             .get_or_create(&IdentityLabels { op, result })
             .inc();
+    }
+
+    /// A tick handled `count` fire times of a recurring schedule with `outcome`.
+    pub fn schedule_fires(&self, outcome: &'static str, count: u64) {
+        self.schedule_fires
+            .get_or_create(&OutcomeLabel { outcome })
+            .inc_by(count);
     }
 
     /// A dead letter of `task_type` was redriven.

@@ -72,6 +72,10 @@ impl Prepared {
         let enqueuer: Arc<dyn Enqueuer> = Arc::new(KafkaEnqueuer(Arc::clone(&producer)));
         let store = Arc::new(store);
         let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+        let metrics = Arc::new(Metrics::for_queue(
+            registry,
+            labelled.then_some(queue.name.as_str()),
+        ));
         // Every node runs the ticks of the queue's recurring schedules.
         let ticker = Ticker {
             schedules: store.clone(),
@@ -79,6 +83,7 @@ impl Prepared {
             enqueuer: Arc::clone(&enqueuer),
             clock: Arc::clone(&clock),
             partitions: partition_count,
+            metrics: Arc::clone(&metrics),
         };
         let schedules = Schedules::new(store.clone(), Arc::clone(&enqueuer), Arc::clone(&clock));
         let pool = CallPool::with_handlers(
@@ -89,10 +94,6 @@ impl Prepared {
             Arc::new(SystemClock),
         )
         .with_type_timeouts(scheduling.type_timeouts());
-        let metrics = Arc::new(Metrics::for_queue(
-            registry,
-            labelled.then_some(queue.name.as_str()),
-        ));
         let counted = store.clone();
         metrics.count_statements_from(Box::new(move || counted.statements_run()));
         let leases: Arc<dyn LeaseStore> = store.clone();

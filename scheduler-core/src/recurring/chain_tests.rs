@@ -59,6 +59,7 @@ fn rig() -> Rig {
         enqueuer: Arc::new(outbox.clone()),
         clock: Arc::new(clock.clone()),
         partitions: 4,
+        metrics: Arc::new(crate::metrics::Metrics::new()),
     };
     Rig {
         store,

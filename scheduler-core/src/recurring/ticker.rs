@@ -27,6 +27,7 @@ use super::{plan, Overlap, ScheduleSpec, TICK_TYPE};
 use crate::clock::Clock;
 use crate::enqueue::Enqueuer;
 use crate::executor::{TaskContext, TaskError, TaskExecutor};
+use crate::metrics::Metrics;
 use crate::store::{FireOutcome, FireRecord, RecurringStore, StatusStore};
 
 /// Runs ticks against a queue's store, enqueuing on its topic.
@@ -37,6 +38,7 @@ pub(crate) struct Ticker {
     pub(crate) clock: Arc<dyn Clock>,
     /// The topic's partition count: where a previous run's status is.
     pub(crate) partitions: u32,
+    pub(crate) metrics: Arc<Metrics>,
 }
 
 /// The tick of schedule `id` (under `revision`) for `fire`: due at `fire`, in the schedule's
@@ -180,8 +182,15 @@ impl Ticker {
             info!(previous = ?record.last_fire, "the previous run is unfinished: fire skipped");
         }
         let due = enqueued(&fires);
-        (self.schedules.record_fires(id.to_string(), fires).await)
+        (self.schedules.record_fires(id.to_string(), fires.clone()).await)
             .map_err(|e| TaskError::retry(format!("recording the fires: {e}")))?;
+        for fire in &fires {
+            let count = match fire.outcome {
+                FireOutcome::Missed { count, .. } => count,
+                _ => 1,
+            };
+            self.metrics.schedule_fires(fire.outcome.as_str(), count);
+        }
         Ok((due, plan.next))
     }
 

@@ -279,6 +279,7 @@ impl World {
             enqueuer: Arc::new(self.outbox.clone()),
             clock: clock.clone(),
             partitions: PARTITIONS,
+            metrics: Arc::new(crate::metrics::Metrics::new()),
         };
         let handlers = handlers.handler(crate::recurring::TICK_TYPE, ticker);
         let pool = CallPool::with_handlers(
