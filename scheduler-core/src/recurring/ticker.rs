@@ -182,7 +182,10 @@ impl Ticker {
             info!(previous = ?record.last_fire, "the previous run is unfinished: fire skipped");
         }
         let due = enqueued(&fires);
-        (self.schedules.record_fires(id.to_string(), fires.clone()).await)
+        (self
+            .schedules
+            .record_fires(id.to_string(), fires.clone())
+            .await)
             .map_err(|e| TaskError::retry(format!("recording the fires: {e}")))?;
         for fire in &fires {
             let count = match fire.outcome {
