@@ -107,16 +107,9 @@ fn finished(job: &JobView) -> usize {
     job.completed + job.failed + job.cancelled
 }
 
-/// Refuses what no job can be named (`TaskContext::start_job` takes 1 to 200 ASCII letters,
-/// digits or `-_.:`) before asking: the id goes into the request's path as it is.
+/// [`super::check_path_id`] for a job.
 fn check_job_id(id: &str) -> Result<(), Failure> {
-    let allowed = |c: char| c.is_ascii_alphanumeric() || "-_.:".contains(c);
-    if id.is_empty() || id.len() > 200 || !id.chars().all(allowed) {
-        return Err(Failure::usage(format!(
-            "{id:?} is not a job id (1 to 200 ASCII letters, digits or -_.:)"
-        )));
-    }
-    Ok(())
+    super::check_path_id("job", id)
 }
 
 #[cfg(test)]

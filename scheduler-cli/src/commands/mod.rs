@@ -60,3 +60,16 @@ pub(super) fn parse_delay(text: &str, what: &str) -> Result<DateTime<Utc>, Failu
         .and_then(|delay| Utc::now().checked_add_signed(delay))
         .ok_or_else(|| Failure::usage(format!("{what} {text:?} is too far in the future")))
 }
+
+/// Refuses what no job or schedule can be named (1 to 200 ASCII letters, digits or `-_.:`, as
+/// the engine checks) before asking: the id goes into the request's path as it is. `what`
+/// names the kind (`job`, `schedule`).
+pub(crate) fn check_path_id(what: &str, id: &str) -> Result<(), crate::output::Failure> {
+    let allowed = |c: char| c.is_ascii_alphanumeric() || "-_.:".contains(c);
+    if id.is_empty() || id.len() > 200 || !id.chars().all(allowed) {
+        return Err(crate::output::Failure::usage(format!(
+            "{id:?} is not a {what} id (1 to 200 ASCII letters, digits or -_.:)"
+        )));
+    }
+    Ok(())
+}

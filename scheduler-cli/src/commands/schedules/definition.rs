@@ -100,17 +100,9 @@ fn check(spec: &ScheduleSpec) -> Result<(), Failure> {
     Ok(())
 }
 
-/// Refuses what no schedule can be named (1 to 200 ASCII letters, digits or `-_.:`, as
-/// [`ScheduleSpec::validate`] checks) before asking: the id goes into the request's path as
-/// it is.
+/// [`crate::commands::check_path_id`] for a schedule (as [`ScheduleSpec::validate`] checks).
 pub(super) fn check_schedule_id(id: &str) -> Result<(), Failure> {
-    let allowed = |c: char| c.is_ascii_alphanumeric() || "-_.:".contains(c);
-    if id.is_empty() || id.len() > 200 || !id.chars().all(allowed) {
-        return Err(Failure::usage(format!(
-            "{id:?} is not a schedule id (1 to 200 ASCII letters, digits or -_.:)"
-        )));
-    }
-    Ok(())
+    crate::commands::check_path_id("schedule", id)
 }
 
 #[cfg(test)]

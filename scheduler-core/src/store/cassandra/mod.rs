@@ -103,16 +103,21 @@ impl Inner {
         values: impl SerializeRow,
         operation: &'static str,
     ) -> StoreResult<QueryResult> {
+        self.count(operation);
+        self.session
+            .execute_unpaged(statement, values)
+            .await
+            .map_err(query_error(operation))
+    }
+
+    /// Counts a statement of `operation` (see [`CassandraStore::statements_run`]).
+    fn count(&self, operation: &'static str) {
         *self
             .counts
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .entry(operation)
             .or_default() += 1;
-        self.session
-            .execute_unpaged(statement, values)
-            .await
-            .map_err(query_error(operation))
     }
 
     /// Runs `batch` with `values` (one row of values per statement); a failure names
@@ -123,12 +128,7 @@ impl Inner {
         values: impl scylla::serialize::batch::BatchValues,
         operation: &'static str,
     ) -> StoreResult<QueryResult> {
-        *self
-            .counts
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .entry(operation)
-            .or_default() += 1;
+        self.count(operation);
         self.session
             .batch(batch, values)
             .await
@@ -150,12 +150,7 @@ impl Inner {
         R: for<'frame, 'metadata> scylla::deserialize::row::DeserializeRow<'frame, 'metadata>,
     {
         use scylla::errors::NextRowError;
-        *self
-            .counts
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .entry(operation)
-            .or_default() += 1;
+        self.count(operation);
         let failed = |reason: String| StoreError::Query { operation, reason };
         let corrupt = |reason: String| StoreError::Corrupt { what, reason };
         let pager = self
