@@ -5,9 +5,10 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use chrono::{TimeDelta, Utc};
+use chrono::{DateTime, Datelike, Days, NaiveDate, TimeDelta, Utc};
 use it_tests::engine::{by_task, http, task, wait_until, Recorder, TestEnv};
 use scheduler_client::{wire, Task};
+use scheduler_core::recurring::ScheduleSpec;
 use scheduler_core::settings::QueueSettings;
 use scheduler_core::{NodeError, SchedulerNode};
 
@@ -623,5 +624,596 @@ async fn suspensions_are_listed_suspended_and_lifted_in_each_queues_keyspace_beh
         .collect::<Result<_, _>>()
         .expect("rows");
     assert_eq!(stored, [("mailbox-1".to_string(),)]);
+    node.shutdown().await.expect("clean shutdown");
+}
+
+const SCHEDULES: &str = "/api/v1/schedules";
+const NIGHTLY: &str = r#"{"id":"nightly","cron":"0 30 2 * * *","timeZone":"Europe/Paris","taskType":"report","data":{"k":1}}"#;
+
+/// An RFC 3339 time of an answer.
+fn time_of(value: &serde_json::Value) -> DateTime<Utc> {
+    let text = value.as_str().unwrap_or_default();
+    DateTime::parse_from_rfc3339(text)
+        .unwrap_or_else(|e| panic!("{value} is not an RFC 3339 time: {e}"))
+        .into()
+}
+
+/// 02:30 in Paris on `day`, in UTC, by the EU's summer-time rule (from 01:00 UTC on the last
+/// Sunday of March to 01:00 UTC on the last Sunday of October): 00:30 in summer, 01:30 in
+/// winter. On the spring-forward day 02:30 does not exist and croner fires at the first instant
+/// after the gap (03:00 CEST, 01:00 UTC); on the fall-back day it exists twice and a fixed-time
+/// job fires at the earlier (CEST, 00:30 UTC).
+fn half_past_two_in_paris(day: NaiveDate) -> DateTime<Utc> {
+    let last_sunday = |month: u32| {
+        let last = NaiveDate::from_ymd_opt(day.year(), month + 1, 1)
+            .and_then(|first| first.pred_opt())
+            .expect("a date");
+        last - Days::new(u64::from(last.weekday().num_days_from_sunday()))
+    };
+    let (spring_forward, fall_back) = (last_sunday(3), last_sunday(10));
+    let (hour, minute) = match day {
+        d if d == spring_forward => (1, 0),
+        d if d > spring_forward && d <= fall_back => (0, 30),
+        _ => (1, 30),
+    };
+    day.and_hms_opt(hour, minute, 0).expect("a time").and_utc()
+}
+
+/// The first `n` fire times of [`NIGHTLY`] after `after`, in the wire format.
+fn nightly_after(after: DateTime<Utc>, n: usize) -> Vec<String> {
+    (after.date_naive().iter_days())
+        .map(half_past_two_in_paris)
+        .filter(|t| *t > after)
+        .take(n)
+        .map(wire::format_time)
+        .collect()
+}
+
+/// The expectation of 02:30 in Paris agrees with the engine's cadence on every day of two
+/// years, their summer-time changes included (so the API test below holds on any date).
+#[test]
+fn half_past_two_in_paris_follows_the_summer_time_rule_on_every_day() {
+    let spec: ScheduleSpec = serde_json::from_str(NIGHTLY).expect("a definition");
+    let cadence = spec.validate().expect("valid");
+    let first = NaiveDate::from_ymd_opt(2026, 1, 1).expect("a date");
+    for day in first.iter_days().take(2 * 365) {
+        let midnight = day.and_hms_opt(0, 0, 0).expect("a time").and_utc();
+        assert_eq!(
+            cadence.next_after(midnight),
+            Some(half_past_two_in_paris(day)),
+            "{day}"
+        );
+    }
+    let at = |s: &str| time_of(&serde_json::json!(s));
+    for (day, expected) in [
+        ((2026, 3, 29), "2026-03-29T01:00:00Z"),
+        ((2026, 7, 10), "2026-07-10T00:30:00Z"),
+        ((2026, 10, 25), "2026-10-25T00:30:00Z"),
+        ((2026, 10, 26), "2026-10-26T01:30:00Z"),
+    ] {
+        let day = NaiveDate::from_ymd_opt(day.0, day.1, day.2).expect("a date");
+        assert_eq!(half_past_two_in_paris(day), at(expected), "{day}");
+    }
+}
+
+/// The ids of `GET /api/v1/schedules` (at `prefix`, a queue's or the root).
+async fn schedule_ids(
+    addr: std::net::SocketAddr,
+    prefix: &str,
+    token: Option<&str>,
+) -> Vec<String> {
+    let listed = http(addr, "GET", &format!("{prefix}{SCHEDULES}"), token, None).await;
+    assert_eq!(listed.status, 200, "{}", listed.body);
+    (listed.json()["schedules"].as_array().into_iter().flatten())
+        .map(|s| s["definition"]["id"].as_str().unwrap_or("?").to_string())
+        .collect()
+}
+
+/// The fire times of an answer's enqueued fires, oldest first, each checked: its run's key and
+/// due time follow from it (no jitter).
+fn enqueued_fires(id: &str, detail: &serde_json::Value) -> Vec<DateTime<Utc>> {
+    let mut times: Vec<DateTime<Utc>> = (detail["fires"].as_array().into_iter().flatten())
+        .filter(|f| f["outcome"] == "enqueued")
+        .map(|f| {
+            let fire = time_of(&f["fireTime"]);
+            let key = format!("schedule:{id}@{}", fire.timestamp_millis());
+            assert_eq!(f["runKey"], key.as_str(), "{f}");
+            assert_eq!(f["runTime"], f["fireTime"], "{f}");
+            fire
+        })
+        .collect();
+    times.sort();
+    times
+}
+
+/// The fire times of the runs of schedule `id` the executor was called for.
+fn runs_of(log: &Arc<Mutex<Vec<it_tests::engine::Execution>>>, id: &str) -> Vec<DateTime<Utc>> {
+    let ordering_id = format!("schedule:{id}");
+    let prefix = format!("schedule:{id}@");
+    let mut runs: Vec<DateTime<Utc>> = by_task(log)
+        .into_keys()
+        .filter(|k| k.ordering_id == ordering_id)
+        .map(|k| {
+            let ms = k
+                .uniqueness_key
+                .strip_prefix(&prefix)
+                .and_then(|ms| ms.parse().ok());
+            let fire = ms.and_then(DateTime::from_timestamp_millis);
+            assert_eq!(fire, Some(k.scheduled_time), "{k}: due at its fire time");
+            k.scheduled_time
+        })
+        .collect();
+    runs.sort();
+    runs
+}
+
+/// Schedules: none at first; a cron schedule in a time zone created (201), declared again (200,
+/// nothing changes), redefined (200, a new revision); listed and shown with its next fire times
+/// (02:30 in Paris); bad definitions and counts refused (400, saying why), unknown ids 404;
+/// deleted (204, then 404); every endpoint behind the token (401). A queue's API keeps its
+/// schedules in its own keyspace.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn schedules_are_created_redefined_listed_shown_and_deleted_in_each_queue_behind_the_token() {
+    let env = TestEnv::new("it_admin_sched", 2).await;
+    let log = Arc::new(Mutex::new(Vec::new()));
+    let mut settings = env.settings(TestEnv::quick_scheduling());
+    settings.admin.token = Some("s3cret".into());
+    settings.queues = vec![QueueSettings {
+        name: "emails".into(),
+        task_types: vec!["send-email".into()],
+        create_topic_partitions: Some(1),
+        ..QueueSettings::default()
+    }];
+    let node = env
+        .start_sole_node(settings, Recorder::new("n1", &log, Duration::ZERO))
+        .await;
+    let addr = node.admin_address().expect("admin API enabled");
+    let token = Some("s3cret");
+    let post = |path: String, body: &'static str| async move {
+        http(addr, "POST", &path, token, Some(body)).await
+    };
+    let show = |query: &'static str| async move {
+        http(
+            addr,
+            "GET",
+            &format!("{SCHEDULES}/nightly{query}"),
+            token,
+            None,
+        )
+        .await
+    };
+
+    // Behind the token, every one.
+    for (method, path, body) in [
+        ("GET", SCHEDULES.to_string(), None),
+        ("POST", SCHEDULES.to_string(), Some(NIGHTLY)),
+        ("GET", format!("{SCHEDULES}/nightly?count=3"), None),
+        ("POST", format!("{SCHEDULES}/nightly/pause"), None),
+        ("POST", format!("{SCHEDULES}/nightly/resume"), None),
+        ("DELETE", format!("{SCHEDULES}/nightly"), None),
+        (
+            "POST",
+            format!("{SCHEDULES}/preview?count=2"),
+            Some(NIGHTLY),
+        ),
+        ("POST", format!("/queues/emails{SCHEDULES}"), Some(NIGHTLY)),
+    ] {
+        for wrong in [None, Some("wrong")] {
+            let refused = http(addr, method, &path, wrong, body).await;
+            assert_eq!(refused.status, 401, "{method} {path} with {wrong:?}");
+            assert!(refused.json()["error"]
+                .as_str()
+                .is_some_and(|e| e.contains("bearer token")));
+        }
+    }
+    assert!(schedule_ids(addr, "", token).await.is_empty());
+
+    // Created: its definition with the defaults, described in its time zone, its chain pending
+    // at the next 02:30 in Paris.
+    let before = Utc::now();
+    let created = post(SCHEDULES.into(), NIGHTLY).await;
+    assert_eq!(created.status, 201, "{}", created.body);
+    let created = created.json();
+    assert_eq!(
+        created["definition"],
+        serde_json::json!({
+            "id": "nightly", "cron": "0 30 2 * * *", "timeZone": "Europe/Paris",
+            "taskType": "report", "data": {"k": 1}, "priority": 0, "overlap": "skip",
+            "catchUp": "once",
+        })
+    );
+    assert!(
+        created["description"]
+            .as_str()
+            .is_some_and(|d| d.contains("Europe/Paris")),
+        "{created}"
+    );
+    let next = nightly_after(before, 3);
+    assert_eq!(created["nextFire"], next[0].as_str(), "{created}");
+    assert_eq!(
+        (
+            &created["paused"],
+            &created["stalled"],
+            &created["lastFire"]
+        ),
+        (
+            &serde_json::json!(false),
+            &serde_json::json!(false),
+            &serde_json::Value::Null
+        )
+    );
+    assert_eq!(created["createdAt"], created["updatedAt"]);
+    let recorded = time_of(&created["createdAt"]);
+    assert!(recorded >= before - TimeDelta::milliseconds(1) && recorded <= Utc::now());
+    let revision = created["revision"].as_i64().expect("a revision");
+
+    // Declared again: nothing changes.
+    let again = post(SCHEDULES.into(), NIGHTLY).await;
+    assert_eq!(again.status, 200, "{}", again.body);
+    assert_eq!(again.json(), created, "the same definition changes nothing");
+
+    // Redefined: a new revision, its chain started again.
+    let jittered = r#"{"id":"nightly","cron":"0 30 2 * * *","timeZone":"Europe/Paris","taskType":"report","data":{"k":1},"jitter":"5s"}"#;
+    let redefined = post(SCHEDULES.into(), jittered).await;
+    assert_eq!(redefined.status, 200, "{}", redefined.body);
+    let redefined = redefined.json();
+    assert!(
+        redefined["revision"].as_i64().is_some_and(|r| r > revision),
+        "{redefined} after revision {revision}"
+    );
+    assert_eq!(redefined["definition"]["jitter"], "5s");
+    assert_eq!(redefined["createdAt"], created["createdAt"]);
+    assert!(time_of(&redefined["updatedAt"]) >= recorded);
+    assert_eq!(redefined["nextFire"], next[0].as_str());
+
+    // Listed and shown as answered; its next fire times each 02:30 in Paris; no fire yet.
+    let listed = http(addr, "GET", SCHEDULES, token, None).await;
+    assert_eq!(listed.status, 200, "{}", listed.body);
+    assert_eq!(listed.json()["schedules"], serde_json::json!([redefined]));
+    let shown = show("?count=3").await;
+    assert_eq!(shown.status, 200, "{}", shown.body);
+    let shown = shown.json();
+    assert_eq!(shown["schedule"], redefined);
+    assert_eq!(shown["upcoming"], serde_json::json!(next));
+    assert_eq!(shown["fires"], serde_json::json!([]));
+    let five = show("").await.json();
+    assert_eq!(
+        five["upcoming"],
+        serde_json::json!(nightly_after(before, 5)),
+        "5 by default"
+    );
+
+    // Bad definitions: 400, saying why, from both the create and the preview; nothing created.
+    for (body, says) in [
+        (
+            r#"{"id":"bad","cron":"61 * * * *","taskType":"report"}"#,
+            "\"61 * * * *\"",
+        ),
+        (
+            r#"{"id":"bad","every":"1s","taskType":"report","evry":"2s"}"#,
+            "evry",
+        ),
+        (
+            r#"{"id":"bad","every":"500ms","taskType":"report"}"#,
+            "at least 1s",
+        ),
+        (r#"{"id":"bad","every":"soon","taskType":"report"}"#, "soon"),
+        (
+            r#"{"id":"bad","cron":"* * * * *","timeZone":"Mars/Base","taskType":"report"}"#,
+            "Mars/Base",
+        ),
+        (
+            r#"{"id":"bad","cron":"* * * * *","every":"1s","taskType":"report"}"#,
+            "exactly one of cron and every",
+        ),
+        (
+            r#"{"id":"bad","taskType":"report"}"#,
+            "exactly one of cron and every",
+        ),
+        (
+            r#"{"id":"bad","every":"1s","taskType":"scheduler:tick"}"#,
+            "engine's own",
+        ),
+        (
+            r#"{"id":"a b","every":"1s","taskType":"report"}"#,
+            "\"a b\"",
+        ),
+        (r#"{"id":"bad","every":"1s"}"#, "taskType"),
+        ("{not json", ""),
+    ] {
+        for path in [SCHEDULES.to_string(), format!("{SCHEDULES}/preview")] {
+            let refused = post(path.clone(), body).await;
+            assert_eq!(refused.status, 400, "{path} {body}: {}", refused.body);
+            let error = refused.json()["error"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string();
+            assert!(error.contains(says), "{path} {body}: {error}");
+        }
+    }
+    // A schedule needs an id (a preview does not).
+    let unnamed = post(
+        SCHEDULES.to_string(),
+        r#"{"every":"1s","taskType":"report"}"#,
+    )
+    .await;
+    assert_eq!(unnamed.status, 400, "{}", unnamed.body);
+    let error = unnamed.json()["error"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    assert!(error.starts_with("schedule id \"\" must be"), "{error}");
+    // Counts out of 1 to 100.
+    for (query, says) in [
+        ("?count=0", "count must be 1 to 100, not 0"),
+        ("?count=101", "count must be 1 to 100, not 101"),
+        ("?count=many", "count"),
+    ] {
+        let refused = show(query).await;
+        assert_eq!(refused.status, 400, "{query}: {}", refused.body);
+        let refused = refused.json();
+        assert!(
+            refused["error"].as_str().is_some_and(|e| e.contains(says)),
+            "{query}: {refused}"
+        );
+        let refused = post(format!("{SCHEDULES}/preview{query}"), NIGHTLY).await;
+        assert_eq!(refused.status, 400, "preview {query}: {}", refused.body);
+    }
+    // Unknown ids: 404, naming the id.
+    for (method, path) in [
+        ("GET", format!("{SCHEDULES}/never")),
+        ("DELETE", format!("{SCHEDULES}/never")),
+        ("POST", format!("{SCHEDULES}/never/pause")),
+        ("POST", format!("{SCHEDULES}/never/resume")),
+    ] {
+        let missing = http(addr, method, &path, token, None).await;
+        assert_eq!(missing.status, 404, "{method} {path}: {}", missing.body);
+        assert!(
+            missing.json()["error"]
+                .as_str()
+                .is_some_and(|e| e.contains("never")),
+            "{method} {path}: {}",
+            missing.body
+        );
+    }
+    assert_eq!(schedule_ids(addr, "", token).await, ["nightly"]);
+
+    // The emails queue's API: its own keyspace, apart from the default queue's.
+    let digest = post(
+        format!("/queues/emails{SCHEDULES}"),
+        r#"{"id":"digest","every":"1h","taskType":"send-email"}"#,
+    )
+    .await;
+    assert_eq!(digest.status, 201, "{}", digest.body);
+    assert_eq!(digest.json()["description"], "every 1h");
+    assert_eq!(
+        schedule_ids(addr, "/queues/emails", token).await,
+        ["digest"]
+    );
+    assert_eq!(schedule_ids(addr, "", token).await, ["nightly"]);
+    let elsewhere = http(addr, "GET", &format!("{SCHEDULES}/digest"), token, None).await;
+    assert_eq!(elsewhere.status, 404, "{}", elsewhere.body);
+    let session = env.stack.require_cassandra().await;
+    let rows = session
+        .query_unpaged(
+            format!("SELECT id FROM {}_emails.recurring_schedules", env.keyspace),
+            &[],
+        )
+        .await
+        .expect("read the queue's keyspace")
+        .into_rows_result()
+        .expect("rows");
+    let stored: Vec<(String,)> = rows
+        .rows::<(String,)>()
+        .expect("text")
+        .collect::<Result<_, _>>()
+        .expect("rows");
+    assert_eq!(stored, [("digest".to_string(),)]);
+
+    // Deleted: 204, then gone (404), and deleting again is 404.
+    for (prefix, id) in [("", "nightly"), ("/queues/emails", "digest")] {
+        let path = format!("{prefix}{SCHEDULES}/{id}");
+        let deleted = http(addr, "DELETE", &path, token, None).await;
+        assert_eq!((deleted.status, deleted.body.as_str()), (204, ""), "{path}");
+        for method in ["GET", "DELETE"] {
+            let gone = http(addr, method, &path, token, None).await;
+            assert_eq!(gone.status, 404, "{method} {path}: {}", gone.body);
+        }
+        assert!(
+            schedule_ids(addr, prefix, token).await.is_empty(),
+            "{prefix}"
+        );
+    }
+    node.shutdown().await.expect("clean shutdown");
+}
+
+/// An interval schedule through the API: a preview creates nothing; created, it fires every
+/// second (each fire enqueues its run, keyed by the fire time, and the executor runs it);
+/// paused, nothing fires after the tick in flight; resumed (a new revision), it fires again from
+/// then, not the fire times it missed; deleted, its chain ends.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_interval_schedule_fires_pauses_resumes_and_ends_and_a_preview_creates_nothing() {
+    let env = TestEnv::new("it_admin_sched_fire", 2).await;
+    let log = Arc::new(Mutex::new(Vec::new()));
+    let node = start_node(&env, None, &log).await;
+    let addr = node.admin_address().expect("admin API enabled");
+    let id = "ticking";
+    let path = format!("{SCHEDULES}/{id}");
+    let show = || {
+        let path = path.clone();
+        async move {
+            let shown = http(addr, "GET", &path, None, None).await;
+            assert_eq!(shown.status, 200, "{}", shown.body);
+            shown.json()
+        }
+    };
+
+    // A preview: four fire times 2 s apart, on the multiples of 2 s; nothing created.
+    let before = Utc::now();
+    let preview = http(
+        addr,
+        "POST",
+        &format!("{SCHEDULES}/preview?count=4"),
+        None,
+        // (A preview needs no id.)
+        Some(r#"{"every":"2s","taskType":"report"}"#),
+    )
+    .await;
+    assert_eq!(preview.status, 200, "{}", preview.body);
+    let preview = preview.json();
+    assert_eq!(preview["description"], "every 2s");
+    let times: Vec<DateTime<Utc>> = (preview["upcoming"].as_array().into_iter().flatten())
+        .map(time_of)
+        .collect();
+    assert_eq!(times.len(), 4, "{preview}");
+    assert!(
+        times[0] > before && times[0] <= Utc::now() + TimeDelta::seconds(2),
+        "{preview}"
+    );
+    assert!(
+        times.iter().all(|t| t.timestamp_millis() % 2000 == 0),
+        "{preview}"
+    );
+    assert!(
+        times
+            .windows(2)
+            .all(|w| w[1] - w[0] == TimeDelta::seconds(2)),
+        "{preview}"
+    );
+    assert!(schedule_ids(addr, "", None).await.is_empty());
+    assert_eq!(http(addr, "GET", &path, None, None).await.status, 404);
+
+    // Created: every second, its fires enqueue runs that are run.
+    let created = http(
+        addr,
+        "POST",
+        SCHEDULES,
+        None,
+        Some(r#"{"id":"ticking","every":"1s","taskType":"report","data":{"n":1}}"#),
+    )
+    .await;
+    assert_eq!(created.status, 201, "{}", created.body);
+    let created = created.json();
+    assert_eq!(created["description"], "every 1s");
+    let created_at = time_of(&created["updatedAt"]);
+    let revision = created["revision"].as_i64().expect("a revision");
+    let mut detail = serde_json::Value::Null;
+    wait_until(Duration::from_secs(15), "three enqueued fires", || {
+        detail = futures::executor::block_on(show());
+        enqueued_fires(id, &detail).len() >= 3
+    })
+    .await;
+    let fired = enqueued_fires(id, &detail);
+    assert!(
+        fired
+            .iter()
+            .all(|t| *t > created_at && t.timestamp_millis() % 1000 == 0),
+        "fire times after the create, on whole seconds: {detail}"
+    );
+    assert!(
+        fired.contains(&time_of(&detail["schedule"]["lastFire"])),
+        "lastFire is a fire that enqueued its run: {detail}"
+    );
+    assert!(time_of(&detail["schedule"]["nextFire"]) > time_of(&detail["schedule"]["lastFire"]));
+    assert_eq!(detail["schedule"]["paused"], false);
+    wait_until(
+        Duration::from_secs(10),
+        "the first fires' runs to run",
+        || {
+            let runs = runs_of(&log, id);
+            fired.iter().all(|t| runs.contains(t))
+        },
+    )
+    .await;
+
+    // Paused: no fire time after the pause fires (but the tick in flight at it, if any).
+    let paused = http(addr, "POST", &format!("{path}/pause"), None, None).await;
+    assert_eq!(paused.status, 200, "{}", paused.body);
+    let paused = paused.json();
+    assert_eq!(
+        (&paused["paused"], &paused["nextFire"]),
+        (&serde_json::json!(true), &serde_json::Value::Null)
+    );
+    assert_eq!(paused["revision"], revision);
+    let paused_at = time_of(&paused["updatedAt"]);
+    let in_flight = paused_at + TimeDelta::seconds(1);
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    let detail = show().await;
+    assert_eq!(detail["schedule"]["paused"], true, "{detail}");
+    assert_eq!(detail["upcoming"], serde_json::json!([]), "{detail}");
+    let late: Vec<_> = (enqueued_fires(id, &detail).into_iter())
+        .filter(|t| *t > paused_at)
+        .collect();
+    assert!(
+        late.len() <= 1 && late.iter().all(|t| *t <= in_flight),
+        "fired after the pause at {paused_at}: {late:?}"
+    );
+    let again = http(addr, "POST", &format!("{path}/pause"), None, None).await;
+    assert_eq!(again.status, 200, "{}", again.body);
+    assert_eq!(
+        again.json()["updatedAt"],
+        paused["updatedAt"],
+        "paused once"
+    );
+
+    // Resumed: a new revision, firing again from the next fire time after the resume.
+    let resumed = http(addr, "POST", &format!("{path}/resume"), None, None).await;
+    assert_eq!(resumed.status, 200, "{}", resumed.body);
+    let resumed = resumed.json();
+    assert_eq!(resumed["paused"], false);
+    assert!(
+        resumed["revision"].as_i64().is_some_and(|r| r > revision),
+        "{resumed} after revision {revision}"
+    );
+    let resumed_at = time_of(&resumed["updatedAt"]);
+    let next = time_of(&resumed["nextFire"]);
+    assert!(
+        next > resumed_at && next <= resumed_at + TimeDelta::seconds(1),
+        "{resumed}"
+    );
+    let mut detail = serde_json::Value::Null;
+    wait_until(
+        Duration::from_secs(15),
+        "two fires after the resume",
+        || {
+            detail = futures::executor::block_on(show());
+            let fired = enqueued_fires(id, &detail);
+            fired.iter().filter(|t| **t > resumed_at).count() >= 2
+        },
+    )
+    .await;
+    let fired = enqueued_fires(id, &detail);
+    assert!(
+        !fired.iter().any(|t| *t > in_flight && *t <= resumed_at),
+        "nothing fired while paused ({in_flight} to {resumed_at}): {fired:?}"
+    );
+    assert_eq!(detail["schedule"]["paused"], false);
+    assert_eq!(
+        detail["upcoming"].as_array().map(Vec::len),
+        Some(5),
+        "{detail}"
+    );
+
+    // Deleted: its chain ends (but the tick in flight at it, if any).
+    let deleted = http(addr, "DELETE", &path, None, None).await;
+    assert_eq!((deleted.status, deleted.body.as_str()), (204, ""));
+    let deleted_at = Utc::now();
+    assert_eq!(http(addr, "GET", &path, None, None).await.status, 404);
+    assert!(schedule_ids(addr, "", None).await.is_empty());
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    let runs = runs_of(&log, id);
+    assert!(
+        !runs.iter().any(|t| *t > in_flight && *t <= resumed_at),
+        "no run while paused: {runs:?}"
+    );
+    assert!(
+        !runs.iter().any(|t| *t > deleted_at + TimeDelta::seconds(1)),
+        "no run after the delete at {deleted_at}: {runs:?}"
+    );
+    assert_eq!(
+        http(addr, "GET", &path, None, None).await.status,
+        404,
+        "not recreated by a late tick"
+    );
     node.shutdown().await.expect("clean shutdown");
 }

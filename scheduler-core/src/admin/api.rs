@@ -534,7 +534,7 @@ pub struct ScheduleView {
     pub updated_at: String,
     /// The fire time of its pending tick; null when paused.
     pub next_fire: Option<String>,
-    /// The fire time of the last run enqueued.
+    /// The fire time of the last run enqueued since the schedule was last (re)defined.
     pub last_fire: Option<String>,
     /// Its pending tick is over a minute overdue (no node runs it: nodes down, or its ticks
     /// were dead-lettered); creating the same definition again restarts it.

@@ -38,7 +38,8 @@ fn view(record: &ScheduleRecord, state: &AdminState) -> ScheduleView {
         revision: record.revision,
         created_at: wire::format_time(record.created_at),
         updated_at: wire::format_time(record.updated_at),
-        next_fire: record.next_fire.map(wire::format_time),
+        // (A tick in flight at the pause may write its next fire time after it.)
+        next_fire: (record.next_fire.filter(|_| !record.paused)).map(wire::format_time),
         last_fire: record.last_fire.map(wire::format_time),
         stalled: !record.paused
             && record
@@ -178,7 +179,11 @@ pub(super) async fn preview(
     body: Result<Json<ScheduleSpec>, JsonRejection>,
 ) -> Result<Json<PreviewResponse>, ApiError> {
     let count = count(query)?;
-    let Json(spec) = body.map_err(|e| ApiError::bad_request(e.body_text()))?;
+    let Json(mut spec) = body.map_err(|e| ApiError::bad_request(e.body_text()))?;
+    // Nothing is created: an id is not needed.
+    if spec.id.is_empty() {
+        spec.id = "preview".to_string();
+    }
     let cadence = spec
         .validate()
         .map_err(|e| ApiError::bad_request(e.to_string()))?;

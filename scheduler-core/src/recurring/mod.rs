@@ -39,7 +39,9 @@ const MAX_SCAN: usize = 100_000;
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct ScheduleSpec {
-    /// Names the schedule (letters, digits, `-`, `_`, `.`, `:`; at most 200 bytes).
+    /// Names the schedule (letters, digits, `-`, `_`, `.`, `:`; at most 200 bytes). Absent
+    /// (empty) in a preview's definition.
+    #[serde(default)]
     pub id: String,
     /// A cron expression: five fields, or six with seconds first (`*/2 * * * * *`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
