@@ -95,7 +95,10 @@ impl ExecCommands {
             Some(command) => format!("every other type with {command:?}"),
             None => "no other type (its tasks wait for a node that handles them)".to_string(),
         };
-        format!("handles {} and {others}", parts.join(", "))
+        match (parts.is_empty(), &self.other_types) {
+            (true, Some(command)) => format!("handles every type with {command:?}"),
+            _ => format!("handles {} and {others}", parts.join(", ")),
+        }
     }
 }
 
@@ -114,16 +117,36 @@ pub(crate) fn node(args: NodeArgs) -> Outcome {
         // After the start: a failed start prints its one error line alone.
         eprintln!("scheduler: this node {description}");
         if let Some(addr) = node.admin_address() {
-            eprintln!("scheduler: node running; admin API at http://{addr}; Ctrl-C to stop");
+            eprintln!(
+                "scheduler: node running; admin API at http://{addr}; Ctrl-C or SIGTERM to stop"
+            );
         }
-        tokio::signal::ctrl_c()
+        let signal = stop_signal()
             .await
-            .map_err(|e| Failure::service(format!("cannot wait for Ctrl-C: {e}")))?;
-        eprintln!("scheduler: stopping (running tasks finish, offsets are committed)");
+            .map_err(|e| Failure::service(format!("cannot wait for a stop signal: {e}")))?;
+        eprintln!(
+            "scheduler: {signal}: stopping (no more polling; running tasks finish, offsets are \
+             committed, the node leaves its group)"
+        );
+        let started = std::time::Instant::now();
         node.shutdown()
             .await
-            .map_err(|e| Failure::service(e.to_string()))
+            .map_err(|e| Failure::service(e.to_string()))?;
+        eprintln!(
+            "scheduler: stopped in {:.1} s: drained, committed, left the group",
+            started.elapsed().as_secs_f64()
+        );
+        Ok(())
     })
+}
+
+/// Waits for Ctrl-C (SIGINT) or SIGTERM (what service managers send); which one came.
+async fn stop_signal() -> std::io::Result<&'static str> {
+    let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    tokio::select! {
+        interrupted = tokio::signal::ctrl_c() => interrupted.map(|()| "SIGINT"),
+        _ = terminate.recv() => Ok("SIGTERM"),
+    }
 }
 
 #[cfg(test)]

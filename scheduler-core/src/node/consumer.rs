@@ -190,7 +190,9 @@ impl PollLoop {
             .unwrap_or_else(PoisonError::into_inner)
             .clone();
         let offsets = final_offsets(&committed, &assigned);
-        if !offsets.is_empty() {
+        if offsets.is_empty() {
+            info!("offsets committed: nothing new since the last commit");
+        } else {
             let mut last = TopicPartitionList::new();
             for (partition, next) in offsets {
                 if let Err(e) =
@@ -199,15 +201,24 @@ impl PollLoop {
                     warn!(partition, error = %e, "cannot build the final offset commit");
                 }
             }
-            if let Err(e) = self.consumer.commit(&last, CommitMode::Sync) {
-                warn!(error = %e, "final offset commit failed; the next owner may re-read some records (harmless)");
+            match self.consumer.commit(&last, CommitMode::Sync) {
+                Ok(()) => info!(partitions = last.count(), "offsets committed"),
+                Err(e) => {
+                    warn!(error = %e, "final offset commit failed; the next owner may re-read some records (harmless)");
+                }
             }
         }
-        if let Err(e) = futures::executor::block_on(self.supervisor.send(RevokePartitions)) {
-            error!(error = %e, "actor system unavailable while draining");
+        match futures::executor::block_on(self.supervisor.send(RevokePartitions)) {
+            Ok(true) => info!(partitions = assigned.len(), "partition trees drained"),
+            Ok(false) => warn!(partitions = assigned.len(),
+                "partition trees stopped; a drain timed out: tasks still running may run again on the next owner"),
+            Err(e) => error!(error = %e, "actor system unavailable while draining"),
         }
         self.consumer.unsubscribe();
+        let topic = self.topic.clone();
         // Dropping the consumer closes it, which leaves the group.
+        drop(self);
+        info!(%topic, "left the consumer group");
     }
 
     fn poll_batch(&self) -> Batch {
