@@ -246,7 +246,9 @@ async fn each_node_consumes_only_the_queues_it_has_handlers_for() {
         "the report ran {:?} after its node began starting ({started:?} to start)",
         joined.elapsed()
     );
-    assert!(joined.elapsed() < Duration::from_secs(20));
+    // Promptly once the node is up. (Its start creates the queue's keyspace: on Cassandra 2.1
+    // about 2 s a table, longer while other tests change schemas; not what is measured here.)
+    assert!(joined.elapsed() - started < Duration::from_secs(20));
     // Nothing ran on a node without its handler.
     for (handler, task, _) in calls.lock().unwrap_or_else(PoisonError::into_inner).iter() {
         assert_eq!(*handler, task.task_type, "{task:?}");
@@ -299,7 +301,8 @@ async fn node_processes_with_different_handlers_consume_only_their_queues() {
             .iter()
             .find_map(|l| l.get("queues").cloned())
     };
-    wait_until(Duration::from_secs(60), "both processes to start", || {
+    // (Each creates keyspaces of its own: slow on Cassandra 2.1 while other tests do too.)
+    wait_until(Duration::from_secs(150), "both processes to start", || {
         queues_of("mailer").is_some() && queues_of("biller").is_some()
     })
     .await;
@@ -345,7 +348,7 @@ async fn node_processes_with_different_handlers_consume_only_their_queues() {
     let joined = std::time::Instant::now();
     children.push(node_process(&env, &dir, "reporter", "report"));
     wait_until(
-        Duration::from_secs(60),
+        Duration::from_secs(150),
         "the report to run on the new node",
         || ran(&dir, "reporter") == [("monthly".to_string(), "report".to_string())],
     )
