@@ -5,13 +5,14 @@
 //! (UTC, milliseconds: `2026-11-22T06:00:00.000Z`). Statuses and outcomes are strings, so a
 //! command older than the node still reads an answer carrying a status it does not know.
 
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::store::PartitionId;
 
 /// Every error answer: `{"error": "..."}`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct ErrorResponse {
     /// What went wrong, for a person.
     pub error: String,
@@ -21,7 +22,7 @@ pub struct ErrorResponse {
 ///
 /// Fields are in alphabetical order: the answer was first built as a `serde_json::Value`, whose
 /// keys are sorted, and stays byte-for-byte what it was.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ReadyResponse {
     /// Partitions the node owns now.
@@ -31,7 +32,7 @@ pub struct ReadyResponse {
 }
 
 /// `GET /api/v1/status`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct StatusResponse {
     /// The node's id (its Kafka client id).
@@ -65,7 +66,7 @@ pub struct StatusResponse {
 }
 
 /// A queue the node serves, in [`StatusResponse`].
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct QueueView {
     /// The queue's name.
@@ -81,7 +82,7 @@ pub struct QueueView {
 }
 
 /// One owned partition in [`StatusResponse`].
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct PartitionStatus {
     /// The partition.
@@ -96,7 +97,7 @@ pub struct PartitionStatus {
 
 /// `GET /api/v1/task`'s query. The key's parts are optional here so that a missing one is
 /// answered with its name ("orderingId is required"), not a generic parse error.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct TaskQuery {
     /// The task's orderingId.
@@ -110,7 +111,7 @@ pub struct TaskQuery {
 }
 
 /// `GET /api/v1/task`'s answer.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct TaskResponse {
     /// The task's orderingId.
@@ -136,7 +137,7 @@ pub struct TaskResponse {
 }
 
 /// One attempt in [`TaskResponse::history`].
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct AttemptView {
     /// The attempt's number, from 1.
@@ -153,7 +154,7 @@ pub struct AttemptView {
 }
 
 /// `POST /api/v1/task/cancel`'s body: the task's key. Optional parts, as in [`TaskQuery`].
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct TaskKeyBody {
     /// The task's orderingId.
@@ -167,7 +168,7 @@ pub struct TaskKeyBody {
 /// `POST /api/v1/task/cancel`'s answer (202).
 ///
 /// Fields are in alphabetical order, as in [`ReadyResponse`] and for the same reason.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct CancelResponse {
     /// What the cancellation does and does not do.
@@ -181,7 +182,7 @@ pub struct CancelResponse {
 }
 
 /// `GET /api/v1/tasks`'s query: a window, a page size, and the key a page resumes after.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ListQuery {
     /// Start of the window (RFC 3339, inclusive); on a later page, the time of the key it
@@ -198,7 +199,7 @@ pub struct ListQuery {
 }
 
 /// `GET /api/v1/tasks`'s answer: a page.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ListResponse {
     /// The page's tasks, in task-key order.
@@ -208,7 +209,7 @@ pub struct ListResponse {
 }
 
 /// One task in [`ListResponse`].
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ListedTask {
     /// The task's orderingId.
@@ -224,7 +225,7 @@ pub struct ListedTask {
 }
 
 /// Where the next page of a listing starts: the last key of this one.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct PageCursor {
     /// The next page's `from`.
@@ -298,7 +299,7 @@ mod tests {
 }
 
 /// `GET /api/v1/dead-letters`'s query: a filter, a page size, and the key a page resumes after.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct DeadLetterQuery {
     /// Only dead letters of this task type.
@@ -320,7 +321,7 @@ pub struct DeadLetterQuery {
 }
 
 /// `GET /api/v1/dead-letters`'s answer: a page, in task-key order.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct DeadLettersResponse {
     /// The page's dead letters.
@@ -330,7 +331,7 @@ pub struct DeadLettersResponse {
 }
 
 /// Where the next page of dead letters starts.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct DeadLetterCursor {
     /// `afterOrderingId`.
@@ -342,7 +343,7 @@ pub struct DeadLetterCursor {
 }
 
 /// One dead letter.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct DeadLetterView {
     /// The task's orderingId.
@@ -375,7 +376,7 @@ pub struct DeadLetterView {
 
 /// `POST /api/v1/dead-letters/redrive` and `.../purge`: which dead letters. One of: a task's
 /// key (all three key fields), a filter (`taskType`, `from`, `to`, any of them), or `all`.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct DeadLetterSelection {
     /// The task's orderingId (with `scheduledTime` and `uniquenessKey`).
@@ -396,7 +397,7 @@ pub struct DeadLetterSelection {
 }
 
 /// `POST /api/v1/dead-letters/redrive`'s answer.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct RedriveResponse {
     /// How many dead letters were enqueued again.
@@ -406,7 +407,7 @@ pub struct RedriveResponse {
 }
 
 /// `POST /api/v1/dead-letters/purge`'s answer.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct PurgeResponse {
     /// How many dead letters were deleted.
@@ -414,7 +415,7 @@ pub struct PurgeResponse {
 }
 
 /// A suspension: what it holds back, since when and why.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct SuspensionView {
     /// orderingId, taskType or group.
@@ -428,7 +429,7 @@ pub struct SuspensionView {
 }
 
 /// `GET /api/v1/suspensions`'s answer.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct SuspensionsResponse {
     /// Every suspension in force, by kind and target.
@@ -437,7 +438,7 @@ pub struct SuspensionsResponse {
 
 /// `POST /api/v1/suspensions`'s body. Optional parts, as in [`TaskQuery`], so that a missing
 /// one is answered with its name.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct SuspendRequest {
     /// orderingId, taskType or group.
@@ -450,7 +451,7 @@ pub struct SuspendRequest {
 }
 
 /// `DELETE /api/v1/suspensions`'s query: the suspension to lift.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct SuspensionQuery {
     /// orderingId, taskType or group.
@@ -460,7 +461,7 @@ pub struct SuspensionQuery {
 }
 
 /// `GET /api/v1/jobs`'s answer.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct JobsResponse {
     /// The queue's jobs (within the status retention), newest first.
@@ -468,7 +469,7 @@ pub struct JobsResponse {
 }
 
 /// A job and its progress (`GET /api/v1/jobs/{id}`).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct JobView {
     /// The job's id.
@@ -503,7 +504,7 @@ pub struct JobView {
 }
 
 /// A failed bucket of a job.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct BucketError {
     /// The bucket's number, from 1.
@@ -517,7 +518,7 @@ pub struct BucketError {
 }
 
 /// A recurring schedule and where its chain stands (`GET /api/v1/schedules`).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ScheduleView {
     /// The definition, as created.
@@ -542,7 +543,7 @@ pub struct ScheduleView {
 }
 
 /// `GET /api/v1/schedules`'s answer.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct SchedulesResponse {
     /// Every schedule of the queue, by id.
@@ -550,7 +551,7 @@ pub struct SchedulesResponse {
 }
 
 /// What one fire did.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct FireView {
     /// The fire time.
@@ -572,7 +573,7 @@ pub struct FireView {
 }
 
 /// `GET /api/v1/schedules/{id}`'s answer: the schedule, its next fire times and its last fires.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ScheduleDetail {
     /// The schedule.
@@ -584,7 +585,7 @@ pub struct ScheduleDetail {
 }
 
 /// `POST /api/v1/schedules/preview`'s answer: what a definition would do, without creating it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct PreviewResponse {
     /// The cadence in words.
@@ -595,9 +596,48 @@ pub struct PreviewResponse {
 
 /// The optional `count` of `GET /api/v1/schedules/{id}` and `POST /api/v1/schedules/preview`:
 /// how many next fire times to show (default 5, at most 100).
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct PreviewQuery {
     /// How many.
     pub count: Option<usize>,
+}
+
+/// `POST /api/v1/tasks`'s answer. 201: every task was acknowledged by the broker. 400: a task
+/// of the request was refused (each one in `failed`), and none was sent. 502: the broker did
+/// not acknowledge some (in `failed`; those in `enqueued` were), so the caller may send the
+/// request again (a task sent twice with the same key is one task).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct EnqueueResponse {
+    /// What went wrong, when something did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// The tasks the broker acknowledged, in the request's order.
+    pub enqueued: Vec<EnqueuedTask>,
+    /// The tasks refused or not acknowledged, by their place in the request (from 0).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub failed: Vec<EnqueueFailure>,
+}
+
+/// A task of [`EnqueueResponse`] the broker acknowledged.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct EnqueuedTask {
+    /// Its key, `orderingId/scheduledTime/uniquenessKey`.
+    pub task: String,
+    /// Its type.
+    pub task_type: String,
+    /// The partition it went to (the partition of its orderingId).
+    pub partition: PartitionId,
+}
+
+/// A task of [`EnqueueResponse`] that was not enqueued.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct EnqueueFailure {
+    /// Its place in the request, from 0 (0 for a single task).
+    pub index: usize,
+    /// Why.
+    pub error: String,
 }

@@ -6,6 +6,7 @@
 //! | `GET /api/v1/status` | node id, version, owned partitions, tasks in memory per stage and Kafka lag per partition |
 //! | `GET /api/v1/task?orderingId=&scheduledTime=&uniquenessKey=[&history=N]` | the task, its status, attempt count and attempt history (newest first, at most N, default 20) |
 //! | `GET /api/v1/tasks?from=&to=&limit=[&fromOrderingId=&fromUniquenessKey=]` | incomplete tasks due in `[from, to)` across all partitions, in task-key order, with the cursor of the next page |
+//! | `POST /api/v1/tasks` with a task or an array of tasks (the wire format) | enqueue them, answered once the broker acknowledged (201), with each refused task (400, none sent) |
 //! | `GET /api/v1/task?orderingId=&uniquenessKey=` | the same for the current task of an identity (scheduled with a conflict mode) |
 //! | `POST /api/v1/task/cancel` with `{"orderingId","scheduledTime","uniquenessKey"}` | enqueue a cancellation on the task's partition; without `scheduledTime`, of the identity's pending task |
 //! | `POST /api/v1/task/reschedule` with `{"orderingId","uniquenessKey","scheduledTime"}` | enqueue moving the identity's pending task to `scheduledTime` |
@@ -23,6 +24,7 @@
 //! | `POST /api/v1/schedules/preview?count=` with a definition | its next fire times, nothing created |
 //! | `GET /api/v1/jobs` | the queue's jobs with their progress: buckets done, failed, pending, items |
 //! | `GET /api/v1/jobs/{id}` | one job, with its failed buckets and why |
+//! | `GET /api/v1/openapi.json` | this API as an OpenAPI 3.1 document |
 //! | `GET /metrics` | the node's metrics (OpenMetrics text) |
 //!
 //! The requests and answers are in [`api`], public as `scheduler_core::admin_api` so that
@@ -46,11 +48,15 @@ use crate::store::{AttemptOutcome, PartitionId, StatusRecord, TaskStatus};
 
 pub mod api;
 mod dead_letters;
+mod enqueue;
 mod jobs;
 mod listing;
+mod openapi;
 mod schedules;
 mod state;
 mod suspensions;
+#[cfg(test)]
+mod test_app;
 use api::{
     AttemptView, CancelResponse, PartitionStatus, ReadyResponse, StatusResponse, TaskKeyBody,
     TaskQuery, TaskResponse,
@@ -94,7 +100,7 @@ fn queue_routes() -> Router<Arc<AdminState>> {
         .route("/api/v1/task", get(task))
         .route("/api/v1/task/cancel", post(cancel))
         .route("/api/v1/task/reschedule", post(reschedule))
-        .route("/api/v1/tasks", get(tasks))
+        .route("/api/v1/tasks", get(tasks).post(enqueue::enqueue))
         .route("/api/v1/dead-letters", get(dead_letters::list))
         .route("/api/v1/dead-letters/redrive", post(dead_letters::redrive))
         .route("/api/v1/dead-letters/purge", post(dead_letters::purge))
@@ -117,6 +123,7 @@ fn queue_routes() -> Router<Arc<AdminState>> {
         )
         .route("/api/v1/schedules/{id}/pause", post(schedules::pause))
         .route("/api/v1/schedules/{id}/resume", post(schedules::resume))
+        .route("/api/v1/openapi.json", get(openapi::serve))
         .route("/metrics", get(metrics))
 }
 

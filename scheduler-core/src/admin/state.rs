@@ -49,6 +49,10 @@ pub struct AdminState {
     pub handles_every_type: bool,
     /// The bearer token every request must carry, if any.
     pub token: Option<String>,
+    /// How far in the past a task enqueued over HTTP may be due (the queue's grace window).
+    pub scheduling_grace_window: std::time::Duration,
+    /// Largest encoded task enqueued over HTTP (the queue's `max_task_data_bytes`).
+    pub max_task_bytes: usize,
 }
 
 /// An error answered as JSON.

@@ -209,6 +209,8 @@ impl SchedulerNode {
                     handlers: handler_types.clone(),
                     handles_every_type,
                     token: settings.admin.token.clone(),
+                    scheduling_grace_window: p.queue.scheduling.scheduling_grace_window,
+                    max_task_bytes: p.queue.scheduling.max_task_data_bytes,
                 }));
             }
             Some(start_admin(&settings.admin.listen, states, runtime).await?)

@@ -19,6 +19,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, TimeDelta, Utc};
 use chrono_tz::Tz;
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::settings::duration_text;
@@ -36,7 +37,7 @@ pub const MAX_CATCH_UP_RUNS: usize = 1000;
 const MAX_SCAN: usize = 100_000;
 
 /// A recurring schedule as a user defines it (the admin API's JSON, camelCase).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct ScheduleSpec {
     /// Names the schedule (letters, digits, `-`, `_`, `.`, `:`; at most 200 bytes). Absent
@@ -56,6 +57,7 @@ pub struct ScheduleSpec {
         skip_serializing_if = "Option::is_none",
         with = "optional_duration"
     )]
+    #[schemars(with = "Option<String>")]
     pub every: Option<Duration>,
     /// The type of the task each fire enqueues.
     pub task_type: String,
@@ -80,6 +82,7 @@ pub struct ScheduleSpec {
         skip_serializing_if = "Option::is_none",
         with = "optional_duration"
     )]
+    #[schemars(with = "Option<String>")]
     pub catch_up_window: Option<Duration>,
     /// Each run is due up to this much after its fire time (a fixed offset per fire time, so
     /// a run enqueued twice has one time), spreading schedules that share a fire time.
@@ -88,6 +91,7 @@ pub struct ScheduleSpec {
         skip_serializing_if = "Option::is_none",
         with = "optional_duration"
     )]
+    #[schemars(with = "Option<String>")]
     pub jitter: Option<Duration>,
     /// A tick running more than this after its fire time is late: its catch-up policy decides
     /// (default 5s).
@@ -96,11 +100,12 @@ pub struct ScheduleSpec {
         skip_serializing_if = "Option::is_none",
         with = "optional_duration"
     )]
+    #[schemars(with = "Option<String>")]
     pub misfire_threshold: Option<Duration>,
 }
 
 /// Whether a fire enqueues a run while the previous one has not finished.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub enum Overlap {
     /// Skip the fire (recorded as skipped) while the previous run has no final status.
@@ -111,7 +116,7 @@ pub enum Overlap {
 }
 
 /// What a late tick does with the fire times that passed while no node ran it.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub enum CatchUp {
     /// Run none of them; the schedule goes on from the next fire time.
