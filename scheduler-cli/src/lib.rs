@@ -16,6 +16,7 @@ mod admin_client;
 mod args;
 mod commands;
 mod output;
+mod telemetry;
 
 use std::io::Write;
 
@@ -23,28 +24,7 @@ use clap::Parser;
 
 use args::{Cli, Command};
 pub use output::{EXIT_FAILURE, EXIT_NOT_FOUND, EXIT_USAGE};
-
-/// Sets up logging to stderr: `RUST_LOG` filters (default: warnings, and the node's info), and
-/// `SCHEDULER_LOG_FORMAT=json` writes JSON lines instead of text (coloured only on a terminal). Task data is never logged above
-/// debug level.
-pub fn init_logging() {
-    // The drivers' own connection warnings repeat what the engine reports with more context
-    // (and would bury a failed start's one error line); RUST_LOG brings them back.
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| {
-        tracing_subscriber::EnvFilter::new("warn,scheduler_core=info,scylla=off,rdkafka=error")
-    });
-    // Colours only on a terminal: a log file or a journal gets plain text.
-    let terminal = std::io::IsTerminal::is_terminal(&std::io::stderr());
-    let builder = tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
-        .with_ansi(terminal)
-        .with_env_filter(filter);
-    if std::env::var("SCHEDULER_LOG_FORMAT").is_ok_and(|f| f.eq_ignore_ascii_case("json")) {
-        builder.json().init();
-    } else {
-        builder.init();
-    }
-}
+pub use telemetry::{init_logging, telemetry_of, Exporting};
 
 /// Runs the command line `args` (the first is the program name), writing output to `out` and
 /// errors to stderr; returns the exit code.

@@ -1,8 +1,13 @@
 //! The `scheduler` command line; see `scheduler --help`. Logs go to stderr: `RUST_LOG` filters
-//! them, `SCHEDULER_LOG_FORMAT=json` makes them JSON lines.
+//! them, `SCHEDULER_LOG_FORMAT=json` makes them JSON lines. `scheduler node` exports its spans
+//! when its settings' `[telemetry] otlp_endpoint` is set.
 
 fn main() -> std::process::ExitCode {
-    scheduler_cli::init_logging();
-    let code = scheduler_cli::run(std::env::args_os(), &mut std::io::stdout());
+    let args: Vec<_> = std::env::args_os().collect();
+    let telemetry = scheduler_cli::telemetry_of(&args);
+    let exporting = scheduler_cli::init_logging(telemetry.as_ref());
+    let code = scheduler_cli::run(args, &mut std::io::stdout());
+    // Flushes the spans still buffered before the process ends.
+    drop(exporting);
     std::process::ExitCode::from(u8::try_from(code).unwrap_or(1))
 }

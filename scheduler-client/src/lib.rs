@@ -7,6 +7,8 @@
 //! - [`partition_for`]: the partition of an `orderingId`, Kafka's default keyed partitioner.
 //! - [`Scheduler`]: validates, encodes and enqueues tasks, resolving once Kafka acknowledged them.
 //! - [`defaults`]: the defaults the client and the node share.
+//! - [`trace`]: the W3C `traceparent` each record carries, linking a task's run to the
+//!   operation that scheduled it.
 
 #![warn(missing_docs)]
 
@@ -14,6 +16,7 @@ pub mod defaults;
 mod partitioner;
 mod scheduler;
 mod task;
+pub mod trace;
 pub mod wire;
 
 pub use partitioner::{murmur2, partition_for};

@@ -12,6 +12,7 @@ use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
 use rdkafka::config::ClientConfig;
 use rdkafka::error::KafkaError;
+use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{FutureProducer, FutureRecord, Producer};
 use rdkafka::util::Timeout;
 use tokio::sync::OnceCell;
@@ -20,6 +21,7 @@ use tracing::debug;
 use crate::defaults;
 use crate::partitioner::partition_for;
 use crate::task::{Task, TaskIdentity, TaskKey};
+use crate::trace;
 use crate::wire::{self, ContentError};
 
 /// Where and how to enqueue.
@@ -351,7 +353,13 @@ impl Scheduler {
             });
         }
         let topic = self.config.topic_of(&task.task_type);
-        let offset = self.send(topic, &task.ordering_id, &payload).await?;
+        let trace = task
+            .trace_parent
+            .clone()
+            .or_else(trace::current_trace_parent);
+        let offset = self
+            .send(topic, &task.ordering_id, &payload, trace.as_deref())
+            .await?;
         debug!(task = %task.key(), topic, offset, "task enqueued");
         Ok(())
     }
@@ -400,13 +408,20 @@ impl Scheduler {
         topic: &str,
         ordering_id: &str,
         payload: &[u8],
+        trace_parent: Option<&str>,
     ) -> Result<i64, ScheduleError> {
         let partitions = self.partition_count_of(topic).await?;
         let partition = partition_for(ordering_id, partitions);
-        let record = FutureRecord::to(topic)
+        let mut record = FutureRecord::to(topic)
             .key(ordering_id)
             .partition(partition)
             .payload(payload);
+        if let Some(value) = trace_parent {
+            record = record.headers(OwnedHeaders::new().insert(Header {
+                key: trace::TRACEPARENT_HEADER,
+                value: Some(value),
+            }));
+        }
         // librdkafka enforces message.timeout.ms only at its next timeout scan (seconds later when
         // the broker is down); the deadline here keeps the promise of `delivery_timeout`.
         let timeout = self.config.delivery_timeout;
@@ -481,7 +496,12 @@ impl Routed<'_> {
     async fn cancel_unmeasured(&self, key: &TaskKey) -> Result<(), ScheduleError> {
         wire::check_key(&key.ordering_id, &key.uniqueness_key)?;
         self.scheduler
-            .send(self.topic, &key.ordering_id, &wire::encode_cancel(key))
+            .send(
+                self.topic,
+                &key.ordering_id,
+                &wire::encode_cancel(key),
+                None,
+            )
             .await?;
         debug!(task = %key, "cancellation enqueued");
         Ok(())
@@ -516,6 +536,7 @@ impl Routed<'_> {
                     self.topic,
                     &identity.ordering_id,
                     &wire::encode_reschedule(identity, to),
+                    None,
                 )
                 .await
                 .map(|_| debug!(%identity, to = %wire::format_time(to), "reschedule enqueued")),
@@ -539,6 +560,7 @@ impl Routed<'_> {
                     self.topic,
                     &identity.ordering_id,
                     &wire::encode_cancel_identity(identity),
+                    None,
                 )
                 .await
                 .map(|_| debug!(%identity, "cancellation by identity enqueued")),

@@ -214,6 +214,10 @@ pub struct Task {
     /// Set on a group's join task (created by the engine): the id of the group of the task's
     /// type that finished. Its handler's `group_finished` runs instead of `execute`.
     pub join_of: Option<String>,
+    /// The W3C `traceparent` of the operation that scheduled the task: sent as the record's
+    /// header (by default the current OpenTelemetry span's, see [`crate::trace`]), kept with the
+    /// task by the node, and linked from the span of its execution.
+    pub trace_parent: Option<String>,
 }
 
 impl Task {
@@ -235,6 +239,7 @@ impl Task {
             enqueue_offset: None,
             group: None,
             join_of: None,
+            trace_parent: None,
         }
     }
 
@@ -264,6 +269,13 @@ impl Task {
     /// The task with a priority among due tasks waiting for a slot (higher first).
     pub fn with_priority(mut self, priority: i32) -> Task {
         self.priority = priority;
+        self
+    }
+
+    /// The task with the trace context to send with it (a W3C `traceparent`), instead of the
+    /// current span's.
+    pub fn with_trace_parent(mut self, trace_parent: impl Into<String>) -> Task {
+        self.trace_parent = Some(trace_parent.into());
         self
     }
 

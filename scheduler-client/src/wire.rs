@@ -423,8 +423,10 @@ impl From<WireGroup> for GroupMember {
     }
 }
 
-/// A task's group fields as the node stores them (a `grouping` column): the wire's `group` and
-/// `joinOf`, in one JSON object.
+/// What the node stores of a task besides its columns (a `grouping` column, named for what it
+/// first held): the wire's `group` and `joinOf`, and the record's `traceparent` header, in one
+/// JSON object. Readers ignore fields they do not know, so a field added here needs no schema
+/// change and older nodes read newer rows.
 #[derive(Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 struct Grouping {
@@ -432,26 +434,31 @@ struct Grouping {
     group: Option<WireGroup>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     join_of: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    trace_parent: Option<String>,
 }
 
-/// A task's `group` and `joinOf` as one JSON text, for storage; `None` when it has neither.
+/// A task's `group`, `joinOf` and trace context as one JSON text, for storage; `None` when it
+/// has none of them.
 pub fn encode_grouping(task: &Task) -> Option<String> {
-    if task.group.is_none() && task.join_of.is_none() {
+    if task.group.is_none() && task.join_of.is_none() && task.trace_parent.is_none() {
         return None;
     }
     let grouping = Grouping {
         group: task.group.as_ref().map(WireGroup::from),
         join_of: task.join_of.clone(),
+        trace_parent: task.trace_parent.clone(),
     };
     serde_json::to_string(&grouping).ok()
 }
 
-/// `task` with the group fields stored as [`encode_grouping`] wrote them.
+/// `task` with the fields stored as [`encode_grouping`] wrote them.
 pub fn with_grouping(mut task: Task, stored: Option<&str>) -> Result<Task, serde_json::Error> {
     if let Some(text) = stored {
         let grouping: Grouping = serde_json::from_str(text)?;
         task.group = grouping.group.map(GroupMember::from);
         task.join_of = grouping.join_of;
+        task.trace_parent = grouping.trace_parent;
     }
     Ok(task)
 }

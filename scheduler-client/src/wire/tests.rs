@@ -366,11 +366,14 @@ fn group_members_and_joins_have_the_documented_shape_and_round_trip() {
     );
     assert_eq!(decode(Some(text.as_bytes()), 1 << 20).unwrap(), child);
     // The stored form carries the same fields back.
-    for task in [member, open, join, child, sample()] {
+    let traced =
+        sample().with_trace_parent("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01");
+    for task in [member, open, join, child, sample(), traced] {
         let stored = encode_grouping(&task);
         let plain = Task {
             group: None,
             join_of: None,
+            trace_parent: None,
             ..task.clone()
         };
         assert_eq!(with_grouping(plain, stored.as_deref()).unwrap(), task);

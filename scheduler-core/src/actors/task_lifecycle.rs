@@ -40,9 +40,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use actix::Addr;
+use scheduler_client::trace::parse_trace_parent;
 use scheduler_client::{Task, TaskIdentity, TaskKey};
 use tokio::sync::watch;
 use tracing::{debug, warn, Instrument};
+use tracing_opentelemetry::OpenTelemetrySpanExt;
 
 use super::partition_ownership::{CheckOwnership, Ownership, PartitionOwnership};
 use super::{PartitionDeps, TreeError};
@@ -108,6 +110,9 @@ pub(crate) async fn run_task(
     links: ExecutionLinks,
 ) -> ExecutionOutcome {
     let key = task.key();
+    // OpenTelemetry's messaging conventions: the processing of a message, linked to the
+    // context that produced it (a link, not a parent: the task may run hours later, from
+    // Cassandra, on another node). Without an OpenTelemetry layer the link is a no-op.
     let span = tracing::info_span!(
         "task",
         partition,
@@ -115,7 +120,14 @@ pub(crate) async fn run_task(
         ordering_id = %key.ordering_id,
         uniqueness_key = %key.uniqueness_key,
         scheduled_time = %scheduler_client::wire::format_time(key.scheduled_time),
+        otel.kind = "consumer",
+        messaging.system = "kafka",
+        messaging.operation.type = "process",
+        messaging.destination.partition.id = partition,
     );
+    if let Some(producer) = task.trace_parent.as_deref().and_then(parse_trace_parent) {
+        span.add_link(producer);
+    }
     let mut run = TaskRun {
         partition,
         key,

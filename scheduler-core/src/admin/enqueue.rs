@@ -9,10 +9,10 @@ use std::sync::Arc;
 
 use axum::body::Bytes;
 use axum::extract::State;
-use axum::http::StatusCode;
+use axum::http::{HeaderMap, StatusCode};
 use axum::Json;
 use chrono::Utc;
-use scheduler_client::{partition_for, wire, Task};
+use scheduler_client::{partition_for, trace, wire, Task};
 use serde_json::value::RawValue;
 use tracing::{info, Instrument};
 
@@ -24,13 +24,27 @@ pub(super) const MAX_BATCH: usize = 1000;
 
 pub(super) async fn enqueue(
     State(state): State<Arc<AdminState>>,
+    headers: HeaderMap,
     body: Bytes,
 ) -> (StatusCode, Json<EnqueueResponse>) {
+    // The caller's trace (a W3C `traceparent` header) goes on with its tasks, so their runs
+    // link to the request that scheduled them, as a Kafka producer's would.
+    let caller_trace = headers
+        .get(trace::TRACEPARENT_HEADER)
+        .and_then(|v| v.to_str().ok())
+        .filter(|text| trace::parse_trace_parent(text).is_some())
+        .map(str::to_string);
     let span =
         tracing::info_span!("http_enqueue", queue = %state.queue, tasks = tracing::field::Empty);
     async move {
-        let tasks = match decode(&state, &body) {
-            Ok(tasks) => tasks,
+        let tasks: Vec<Task> = match decode(&state, &body) {
+            Ok(tasks) => tasks
+                .into_iter()
+                .map(|task| match &caller_trace {
+                    Some(trace) => task.with_trace_parent(trace.clone()),
+                    None => task,
+                })
+                .collect(),
             Err((error, failed)) => return refused(error, failed),
         };
         tracing::Span::current().record("tasks", tasks.len());

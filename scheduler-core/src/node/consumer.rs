@@ -10,11 +10,11 @@ use std::time::Duration;
 
 use actix::Addr;
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance};
-use rdkafka::message::{BorrowedMessage, Message};
+use rdkafka::message::{BorrowedMessage, Headers, Message};
 use rdkafka::statistics::Statistics;
 use rdkafka::{ClientContext, Offset, TopicPartitionList};
-use scheduler_client::partition_for;
 use scheduler_client::wire::{self, Record};
+use scheduler_client::{partition_for, trace, Task};
 use tracing::{debug, error, info, warn};
 
 use crate::actors::topic_supervisor::{
@@ -267,7 +267,7 @@ impl PollLoop {
         match decoded {
             Ok(Record::Task(task)) => {
                 debug!(partition, offset, task = %task.key(), "task polled");
-                let task = task.enqueued_at(offset);
+                let task = with_trace_parent(task.enqueued_at(offset), message);
                 let polled = batch.tasks.entry(partition).or_default();
                 if task.on_conflict.is_some() {
                     polled.by_identity.push(IdentityOp::Schedule(task));
@@ -384,4 +384,18 @@ mod tests {
         );
         assert!(final_offsets(&committed, &[]).is_empty());
     }
+}
+
+/// `task` with the W3C trace context its record carries (the `traceparent` header), when well
+/// formed: its execution's span links to it.
+fn with_trace_parent(mut task: Task, message: &BorrowedMessage<'_>) -> Task {
+    task.trace_parent = message.headers().and_then(|headers| {
+        headers
+            .iter()
+            .find(|h| h.key == trace::TRACEPARENT_HEADER)
+            .and_then(|h| std::str::from_utf8(h.value?).ok())
+            .filter(|text| trace::parse_trace_parent(text).is_some())
+            .map(str::to_string)
+    });
+    task
 }

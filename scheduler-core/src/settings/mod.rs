@@ -72,6 +72,30 @@ pub struct Settings {
     pub admin: AdminSettings,
     /// Queues besides the default one (`[[queues]]`), each for its own task types.
     pub queues: Vec<QueueSettings>,
+    /// Traces exported to an OpenTelemetry collector (`scheduler node`).
+    pub telemetry: TelemetrySettings,
+}
+
+/// Trace export: the spans of the node's tasks (each linked to the trace that scheduled it),
+/// sent over OTLP/HTTP (protobuf) by `scheduler node`. A program embedding the node installs its
+/// own `tracing-opentelemetry` layer instead.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct TelemetrySettings {
+    /// The collector's OTLP/HTTP address (`http://127.0.0.1:4318`; spans go to `/v1/traces`);
+    /// unset, nothing is exported.
+    pub otlp_endpoint: Option<String>,
+    /// The `service.name` of the exported spans.
+    pub service_name: String,
+}
+
+impl Default for TelemetrySettings {
+    fn default() -> Self {
+        TelemetrySettings {
+            otlp_endpoint: None,
+            service_name: "scheduler".into(),
+        }
+    }
 }
 
 /// The admin HTTP API (status, task lookup, cancellation, metrics).

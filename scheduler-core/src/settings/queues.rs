@@ -262,6 +262,7 @@ impl Settings {
                 kafka: q.kafka.clone(),
                 cassandra: q.cassandra.clone(),
                 admin: self.admin.clone(),
+                telemetry: self.telemetry.clone(),
                 queues: Vec::new(),
             };
             alone

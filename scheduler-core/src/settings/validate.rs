@@ -14,6 +14,14 @@ const CQL_MAP: &str =
 
 const CASSANDRA_TTL: &str = "must be whole seconds, at most 20 years (0s: kept forever)";
 
+/// An OTLP/HTTP address: a scheme the exporter speaks and a host.
+fn is_http_url(text: &str) -> bool {
+    ["http://", "https://"]
+        .iter()
+        .filter_map(|scheme| text.strip_prefix(scheme))
+        .any(|rest| !rest.is_empty() && !rest.starts_with('/'))
+}
+
 /// Cassandra counts a TTL in whole seconds, up to 20 years.
 fn is_cassandra_ttl(ttl: Duration) -> bool {
     ttl.subsec_nanos() == 0 && ttl.as_secs() <= 20 * 365 * 24 * 3600
@@ -30,6 +38,7 @@ impl Settings {
     /// The rules of the default queue's settings.
     pub(super) fn validate_one(&self) -> Result<(), SettingsError> {
         let (s, k, c, a) = (&self.scheduling, &self.kafka, &self.cassandra, &self.admin);
+        let t = &self.telemetry;
         // One rule a line: the setting, when it is wrong, and what it must be. Every check is
         // cheap and has no effect, so all are evaluated and the first broken one is reported.
         #[rustfmt::skip]
@@ -63,6 +72,8 @@ impl Settings {
             ("cassandra.attempts_ttl", !is_cassandra_ttl(c.attempts_ttl), CASSANDRA_TTL),
             ("admin.listen", a.enabled && a.listen.parse::<SocketAddr>().is_err(), "must be an IP address and port, such as 127.0.0.1:9464"),
             ("admin.token", a.token.as_deref().is_some_and(|t| t.trim().is_empty()), "must not be empty when set"),
+            ("telemetry.otlp_endpoint", t.otlp_endpoint.as_deref().is_some_and(|e| !is_http_url(e)), "must be an http:// or https:// address, such as http://127.0.0.1:4318"),
+            ("telemetry.service_name", t.service_name.trim().is_empty(), "must not be empty"),
         ];
         match rules.iter().find(|(_, broken, _)| *broken) {
             Some(&(key, _, reason)) => Err(SettingsError::Invalid {
