@@ -94,7 +94,7 @@ impl TestEnv {
                 listen: "127.0.0.1:0".into(),
                 ..AdminSettings::default()
             },
-            queues: Vec::new(),
+            ..Settings::default()
         }
     }
 
