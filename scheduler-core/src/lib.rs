@@ -6,6 +6,8 @@
 //! - [`settings`]: node settings (TOML and environment).
 //! - [`store`]: the schedule, task status and attempts in Cassandra, for tools that read them.
 //! - [`admin_api`]: the admin HTTP API's requests and answers, shared with its clients.
+//! - `testing` (with the `testing` feature): an in-process engine on a manual clock, to
+//!   unit-test handlers, retries, dead letters, groups and schedules without Kafka or Cassandra.
 //!
 //! The rest (the per-partition actor tree, leases, metrics, the admin API's server) is internal;
 //! see `design.md` for the architecture.
@@ -33,6 +35,8 @@ pub mod settings;
 mod slots;
 pub mod store;
 mod suspend;
+#[cfg(feature = "testing")]
+pub mod testing;
 
 /// The admin HTTP API's requests and answers, for clients such as the `scheduler` command; the
 /// API itself is internal.

@@ -1,5 +1,6 @@
 //! Persistence of the schedule, task status and attempt history: the [`TaskStore`] trait, with
-//! the Cassandra implementation used by nodes and an in-memory one for unit tests.
+//! the Cassandra implementation used by nodes and an in-memory one for unit tests and the
+//! testing kit (`testing` feature).
 //!
 //! Every method takes owned arguments and returns a `'static` future so actors can run it.
 
@@ -8,8 +9,11 @@ pub mod dead_letters;
 pub mod groups;
 pub mod identities;
 pub mod jobs;
-#[cfg(test)]
-pub mod memory;
+// The unit tests' and the simulation's store, and the testing kit's (`crate::testing`), which
+// uses only part of it.
+#[cfg(any(test, feature = "testing"))]
+#[cfg_attr(not(test), allow(dead_code))]
+pub(crate) mod memory;
 pub(crate) mod pages;
 pub mod recurring;
 pub mod suspensions;

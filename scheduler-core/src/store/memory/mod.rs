@@ -1,4 +1,5 @@
-//! In-memory [`super::TaskStore`] for unit tests: the same semantics as the Cassandra store,
+//! In-memory [`super::TaskStore`] for unit tests, the simulation and the testing kit
+//! (`crate::testing`): the same semantics as the Cassandra store,
 //! plus failure injection and latency (here) and the tables' operations (`tables.rs`).
 
 use std::collections::{BTreeMap, HashMap};
