@@ -47,7 +47,8 @@ use crate::executor::CallPool;
 use crate::in_flight::InFlightGauges;
 use crate::metrics::Metrics;
 use crate::settings::SchedulingSettings;
-use crate::store::{LeaseStore, StoreError, TaskStore};
+use crate::store::{LeaseStore, PartitionId, StoreError, TaskStore};
+use scheduler_client::wire::Record;
 use scheduler_client::{Task, TaskKey};
 
 /// What one poll brought for one partition, in partition order: tasks to schedule (a task with
@@ -63,6 +64,42 @@ pub struct PolledTasks {
     pub cancels: Vec<TaskKey>,
     /// Records acting on an identity, in partition order.
     pub by_identity: Vec<IdentityOp>,
+}
+
+impl PolledTasks {
+    /// Adds a decoded record of `partition` at `offset`, as the poll loop hands records over:
+    /// a task stamped with its offset (one with a conflict mode acts on its identity), a
+    /// cancellation, an identity's cancellation or reschedule.
+    pub(crate) fn add(&mut self, partition: PartitionId, offset: i64, record: Record) {
+        match record {
+            Record::Task(task) => {
+                tracing::debug!(partition, offset, task = %task.key(), "task polled");
+                let task = task.enqueued_at(offset);
+                if task.on_conflict.is_some() {
+                    self.by_identity.push(IdentityOp::Schedule(task));
+                } else {
+                    self.tasks.push(task);
+                }
+            }
+            Record::Cancel(key) => {
+                tracing::debug!(partition, offset, task = %key, "cancellation polled");
+                self.cancels.push(key);
+            }
+            Record::CancelIdentity(identity) => {
+                tracing::debug!(partition, offset, %identity, "cancellation by identity polled");
+                self.by_identity
+                    .push(IdentityOp::Cancel { identity, offset });
+            }
+            Record::Reschedule(identity, to) => {
+                tracing::debug!(partition, offset, %identity, "reschedule polled");
+                self.by_identity.push(IdentityOp::Reschedule {
+                    identity,
+                    to,
+                    offset,
+                });
+            }
+        }
+    }
 }
 
 /// A record that acts on a task's identity (see [`crate::identity`]).

@@ -20,7 +20,7 @@ use tracing::{debug, error, info, warn};
 use crate::actors::topic_supervisor::{
     AssignPartitions, ProcessTaskBatch, RevokePartitions, TopicSupervisor,
 };
-use crate::actors::{IdentityOp, PolledTasks};
+use crate::actors::PolledTasks;
 use crate::metrics::{Metrics, ParkReason, Parked, RebalanceKind};
 use crate::store::PartitionId;
 
@@ -265,43 +265,16 @@ impl PollLoop {
                 }
             });
         match decoded {
-            Ok(Record::Task(task)) => {
-                debug!(partition, offset, task = %task.key(), "task polled");
-                let task = with_trace_parent(task.enqueued_at(offset), message);
-                let polled = batch.tasks.entry(partition).or_default();
-                if task.on_conflict.is_some() {
-                    polled.by_identity.push(IdentityOp::Schedule(task));
-                } else {
-                    polled.tasks.push(task);
-                }
-            }
-            Ok(Record::CancelIdentity(identity)) => {
-                debug!(partition, offset, %identity, "cancellation by identity polled");
-                let op = IdentityOp::Cancel { identity, offset };
-                batch
-                    .tasks
-                    .entry(partition)
-                    .or_default()
-                    .by_identity
-                    .push(op);
-            }
-            Ok(Record::Reschedule(identity, to)) => {
-                debug!(partition, offset, %identity, "reschedule polled");
-                let op = IdentityOp::Reschedule {
-                    identity,
-                    to,
-                    offset,
+            Ok(record) => {
+                let record = match record {
+                    Record::Task(task) => Record::Task(with_trace_parent(task, message)),
+                    other => other,
                 };
                 batch
                     .tasks
                     .entry(partition)
                     .or_default()
-                    .by_identity
-                    .push(op);
-            }
-            Ok(Record::Cancel(key)) => {
-                debug!(partition, offset, task = %key, "cancellation polled");
-                batch.tasks.entry(partition).or_default().cancels.push(key);
+                    .add(partition, offset, record);
             }
             Err((reason, detail)) => {
                 let record = Parked::Record {

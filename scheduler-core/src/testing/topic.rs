@@ -18,7 +18,7 @@ use scheduler_client::{defaults, partition_for, ScheduleError, Task, TaskIdentit
 use tokio::sync::Notify;
 use tracing::warn;
 
-use crate::actors::{IdentityOp, PolledTasks};
+use crate::actors::PolledTasks;
 use crate::clock::Clock;
 use crate::enqueue::{EnqueueError, Enqueuer};
 use crate::store::PartitionId;
@@ -35,10 +35,11 @@ pub(super) struct Topic {
     appended: Notify,
 }
 
-/// A partition's records and how far the consumer committed.
+/// A partition's records (each with its `traceparent` header, if any) and how far the
+/// consumer committed.
 #[derive(Default)]
 struct Log {
-    records: Vec<Vec<u8>>,
+    records: Vec<(Vec<u8>, Option<String>)>,
     committed: usize,
 }
 
@@ -66,14 +67,18 @@ impl Topic {
                 max: defaults::MAX_TASK_BYTES,
             });
         }
-        self.append(&task.ordering_id, record);
+        let trace = task
+            .trace_parent
+            .clone()
+            .or_else(scheduler_client::trace::current_trace_parent);
+        self.append(&task.ordering_id, record, trace);
         Ok(())
     }
 
     /// `Scheduler::cancel_task`.
     pub(super) fn cancel(&self, key: &TaskKey) -> Result<(), ScheduleError> {
         wire::check_key(&key.ordering_id, &key.uniqueness_key)?;
-        self.append(&key.ordering_id, wire::encode_cancel(key));
+        self.append(&key.ordering_id, wire::encode_cancel(key), None);
         Ok(())
     }
 
@@ -92,7 +97,7 @@ impl Topic {
         );
         scheduler_client::validate(&as_task, self.clock.now(), self.grace)?;
         let record = wire::encode_reschedule(identity, to);
-        self.append(&identity.ordering_id, record);
+        self.append(&identity.ordering_id, record, None);
         Ok(())
     }
 
@@ -100,14 +105,14 @@ impl Topic {
     pub(super) fn cancel_identity(&self, identity: &TaskIdentity) -> Result<(), ScheduleError> {
         wire::check_key(&identity.ordering_id, &identity.uniqueness_key)?;
         let record = wire::encode_cancel_identity(identity);
-        self.append(&identity.ordering_id, record);
+        self.append(&identity.ordering_id, record, None);
         Ok(())
     }
 
-    fn append(&self, ordering_id: &str, record: Vec<u8>) {
+    fn append(&self, ordering_id: &str, record: Vec<u8>, trace_parent: Option<String>) {
         let partition = partition_for(ordering_id, self.partitions);
         if let Some(log) = self.logs().get_mut(partition as usize) {
-            log.records.push(record);
+            log.records.push((record, trace_parent));
         }
         self.appended.notify_one();
     }
@@ -130,12 +135,14 @@ impl Topic {
             }
             let mut tasks = PolledTasks::default();
             for offset in log.committed..end {
-                let record = log.records.get(offset).map(Vec::as_slice);
+                let Some((record, trace_parent)) = log.records.get(offset) else {
+                    continue;
+                };
                 add(
                     &mut tasks,
                     partition,
                     offset as i64,
-                    record,
+                    (record, trace_parent.as_deref()),
                     max_record_bytes,
                 );
             }
@@ -156,36 +163,21 @@ impl Topic {
     }
 }
 
-/// One record into the partition's batch, as `PollLoop::add` does it.
+/// One record (its bytes and `traceparent` header) into the partition's batch, as the node's
+/// poll loop adds it.
 fn add(
     tasks: &mut PolledTasks,
     partition: PartitionId,
     offset: i64,
-    record: Option<&[u8]>,
+    (record, trace_parent): (&[u8], Option<&str>),
     max_record_bytes: usize,
 ) {
-    match wire::decode_record(record, max_record_bytes) {
-        Ok(Record::Task(task)) => {
-            let task = task.enqueued_at(offset);
-            if task.on_conflict.is_some() {
-                tasks.by_identity.push(IdentityOp::Schedule(task));
-            } else {
-                tasks.tasks.push(task);
-            }
+    match wire::decode_record(Some(record), max_record_bytes) {
+        Ok(Record::Task(mut task)) => {
+            task.trace_parent = trace_parent.map(str::to_string);
+            tasks.add(partition, offset, Record::Task(task));
         }
-        Ok(Record::Cancel(key)) => tasks.cancels.push(key),
-        Ok(Record::CancelIdentity(identity)) => {
-            tasks
-                .by_identity
-                .push(IdentityOp::Cancel { identity, offset });
-        }
-        Ok(Record::Reschedule(identity, to)) => {
-            tasks.by_identity.push(IdentityOp::Reschedule {
-                identity,
-                to,
-                offset,
-            });
-        }
+        Ok(record) => tasks.add(partition, offset, record),
         Err(e) => warn!(partition, offset, error = %e, "record parked"),
     }
 }
