@@ -344,6 +344,20 @@ impl PollLoop {
     }
 }
 
+/// `task` with the W3C trace context its record carries (the `traceparent` header), when well
+/// formed: its execution's span links to it.
+fn with_trace_parent(mut task: Task, message: &BorrowedMessage<'_>) -> Task {
+    task.trace_parent = message.headers().and_then(|headers| {
+        headers
+            .iter()
+            .find(|h| h.key == trace::TRACEPARENT_HEADER)
+            .and_then(|h| std::str::from_utf8(h.value?).ok())
+            .filter(|text| trace::parse_trace_parent(text).is_some())
+            .map(str::to_string)
+    });
+    task
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -357,18 +371,4 @@ mod tests {
         );
         assert!(final_offsets(&committed, &[]).is_empty());
     }
-}
-
-/// `task` with the W3C trace context its record carries (the `traceparent` header), when well
-/// formed: its execution's span links to it.
-fn with_trace_parent(mut task: Task, message: &BorrowedMessage<'_>) -> Task {
-    task.trace_parent = message.headers().and_then(|headers| {
-        headers
-            .iter()
-            .find(|h| h.key == trace::TRACEPARENT_HEADER)
-            .and_then(|h| std::str::from_utf8(h.value?).ok())
-            .filter(|text| trace::parse_trace_parent(text).is_some())
-            .map(str::to_string)
-    });
-    task
 }
