@@ -47,6 +47,7 @@ use subtle::ConstantTimeEq;
 use crate::store::{AttemptOutcome, PartitionId, StatusRecord, TaskStatus};
 
 pub mod api;
+pub(crate) mod dashboard;
 mod dead_letters;
 mod enqueue;
 mod jobs;
@@ -125,6 +126,7 @@ fn queue_routes() -> Router<Arc<AdminState>> {
         .route("/api/v1/schedules/{id}/resume", post(schedules::resume))
         .route("/api/v1/openapi.json", get(openapi::serve))
         .route("/metrics", get(metrics))
+        .merge(dashboard::routes())
 }
 
 async fn require_token(
@@ -138,7 +140,22 @@ async fn require_token(
             .get(header::AUTHORIZATION)
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.strip_prefix("Bearer "));
-        if !presented.is_some_and(|t| token_matches(t, expected)) {
+        // A browser sends no such header when it follows a link or posts a form: the
+        // dashboard's login keeps the token in a cookie instead. SameSite=Strict: the browser
+        // sends it only with requests this node's own pages start, so a form on another site
+        // cannot post to the dashboard or the API with it (no cross-site request forgery).
+        let cookie = dashboard::login::session_token(request.headers());
+        let accepted = presented.is_some_and(|t| token_matches(t, expected))
+            || cookie.is_some_and(|t| token_matches(&t, expected));
+        if !accepted {
+            let path = request.uri().path();
+            if dashboard::login::is_login(path) {
+                return next.run(request).await;
+            }
+            let path_and_query = request.uri().path_and_query().map_or(path, |p| p.as_str());
+            if let Some(to_login) = dashboard::login::to_login(path, path_and_query) {
+                return to_login;
+            }
             return ApiError {
                 status: StatusCode::UNAUTHORIZED,
                 message: "missing or wrong bearer token (send Authorization: Bearer <token>)"

@@ -1,11 +1,14 @@
-//! The node's admin HTTP API, served on the node's runtime until it is told to stop.
+//! The node's admin HTTP API and dashboard, served on the node's runtime until it is told to
+//! stop, with the sampler of the dashboard's charts.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 
+use axum::Extension;
 use tokio::sync::oneshot;
 
 use super::error::NodeError;
+use crate::admin::dashboard::history::{self, Histories};
 use crate::admin::{self, AdminState};
 
 /// The running admin HTTP API.
@@ -32,13 +35,22 @@ pub(super) async fn start_admin(
         .local_addr()
         .map_err(NodeError::admin("reading the listening address"))?;
     let (stop, stopped) = oneshot::channel::<()>();
-    let app = admin::router(queues);
+    // The dashboard's charts: every queue's metrics sampled while the API is served.
+    let histories = Histories::new(queues.iter().map(|q| q.queue.clone()));
+    let sampler = queues.first().map(|first| {
+        let metrics = Arc::clone(&first.node_metrics);
+        runtime.spawn(history::sample(histories.all(), move || metrics.encode()))
+    });
+    let app = admin::router(queues).layer(Extension(histories));
     runtime.spawn(async move {
         let served = axum::serve(listener, app)
             .with_graceful_shutdown(async {
                 let _ = stopped.await;
             })
             .await;
+        if let Some(sampler) = sampler {
+            sampler.abort();
+        }
         if let Err(e) = served {
             tracing::error!(error = %e, "admin API stopped");
         }
