@@ -18,7 +18,12 @@ use crate::store::memory::MemoryStore;
 
 /// A node's API on the in-memory store, with a producer that never connects.
 pub(super) fn app() -> axum::Router {
-    let store = Arc::new(MemoryStore::new());
+    router(vec![Arc::new(state(Arc::new(MemoryStore::new())))])
+}
+
+/// A node's admin state on `store`: one queue of 4 partitions, none owned, no token, a
+/// producer that never connects.
+pub(super) fn state(store: Arc<MemoryStore>) -> AdminState {
     let mut registry = Registry::default();
     let metrics = Arc::new(Metrics::for_queue(&mut registry, None));
     let in_flight = InFlightGauges::default();
@@ -28,7 +33,7 @@ pub(super) fn app() -> axum::Router {
     ));
     let canceller = Scheduler::new(SchedulerConfig::new("127.0.0.1:1", "openapi-test"))
         .expect("a producer is created without connecting");
-    let state = AdminState {
+    AdminState {
         node_id: "n".into(),
         queue: "default".into(),
         queues: Vec::new(),
@@ -47,8 +52,7 @@ pub(super) fn app() -> axum::Router {
         token: None,
         scheduling_grace_window: std::time::Duration::from_secs(10),
         max_task_bytes: 512 * 1024,
-    };
-    router(vec![Arc::new(state)])
+    }
 }
 
 /// Status and body of `method path`, with `body` as JSON when given.

@@ -7,17 +7,12 @@ use axum::body::Body;
 use axum::http::{header, Method, Request, StatusCode};
 use axum::Extension;
 use chrono::{TimeZone, Utc};
-use prometheus_client::registry::Registry;
-use scheduler_client::{Scheduler, SchedulerConfig, Task};
+use scheduler_client::Task;
 use tower::ServiceExt;
 
 use super::history::Histories;
+use crate::admin::test_app::state;
 use crate::admin::{router, AdminState};
-use crate::clock::SystemClock;
-use crate::enqueue::Outbox;
-use crate::in_flight::InFlightGauges;
-use crate::metrics::{Metrics, NodeMetrics};
-use crate::recurring::Schedules;
 use crate::store::memory::MemoryStore;
 use crate::store::{DeadLetter, DeadLetterStore, DeadReason};
 
@@ -38,34 +33,13 @@ async fn app() -> axum::Router {
         redrives: 0,
     };
     store.add_dead_letter(letter).await.expect("stored");
-    let mut registry = Registry::default();
-    let metrics = Arc::new(Metrics::for_queue(&mut registry, None));
-    let in_flight = InFlightGauges::default();
-    let node_metrics = Arc::new(NodeMetrics::new(
-        registry,
-        vec![(Arc::clone(&metrics), in_flight.clone())],
-    ));
-    let canceller = Scheduler::new(SchedulerConfig::new("127.0.0.1:1", "dashboard-test"))
-        .expect("a producer is created without connecting");
     let state = AdminState {
         node_id: "node-1".into(),
-        queue: "default".into(),
-        queues: Vec::new(),
         topic: "dashboard-test".into(),
         partition_count: 3,
         owned: Arc::new(Mutex::new(vec![0, 1])),
-        metrics,
-        node_metrics,
-        in_flight,
-        lag: Default::default(),
-        store: store.clone(),
-        canceller: Arc::new(canceller),
-        schedules: Schedules::new(store, Arc::new(Outbox::default()), Arc::new(SystemClock)),
-        handlers: Vec::new(),
-        handles_every_type: true,
         token: Some(TOKEN.into()),
-        scheduling_grace_window: std::time::Duration::from_secs(10),
-        max_task_bytes: 512 * 1024,
+        ..state(store)
     };
     let histories = Histories::new(["default".to_string()]);
     router(vec![Arc::new(state)]).layer(Extension(histories))
