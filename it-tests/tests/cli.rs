@@ -143,6 +143,19 @@ async fn schedule_get_list_cancel_get_through_the_cli() {
         json(&out)["ownedPartitions"],
         serde_json::json!([0, 1, 2, 3])
     );
+    let node_id = json(&out)["nodeId"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    let (code, out) = scheduler(&["partitions", "--admin", &admin]).await;
+    assert_eq!(code, 0, "{out}");
+    let rows: Vec<Vec<&str>> = (out.lines().skip(1).take(4))
+        .map(|l| l.split_whitespace().take(3).collect())
+        .collect();
+    let expected: Vec<Vec<&str>> = (0..4)
+        .map(|p| vec![["0", "1", "2", "3"][p], node_id.as_str(), "*"])
+        .collect();
+    assert_eq!(rows, expected, "every partition run by the node: {out}");
     let (code, _) = scheduler(&[
         "get",
         "--admin",

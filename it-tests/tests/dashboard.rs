@@ -118,8 +118,18 @@ async fn overview_figures(browser: &Session) -> Value {
             "staleTasks": browser.text_of(&cell("staleTasks")).await,
         }));
     }
+    // Every partition's owner, owned here or not.
+    let mut owners = Vec::new();
+    for row in browser.find_all("#partitions tbody tr").await {
+        let partition = browser.attribute(&row, "data-partition").await;
+        let partition = partition.unwrap_or_default();
+        let cell =
+            format!("#partitions tr[data-partition=\"{partition}\"] td[data-field=\"owner\"]");
+        owners.push(json!([partition, browser.text_of(&cell).await]));
+    }
     json!({
         "nodeId": browser.text_of("#node-id").await,
+        "owners": owners,
         "owned": browser.text_of("#owned-count").await,
         "partitionCount": browser.text_of("#partition-count").await,
         "deadLetters": browser.text_of("#dead-letter-count").await,
@@ -148,8 +158,16 @@ async fn api_figures(addr: std::net::SocketAddr) -> Value {
             })
         })
         .collect();
+    let claims = api(addr, "/api/v1/partitions").await;
+    let owners: Vec<Value> = (claims["partitions"].as_array().into_iter().flatten())
+        .map(|p| {
+            let owner = p["owner"].as_str().unwrap_or("—");
+            json!([p["partition"].to_string(), owner])
+        })
+        .collect();
     json!({
         "nodeId": status["nodeId"],
+        "owners": owners,
         "owned": status["ownedPartitions"].as_array().map_or(0, Vec::len).to_string(),
         "partitionCount": status["partitionCount"].to_string(),
         "deadLetters": dead_letters(addr).await.len().to_string(),
@@ -276,6 +294,13 @@ async fn the_dashboard_shows_the_apis_figures_looks_tasks_up_and_redrives_by_cli
     }
     let shown = overview_figures(&browser).await;
     assert_eq!(shown["owned"], "4");
+    let node_id = shown["nodeId"].as_str().unwrap_or_default();
+    let owners: Vec<Value> = (0..4).map(|p| json!([p.to_string(), node_id])).collect();
+    assert_eq!(
+        shown["owners"],
+        json!(owners),
+        "the sole node owns every partition"
+    );
     assert_eq!(shown["deadLetters"], "3");
     // The charts have samples by now (one every 5 s since the node started).
     let mut lines = 0;

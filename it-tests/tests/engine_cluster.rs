@@ -1,13 +1,14 @@
 //! The engine across node restarts and between two nodes of one group, against the real stack.
 //! These tests run one at a time (they start several nodes each).
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use chrono::{TimeDelta, Utc};
 use it_tests::engine::{by_task, executions, task, wait_until, Recorder, TestEnv};
 use scheduler_client::Task;
+use scheduler_core::store::OwnershipStore;
 use scheduler_core::SchedulerNode;
 use tokio::sync::Mutex as AsyncMutex;
 
@@ -42,6 +43,30 @@ async fn wait_for_split(a: &SchedulerNode, b: &SchedulerNode, partitions: u32) {
         },
     )
     .await;
+}
+
+/// The store's ownership table (what `GET /api/v1/partitions` and the dashboard show) names,
+/// for each partition, the node that runs it.
+async fn owners_are(env: &TestEnv, nodes: &[&SchedulerNode]) {
+    let store = env.store().await;
+    let expected: BTreeMap<i32, String> = (nodes.iter())
+        .flat_map(|n| owned(n).into_iter().map(|p| (p, n.id().to_string())))
+        .collect();
+    let mut claims = BTreeMap::new();
+    // A tree records its claim as it starts: the table may trail the assignment a moment.
+    for _ in 0..50 {
+        claims = (store.owners().await.expect("owners read").into_iter())
+            .filter_map(|o| Some((o.partition, o.owner?)))
+            .collect();
+        if claims == expected {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert_eq!(
+        claims, expected,
+        "the owners' table names each partition's node"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -100,6 +125,7 @@ async fn a_leaving_node_hands_its_tasks_over_and_a_returning_one_takes_its_share
     let a = start(&env, "a", &log).await;
     let b = start(&env, "b", &log).await;
     wait_for_split(&a, &b, 8).await;
+    owners_are(&env, &[&a, &b]).await;
 
     let scheduler = env.scheduler(Duration::from_secs(10));
     let base = Utc::now() + TimeDelta::seconds(2);
@@ -151,6 +177,7 @@ async fn a_leaving_node_hands_its_tasks_over_and_a_returning_one_takes_its_share
     // b comes back: the partitions split again and new tasks run on both.
     let b_again = start(&env, "b-again", &log).await;
     wait_for_split(&a, &b_again, 8).await;
+    owners_are(&env, &[&a, &b_again]).await;
     let base = Utc::now() + TimeDelta::seconds(1);
     let second_wave: Vec<Task> = (0..60)
         .map(|i| {

@@ -14,9 +14,9 @@ use scheduler_core::settings::{CassandraSettings, ConsistencyLevel, SerialConsis
 use scheduler_core::store::{
     AttemptOutcome, AttemptRecord, AttemptStore, CassandraStore, DeadLetter, DeadLetterFilter,
     DeadLetterStore, DeadReason, FireOutcome, FireRecord, GroupKey, GroupStore, IdentityRecord,
-    IdentityStore, MemberOutcome, OwnershipStore, ReadCursor, RecurringStore, ScheduleRecord,
-    ScheduleStore, StatusRecord, StatusStore, StoreError, StoreLevels, Suspension, SuspensionStore,
-    SuspensionTarget, TaskStatus,
+    IdentityStore, MemberOutcome, OwnershipStore, PartitionOwner, ReadCursor, RecurringStore,
+    ScheduleRecord, ScheduleStore, StatusRecord, StatusStore, StoreError, StoreLevels, Suspension,
+    SuspensionStore, SuspensionTarget, TaskStatus,
 };
 use scheduler_core::{Task, TaskKey};
 
@@ -400,6 +400,28 @@ async fn consistency_and_retention_settings_reach_the_driver_and_the_schema() {
         .await
         .expect("claim");
     assert_eq!(store.partition_epoch(3).await.expect("epoch"), first);
+    // The owners' read names each partition's last claimer, in partition order.
+    let at = |s: i64| DateTime::from_timestamp_millis(1_790_000_000_000 + s).expect("a time");
+    store
+        .claim_partition(1, "n1".into(), at(1))
+        .await
+        .expect("claim");
+    let again = store
+        .claim_partition(3, "n2".into(), at(2))
+        .await
+        .expect("claim");
+    let owners = store.owners().await.expect("owners");
+    let owner = |partition, epoch, node: &str, claimed| PartitionOwner {
+        partition,
+        epoch,
+        owner: Some(node.into()),
+        claimed_at: Some(claimed),
+    };
+    assert_eq!(
+        owners,
+        vec![owner(1, 1, "n1", at(1)), owner(3, again, "n2", at(2))]
+    );
+    assert_eq!(again, first + 1);
 
     // The schema keeps the retention (Cassandra 2.1 lists tables in system.schema_columnfamilies,
     // later versions in system_schema.tables).

@@ -5,10 +5,10 @@ use std::time::Duration;
 
 use scheduler_core::admin_api::{
     CancelResponse, DeadLetterQuery, DeadLetterSelection, DeadLettersResponse, ErrorResponse,
-    JobView, JobsResponse, ListQuery, ListResponse, PreviewQuery, PreviewResponse, PurgeResponse,
-    RedriveResponse, ScheduleDetail, ScheduleView, SchedulesResponse, StatusResponse,
-    SuspendRequest, SuspensionQuery, SuspensionView, SuspensionsResponse, TaskKeyBody, TaskQuery,
-    TaskResponse,
+    JobView, JobsResponse, ListQuery, ListResponse, PartitionsResponse, PreviewQuery,
+    PreviewResponse, PurgeResponse, RedriveResponse, ScheduleDetail, ScheduleView,
+    SchedulesResponse, StatusResponse, SuspendRequest, SuspensionQuery, SuspensionView,
+    SuspensionsResponse, TaskKeyBody, TaskQuery, TaskResponse,
 };
 use scheduler_core::recurring::ScheduleSpec;
 use serde::de::DeserializeOwned;
@@ -96,6 +96,10 @@ impl<'a> AdminClient<'a> {
 
     pub(crate) fn status(&self) -> Result<StatusResponse, AdminError> {
         self.get("/api/v1/status", &())
+    }
+
+    pub(crate) fn partitions(&self) -> Result<PartitionsResponse, AdminError> {
+        self.get("/api/v1/partitions", &())
     }
 
     pub(crate) fn task(&self, query: &TaskQuery) -> Result<TaskResponse, AdminError> {

@@ -68,6 +68,9 @@ pub(crate) enum Command {
     /// Show a node: owned partitions, tasks in memory and Kafka lag per partition, its
     /// handlers' task types and the due tasks waiting for a handler.
     Status(AdminArgs),
+    /// Show every partition of the queue and the node that claimed it last (its owner), with
+    /// the claim's epoch and time: the whole cluster, from any node.
+    Partitions(AdminArgs),
     /// List, redrive or purge dead letters: tasks given up on (invalid, or out of retries).
     DeadLetters(DeadLettersArgs),
     /// Suspend an orderingId, a task type or a group: from the nodes' next read of the

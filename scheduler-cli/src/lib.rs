@@ -51,6 +51,7 @@ where
         Command::Cancel(args) => commands::cancel(args, json, out),
         Command::Reschedule(args) => commands::reschedule(args, json, out),
         Command::Status(args) => commands::status(args, json, out),
+        Command::Partitions(args) => commands::partitions(args, json, out),
         Command::DeadLetters(args) => commands::dead_letters(args.command, json, out),
         Command::Suspend(args) => commands::suspend(args, json, out),
         Command::Resume(args) => commands::resume(args, json, out),

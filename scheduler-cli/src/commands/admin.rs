@@ -1,11 +1,12 @@
-//! `get`, `list`, `cancel`, `reschedule` and `status`: the commands that ask a node's admin API,
+//! `get`, `list`, `cancel`, `reschedule`, `status` and `partitions`: the commands that ask a node's admin API,
 //! printing its answer as a table or, with `--json`, as JSON.
 
 use std::io::Write;
 
 use scheduler_client::wire;
 use scheduler_core::admin_api::{
-    CancelResponse, ListQuery, ListResponse, StatusResponse, TaskKeyBody, TaskQuery,
+    CancelResponse, ListQuery, ListResponse, PartitionsResponse, StatusResponse, TaskKeyBody,
+    TaskQuery,
 };
 
 use super::{parse_delay, parse_time};
@@ -193,6 +194,38 @@ pub(crate) fn status(args: AdminArgs, json: bool, out: &mut dyn Write) -> Outcom
         .map_err(io_failure)?;
     }
     Ok(())
+}
+
+/// `scheduler partitions`: every partition's owner, `*` marking the node asked.
+pub(crate) fn partitions(args: AdminArgs, json: bool, out: &mut dyn Write) -> Outcome {
+    let answer = AdminClient::new(&args).partitions()?;
+    if json {
+        return print_json(out, &answer);
+    }
+    write!(out, "{}", partitions_table(&answer)).map_err(io_failure)
+}
+
+fn partitions_table(answer: &PartitionsResponse) -> String {
+    let mut table = format!(
+        "{:>9}  {:<32} {:>6}  {}\n",
+        "PARTITION", "OWNER", "EPOCH", "CLAIMED"
+    );
+    for p in &answer.partitions {
+        let here = if p.owned_here { " *" } else { "" };
+        let owner = format!("{}{here}", or_dash(p.owner.as_deref()));
+        table.push_str(&format!(
+            "{:>9}  {:<32} {:>6}  {}\n",
+            p.partition,
+            owner,
+            p.epoch,
+            or_dash(p.claimed_at.as_deref())
+        ));
+    }
+    table.push_str(&format!(
+        "* run now by the node asked, {}\n",
+        answer.node_id
+    ));
+    table
 }
 
 /// The node's handlers and the due tasks waiting for one, a line each: none for a node that

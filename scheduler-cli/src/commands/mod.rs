@@ -15,7 +15,7 @@ use std::time::Duration;
 use chrono::{DateTime, TimeDelta, Utc};
 use scheduler_core::settings::duration_text;
 
-pub(crate) use admin::{cancel, get, list, reschedule, status};
+pub(crate) use admin::{cancel, get, list, partitions, reschedule, status};
 pub(crate) use dead_letters::dead_letters;
 pub(crate) use jobs::jobs;
 pub(crate) use migrate::migrate;

@@ -95,6 +95,35 @@ pub struct PartitionStatus {
     pub kafka_lag: Option<i64>,
 }
 
+/// `GET /api/v1/partitions`: every partition of the queue's topic and the node that claimed it
+/// last (its owner until another node claims it), from the store's ownership table, so any
+/// node answers for the whole cluster.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PartitionsResponse {
+    /// The node answering.
+    pub node_id: String,
+    /// Every partition, in order.
+    pub partitions: Vec<PartitionOwnerView>,
+}
+
+/// One partition in [`PartitionsResponse`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PartitionOwnerView {
+    /// The partition.
+    pub partition: PartitionId,
+    /// The node that claimed it last; null if no node ever did.
+    pub owner: Option<String>,
+    /// The ownership epoch of that claim (each claim raises it; 0: never claimed).
+    pub epoch: u64,
+    /// When it was claimed.
+    pub claimed_at: Option<String>,
+    /// Whether the node answering runs the partition now. A partition the node just lost or
+    /// just got may name it as owner, or not, for the moment of a rebalance.
+    pub owned_here: bool,
+}
+
 /// `GET /api/v1/task`'s query. The key's parts are optional here so that a missing one is
 /// answered with its name ("orderingId is required"), not a generic parse error.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]

@@ -4,6 +4,7 @@
 //! | endpoint | what |
 //! | --- | --- |
 //! | `GET /api/v1/status` | node id, version, owned partitions, tasks in memory per stage and Kafka lag per partition |
+//! | `GET /api/v1/partitions` | every partition of the queue and the node that claimed it last, with the epoch and when (from the store: the whole cluster) |
 //! | `GET /api/v1/task?orderingId=&scheduledTime=&uniquenessKey=[&history=N]` | the task, its status, attempt count and attempt history (newest first, at most N, default 20) |
 //! | `GET /api/v1/tasks?from=&to=&limit=[&fromOrderingId=&fromUniquenessKey=]` | incomplete tasks due in `[from, to)` across all partitions, in task-key order, with the cursor of the next page |
 //! | `POST /api/v1/tasks` with a task or an array of tasks (the wire format) | enqueue them, answered once the broker acknowledged (201), with each refused task (400, none sent) |
@@ -53,6 +54,7 @@ mod enqueue;
 mod jobs;
 mod listing;
 mod openapi;
+mod partitions;
 mod schedules;
 mod state;
 mod suspensions;
@@ -86,7 +88,7 @@ pub fn router(queues: Vec<Arc<AdminState>>) -> Router {
     app.fallback(|| async {
         ApiError {
             status: StatusCode::NOT_FOUND,
-            message: "no such endpoint (see /api/v1/status, /api/v1/task, /api/v1/tasks, /api/v1/task/cancel, /api/v1/dead-letters, /api/v1/suspensions, /api/v1/jobs, /api/v1/schedules, /metrics, and the same under /queues/<name>/)"
+            message: "no such endpoint (see /api/v1/status, /api/v1/partitions, /api/v1/task, /api/v1/tasks, /api/v1/task/cancel, /api/v1/dead-letters, /api/v1/suspensions, /api/v1/jobs, /api/v1/schedules, /metrics, and the same under /queues/<name>/)"
                 .into(),
         }
     })
@@ -98,6 +100,7 @@ fn queue_routes() -> Router<Arc<AdminState>> {
     Router::new()
         .route("/api/v1/status", get(status))
         .route("/api/v1/ready", get(ready))
+        .route("/api/v1/partitions", get(partitions::list))
         .route("/api/v1/task", get(task))
         .route("/api/v1/task/cancel", post(cancel))
         .route("/api/v1/task/reschedule", post(reschedule))

@@ -107,6 +107,21 @@ fn operations(a: &mut Answers) -> Vec<Operation> {
             )
         },
         Operation {
+            responses: vec![
+                (
+                    200,
+                    "Every partition and its owner",
+                    a.of::<PartitionsResponse>(),
+                ),
+                store.clone(),
+            ],
+            ..op(
+                "get",
+                "/api/v1/partitions",
+                "Every partition of the queue and the node that claimed it last (the cluster)",
+            )
+        },
+        Operation {
             query: Some(request::<TaskQuery>()),
             responses: vec![
                 (

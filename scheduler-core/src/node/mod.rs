@@ -71,6 +71,8 @@ impl NodeBuilder {
 
 /// A running scheduler node. Stop it with [`SchedulerNode::shutdown`].
 pub struct SchedulerNode {
+    /// The node's id: its Kafka client id, and the owner its partition claims name.
+    id: Arc<str>,
     admin: Option<AdminServer>,
     stop: Arc<AtomicBool>,
     /// The queues the node serves, each with its consumer thread.
@@ -226,6 +228,7 @@ impl SchedulerNode {
         info!(%node_id, queues = ?queues.iter().map(|q| q.name.as_str()).collect::<Vec<_>>(),
             handlers = ?handler_types, handles_every_type, admin = ?admin.as_ref().map(|a| a.address), "node started");
         Ok(StartedParts {
+            id: node_id,
             admin,
             stop,
             queues,
@@ -243,6 +246,12 @@ impl SchedulerNode {
     /// Where the admin HTTP API listens (`None` when disabled).
     pub fn admin_address(&self) -> Option<SocketAddr> {
         self.admin.as_ref().map(|a| a.address)
+    }
+
+    /// The node's id (`<hostname>-<pid>-<n>`): its Kafka client id, the owner its partition
+    /// claims name, the `nodeId` of its admin API.
+    pub fn id(&self) -> &str {
+        &self.id
     }
 
     /// The queues this node serves (those it has a handler for), the default queue first.
@@ -361,6 +370,7 @@ fn node_id() -> String {
 
 /// A node's threads, before the runtime joins them.
 struct StartedParts {
+    id: Arc<str>,
     admin: Option<AdminServer>,
     stop: Arc<AtomicBool>,
     queues: Vec<Served>,
@@ -372,6 +382,7 @@ struct StartedParts {
 impl StartedParts {
     fn into_node(self, runtime: tokio::runtime::Runtime) -> SchedulerNode {
         SchedulerNode {
+            id: self.id,
             admin: self.admin,
             stop: self.stop,
             queues: self.queues,

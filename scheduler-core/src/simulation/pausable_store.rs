@@ -15,8 +15,9 @@ use tokio::time::Instant;
 
 use crate::store::memory::MemoryStore;
 use crate::store::{
-    AttemptRecord, AttemptStore, LeaseRecord, LeaseStore, OwnershipStore, PartitionId, ReadCursor,
-    RefusedTask, ScheduleStore, StatusRecord, StatusStore, StoreError, StoreResult, WriteStamp,
+    AttemptRecord, AttemptStore, LeaseRecord, LeaseStore, OwnershipStore, PartitionId,
+    PartitionOwner, ReadCursor, RefusedTask, ScheduleStore, StatusRecord, StatusStore, StoreError,
+    StoreResult, WriteStamp,
 };
 use crate::store::{BucketProgress, JobRecord, JobStore};
 use crate::store::{DeadLetter, DeadLetterFilter, DeadLetterStore, IdentityRecord, IdentityStore};
@@ -480,6 +481,10 @@ impl OwnershipStore for PausableStore {
         at: DateTime<Utc>,
     ) -> BoxFuture<'static, StoreResult<bool>> {
         self.send("low-water write", |s| s.set_low_water(partition, epoch, at))
+    }
+
+    fn owners(&self) -> BoxFuture<'static, StoreResult<Vec<PartitionOwner>>> {
+        self.send("owners read", |s| s.owners())
     }
 }
 

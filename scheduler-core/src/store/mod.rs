@@ -475,6 +475,24 @@ pub trait OwnershipStore: Send + Sync + 'static {
         epoch: u64,
         at: DateTime<Utc>,
     ) -> BoxFuture<'static, StoreResult<bool>>;
+
+    /// Every partition ever claimed, in partition order: who claimed it last and when, and its
+    /// epoch. The last claimer owns the partition until another claims it, also after it left
+    /// (what operators see: the dashboard's and `GET /api/v1/partitions`' owners).
+    fn owners(&self) -> BoxFuture<'static, StoreResult<Vec<PartitionOwner>>>;
+}
+
+/// A partition's row of `partition_owners`: its last claim.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PartitionOwner {
+    /// The partition.
+    pub partition: PartitionId,
+    /// The epoch of the last claim.
+    pub epoch: u64,
+    /// The node that claimed it last (`None` only in a row no claim wrote).
+    pub owner: Option<String>,
+    /// When it was claimed.
+    pub claimed_at: Option<DateTime<Utc>>,
 }
 
 /// Every table of the store but the leases ([`LeaseStore`]): what a node's partition trees are

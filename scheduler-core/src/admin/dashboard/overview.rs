@@ -1,7 +1,8 @@
 //! `GET /dashboard`: the queue as this node sees it. Its figures are the status API's answer
 //! (`GET /api/v1/status`, the same handler called), the stale and suspended tasks of the
-//! node's `/metrics` (the same text), and the dead letters' count (`GET /api/v1/dead-letters`);
-//! the charts are the queue's [`History`](super::history::History).
+//! node's `/metrics` (the same text), the dead letters' count (`GET /api/v1/dead-letters`) and
+//! every partition's owner (`GET /api/v1/partitions`, the store's ownership table: the whole
+//! cluster); the charts are the queue's [`History`](super::history::History).
 
 use std::fmt::Write;
 use std::sync::Arc;
@@ -19,7 +20,7 @@ use super::history::{Histories, Sample, KEPT, PERIOD};
 use super::html::{escape, or_dash, Page, Section};
 use super::metrics_text::{parse, per_partition};
 use super::svg::{line_chart, number, Series};
-use crate::admin::api::StatusResponse;
+use crate::admin::api::{PartitionOwnerView, StatusResponse};
 use crate::admin::state::AdminState;
 
 /// The overview's query: `refresh=N` reloads the page every N seconds.
@@ -53,6 +54,10 @@ pub(crate) async fn page(
         stale: per_partition(&metrics, "scheduler_stale_tasks", &state.queue),
         suspended: per_partition(&metrics, "scheduler_suspended_tasks", &state.queue),
         dead_letters: count_dead_letters(&state).await.map_err(|e| e.message),
+        owners: crate::admin::partitions::list(State(Arc::clone(&state)))
+            .await
+            .map(|Json(answer)| answer.partitions)
+            .map_err(|e| e.message),
     };
     let history = histories.as_ref().and_then(|h| h.of(&state.queue));
     let samples: Vec<(f64, Sample)> = history.map_or_else(Vec::new, |history| {
@@ -76,6 +81,8 @@ pub(crate) struct Figures {
     pub(crate) suspended: std::collections::BTreeMap<i32, i64>,
     /// The dead letters not redriven: how many, and whether there are more than counted.
     pub(crate) dead_letters: Result<(usize, bool), String>,
+    /// Every partition's owner, or why it could not be read.
+    pub(crate) owners: Result<Vec<PartitionOwnerView>, String>,
 }
 
 /// The overview's body. `samples` are the history's, each with its seconds before now.
@@ -251,8 +258,9 @@ fn cluster(html: &mut String, status: &StatusResponse, figures: &Figures) {
     let _ = writeln!(
         html,
         "<section><h2>Cluster</h2><p>This node, <code>{}</code> (version {}), owns {owned} of \
-         the {} partitions of <code>{}</code>{}; the nodes of the consumer group own the rest, \
-         each showing its own on its dashboard.</p>",
+         the {} partitions of <code>{}</code>{}. The owners are the nodes that claimed each \
+         partition last (the store's ownership table); a partition of another node shows its \
+         figures on that node's dashboard.</p>",
         escape(&status.node_id),
         escape(&status.version),
         status.partition_count,
@@ -263,18 +271,44 @@ fn cluster(html: &mut String, status: &StatusResponse, figures: &Figures) {
             format!(" in consumer group <code>{}</code>", escape(&group))
         },
     );
+    let owners = match &figures.owners {
+        Ok(owners) => {
+            nodes(html, status, owners);
+            owners.as_slice()
+        }
+        Err(e) => {
+            let _ = writeln!(html, "<p class=\"error\">Owners: {}</p>", escape(e));
+            &[]
+        }
+    };
     html.push_str(
-        "<table id=\"partitions\"><thead><tr><th>Partition</th><th>Owner</th>\
+        "<table id=\"partitions\"><thead><tr><th>Partition</th><th>Owner</th><th>Claimed</th>\
          <th>In memory, waiting</th><th>Due: queued or running</th><th>Kafka lag</th>\
          <th>Stale</th><th>Held by a suspension</th></tr></thead><tbody>\n",
     );
     for partition in 0..status.partition_count as i32 {
+        let claim = owners.iter().find(|o| o.partition == partition);
+        let owner = claim.and_then(|c| c.owner.as_deref());
+        let claimed = claim.and_then(|c| c.claimed_at.as_deref()).map_or_else(
+            || or_dash(None),
+            |at| {
+                format!(
+                    "<span title=\"epoch {}\">{}</span>",
+                    claim.map_or(0, |c| c.epoch),
+                    escape(at)
+                )
+            },
+        );
+        let cells = format!(
+            "<td>{partition}</td><td data-field=\"owner\">{}</td>\
+             <td data-field=\"claimedAt\">{claimed}</td>",
+            or_dash(owner),
+        );
         let Some(p) = status.partitions.iter().find(|p| p.partition == partition) else {
             let _ = writeln!(
                 html,
-                "<tr data-partition=\"{partition}\" class=\"elsewhere\"><td>{partition}</td>\
-                 <td data-field=\"owner\">another node</td><td colspan=\"5\" class=\"muted\">\
-                 not owned by this node</td></tr>"
+                "<tr data-partition=\"{partition}\" class=\"elsewhere\">{cells}\
+                 <td colspan=\"5\" class=\"muted\">not run by this node</td></tr>"
             );
             continue;
         };
@@ -283,8 +317,7 @@ fn cluster(html: &mut String, status: &StatusResponse, figures: &Figures) {
         let lag = p.kafka_lag.map(|l| l.to_string());
         let _ = writeln!(
             html,
-            "<tr data-partition=\"{partition}\" class=\"owned\"><td>{partition}</td>\
-             <td data-field=\"owner\">this node</td>\
+            "<tr data-partition=\"{partition}\" class=\"owned\">{cells}\
              <td data-field=\"tasksScheduled\">{}</td><td data-field=\"tasksExecuting\">{}</td>\
              <td data-field=\"kafkaLag\">{}</td><td data-field=\"staleTasks\">{}</td>\
              <td data-field=\"suspendedTasks\">{}</td></tr>",
@@ -326,11 +359,68 @@ fn cluster(html: &mut String, status: &StatusResponse, figures: &Figures) {
     html.push_str("</section>\n");
 }
 
+/// The nodes that own partitions, each with its partitions.
+fn nodes(html: &mut String, status: &StatusResponse, owners: &[PartitionOwnerView]) {
+    let mut nodes: std::collections::BTreeMap<&str, Vec<i32>> = Default::default();
+    let mut unclaimed = Vec::new();
+    for o in owners {
+        match &o.owner {
+            Some(node) => nodes.entry(node).or_default().push(o.partition),
+            None => unclaimed.push(o.partition),
+        }
+    }
+    html.push_str(
+        "<table id=\"nodes\"><thead><tr><th>Node</th><th>Partitions</th><th>Which</th></tr>\
+         </thead><tbody>\n",
+    );
+    let list = |partitions: &[i32]| {
+        (partitions.iter())
+            .map(i32::to_string)
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    for (node, partitions) in &nodes {
+        let here = if *node == status.node_id {
+            " <span class=\"muted\">(this node)</span>"
+        } else {
+            ""
+        };
+        let _ = writeln!(
+            html,
+            "<tr data-node=\"{}\"><td><code>{}</code>{here}</td>\
+             <td data-field=\"partitionCount\">{}</td><td>{}</td></tr>",
+            escape(node),
+            escape(node),
+            partitions.len(),
+            list(partitions),
+        );
+    }
+    if !unclaimed.is_empty() {
+        let _ = writeln!(
+            html,
+            "<tr data-node=\"\"><td class=\"muted\">never claimed</td><td>{}</td><td>{}</td></tr>",
+            unclaimed.len(),
+            list(&unclaimed),
+        );
+    }
+    html.push_str("</tbody></table>\n");
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::admin::api::PartitionStatus;
     use chrono::{TimeZone, Utc};
+
+    fn owner(partition: i32, node: Option<&str>, owned_here: bool) -> PartitionOwnerView {
+        PartitionOwnerView {
+            partition,
+            owner: node.map(str::to_string),
+            epoch: 3,
+            claimed_at: Some("2026-11-24T06:00:00.000Z".into()),
+            owned_here,
+        }
+    }
 
     #[test]
     fn the_overview_shows_the_status_answers_figures_partition_by_partition() {
@@ -364,6 +454,11 @@ mod tests {
             stale: [(0, 4), (2, 1)].into(),
             suspended: [(2, 3)].into(),
             dead_letters: Ok((1000, true)),
+            owners: Ok(vec![
+                owner(0, Some("node-<1>"), true),
+                owner(1, Some("node-2"), false),
+                owner(2, Some("node-<1>"), true),
+            ]),
         };
         let at = Utc.with_ymd_and_hms(2026, 3, 1, 12, 0, 0).single().unwrap();
         let sample = Sample {
@@ -387,8 +482,15 @@ mod tests {
             "<td data-field=\"tasksScheduled\">7</td><td data-field=\"tasksExecuting\">2</td>",
             "<td data-field=\"kafkaLag\"><span class=\"none\">—</span></td><td data-field=\"staleTasks\">1</td>\
              <td data-field=\"suspendedTasks\">3</td>",
-            "<tr data-partition=\"1\" class=\"elsewhere\">",
-            "node-&lt;1&gt;",
+            "<tr data-partition=\"1\" class=\"elsewhere\"><td>1</td>\
+             <td data-field=\"owner\">node-2</td>",
+            "<td data-field=\"owner\">node-&lt;1&gt;</td>",
+            "title=\"epoch 3\">2026-11-24T06:00:00.000Z<",
+            "<tr data-node=\"node-&lt;1&gt;\"><td><code>node-&lt;1&gt;</code> \
+             <span class=\"muted\">(this node)</span></td>\
+             <td data-field=\"partitionCount\">2</td><td>0, 2</td></tr>",
+            "<tr data-node=\"node-2\"><td><code>node-2</code></td>\
+             <td data-field=\"partitionCount\">1</td><td>1</td></tr>",
             "<span id=\"completed-rate\">2</span> completed/s",
             "p50 2 ms, p99 40 ms",
         ] {

@@ -24,8 +24,8 @@ use scylla::statement::prepared::PreparedStatement;
 
 use super::{
     hour_bucket, last_of_each_key, AttemptOutcome, AttemptRecord, AttemptStore, LeaseRecord,
-    LeaseStore, OwnershipStore, PartitionId, ReadCursor, RefusedTask, ScheduleStore, StatusRecord,
-    StatusStore, StoreError, StoreResult, TaskStatus, WriteStamp,
+    LeaseStore, OwnershipStore, PartitionId, PartitionOwner, ReadCursor, RefusedTask,
+    ScheduleStore, StatusRecord, StatusStore, StoreError, StoreResult, TaskStatus, WriteStamp,
 };
 use crate::settings::CassandraSettings;
 
@@ -827,6 +827,40 @@ impl OwnershipStore for CassandraStore {
             let statement = &inner.statements.set_low_water;
             let result = inner.run(statement, values, "low-water write").await?;
             applied(result, "partition owner")
+        }
+        .boxed()
+    }
+
+    fn owners(&self) -> BoxFuture<'static, StoreResult<Vec<PartitionOwner>>> {
+        let inner = Arc::clone(&self.inner);
+        async move {
+            type Row = (
+                PartitionId,
+                Option<i64>,
+                Option<String>,
+                Option<DateTime<Utc>>,
+            );
+            let statement = &inner.statements.select_owners;
+            let rows: Vec<Row> = inner
+                .run_paged(statement, (), "owners read", "partition owner")
+                .await?;
+            let mut owners = (rows.into_iter())
+                .map(|(partition, epoch, owner, claimed_at)| {
+                    let epoch = epoch.unwrap_or(0);
+                    Ok(PartitionOwner {
+                        partition,
+                        epoch: u64::try_from(epoch).map_err(|_| StoreError::Corrupt {
+                            what: "partition owner",
+                            reason: format!("negative epoch {epoch} of partition {partition}"),
+                        })?,
+                        owner,
+                        claimed_at,
+                    })
+                })
+                .collect::<StoreResult<Vec<_>>>()?;
+            // Rows come in token order.
+            owners.sort_by_key(|o| o.partition);
+            Ok(owners)
         }
         .boxed()
     }

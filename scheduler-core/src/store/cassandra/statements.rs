@@ -35,6 +35,7 @@ pub(super) struct Statements {
     pub(super) select_epoch_serial: PreparedStatement,
     pub(super) claim_first: PreparedStatement,
     pub(super) claim_next: PreparedStatement,
+    pub(super) select_owners: PreparedStatement,
     pub(super) insert_lease: PreparedStatement,
     pub(super) delete_lease: PreparedStatement,
     pub(super) select_leases: PreparedStatement,
@@ -304,6 +305,12 @@ impl Statements {
                      WHERE partition_id = ? IF epoch = ?"
                 ),
                 "prepare partition claim",
+            )
+            .await?,
+            // A scan of the whole table: one row per partition of the queue's topic.
+            select_owners: prepare(
+                format!("SELECT partition_id, epoch, owner, claimed_at FROM {ks}.partition_owners"),
+                "prepare owners read",
             )
             .await?,
             insert_lease: prepare(

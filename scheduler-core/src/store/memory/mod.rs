@@ -22,6 +22,8 @@ struct State {
     status: HashMap<(PartitionId, TaskKey), StatusRecord>,
     attempts: HashMap<(PartitionId, TaskKey), Vec<AttemptRecord>>,
     epochs: HashMap<PartitionId, u64>,
+    /// Each partition's last claim: by whom, when.
+    claims: HashMap<PartitionId, (String, DateTime<Utc>)>,
     /// Leases by partition and holder, with when they expire (tokio time, like Cassandra's TTL).
     leases: BTreeMap<(PartitionId, String), (LeaseRecord, tokio::time::Instant)>,
     /// Deleted schedule rows: Cassandra keeps a tombstone a load must step over.

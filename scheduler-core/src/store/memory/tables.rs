@@ -13,8 +13,9 @@ use scheduler_client::{Task, TaskKey};
 use super::{MemoryStore, CLUSTERING_KEY_LIMIT, TOMBSTONE_FAILURE_THRESHOLD};
 use crate::store::hour_bucket;
 use crate::store::{
-    AttemptRecord, AttemptStore, LeaseRecord, LeaseStore, OwnershipStore, PartitionId, ReadCursor,
-    RefusedTask, ScheduleStore, StatusRecord, StatusStore, StoreError, StoreResult, WriteStamp,
+    AttemptRecord, AttemptStore, LeaseRecord, LeaseStore, OwnershipStore, PartitionId,
+    PartitionOwner, ReadCursor, RefusedTask, ScheduleStore, StatusRecord, StatusStore, StoreError,
+    StoreResult, WriteStamp,
 };
 use crate::store::{BucketProgress, JobRecord, JobStore};
 use crate::store::{DeadLetter, DeadLetterFilter, DeadLetterStore, IdentityRecord, IdentityStore};
@@ -587,13 +588,14 @@ impl OwnershipStore for MemoryStore {
     fn claim_partition(
         &self,
         partition: PartitionId,
-        _owner: String,
-        _at: DateTime<Utc>,
+        owner: String,
+        at: DateTime<Utc>,
     ) -> BoxFuture<'static, StoreResult<u64>> {
         let mut state = self.lock();
         let epoch = state.epochs.entry(partition).or_default();
         *epoch += 1;
         let epoch = *epoch;
+        state.claims.insert(partition, (owner, at));
         drop(state);
         self.delayed("partition claim", Ok(epoch))
     }
@@ -625,6 +627,24 @@ impl OwnershipStore for MemoryStore {
         }
         drop(state);
         self.delayed("low-water write", Ok(applied))
+    }
+
+    fn owners(&self) -> BoxFuture<'static, StoreResult<Vec<PartitionOwner>>> {
+        let state = self.lock();
+        let mut owners: Vec<PartitionOwner> = (state.epochs.iter())
+            .map(|(&partition, &epoch)| {
+                let claim = state.claims.get(&partition);
+                PartitionOwner {
+                    partition,
+                    epoch,
+                    owner: claim.map(|(owner, _)| owner.clone()),
+                    claimed_at: claim.map(|(_, at)| *at),
+                }
+            })
+            .collect();
+        drop(state);
+        owners.sort_by_key(|o| o.partition);
+        self.delayed("owners read", Ok(owners))
     }
 }
 
