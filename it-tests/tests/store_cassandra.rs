@@ -423,6 +423,30 @@ async fn consistency_and_retention_settings_reach_the_driver_and_the_schema() {
     );
     assert_eq!(again, first + 1);
 
+    // Deferred cancels round trip, per partition, with the time each was polled.
+    let key = |o: &str| TaskKey {
+        scheduled_time: at(10),
+        ordering_id: o.into(),
+        uniqueness_key: "u".into(),
+    };
+    for (partition, o, polled) in [(3, "a", at(20)), (3, "b", at(21)), (1, "a", at(22))] {
+        store
+            .defer_cancel(partition, key(o), polled)
+            .await
+            .expect("deferred");
+    }
+    let deferred = store.deferred_cancels(3).await.expect("read");
+    assert_eq!(deferred, vec![(key("a"), at(20)), (key("b"), at(21))]);
+    store
+        .forget_deferred_cancel(3, key("a"))
+        .await
+        .expect("forgotten");
+    assert_eq!(
+        store.deferred_cancels(3).await.expect("read"),
+        vec![(key("b"), at(21))]
+    );
+    assert_eq!(store.deferred_cancels(1).await.expect("read").len(), 1);
+
     // The schema keeps the retention (Cassandra 2.1 lists tables in system.schema_columnfamilies,
     // later versions in system_schema.tables).
     for (table, ttl) in [

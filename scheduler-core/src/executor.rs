@@ -266,7 +266,9 @@ impl TaskContext {
         self.epoch
     }
 
-    /// 1 for the first attempt of this task in this tree.
+    /// The attempt this call is: 1 for the task's first. Numbers go on across trees: a task
+    /// retried after a rebalance or a restart continues from the attempts recorded (a call
+    /// whose outcome an earlier tree could not record, fenced, may be counted again).
     pub fn attempt(&self) -> u32 {
         self.attempt
     }

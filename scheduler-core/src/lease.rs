@@ -230,25 +230,28 @@ impl TreeLease {
     /// Resolves once no earlier tree of the partition holds a live lease entry for
     /// `ordering_id`. Call it only once this tree's claim completed (see the module docs).
     pub async fn wait_for_predecessors(&self, ordering_id: &str) -> StoreResult<()> {
-        loop {
-            {
-                let mut predecessors = self.inner.predecessors.lock().await;
-                let stale = match predecessors.read_at {
-                    None => true,
-                    Some(at) => {
-                        predecessors.blocked.contains(ordering_id)
-                            && at.elapsed() >= PREDECESSOR_POLL
-                    }
-                };
-                if stale {
-                    self.read_predecessors(&mut predecessors).await?;
-                }
-                if !predecessors.blocked.contains(ordering_id) {
-                    return Ok(());
-                }
-            }
+        while self.runs_in_earlier_tree(ordering_id).await? {
             tokio::time::sleep(PREDECESSOR_POLL).await;
         }
+        Ok(())
+    }
+
+    /// Whether an earlier tree of the partition may still call a task of `ordering_id`: its
+    /// entry was listed at this tree's last read of the leases (made again if it is older than
+    /// the poll period). Call it only once this tree's claim completed: an earlier tree that
+    /// writes an entry after the first read is fenced before it calls.
+    pub async fn runs_in_earlier_tree(&self, ordering_id: &str) -> StoreResult<bool> {
+        let mut predecessors = self.inner.predecessors.lock().await;
+        let stale = match predecessors.read_at {
+            None => true,
+            Some(at) => {
+                predecessors.blocked.contains(ordering_id) && at.elapsed() >= PREDECESSOR_POLL
+            }
+        };
+        if stale {
+            self.read_predecessors(&mut predecessors).await?;
+        }
+        Ok(predecessors.blocked.contains(ordering_id))
     }
 
     /// Reads earlier trees' lease entries if no read was made yet. Call it once the claim

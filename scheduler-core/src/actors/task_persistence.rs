@@ -35,6 +35,9 @@ use chrono::{DateTime, TimeDelta, Utc};
 use scheduler_client::{Task, TaskKey};
 use tracing::{debug, info, warn};
 
+mod cancels;
+
+use self::cancels::{Canceller, Deferred};
 use super::partition_ownership::{CheckOwnership, Ownership, PartitionOwnership};
 use super::partition_scheduler::{PartitionScheduler, ScheduleTasks, UnscheduleTasks};
 use super::{PolledTasks, StopActor, TreeError, TreeResult};
@@ -42,7 +45,6 @@ use crate::cancel_gate::CancelGate;
 use crate::clock::Clock;
 use crate::enqueue::Enqueuer;
 use crate::executor::StopReason;
-use crate::groups;
 use crate::identity;
 use crate::in_flight::InFlight;
 use crate::lease::TreeLease;
@@ -50,8 +52,8 @@ use crate::metrics::{Metrics, ParkReason, Parked};
 use crate::retry::exponential_period;
 use crate::store::pages::{load_whole_ties, TieCursor};
 use crate::store::{
-    last_of_each_key, schedule_start, DeadReason, MemberOutcome, PartitionId, ReadCursor,
-    ScheduleStore, StatusRecord, StoreError, StoreResult, TaskStatus, TaskStore, WRITE_CONCURRENCY,
+    last_of_each_key, schedule_start, DeferredCancel, PartitionId, ReadCursor, ScheduleStore,
+    StoreError, StoreResult, TaskStore, WRITE_CONCURRENCY,
 };
 
 /// How often the low-water mark is considered for advancing.
@@ -223,6 +225,29 @@ impl TaskPersistence {
         }
     }
 
+    /// What applying this tree's cancels needs.
+    fn canceller(&self) -> Canceller {
+        Canceller {
+            partition: self.partition,
+            store: Arc::clone(&self.store),
+            enqueuer: Arc::clone(&self.enqueuer),
+            metrics: Arc::clone(&self.metrics),
+            lease: self.lease.clone(),
+            gate: self.cancels.clone(),
+        }
+    }
+
+    /// Applies a deferred cancel once no earlier tree may call a task of its orderingId (see
+    /// [`cancels`]), then takes the task out of memory.
+    fn spawn_deferred(&self, deferred: Deferred, ctx: &mut Context<Self>) {
+        let apply = self.canceller().apply_deferred(deferred);
+        ctx.spawn(apply.into_actor(self).map(|cancelled, act, _| {
+            if let Some(key) = cancelled {
+                act.scheduler.do_send(UnscheduleTasks(vec![key]));
+            }
+        }));
+    }
+
     /// Sends tasks to the scheduler, counting them in flight.
     fn send_to_scheduler(&self, tasks: Vec<Task>) {
         if !tasks.is_empty() {
@@ -245,11 +270,12 @@ impl Actor for TaskPersistence {
             self.lease.clone(),
             self.stop.clone(),
         );
-        ctx.wait(start.into_actor(self).map(|started, act, _| {
+        ctx.wait(start.into_actor(self).map(|started, act, ctx| {
             let Some(Start {
                 epoch,
                 low_water,
                 mut retrying,
+                deferred_cancels,
             }) = started
             else {
                 return;
@@ -268,17 +294,23 @@ impl Actor for TaskPersistence {
                 act.cursor = ReadCursor::From(left[0].scheduled_time);
             }
             act.send_to_scheduler(retrying);
+            // Cancels an earlier tree deferred: applied once its calls of their orderingIds end.
+            for (key, at) in deferred_cancels {
+                let deferred = act.canceller().deferred(key, at);
+                act.spawn_deferred(deferred, ctx);
+            }
         }));
         ctx.run_interval(LOW_WATER_INTERVAL, |act, ctx| act.advance_low_water(ctx));
     }
 }
 
-/// Where a tree starts: its epoch, the partition's low-water mark, and the tasks recorded as
-/// retrying that are due before the mark.
+/// Where a tree starts: its epoch, the partition's low-water mark, the tasks recorded as
+/// retrying that are due before the mark, and the cancels earlier trees deferred.
 struct Start {
     epoch: u64,
     low_water: Option<DateTime<Utc>>,
     retrying: Vec<Task>,
+    deferred_cancels: Vec<DeferredCancel>,
 }
 
 /// Waits for the tree's claim, then reads earlier trees' leases, the partition's low-water mark
@@ -302,15 +334,17 @@ async fn claim_and_low_water(
         }
         let read = async {
             lease.read_predecessors_once().await?;
-            read_start(partition, &store).await
+            let start = read_start(partition, &store).await?;
+            Ok::<_, StoreError>((start, store.deferred_cancels(partition).await?))
         };
         match read.await {
-            Ok((low_water, retrying, marked)) => {
+            Ok(((low_water, retrying, marked), deferred_cancels)) => {
                 lease.started_with(marked);
                 return Some(Start {
                     epoch,
                     low_water,
                     retrying,
+                    deferred_cancels,
                 });
             }
             Err(e) => {
@@ -465,7 +499,7 @@ impl Handler<PersistTasks> for TaskPersistence {
         let gate = self.cancels.clone();
         let cancelled_at = self.clock.now();
         let timeout = self.persist_timeout;
-        let enqueuer = Arc::clone(&self.enqueuer);
+        let canceller = self.canceller();
         // Given the low-water mark as the work starts, not as the message arrives: a mark
         // advance queued meanwhile runs first (the context runs its latest wait first), and a
         // task due before the mark it wrote must still lower it.
@@ -485,6 +519,8 @@ impl Handler<PersistTasks> for TaskPersistence {
                 .cloned()
                 .collect();
             let _applying = gate.applying(&gated);
+            // A cancel an earlier tree's call could defeat waits for that call (`cancels`).
+            let (cancels, deferred) = canceller.defer_where_needed(cancels, cancelled_at).await?;
             // A task due before the low-water mark lowers it first: were the tree to stop
             // before running it, the next tree must load it.
             let lower = tasks
@@ -508,21 +544,13 @@ impl Handler<PersistTasks> for TaskPersistence {
                 true => Vec::new(),
                 false => store.persist(partition, tasks.clone()).await?,
             };
-            let mut cancelled = apply_cancels(
-                Arc::clone(&store),
-                &enqueuer,
-                &metrics,
-                partition,
-                cancels,
-                cancelled_at,
-            )
-            .await?;
+            let mut cancelled = canceller.apply(cancels, cancelled_at).await?;
             for key in resolved.superseded_rows {
                 // An optimisation: a superseded row left behind is skipped when loaded.
                 let _ = store.remove_scheduled(partition, key).await;
             }
             cancelled.extend(resolved.superseded);
-            Ok((tasks, refused, cancelled, lower))
+            Ok((tasks, refused, cancelled, lower, deferred))
         };
         let bounded = move |low_water| async move {
             tokio::time::timeout(timeout, work(low_water))
@@ -534,8 +562,8 @@ impl Handler<PersistTasks> for TaskPersistence {
         };
         let started_work = actix::fut::ready(())
             .then(move |(), act: &mut Self, _| bounded(act.low_water).into_actor(act));
-        AtomicResponse::new(Box::pin(started_work.map(move |result, act, _| {
-            let (tasks, refused, cancelled, lower) = result?;
+        AtomicResponse::new(Box::pin(started_work.map(move |result, act, ctx| {
+            let (tasks, refused, cancelled, lower, deferred) = result?;
             if let Some(at) = lower {
                 act.low_water = at;
                 act.in_flight.set_low_water(at);
@@ -564,6 +592,9 @@ impl Handler<PersistTasks> for TaskPersistence {
                 // After the push above, so a task cancelled in its own batch is dropped too.
                 act.scheduler.do_send(UnscheduleTasks(cancelled));
             }
+            for deferred in deferred {
+                act.spawn_deferred(deferred, ctx);
+            }
             Ok(())
         })))
     }
@@ -579,105 +610,6 @@ where
         .buffer_unordered(WRITE_CONCURRENCY)
         .try_collect()
         .await
-}
-
-/// Records the cancellation of each of `cancels` (unless it already finished) and takes it out
-/// of the schedule; returns the keys cancelled. A cancelled member of a group records its
-/// outcome in the group first (which may trigger the join), also when the cancel was recorded
-/// by an earlier try of the batch: the task leaves the schedule only after. Applied
-/// `WRITE_CONCURRENCY` at a time, so a large batch of cancels completes within the persist
-/// timeout.
-async fn apply_cancels(
-    store: Arc<dyn TaskStore>,
-    enqueuer: &Arc<dyn Enqueuer>,
-    metrics: &Metrics,
-    partition: PartitionId,
-    cancels: Vec<TaskKey>,
-    at: DateTime<Utc>,
-) -> TreeResult<Vec<TaskKey>> {
-    futures::stream::iter(cancels)
-        .map(|key| {
-            let store = Arc::clone(&store);
-            async move {
-                let cancelled = match store.cancel(partition, key.clone(), at).await {
-                    Ok(None) => true,
-                    Ok(Some(existing)) if existing.status == TaskStatus::Cancelled => false,
-                    Ok(Some(existing)) => {
-                        info!(partition, task = %key, status = existing.status.as_str(), "cancel ignored: the task already finished");
-                        return Ok(None);
-                    }
-                    Err(StoreError::Refused { reason, .. }) => {
-                        let what = Parked::Cancellation(&key);
-                        metrics.parked(partition, what, ParkReason::RefusedByStore, &reason);
-                        return Ok(None);
-                    }
-                    Err(e) => return Err(e.into()),
-                };
-                // A task whose dead letter was recorded had failed already: the cancel came
-                // while its outcome was being recorded (a call is not interrupted by a cancel),
-                // so the outcome stands, as its tree would have written it.
-                if let Some(failed) = failed_status(store.as_ref(), &key).await? {
-                    info!(partition, task = %key, status = failed.status.as_str(), "cancel ignored: the task had failed (its dead letter is recorded)");
-                    store.record_status(partition, key.clone(), failed).await?;
-                    return Ok(None);
-                }
-                if cancelled {
-                    metrics.cancelled(partition, &key);
-                }
-                // A failed group step fails the batch, which is applied again (every step of it
-                // is idempotent): a member's cancel reaches its group before it is unscheduled.
-                finish_cancelled(&store, enqueuer, partition, &key, at).await?;
-                if let Err(e) = store.remove_scheduled(partition, key.clone()).await {
-                    debug!(partition, task = %key, error = %e, "cancelled task left in the schedule (it will be skipped)");
-                }
-                Ok(cancelled.then_some(key))
-            }
-        })
-        .buffer_unordered(WRITE_CONCURRENCY)
-        .try_filter_map(|cancelled| futures::future::ready(Ok(cancelled)))
-        .try_collect()
-        .await
-}
-
-/// The final status a task's dead letter records, if it has one.
-async fn failed_status(store: &dyn TaskStore, key: &TaskKey) -> StoreResult<Option<StatusRecord>> {
-    let letter = store.dead_letter(key.clone()).await?;
-    Ok(letter.map(|letter| StatusRecord {
-        status: match letter.reason {
-            DeadReason::Invalid => TaskStatus::Dropped,
-            DeadReason::RetriesExhausted => TaskStatus::Failed,
-        },
-        attempts: letter.attempts,
-        updated_at: letter.dead_at,
-        last_error: Some(letter.last_error),
-        result: None,
-    }))
-}
-
-/// A cancelled task that is a member of a group records its outcome there (which may trigger
-/// the join); read from the schedule, where it still is.
-async fn finish_cancelled(
-    store: &Arc<dyn TaskStore>,
-    enqueuer: &Arc<dyn Enqueuer>,
-    partition: PartitionId,
-    key: &TaskKey,
-    at: DateTime<Utc>,
-) -> Result<(), groups::GroupStepError> {
-    let scheduled = store.scheduled_task(partition, key.clone()).await?;
-    let Some((task, member)) = scheduled.and_then(|t| t.group.clone().map(|m| (t, m))) else {
-        return Ok(());
-    };
-    let outcome = MemberOutcome {
-        index: member.index,
-        key: key.clone(),
-        status: TaskStatus::Cancelled,
-        error: None,
-        result: None,
-        finished_at: at,
-    };
-    let (store, enqueuer) = (Arc::clone(store), Arc::clone(enqueuer));
-    groups::member_finished(store, enqueuer, task, member, outcome, at).await?;
-    Ok(())
 }
 
 impl TaskPersistence {

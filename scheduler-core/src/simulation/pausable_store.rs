@@ -15,9 +15,9 @@ use tokio::time::Instant;
 
 use crate::store::memory::MemoryStore;
 use crate::store::{
-    AttemptRecord, AttemptStore, LeaseRecord, LeaseStore, OwnershipStore, PartitionId,
-    PartitionOwner, ReadCursor, RefusedTask, ScheduleStore, StatusRecord, StatusStore, StoreError,
-    StoreResult, WriteStamp,
+    AttemptRecord, AttemptStore, DeferredCancel, LeaseRecord, LeaseStore, OwnershipStore,
+    PartitionId, PartitionOwner, ReadCursor, RefusedTask, ScheduleStore, StatusRecord, StatusStore,
+    StoreError, StoreResult, WriteStamp,
 };
 use crate::store::{BucketProgress, JobRecord, JobStore};
 use crate::store::{DeadLetter, DeadLetterFilter, DeadLetterStore, IdentityRecord, IdentityStore};
@@ -211,6 +211,34 @@ impl ScheduleStore for PausableStore {
 
     fn retrying(&self, partition: PartitionId) -> BoxFuture<'static, StoreResult<Vec<TaskKey>>> {
         self.send("retrying read", |s| s.retrying(partition))
+    }
+
+    fn defer_cancel(
+        &self,
+        partition: PartitionId,
+        key: TaskKey,
+        at: DateTime<Utc>,
+    ) -> BoxFuture<'static, StoreResult<()>> {
+        self.send("deferred cancel write", |s| {
+            s.defer_cancel(partition, key, at)
+        })
+    }
+
+    fn forget_deferred_cancel(
+        &self,
+        partition: PartitionId,
+        key: TaskKey,
+    ) -> BoxFuture<'static, StoreResult<()>> {
+        self.send("deferred cancel delete", |s| {
+            s.forget_deferred_cancel(partition, key)
+        })
+    }
+
+    fn deferred_cancels(
+        &self,
+        partition: PartitionId,
+    ) -> BoxFuture<'static, StoreResult<Vec<DeferredCancel>>> {
+        self.send("deferred cancels read", |s| s.deferred_cancels(partition))
     }
 
     fn write_stamp(&self) -> WriteStamp {

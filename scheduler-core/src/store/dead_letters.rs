@@ -9,7 +9,7 @@ use scheduler_client::{Task, TaskKey};
 use super::{PartitionId, StoreResult};
 
 /// Why a task became a dead letter.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum DeadReason {
     /// The handler refused it as invalid: it was not retried.
     Invalid,

@@ -374,6 +374,29 @@ pub trait ScheduleStore: Send + Sync + 'static {
     /// The partition's tasks recorded as retrying.
     fn retrying(&self, partition: PartitionId) -> BoxFuture<'static, StoreResult<Vec<TaskKey>>>;
 
+    /// Records a cancellation polled at `at` that waits for an earlier tree's call of its
+    /// orderingId to end (`deferred_cancels`; see `actors::cancels`): it is applied then, by
+    /// this tree or, if this one stops first, by the next, which reads them as it starts.
+    fn defer_cancel(
+        &self,
+        partition: PartitionId,
+        key: TaskKey,
+        at: DateTime<Utc>,
+    ) -> BoxFuture<'static, StoreResult<()>>;
+
+    /// Forgets a deferred cancellation once it is applied.
+    fn forget_deferred_cancel(
+        &self,
+        partition: PartitionId,
+        key: TaskKey,
+    ) -> BoxFuture<'static, StoreResult<()>>;
+
+    /// The partition's deferred cancellations, each with when it was polled.
+    fn deferred_cancels(
+        &self,
+        partition: PartitionId,
+    ) -> BoxFuture<'static, StoreResult<Vec<DeferredCancel>>>;
+
     /// A stamp of now, for [`ScheduleStore::forget_buckets`].
     fn write_stamp(&self) -> WriteStamp;
 
@@ -481,6 +504,10 @@ pub trait OwnershipStore: Send + Sync + 'static {
     /// (what operators see: the dashboard's and `GET /api/v1/partitions`' owners).
     fn owners(&self) -> BoxFuture<'static, StoreResult<Vec<PartitionOwner>>>;
 }
+
+/// A cancellation waiting for an earlier tree's calls ([`ScheduleStore::defer_cancel`]): the
+/// task's key and when the cancel was polled.
+pub type DeferredCancel = (TaskKey, DateTime<Utc>);
 
 /// A partition's row of `partition_owners`: its last claim.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -23,8 +23,8 @@ use scylla::serialize::row::SerializeRow;
 use scylla::statement::prepared::PreparedStatement;
 
 use super::{
-    hour_bucket, last_of_each_key, AttemptOutcome, AttemptRecord, AttemptStore, LeaseRecord,
-    LeaseStore, OwnershipStore, PartitionId, PartitionOwner, ReadCursor, RefusedTask,
+    hour_bucket, last_of_each_key, AttemptOutcome, AttemptRecord, AttemptStore, DeferredCancel,
+    LeaseRecord, LeaseStore, OwnershipStore, PartitionId, PartitionOwner, ReadCursor, RefusedTask,
     ScheduleStore, StatusRecord, StatusStore, StoreError, StoreResult, TaskStatus, WriteStamp,
 };
 use crate::settings::CassandraSettings;
@@ -476,6 +476,82 @@ impl ScheduleStore for CassandraStore {
                     })
                     .collect(),
             )
+        }
+        .boxed()
+    }
+
+    fn defer_cancel(
+        &self,
+        partition: PartitionId,
+        key: TaskKey,
+        at: DateTime<Utc>,
+    ) -> BoxFuture<'static, StoreResult<()>> {
+        let inner = Arc::clone(&self.inner);
+        async move {
+            let values = (
+                partition,
+                key.scheduled_time,
+                &key.ordering_id,
+                &key.uniqueness_key,
+                at,
+            );
+            let statement = &inner.statements.insert_deferred_cancel;
+            inner
+                .run(statement, values, "deferred cancel write")
+                .await?;
+            Ok(())
+        }
+        .boxed()
+    }
+
+    fn forget_deferred_cancel(
+        &self,
+        partition: PartitionId,
+        key: TaskKey,
+    ) -> BoxFuture<'static, StoreResult<()>> {
+        let inner = Arc::clone(&self.inner);
+        async move {
+            let values = (
+                partition,
+                key.scheduled_time,
+                &key.ordering_id,
+                &key.uniqueness_key,
+            );
+            let statement = &inner.statements.delete_deferred_cancel;
+            inner
+                .run(statement, values, "deferred cancel delete")
+                .await?;
+            Ok(())
+        }
+        .boxed()
+    }
+
+    fn deferred_cancels(
+        &self,
+        partition: PartitionId,
+    ) -> BoxFuture<'static, StoreResult<Vec<DeferredCancel>>> {
+        let inner = Arc::clone(&self.inner);
+        async move {
+            type Row = (DateTime<Utc>, String, String, DateTime<Utc>);
+            let statement = &inner.statements.select_deferred_cancels;
+            let rows: Vec<Row> = inner
+                .run_paged(
+                    statement,
+                    (partition,),
+                    "deferred cancels read",
+                    "deferred cancel",
+                )
+                .await?;
+            Ok((rows.into_iter())
+                .map(|(scheduled_time, ordering_id, uniqueness_key, at)| {
+                    let key = TaskKey {
+                        scheduled_time,
+                        ordering_id,
+                        uniqueness_key,
+                    };
+                    (key, at)
+                })
+                .collect())
         }
         .boxed()
     }

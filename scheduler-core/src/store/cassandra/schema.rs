@@ -23,7 +23,7 @@ use crate::settings::CassandraSettings;
 use crate::store::{StoreError, StoreResult};
 
 /// The schema version this release runs on.
-pub const SCHEMA_VERSION: u32 = 6;
+pub const SCHEMA_VERSION: u32 = 7;
 
 /// Where every keyspace's schema version and migration lock are kept.
 pub const META_KEYSPACE: &str = "scheduler_meta";
@@ -245,6 +245,9 @@ async fn apply_migrations(
     }
     if at < 6 {
         migrate_v6(session, ks).await?;
+    }
+    if at < 7 {
+        migrate_v7(session, ks).await?;
     }
     session
         .query_unpaged(
@@ -528,6 +531,19 @@ async fn migrate_v6(session: &Session, ks: &str) -> StoreResult<()> {
          PRIMARY KEY ((schedule_id), fire_time)) WITH CLUSTERING ORDER BY (fire_time DESC)"
     );
     run_schema_statement(session, fires).await?;
+    await_agreement(session).await
+}
+
+/// Version 7: cancellations deferred while an earlier tree of the partition may still call a
+/// task of their orderingId (`actors::cancels`), read by the next tree as it starts.
+async fn migrate_v7(session: &Session, ks: &str) -> StoreResult<()> {
+    let deferred = format!(
+        "CREATE TABLE IF NOT EXISTS {ks}.deferred_cancels (partition_id int, \
+         scheduled_time timestamp, ordering_id text, uniqueness_key text, \
+         cancelled_at timestamp, \
+         PRIMARY KEY ((partition_id), scheduled_time, ordering_id, uniqueness_key))"
+    );
+    run_schema_statement(session, deferred).await?;
     await_agreement(session).await
 }
 

@@ -20,6 +20,9 @@ pub(super) struct Statements {
     pub(super) insert_retrying: PreparedStatement,
     pub(super) delete_retrying: PreparedStatement,
     pub(super) select_retrying: PreparedStatement,
+    pub(super) insert_deferred_cancel: PreparedStatement,
+    pub(super) delete_deferred_cancel: PreparedStatement,
+    pub(super) select_deferred_cancels: PreparedStatement,
     pub(super) set_low_water: PreparedStatement,
     pub(super) load_from: PreparedStatement,
     pub(super) load_after: PreparedStatement,
@@ -188,6 +191,30 @@ impl Statements {
             select_retrying: prepare(
                 format!("SELECT {key_columns} FROM {ks}.retrying_tasks WHERE partition_id = ?"),
                 "prepare retrying read",
+            )
+            .await?,
+            insert_deferred_cancel: prepare(
+                format!(
+                    "INSERT INTO {ks}.deferred_cancels (partition_id, {key_columns}, \
+                     cancelled_at) VALUES (?, ?, ?, ?, ?)"
+                ),
+                "prepare deferred cancel write",
+            )
+            .await?,
+            delete_deferred_cancel: prepare(
+                format!(
+                    "DELETE FROM {ks}.deferred_cancels WHERE partition_id = ? \
+                     AND scheduled_time = ? AND ordering_id = ? AND uniqueness_key = ?"
+                ),
+                "prepare deferred cancel delete",
+            )
+            .await?,
+            select_deferred_cancels: prepare(
+                format!(
+                    "SELECT {key_columns}, cancelled_at FROM {ks}.deferred_cancels \
+                     WHERE partition_id = ?"
+                ),
+                "prepare deferred cancels read",
             )
             .await?,
             select_low_water: prepare(

@@ -38,6 +38,8 @@ struct State {
     low_water: HashMap<PartitionId, DateTime<Utc>>,
     /// Tasks recorded as retrying.
     retrying: std::collections::BTreeSet<(PartitionId, TaskKey)>,
+    /// Cancellations deferred, with when each was polled.
+    deferred_cancels: BTreeMap<(PartitionId, TaskKey), DateTime<Utc>>,
     /// Tombstones loads have stepped over.
     tombstones_read: usize,
     /// Every status write, in order, with when it was applied (the simulation checks that a

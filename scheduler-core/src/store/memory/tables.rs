@@ -13,9 +13,9 @@ use scheduler_client::{Task, TaskKey};
 use super::{MemoryStore, CLUSTERING_KEY_LIMIT, TOMBSTONE_FAILURE_THRESHOLD};
 use crate::store::hour_bucket;
 use crate::store::{
-    AttemptRecord, AttemptStore, LeaseRecord, LeaseStore, OwnershipStore, PartitionId,
-    PartitionOwner, ReadCursor, RefusedTask, ScheduleStore, StatusRecord, StatusStore, StoreError,
-    StoreResult, WriteStamp,
+    AttemptRecord, AttemptStore, DeferredCancel, LeaseRecord, LeaseStore, OwnershipStore,
+    PartitionId, PartitionOwner, ReadCursor, RefusedTask, ScheduleStore, StatusRecord, StatusStore,
+    StoreError, StoreResult, WriteStamp,
 };
 use crate::store::{BucketProgress, JobRecord, JobStore};
 use crate::store::{DeadLetter, DeadLetterFilter, DeadLetterStore, IdentityRecord, IdentityStore};
@@ -182,6 +182,39 @@ impl ScheduleStore for MemoryStore {
                 .iter()
                 .filter(|(p, _)| *p == partition)
                 .map(|(_, k)| k.clone())
+                .collect()
+        })
+    }
+
+    fn defer_cancel(
+        &self,
+        partition: PartitionId,
+        key: TaskKey,
+        at: DateTime<Utc>,
+    ) -> BoxFuture<'static, StoreResult<()>> {
+        self.run("deferred cancel write", move |s| {
+            s.deferred_cancels.insert((partition, key), at);
+        })
+    }
+
+    fn forget_deferred_cancel(
+        &self,
+        partition: PartitionId,
+        key: TaskKey,
+    ) -> BoxFuture<'static, StoreResult<()>> {
+        self.run("deferred cancel delete", move |s| {
+            s.deferred_cancels.remove(&(partition, key));
+        })
+    }
+
+    fn deferred_cancels(
+        &self,
+        partition: PartitionId,
+    ) -> BoxFuture<'static, StoreResult<Vec<DeferredCancel>>> {
+        self.run("deferred cancels read", move |s| {
+            (s.deferred_cancels.iter())
+                .filter(|((p, _), _)| *p == partition)
+                .map(|((_, key), at)| (key.clone(), *at))
                 .collect()
         })
     }
