@@ -233,24 +233,29 @@ fn a_cancel_recorded_by_another_tree_while_a_checked_task_waits_long_for_a_slot_
     });
 }
 
+/// A first tree dispatches `o/1` (due at 3.5 s, a 5 s call) at 2.5 s: its lease entry,
+/// ownership and status checks are done. Just after its periodic epoch read (every second, so
+/// it learns of a new owner at 4 s), at 3.1 s, a second node claims the partition and polls a
+/// cancel of the task. Returns both nodes and the task.
+async fn a_newer_tree_polls_a_cancel() -> (Harness, Harness, Task) {
+    let h = Harness::new(SchedulingSettings::default(), Duration::from_secs(5), &[]);
+    let other = h.second_node(SchedulingSettings::default());
+    h.assign().await;
+    let x = task("o", t0() + ms(3_500), "1");
+    h.enqueue(vec![x.clone()]).await;
+    advance(Duration::from_millis(3_100)).await;
+    other.assign().await;
+    other.cancel(vec![x.key()]).await;
+    (h, other, x)
+}
+
 /// A cancel polled by a new tree while an earlier tree, its checks done before the claim, is
 /// about to call the task: the cancel waits (durably) for that call, so the task never starts
 /// after it was recorded cancelled, and the new tree does not run it again.
 #[test]
 fn a_cancel_an_earlier_trees_call_could_defeat_is_recorded_only_after_that_call() {
     run_paused(|| async {
-        let h = Harness::new(SchedulingSettings::default(), Duration::from_secs(5), &[]);
-        let other = h.second_node(SchedulingSettings::default());
-        h.assign().await;
-        let x = task("o", t0() + ms(3_500), "1");
-        h.enqueue(vec![x.clone()]).await;
-        // The first tree dispatched x early (at 2.5 s): its lease entry, ownership and status
-        // checks are done. Just after its periodic epoch read (every second), another node
-        // claims the partition (the first learns it at its next read, at 4 s) and polls a
-        // cancel of x.
-        advance(Duration::from_millis(3_100)).await;
-        other.assign().await;
-        other.cancel(vec![x.key()]).await;
+        let (h, _other, x) = a_newer_tree_polls_a_cancel().await;
         // The first tree calls x at its time and the call runs 5 s.
         advance(Duration::from_millis(2_500)).await;
         assert_eq!(h.recorder.call_times("o"), vec![t0() + ms(3_500)]);
@@ -279,15 +284,8 @@ fn a_cancel_an_earlier_trees_call_could_defeat_is_recorded_only_after_that_call(
 #[test]
 fn a_deferred_cancel_left_by_a_stopped_tree_is_applied_by_the_next() {
     run_paused(|| async {
-        let h = Harness::new(SchedulingSettings::default(), Duration::from_secs(5), &[]);
-        let other = h.second_node(SchedulingSettings::default());
+        let (h, other, x) = a_newer_tree_polls_a_cancel().await;
         let third = h.second_node(SchedulingSettings::default());
-        h.assign().await;
-        let x = task("o", t0() + ms(3_500), "1");
-        h.enqueue(vec![x.clone()]).await;
-        advance(Duration::from_millis(3_100)).await;
-        other.assign().await;
-        other.cancel(vec![x.key()]).await;
         advance(Duration::from_millis(1_000)).await;
         // The tree that deferred it goes before the earlier call ends; a third takes over.
         other.topic.send(RevokePartitions).await.expect("revoke");

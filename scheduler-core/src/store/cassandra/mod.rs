@@ -450,7 +450,7 @@ impl ScheduleStore for CassandraStore {
         partition: PartitionId,
         key: TaskKey,
     ) -> BoxFuture<'static, StoreResult<()>> {
-        self.run_on_retrying(partition, key, |s| &s.insert_retrying, "retrying write")
+        self.run_on_key(partition, key, |s| &s.insert_retrying, "retrying write")
     }
 
     fn unmark_retrying(
@@ -458,7 +458,7 @@ impl ScheduleStore for CassandraStore {
         partition: PartitionId,
         key: TaskKey,
     ) -> BoxFuture<'static, StoreResult<()>> {
-        self.run_on_retrying(partition, key, |s| &s.delete_retrying, "retrying delete")
+        self.run_on_key(partition, key, |s| &s.delete_retrying, "retrying delete")
     }
 
     fn retrying(&self, partition: PartitionId) -> BoxFuture<'static, StoreResult<Vec<TaskKey>>> {
@@ -509,21 +509,8 @@ impl ScheduleStore for CassandraStore {
         partition: PartitionId,
         key: TaskKey,
     ) -> BoxFuture<'static, StoreResult<()>> {
-        let inner = Arc::clone(&self.inner);
-        async move {
-            let values = (
-                partition,
-                key.scheduled_time,
-                &key.ordering_id,
-                &key.uniqueness_key,
-            );
-            let statement = &inner.statements.delete_deferred_cancel;
-            inner
-                .run(statement, values, "deferred cancel delete")
-                .await?;
-            Ok(())
-        }
-        .boxed()
+        let delete: fn(&Statements) -> &PreparedStatement = |s| &s.delete_deferred_cancel;
+        self.run_on_key(partition, key, delete, "deferred cancel delete")
     }
 
     fn deferred_cancels(
@@ -943,8 +930,9 @@ impl OwnershipStore for CassandraStore {
 }
 
 impl CassandraStore {
-    /// Runs the statement `pick` chooses on the `retrying_tasks` row of `key`.
-    fn run_on_retrying(
+    /// Runs the statement `pick` chooses on the row of `key` in a table keyed by partition and
+    /// task key (`retrying_tasks`, `deferred_cancels`).
+    fn run_on_key(
         &self,
         partition: PartitionId,
         key: TaskKey,
