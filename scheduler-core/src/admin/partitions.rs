@@ -14,7 +14,11 @@ use super::state::{store_error, AdminState, ApiError};
 pub(super) async fn list(
     State(state): State<Arc<AdminState>>,
 ) -> Result<Json<PartitionsResponse>, ApiError> {
-    let claims = state.store.owners().await.map_err(store_error)?;
+    let claims: std::collections::BTreeMap<_, _> = (state.store.owners().await)
+        .map_err(store_error)?
+        .into_iter()
+        .map(|c| (c.partition, c))
+        .collect();
     let owned = state
         .owned
         .lock()
@@ -24,7 +28,7 @@ pub(super) async fn list(
     // count (a topic recreated smaller) is not one of the queue's partitions any more.
     let partitions = (0..state.partition_count as i32)
         .map(|partition| {
-            let claim = claims.iter().find(|c| c.partition == partition);
+            let claim = claims.get(&partition);
             PartitionOwnerView {
                 partition,
                 owner: claim.and_then(|c| c.owner.clone()),
