@@ -127,7 +127,8 @@ pub enum ScheduleError {
     Unacknowledged(Duration),
     /// The task breaks a limit of the wire format that the node's decoder enforces too (a key
     /// longer than [`wire::MAX_ORDERING_ID_BYTES`], `taskData` deeper than
-    /// [`wire::MAX_TASK_DATA_DEPTH`]): the node would park it, so it is not sent.
+    /// [`wire::MAX_TASK_DATA_DEPTH`], a group number over [`wire::MAX_GROUP_NUMBER`], a time
+    /// before [`wire::earliest_time`]): the node would park it, so it is not sent.
     #[error(transparent)]
     Content(ContentError),
 }
@@ -189,13 +190,14 @@ impl ScheduleError {
 
 /// Checks a task against the rules `schedule_task` enforces, as of `now`.
 pub fn validate(task: &Task, now: DateTime<Utc>, grace: Duration) -> Result<(), ScheduleError> {
-    // The content rules are the decoder's own, so the node runs what is accepted here.
-    wire::check_task(task)?;
     if task.scheduled_time > wire::latest_time() {
         return Err(ScheduleError::BeyondWireFormat(wire::format_time(
             task.scheduled_time,
         )));
     }
+    // The content rules are the decoder's own (the range of times, every number within what
+    // the node's store holds), so the node runs what is accepted here.
+    wire::check_task(task)?;
     let late_by = now - task.scheduled_time;
     if late_by > TimeDelta::from_std(grace).unwrap_or(TimeDelta::MAX) {
         return Err(ScheduleError::TooFarInThePast {

@@ -40,7 +40,10 @@
 //!
 //! The client ([`crate::Scheduler`]) refuses what breaks them before sending, and the node's
 //! decoder refuses (parks, with a reason) records that break them, by the same check
-//! ([`check_task`], [`check_key`]), so a task the client accepted is one the node runs:
+//! ([`check_task`], [`check_key`], [`check_time`]), so a task the client accepted is one the
+//! node runs. Every bound below is what the node's store holds (a CQL `int`, a clustering key)
+//! or what its arithmetic handles, checked before a record reaches the store, not found by a
+//! write refused on every retry:
 //!
 //! - `orderingId` and `uniquenessKey` are not empty, and at most [`MAX_ORDERING_ID_BYTES`] and
 //!   [`MAX_UNIQUENESS_KEY_BYTES`] (1,024 each) bytes of UTF-8: with `scheduledTime` they are
@@ -48,6 +51,14 @@
 //! - `taskType` is 1 to [`MAX_TASK_TYPE_BYTES`] (128) bytes of ASCII letters, digits and
 //!   `-_.:/`: it names metrics series and appears in `--exec type=command` arguments.
 //! - `priority` is an integer in the i32 range.
+//! - `scheduledTime` is RFC 3339 and, in UTC, from [`earliest_time`] (1900-01-01T00:00:00.000Z:
+//!   loading a partition with no low-water mark starts before it) to [`latest_time`]
+//!   (9999-12-31T23:59:59.999Z: RFC 3339 has four-digit years, so the engine can write any time
+//!   it holds back to the wire), in tasks and control records alike ([`check_time`]).
+//! - A group's `index` and `total` are at most [`MAX_GROUP_NUMBER`] (`i32::MAX`): the group
+//!   table keeps them in `int` columns, which Cassandra refuses past that on every retry.
+//! - `debounce`'s `maxWaitMs` is at most [`MAX_DEBOUNCE_WAIT_MS`], the span from the earliest time
+//!   to the latest: the engine adds it to a time, and a longer wait could never cap one.
 //! - `taskData` is a JSON object nested at most [`MAX_TASK_DATA_DEPTH`] (64) levels deep, the
 //!   object itself being level 1 (the node's JSON parser stops at 128 levels).
 //! - Numbers arrive exactly: integers must fit i64 or u64 (the decoder refuses larger ones, which
@@ -86,6 +97,22 @@ pub const MAX_GROUP_ID_BYTES: usize = MAX_ORDERING_ID_BYTES;
 /// The longest `taskType`, in bytes.
 pub const MAX_TASK_TYPE_BYTES: usize = 128;
 
+/// The highest group `index` and `total`: the group table (`group_members`) keeps them in CQL
+/// `int` columns, and Cassandra refuses a larger number on every retry of the member's final
+/// step, which would leave the member without a final status and its orderingId stalled.
+pub const MAX_GROUP_NUMBER: u32 = i32::MAX as u32;
+
+/// [`earliest_time`] in milliseconds since the Unix epoch: 1900-01-01T00:00:00.000Z.
+const EARLIEST_TIME_MS: i64 = -2_208_988_800_000;
+
+/// [`latest_time`] in milliseconds since the Unix epoch: 9999-12-31T23:59:59.999Z.
+const LATEST_TIME_MS: i64 = 253_402_300_799_999;
+
+/// The longest `maxWaitMs` of `debounce`: the span from [`earliest_time`] to [`latest_time`]. The
+/// engine adds the wait to a pending task's time; a longer wait could never cap a time (it would
+/// only overflow that sum).
+pub const MAX_DEBOUNCE_WAIT_MS: u64 = (LATEST_TIME_MS - EARLIEST_TIME_MS) as u64;
+
 /// Why a task's content cannot be run: the one check that the client makes before sending and
 /// the node's decoder makes before scheduling, so that what the client accepts, the node runs.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -120,10 +147,19 @@ pub enum ContentError {
     /// `group` or `joinOf` breaks its limits (see [`check_group`]).
     #[error("group {0}")]
     BadGroup(String),
+    /// The conflict mode breaks its limits: `debounce`'s wait is over
+    /// [`MAX_DEBOUNCE_WAIT_MS`].
+    #[error("onConflict {0}")]
+    BadConflict(String),
+    /// `scheduledTime` is outside [`earliest_time`] to [`latest_time`] (see [`check_time`]).
+    #[error(
+        "scheduledTime {0} is outside 1900-01-01T00:00:00.000Z to 9999-12-31T23:59:59.999Z, the times the engine holds"
+    )]
+    TimeOutOfRange(String),
 }
 
 /// Checks a group membership and a join's group id: ids of 1 to [`MAX_GROUP_ID_BYTES`] bytes,
-/// member numbers from 1, and no number above the total.
+/// member numbers from 1 to [`MAX_GROUP_NUMBER`], and no number above the total.
 pub fn check_group(
     member: Option<&GroupMember>,
     join_of: Option<&str>,
@@ -140,6 +176,16 @@ pub fn check_group(
     if let Some(member) = member {
         if member.index == 0 {
             return bad("index must be 1 or more".to_string());
+        }
+        for (field, number) in [("index", Some(member.index)), ("total", member.total)] {
+            match number {
+                Some(n) if n > MAX_GROUP_NUMBER => {
+                    return bad(format!(
+                        "{field} {n} is over {MAX_GROUP_NUMBER}, the most the group table holds"
+                    ))
+                }
+                _ => {}
+            }
         }
         if let Some(join_type) = &member.join_type {
             if check_task_type(join_type).is_err() {
@@ -204,11 +250,39 @@ pub fn check_task_data(data: &TaskData) -> Result<(), ContentError> {
     Ok(())
 }
 
-/// Checks everything about a task that decides whether the node can run it, except its time
-/// (the client checks that against its clock; the node takes any time it can parse).
+/// Checks a time a record carries (a task's, a cancellation's, a reschedule's): from
+/// [`earliest_time`] to [`latest_time`]. The engine loads a partition with no low-water mark from
+/// before the earliest, and writes every time it holds back to the wire (joins, sub-tasks,
+/// redrives, the admin API) in RFC 3339, whose years have four digits.
+pub fn check_time(time: DateTime<Utc>) -> Result<(), ContentError> {
+    if time < earliest_time() || time > latest_time() {
+        return Err(ContentError::TimeOutOfRange(format_time(time)));
+    }
+    Ok(())
+}
+
+/// Checks a conflict mode: `debounce`'s wait at most [`MAX_DEBOUNCE_WAIT_MS`].
+pub fn check_conflict(mode: Option<OnConflict>) -> Result<(), ContentError> {
+    match mode.and_then(OnConflict::max_wait) {
+        Some(wait) if wait.as_millis() > u128::from(MAX_DEBOUNCE_WAIT_MS) => {
+            Err(ContentError::BadConflict(format!(
+                "debounce: maxWaitMs {} is over {MAX_DEBOUNCE_WAIT_MS}, the span of the times the engine holds",
+                wait.as_millis()
+            )))
+        }
+        _ => Ok(()),
+    }
+}
+
+/// Checks everything about a task that decides whether the node can run it: the one check the
+/// client makes before sending and the node's decoder makes before scheduling. Its time is
+/// checked against the range the engine holds ([`check_time`]), not against a clock (the client
+/// checks that; the node takes a time however late).
 pub fn check_task(task: &Task) -> Result<(), ContentError> {
     check_key(&task.ordering_id, &task.uniqueness_key)?;
+    check_time(task.scheduled_time)?;
     check_task_type(&task.task_type)?;
+    check_conflict(task.on_conflict)?;
     check_group(task.group.as_ref(), task.join_of.as_deref())?;
     check_group_conflict(task)?;
     check_task_data(&task.task_data)
@@ -309,6 +383,11 @@ pub enum DecodeError {
     /// `group` or `joinOf` breaks its limits (see [`check_group`]).
     #[error("group {0}")]
     BadGroup(String),
+    /// `scheduledTime` is outside the times the engine holds (see [`check_time`]).
+    #[error(
+        "scheduledTime {0} is outside 1900-01-01T00:00:00.000Z to 9999-12-31T23:59:59.999Z, the times the engine holds"
+    )]
+    TimeOutOfRange(String),
 }
 
 impl From<ContentError> for DecodeError {
@@ -322,6 +401,8 @@ impl From<ContentError> for DecodeError {
             ContentError::TaskDataTooDeep { max } => DecodeError::TaskDataTooDeep { max },
             ContentError::BadTaskType(found) => DecodeError::BadTaskType(found),
             ContentError::BadGroup(why) => DecodeError::BadGroup(why),
+            ContentError::BadConflict(why) => DecodeError::BadConflict(why),
+            ContentError::TimeOutOfRange(time) => DecodeError::TimeOutOfRange(time),
         }
     }
 }
@@ -349,7 +430,7 @@ impl DecodeError {
             DecodeError::UnsupportedVersion(_) => "version",
             DecodeError::MissingField(_) => "missing_field",
             DecodeError::EmptyField(_) => "empty_field",
-            DecodeError::BadScheduledTime { .. } => "bad_time",
+            DecodeError::BadScheduledTime { .. } | DecodeError::TimeOutOfRange(_) => "bad_time",
             DecodeError::TaskDataNotObject => "task_data",
             DecodeError::UnknownType(_) => "type",
             DecodeError::TaskDataTooDeep { .. } => "too_deep",
@@ -495,7 +576,13 @@ struct WireIn<'a> {
 
 /// The latest time the wire format carries: RFC 3339 has four-digit years.
 pub fn latest_time() -> DateTime<Utc> {
-    DateTime::from_timestamp_millis(253_402_300_799_999).unwrap_or(DateTime::<Utc>::MAX_UTC)
+    DateTime::from_timestamp_millis(LATEST_TIME_MS).unwrap_or(DateTime::<Utc>::MAX_UTC)
+}
+
+/// The earliest time a task may have, 1900-01-01T00:00:00.000Z: loading a partition that has no
+/// low-water mark starts before it (`scheduler_core::store::schedule_start`).
+pub fn earliest_time() -> DateTime<Utc> {
+    DateTime::from_timestamp_millis(EARLIEST_TIME_MS).unwrap_or(DateTime::<Utc>::MIN_UTC)
 }
 
 /// Formats a time as the wire format does: RFC 3339, UTC, milliseconds, `Z`.
@@ -618,12 +705,14 @@ pub fn decode_record(value: Option<&[u8]>, max_size: usize) -> Result<Record, De
         )));
     }
     let time = required(wire.scheduled_time, "scheduledTime")?;
-    let scheduled_time = DateTime::parse_from_rfc3339(&time)
-        .map_err(|source| DecodeError::BadScheduledTime {
-            value: time,
+    let parsed =
+        DateTime::parse_from_rfc3339(&time).map_err(|source| DecodeError::BadScheduledTime {
+            value: time.clone(),
             source,
-        })?
-        .with_timezone(&Utc);
+        })?;
+    // Kept to the millisecond, as stored; in the range the engine holds, whatever the record.
+    let scheduled_time = crate::task::truncate_to_millis(parsed.with_timezone(&Utc));
+    check_time(scheduled_time).map_err(|_| DecodeError::TimeOutOfRange(time))?;
     let task = match wire.record_type.as_deref() {
         None | Some("task") => {
             let task_data = match wire.task_data {
@@ -656,12 +745,12 @@ pub fn decode_record(value: Option<&[u8]>, max_size: usize) -> Result<Record, De
         }
         Some("reschedule") => {
             let identity = TaskIdentity::new(ordering_id, uniqueness_key);
-            let to = crate::task::truncate_to_millis(scheduled_time);
-            return Ok(Record::Reschedule(identity, to));
+            return Ok(Record::Reschedule(identity, scheduled_time));
         }
         Some(other) => return Err(DecodeError::UnknownType(other.to_string())),
     };
-    check_group_conflict(&task)?;
+    // The client's own check, whole: what it refuses, the node refuses.
+    check_task(&task)?;
     Ok(Record::Task(task))
 }
 

@@ -8,7 +8,7 @@ use scheduler_client::wire::{
     check_key, check_task, decode_record, encode, encode_cancel, Record, MAX_ORDERING_ID_BYTES,
     MAX_TASK_DATA_DEPTH, MAX_UNIQUENESS_KEY_BYTES,
 };
-use scheduler_client::{validate, Task};
+use scheduler_client::{validate, GroupMember, Task};
 use serde_json::{json, Map, Value};
 use std::time::Duration;
 
@@ -122,8 +122,8 @@ proptest! {
     fn valid_tasks_survive_a_round_trip(
         ordering_id in ".{1,40}",
         uniqueness_key in ".{1,40}",
-        // Years 0000 to 9999: what RFC 3339 carries (the client refuses later times).
-        millis in -62_167_219_200_000i64..=253_402_300_799_999,
+        // 1900 to 9999: the times the engine holds (RFC 3339 carries none later).
+        millis in -2_208_988_800_000i64..=253_402_300_799_999,
         data in prop::collection::btree_map("[a-z]{1,8}", json_value(), 0..4),
     ) {
         let Some(time) = DateTime::from_timestamp_millis(millis) else {
@@ -251,6 +251,48 @@ proptest! {
                     prop_assert!(!fits);
                     prop_assert_eq!(error.reason(), "field_too_long");
                 }
+            }
+        }
+    }
+}
+
+/// Group numbers around the edges: 0, 1, the group table's `int` limit and `u32::MAX`.
+fn group_number() -> impl Strategy<Value = u32> {
+    let limit = i32::MAX as u32;
+    prop_oneof![
+        0u32..4,
+        (limit - 2)..=(limit + 2),
+        (u32::MAX - 2)..=u32::MAX,
+        any::<u32>()
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(500))]
+
+    /// The client and the node refuse the same group numbers: from 1, at most the total, and
+    /// within the group table's `int` columns (Cassandra refuses more on every retry).
+    #[test]
+    fn client_and_node_agree_on_group_numbers(
+        index in group_number(),
+        total in prop::option::of(group_number()),
+    ) {
+        let time = DateTime::from_timestamp_millis(1_795_327_200_000).unwrap_or_default();
+        let limit = i32::MAX as u32;
+        let fits = (1..=limit).contains(&index)
+            && total.is_none_or(|total| (index..=limit).contains(&total));
+        let mut member = GroupMember::new("g", index);
+        member.total = total;
+        let task = Task::new("o", time, "u", Map::new()).in_group(member);
+        prop_assert_eq!(validate(&task, time, Duration::ZERO).is_ok(), fits);
+        match decode_record(Some(&encode(&task)), MAX) {
+            Ok(record) => {
+                prop_assert!(fits);
+                prop_assert_eq!(record, Record::Task(task));
+            }
+            Err(error) => {
+                prop_assert!(!fits);
+                prop_assert_eq!(error.reason(), "group");
             }
         }
     }

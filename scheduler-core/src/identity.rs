@@ -105,9 +105,12 @@ pub(crate) async fn resolve(
                         Some((current.scheduled_time, first))
                     }
                     (OnConflict::Debounce { max_wait }, Some((_, first))) => {
-                        let cap = first
-                            + chrono::TimeDelta::from_std(max_wait)
-                                .unwrap_or(chrono::TimeDelta::MAX);
+                        // The decoder bounds the wait (`wire::MAX_DEBOUNCE_WAIT_MS`), but a row
+                        // stored before it may hold any: a sum past chrono's range caps nothing.
+                        let cap = chrono::TimeDelta::from_std(max_wait)
+                            .ok()
+                            .and_then(|wait| first.checked_add_signed(wait))
+                            .unwrap_or(chrono::DateTime::<chrono::Utc>::MAX_UTC);
                         Some((task.scheduled_time.min(cap), first))
                     }
                     _ => Some((task.scheduled_time, task.scheduled_time)),

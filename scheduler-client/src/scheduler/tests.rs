@@ -206,3 +206,26 @@ fn validation_names_the_problem() {
         Err(ScheduleError::EmptyUniquenessKey)
     ));
 }
+
+/// The client refuses a group number that the group table cannot hold (a CQL `int`), before
+/// sending: the node would park it (issue 30, defect 6).
+#[test]
+fn a_group_index_or_total_past_i32_is_refused_before_sending() {
+    let over = i32::MAX as u32 + 1;
+    let due = Utc::now() + TimeDelta::minutes(5);
+    for member in [
+        crate::GroupMember::new("g", over),
+        crate::GroupMember::new("g", 1).of(over),
+    ] {
+        let task = Task::new("o", due, "u", Default::default()).in_group(member);
+        let error = validate(&task, Utc::now(), Duration::from_secs(10)).unwrap_err();
+        assert!(
+            matches!(error, ScheduleError::Content(ContentError::BadGroup(_))),
+            "{error}"
+        );
+        assert!(error.is_rejection());
+    }
+    let largest = crate::GroupMember::new("g", i32::MAX as u32).of(i32::MAX as u32);
+    let task = Task::new("o", due, "u", Default::default()).in_group(largest);
+    assert!(validate(&task, Utc::now(), Duration::from_secs(10)).is_ok());
+}

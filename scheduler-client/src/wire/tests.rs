@@ -416,3 +416,93 @@ fn a_group_member_with_a_conflict_mode_is_refused_but_a_join_is_not() {
     check_task(&join).unwrap();
     assert_eq!(decode(Some(&encode(&join)), 1 << 20).unwrap(), join);
 }
+
+/// The group table keeps a member's number and the total in CQL `int` columns, which Cassandra
+/// refuses past `i32::MAX` on every retry: a member beyond them ran, then never finished, and
+/// its orderingId stalled (issue 30, defect 6).
+#[test]
+fn group_numbers_past_the_group_tables_int_columns_are_refused_by_client_check_and_decoder_alike() {
+    let over = i32::MAX as u32 + 1;
+    for (member, why) in [
+        (
+            GroupMember::new("g", over),
+            "index 2147483648 is over 2147483647",
+        ),
+        (
+            GroupMember::new("g", 1).of(over),
+            "total 2147483648 is over 2147483647",
+        ),
+        (
+            GroupMember::new("g", u32::MAX).of(u32::MAX),
+            "index 4294967295 is over 2147483647",
+        ),
+    ] {
+        let task = sample().in_group(member);
+        let error = check_task(&task).unwrap_err();
+        assert!(error.to_string().contains(why), "{error}");
+        let decoded = decode(Some(&encode(&task)), 1 << 20).unwrap_err();
+        assert_eq!(decoded.reason(), "group", "{decoded}");
+        assert!(decoded.to_string().contains(why), "{decoded}");
+    }
+    let largest = sample().in_group(GroupMember::new("g", i32::MAX as u32).of(i32::MAX as u32));
+    check_task(&largest).unwrap();
+    assert_eq!(decode(Some(&encode(&largest)), 1 << 20).unwrap(), largest);
+}
+
+/// A debounce adds its wait to a time: a wait past the span of the times the engine holds could
+/// only overflow that sum (a panic), never cap a time.
+#[test]
+fn a_debounce_wait_longer_than_the_engines_span_of_times_is_refused() {
+    let debounced = |ms: u64| {
+        sample().on_conflict(crate::OnConflict::Debounce {
+            max_wait: std::time::Duration::from_millis(ms),
+        })
+    };
+    // 1900-01-01T00:00:00.000Z to 9999-12-31T23:59:59.999Z.
+    let longest = 255_611_289_599_999;
+    for ms in [longest + 1, u64::MAX] {
+        let task = debounced(ms);
+        let error = check_task(&task).unwrap_err();
+        assert!(error.to_string().contains("maxWaitMs"), "{error}");
+        let decoded = decode(Some(&encode(&task)), 1 << 20).unwrap_err();
+        assert_eq!(decoded.reason(), "conflict", "{decoded}");
+    }
+    let task = debounced(longest);
+    check_task(&task).unwrap();
+    assert_eq!(decode(Some(&encode(&task)), 1 << 20).unwrap(), task);
+}
+
+/// Every time a record carries is one the wire format can write back (UTC, years 0000-9999)
+/// and the engine loads (from 1900): in tasks, cancellations and reschedules alike.
+#[test]
+fn times_outside_the_engines_range_are_refused_in_every_record() {
+    let record = |kind: &str, time: &str| {
+        format!(r#"{{"version":1,"type":"{kind}","orderingId":"o","scheduledTime":"{time}","uniquenessKey":"u"}}"#)
+            .into_bytes()
+    };
+    for kind in ["task", "cancel", "reschedule"] {
+        for time in [
+            "9999-12-31T23:59:59.999-00:01",
+            "9999-12-31T23:59:60Z",
+            "1899-12-31T23:59:59.999Z",
+            "0000-01-01T00:00:00Z",
+        ] {
+            let error = decode_record(Some(&record(kind, time)), usize::MAX).unwrap_err();
+            assert_eq!(error.reason(), "bad_time", "{kind} {time}: {error}");
+            assert!(error.to_string().contains(time), "{error}");
+        }
+        for (time, kept) in [
+            ("9999-12-31T23:59:59.999999Z", "9999-12-31T23:59:59.999Z"),
+            ("1900-01-01T01:00:00+01:00", "1900-01-01T00:00:00.000Z"),
+        ] {
+            let decoded = decode_record(Some(&record(kind, time)), usize::MAX).unwrap();
+            let at = match decoded {
+                Record::Task(task) => task.scheduled_time,
+                Record::Cancel(key) => key.scheduled_time,
+                Record::Reschedule(_, to) => to,
+                Record::CancelIdentity(_) => panic!("a cancel by identity has no time"),
+            };
+            assert_eq!(format_time(at), kept, "{kind} {time}");
+        }
+    }
+}

@@ -242,6 +242,36 @@ mod tests {
             .contains("4 of the request's tasks refused"));
     }
 
+    /// The rules every producer applies (`scheduler-client/tests/producer_rules.json`).
+    mod rules {
+        include!(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../scheduler-client/tests/producer_rules/cases.rs"
+        ));
+    }
+
+    /// HTTP enqueue takes exactly the tasks every other producer takes.
+    #[test]
+    fn http_enqueue_refuses_exactly_the_producer_rules_invalid_tasks() {
+        let now = chrono::Utc::now();
+        let (grace, cases) = rules::producer_rule_cases(now);
+        let state = super::super::test_app::state(std::sync::Arc::new(
+            crate::store::memory::MemoryStore::new(),
+        ));
+        assert_eq!(state.scheduling_grace_window, grace);
+        let mut wrong = Vec::new();
+        for case in &cases {
+            let record: Box<serde_json::value::RawValue> =
+                serde_json::from_str(&case.record).expect("a JSON record");
+            match (super::check(&state, &record, now), case.producers_accept) {
+                (Ok(_), true) | (Err(_), false) => {}
+                (Ok(task), false) => wrong.push(format!("{}: enqueued {task:?}", case.name)),
+                (Err(e), true) => wrong.push(format!("{}: refused: {e}", case.name)),
+            }
+        }
+        assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+    }
+
     #[tokio::test]
     async fn a_body_that_is_no_task_is_refused_whole() {
         for (body, expected) in [

@@ -9,7 +9,17 @@ use futures::future::BoxFuture;
 use scheduler_client::{Task, TaskKey};
 use serde_json::Value;
 
-use super::{StoreResult, TaskStatus};
+use super::{StoreError, StoreResult, TaskStatus};
+
+/// A member number or total as the group table stores it: a CQL `int`, which Cassandra refuses
+/// past `i32::MAX` (the wire format's `u32` goes further; the client and the decoder refuse such
+/// numbers, `scheduler_client::wire::MAX_GROUP_NUMBER`). Refused, not wrapped, by both stores.
+pub(crate) fn stored_group_number(n: u32, operation: &'static str) -> StoreResult<i32> {
+    i32::try_from(n).map_err(|_| StoreError::Refused {
+        operation,
+        reason: format!("{n} is over the group table's limit of {}", i32::MAX),
+    })
+}
 
 /// A group: the task type of its members (whose handler runs its join) and its id.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]

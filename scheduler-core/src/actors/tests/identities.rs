@@ -131,6 +131,26 @@ fn fifty_debounced_submits_run_once_at_the_last_time_but_never_beyond_max_wait()
     });
 }
 
+/// A debounce wait the decoder now refuses (past `wire::MAX_DEBOUNCE_WAIT_MS`) may still be in
+/// a row stored before: it caps nothing (the sum past chrono's range panicked the tree).
+#[test]
+fn a_debounce_wait_past_chronos_range_caps_nothing() {
+    run_paused(|| async {
+        let h = Harness::new(SchedulingSettings::default(), Duration::ZERO, &[]);
+        h.assign().await;
+        let endless = OnConflict::Debounce {
+            max_wait: Duration::MAX,
+        };
+        h.by_identity(vec![schedule("w", t0() + ms(1_000), 1, endless)])
+            .await;
+        h.by_identity(vec![schedule("w", t0() + ms(2_000), 2, endless)])
+            .await;
+        advance(Duration::from_secs(5)).await;
+        assert_eq!(h.recorder.call_times("w"), [t0() + ms(2_000)]);
+        assert_eq!(h.recorder.data_versions("w"), [2]);
+    });
+}
+
 #[test]
 fn if_absent_from_twenty_producers_runs_once_and_a_finished_task_keeps_it_absent() {
     run_paused(|| async {

@@ -12,6 +12,7 @@ use scheduler_client::{Task, TaskKey};
 
 use super::rows::first_row_of;
 use super::CassandraStore;
+use crate::store::groups::stored_group_number;
 use crate::store::{
     GroupKey, GroupState, GroupStore, MemberOutcome, StoreError, StoreResult, TaskStatus,
 };
@@ -38,14 +39,6 @@ fn corrupt(reason: String) -> StoreError {
         what: "group member",
         reason,
     }
-}
-
-/// A member number or total as stored (`int`); one past its range is refused, not wrapped.
-fn stored_number(n: u32, operation: &'static str) -> StoreResult<i32> {
-    i32::try_from(n).map_err(|_| StoreError::Refused {
-        operation,
-        reason: format!("{n} is over the group table's limit of {}", i32::MAX),
-    })
 }
 
 /// A stored member number or total.
@@ -97,8 +90,10 @@ impl GroupStore for CassandraStore {
         let inner = Arc::clone(&self.inner);
         async move {
             let operation = "group member write";
-            let member = stored_number(outcome.index, operation)?;
-            let total = total.map(|t| stored_number(t, operation)).transpose()?;
+            let member = stored_group_number(outcome.index, operation)?;
+            let total = total
+                .map(|t| stored_group_number(t, operation))
+                .transpose()?;
             let failed = fail_fast && outcome.is_failure();
             let result = outcome.result.as_ref().map(|value| value.to_string());
             let key = outcome.key;

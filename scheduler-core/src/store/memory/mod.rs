@@ -309,3 +309,6 @@ impl MemoryStore {
 }
 
 mod tables;
+
+#[cfg(test)]
+mod tests;

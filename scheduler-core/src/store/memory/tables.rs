@@ -11,6 +11,7 @@ use futures::FutureExt;
 use scheduler_client::{Task, TaskKey};
 
 use super::{MemoryStore, CLUSTERING_KEY_LIMIT, TOMBSTONE_FAILURE_THRESHOLD};
+use crate::store::groups::stored_group_number;
 use crate::store::hour_bucket;
 use crate::store::{
     AttemptRecord, AttemptStore, DeferredCancel, LeaseRecord, LeaseStore, OwnershipStore,
@@ -367,6 +368,12 @@ impl GroupStore for MemoryStore {
         fail_fast: bool,
     ) -> BoxFuture<'static, StoreResult<()>> {
         self.run("group write", move |s| {
+            // Cassandra's `int` columns `member` and `total`.
+            let operation = "group member write";
+            stored_group_number(outcome.index, operation)?;
+            total
+                .map(|t| stored_group_number(t, operation))
+                .transpose()?;
             let state = s.groups.entry(group).or_default();
             state.total = total.or(state.total);
             state.fail_fast |= fail_fast;
@@ -376,7 +383,10 @@ impl GroupStore for MemoryStore {
             state.members.retain(|m| m.index != outcome.index);
             state.members.push(outcome);
             state.members.sort_by_key(|m| m.index);
+            Ok(())
         })
+        .map(Result::flatten)
+        .boxed()
     }
 
     fn group(&self, group: GroupKey) -> BoxFuture<'static, StoreResult<Option<GroupState>>> {

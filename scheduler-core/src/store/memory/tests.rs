@@ -1,0 +1,58 @@
+//! Unit tests of the in-memory store: where it refuses what Cassandra refuses.
+
+use chrono::{DateTime, Utc};
+use scheduler_client::TaskKey;
+
+use super::MemoryStore;
+use crate::store::{GroupKey, GroupStore, MemberOutcome, StoreError, TaskStatus};
+
+fn outcome(index: u32) -> MemberOutcome {
+    let at = DateTime::<Utc>::UNIX_EPOCH;
+    MemberOutcome {
+        index,
+        key: TaskKey {
+            scheduled_time: at,
+            ordering_id: "o".into(),
+            uniqueness_key: format!("u{index}"),
+        },
+        status: TaskStatus::Completed,
+        error: None,
+        result: None,
+        finished_at: at,
+    }
+}
+
+/// `group_members.member` and `total` are CQL `int`s: Cassandra refuses a number past
+/// `i32::MAX` (the wire format's `u32` goes further), on every retry.
+#[tokio::test]
+async fn group_numbers_past_an_int_column_are_refused_as_cassandra_refuses_them() {
+    let store = MemoryStore::new();
+    let group = GroupKey {
+        task_type: "t".into(),
+        id: "g".into(),
+    };
+    let over = i32::MAX as u32 + 1;
+    for (index, total) in [(over, None), (1, Some(over)), (u32::MAX, Some(u32::MAX))] {
+        let written = store
+            .record_member(group.clone(), outcome(index), total, true)
+            .await;
+        assert!(
+            matches!(written, Err(StoreError::Refused { .. })),
+            "member {index} of {total:?}: {written:?}"
+        );
+    }
+    let read = store.group(group.clone()).await;
+    assert!(matches!(read, Ok(None)), "nothing was written: {read:?}");
+    let largest = i32::MAX as u32;
+    let written = store
+        .record_member(group.clone(), outcome(largest), Some(largest), false)
+        .await;
+    assert!(written.is_ok(), "{written:?}");
+}
+
+/// Every time a record may carry (`wire::check_time`) is one a load reaches: a partition with
+/// no low-water mark loads from `schedule_start`.
+#[test]
+fn loading_starts_before_the_earliest_time_a_task_may_have() {
+    assert!(crate::store::schedule_start() <= scheduler_client::wire::earliest_time());
+}
