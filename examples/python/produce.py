@@ -7,12 +7,17 @@ into target/python-venv). The format is the table "Wire format v1" in design.md:
     {"version":1,"orderingId":"customer-7","scheduledTime":"2026-11-22T06:00:00.000Z",
      "uniquenessKey":"reminder-1","taskData":{...}}
 
-plus, only when set, "taskType", "priority", "onConflict" and "maxWaitMs". Each record is keyed
+plus, only when set, "taskType", "priority", "onConflict", "maxWaitMs" and "group". Each record is keyed
 by its orderingId and goes to partition (murmur2(orderingId) & 0x7fffffff) % partitions, which
 is what librdkafka's `murmur2_random` partitioner computes for a keyed record (the Java
 producer's default; librdkafka's own default, `consistent_random`, is CRC32 and would put tasks
 where the nodes park them as misplaced). A task counts as scheduled only once the broker
 acknowledged it (acks=all, idempotent producer).
+
+Every task is checked first by the rules the Rust client, the `scheduler` command and HTTP
+enqueue apply (one table of cases, scheduler-client/tests/producer_rules.json, is run through each
+of them): RFC 3339 times as the nodes read them, not further in the past than the grace window
+(10 s, as the Rust client's), every number within what the nodes' store holds.
 
 As a library (copy `make_producer`, `schedule_task` and what they call):
 
@@ -30,6 +35,7 @@ From a shell (prints one JSON line per task with the partition and offset it lan
 
 where each line of tasks.jsonl is an object with the wire format's fields (`version` optional):
 {"orderingId":"c7","scheduledTime":"2026-11-22T06:00:00Z","uniquenessKey":"r1","taskData":{}}.
+`--dry-run` checks the tasks and prints each record it would send, sending nothing.
 
 Exit codes, as the `scheduler` command's: 0 every task acknowledged, 1 Kafka failed or did not
 acknowledge in time, 2 bad usage or a task that breaks the format's limits (nothing is sent then).
@@ -49,9 +55,26 @@ MAX_KEY_BYTES = 1024  # orderingId, uniquenessKey
 MAX_TASK_TYPE_BYTES = 128
 MAX_TASK_DATA_DEPTH = 64  # taskData itself is level 1
 MAX_RECORD_BYTES = 512 * 1024  # the nodes' default scheduling.max_task_data_bytes
+MAX_GROUP_ID_BYTES = 1024
+# A group's index and total: the group table keeps them in Cassandra `int` columns.
+MAX_GROUP_NUMBER = 2**31 - 1
+# The times the wire format carries and the engine holds (UTC): 1900-01-01 to 9999-12-31.
+EARLIEST_TIME = datetime(1900, 1, 1, tzinfo=timezone.utc)
+# The longest debounce wait: the span of those times (a longer one could never cap a time).
+MAX_WAIT_MS = 255_611_289_599_999
 TASK_TYPE = re.compile(r"[A-Za-z0-9\-_.:/]+")
 CONFLICT_MODES = ("replace", "keepTime", "debounce", "ifAbsent")
+GROUP_FIELDS = ("id", "index", "total", "failFast", "joinType")
 DEFAULT_TIMEOUT_S = 30.0
+# How far in the past a task may be: the Rust client's and the nodes' default grace window.
+DEFAULT_GRACE_S = 10.0
+# RFC 3339 as the nodes read it (chrono): `T`, `t` or a space between date and time, seconds
+# required (60: a leap second), any number of fraction digits, `Z`, `z` or an offset +hh:mm
+# (U+2212 MINUS SIGN taken for `-`). ASCII digits only.
+RFC3339 = re.compile(
+    r"([0-9]{4})-([0-9]{2})-([0-9]{2})[Tt ]([0-9]{2}):([0-9]{2}):([0-9]{2})(?:\.([0-9]+))?"
+    r"(?:[Zz]|([+\-\u2212])([0-9]{2}):([0-9]{2}))"
+)
 
 
 class TaskError(ValueError):
@@ -75,14 +98,25 @@ def make_producer(bootstrap_servers, timeout_s=DEFAULT_TIMEOUT_S, **extra_config
     return Producer(config)
 
 
-def format_time(when):
-    """`when` (an aware datetime, or an ISO 8601 / RFC 3339 string with an offset) as the wire
-    writes it: UTC, truncated to milliseconds, with `Z`, e.g. 2026-11-22T06:00:00.000Z."""
+def wire_time(when, now=None, grace_s=DEFAULT_GRACE_S):
+    """`when` (an aware datetime, or an RFC 3339 string) as the task's time: UTC, truncated to
+    milliseconds, checked as the Rust client checks it: from 1900-01-01T00:00:00Z (the earliest
+    time the engine holds) and not further than `grace_s` before `now` (default: the clock)."""
+    t = _utc_millis(when)
+    now = datetime.now(timezone.utc) if now is None else now
+    late_by = now - t
+    if late_by > timedelta(seconds=grace_s):
+        raise TaskError(
+            f"scheduledTime {format_time(t)} is {late_by // timedelta(milliseconds=1)} ms in the "
+            f"past, beyond the {round(grace_s * 1000)} ms grace window"
+        )
+    return t
+
+
+def _utc_millis(when):
+    """`when` in UTC, truncated to milliseconds, within the times the engine holds."""
     if isinstance(when, str):
-        try:
-            when = datetime.fromisoformat(when)
-        except ValueError as e:
-            raise TaskError(f"scheduledTime {when!r} is not an RFC 3339 time: {e}") from None
+        when = _parse_time(when)
     if not isinstance(when, datetime):
         raise TaskError(f"scheduledTime must be a datetime or a string, not {type(when).__name__}")
     if when.tzinfo is None or when.utcoffset() is None:
@@ -90,11 +124,63 @@ def format_time(when):
             f"scheduledTime {when.isoformat()} has no time zone; "
             "use e.g. datetime.now(timezone.utc) or a string ending in Z or +hh:mm"
         )
-    t = when.astimezone(timezone.utc)
+    try:
+        t = when.astimezone(timezone.utc)
+    except OverflowError:
+        raise TaskError(
+            f"scheduledTime {when.isoformat()} is after 9999-12-31T23:59:59.999Z in UTC, "
+            "the latest the wire format carries"
+        ) from None
+    t = t.replace(microsecond=t.microsecond // 1000 * 1000)
+    if t < EARLIEST_TIME:
+        raise TaskError(
+            f"scheduledTime {format_time(t)} is before {format_time(EARLIEST_TIME)}, "
+            "the earliest time the engine holds"
+        )
+    return t
+
+
+def format_time(t):
+    """A UTC datetime as the wire writes it: milliseconds and `Z`, e.g. 2026-11-22T06:00:00.000Z."""
     return (
         f"{t.year:04d}-{t.month:02d}-{t.day:02d}T{t.hour:02d}:{t.minute:02d}:{t.second:02d}"
         f".{t.microsecond // 1000:03d}Z"
     )
+
+
+def _parse_time(text):
+    """An RFC 3339 time, read as the nodes read it (see RFC3339), to the millisecond."""
+    match = RFC3339.fullmatch(text)
+    bad = f"scheduledTime {text!r} is not an RFC 3339 time such as 2026-11-22T06:00:00.000Z"
+    if not match:
+        raise TaskError(bad)
+    year, month, day, hour, minute, second = (int(match[i]) for i in range(1, 7))
+    millis = int(((match[7] or "") + "000")[:3])
+    sign, offset_hours, offset_minutes = match[8], int(match[9] or 0), int(match[10] or 0)
+    if offset_hours > 23 or offset_minutes > 59:
+        raise TaskError(f"{bad}: its offset is beyond ±23:59")
+    offset = timedelta(hours=offset_hours, minutes=offset_minutes)
+    # Second 60 is a leap second: read as the next second's start, as the nodes read it.
+    leap = second == 60
+    try:
+        local = datetime(
+            year,
+            month,
+            day,
+            hour,
+            minute,
+            59 if leap else second,
+            millis * 1000,
+            tzinfo=timezone(-offset if sign in ("-", "\u2212") else offset),
+        )
+        return local + timedelta(seconds=1) if leap else local
+    except ValueError as e:  # 30 February, hour 24, year 0000...
+        raise TaskError(f"{bad}: {e}") from None
+    except OverflowError:
+        raise TaskError(
+            f"scheduledTime {text!r} is after 9999-12-31T23:59:59.999Z, the latest the wire "
+            "format carries"
+        ) from None
 
 
 def encode_task(
@@ -106,12 +192,17 @@ def encode_task(
     priority=None,
     on_conflict=None,
     max_wait_ms=None,
+    group=None,
+    now=None,
+    grace_s=DEFAULT_GRACE_S,
 ):
     """The task's wire-format v1 record value (UTF-8 JSON bytes), after checking the limits.
 
-    Optional fields are written only when they differ from their defaults, as the Rust client
-    does: for the same task (taskData's keys in the same order) the record is byte for byte the
-    Rust client's."""
+    `group` makes it a member of a group: a dict of the wire format's `id`, `index` (from 1),
+    optional `total`, `failFast` and `joinType`. `scheduled_time` may be at most `grace_s`
+    before `now` (default: the clock). Optional fields are written only when they differ from
+    their defaults, as the Rust client does: for the same task (taskData's keys in the same
+    order) the record is byte for byte the Rust client's."""
     _check_key("orderingId", ordering_id)
     _check_key("uniquenessKey", uniqueness_key)
     task_data = {} if task_data is None else task_data
@@ -121,7 +212,7 @@ def encode_task(
     record = {
         "version": WIRE_VERSION,
         "orderingId": ordering_id,
-        "scheduledTime": format_time(scheduled_time),
+        "scheduledTime": format_time(wire_time(scheduled_time, now, grace_s)),
         "uniquenessKey": uniqueness_key,
         "taskData": task_data,
     }
@@ -135,18 +226,35 @@ def encode_task(
                 f"taskType {task_type!r} is not 1 to 128 ASCII letters, digits or -_.:/"
             )
         record["taskType"] = task_type
-    if priority is not None and priority != 0:
+    if priority is not None:
         if not _is_int(priority) or not -(2**31) <= priority < 2**31:
             raise TaskError(f"priority {priority!r} is not a 32-bit integer")
-        record["priority"] = priority
+        if priority != 0:
+            record["priority"] = priority
+    # The nodes read maxWaitMs as a 64-bit unsigned integer whatever the mode, and use it with
+    # debounce only.
+    if max_wait_ms is not None and (not _is_int(max_wait_ms) or not 0 <= max_wait_ms < 2**64):
+        raise TaskError(f"maxWaitMs {max_wait_ms!r} is not a whole number of ms")
     if on_conflict is not None:
         if on_conflict not in CONFLICT_MODES:
             raise TaskError(f"onConflict {on_conflict!r} is not one of {', '.join(CONFLICT_MODES)}")
         record["onConflict"] = on_conflict
         if on_conflict == "debounce":
-            if not _is_int(max_wait_ms) or not 0 <= max_wait_ms < 2**64:
+            if max_wait_ms is None:
                 raise TaskError("onConflict debounce needs maxWaitMs, a whole number of ms")
+            if max_wait_ms > MAX_WAIT_MS:
+                raise TaskError(
+                    f"onConflict debounce: maxWaitMs {max_wait_ms} is over {MAX_WAIT_MS}, the span "
+                    "of the times the engine holds"
+                )
             record["maxWaitMs"] = max_wait_ms
+    if group is not None:
+        if on_conflict is not None:
+            raise TaskError(
+                "group member with onConflict: a member superseded or ignored by its identity "
+                "would never finish its group"
+            )
+        record["group"] = _group_record(group)
     # Compact, UTF-8 as is (no \u escapes for non-ASCII), and no NaN or Infinity (not JSON).
     try:
         text = json.dumps(record, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
@@ -169,7 +277,9 @@ def schedule_task(
     priority=None,
     on_conflict=None,
     max_wait_ms=None,
+    group=None,
     timeout_s=DEFAULT_TIMEOUT_S,
+    grace_s=DEFAULT_GRACE_S,
 ):
     """Schedules one task and returns (partition, offset) once the broker acknowledged it.
 
@@ -184,17 +294,19 @@ def schedule_task(
         priority,
         on_conflict,
         max_wait_ms,
+        group,
+        grace_s=grace_s,
     )
     delivery = _send(producer, topic, ordering_id, value)
     _wait(producer, [delivery], timeout_s)
     return delivery.result()
 
 
-def schedule_tasks(producer, topic, tasks, timeout_s=DEFAULT_TIMEOUT_S):
-    """Schedules many tasks (dicts of schedule_task's keyword arguments) and returns their
+def schedule_tasks(producer, topic, tasks, timeout_s=DEFAULT_TIMEOUT_S, grace_s=DEFAULT_GRACE_S):
+    """Schedules many tasks (dicts of encode_task's keyword arguments) and returns their
     (partition, offset) in order once all are acknowledged: one wait for the whole batch.
     Every task is checked before the first is sent."""
-    values = [(task["ordering_id"], encode_task(**task)) for task in tasks]
+    values = [(task["ordering_id"], encode_task(**task, grace_s=grace_s)) for task in tasks]
     deliveries = [_send(producer, topic, key, value) for key, value in values]
     _wait(producer, deliveries, timeout_s)
     return [delivery.result() for delivery in deliveries]
@@ -247,19 +359,55 @@ def _wait(producer, deliveries, timeout_s):
         raise KafkaException(f"{len(failed)} of {len(deliveries)} record(s) failed: {failed[0]}")
 
 
-def _check_key(field, value):
+def _check_key(field, value, max_bytes=MAX_KEY_BYTES):
     if not isinstance(value, str) or not value:
         raise TaskError(f"{field} must be a non-empty string")
     try:
         size = len(value.encode("utf-8"))
     except UnicodeEncodeError as e:
         raise TaskError(f"{field} is not valid Unicode: {e}") from None
-    if size > MAX_KEY_BYTES:
-        raise TaskError(f"{field} is {size} bytes, over the {MAX_KEY_BYTES}-byte limit")
+    if size > max_bytes:
+        raise TaskError(f"{field} is {size} bytes, over the {max_bytes}-byte limit")
 
 
 def _is_int(value):
     return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _group_record(group):
+    """`group` as the wire writes it, checked as the nodes check it: an id of 1 to 1,024 bytes,
+    an index from 1 and a total (optional) from the index on, both within the group table's
+    32-bit columns, failFast a boolean, joinType a task type."""
+    if not isinstance(group, dict):
+        raise TaskError("group must be an object with an id and an index")
+    unknown = sorted(set(group) - set(GROUP_FIELDS))
+    if unknown:
+        raise TaskError(f"group has fields the wire format does not have: {', '.join(unknown)}")
+    group_id = group.get("id")
+    _check_key("group id", group_id, MAX_GROUP_ID_BYTES)
+    index, total = group.get("index"), group.get("total")
+    if not _is_int(index) or not 1 <= index <= MAX_GROUP_NUMBER:
+        raise TaskError(f"group index {index!r} is not a whole number from 1 to {MAX_GROUP_NUMBER}")
+    record = {"id": group_id, "index": index}
+    if total is not None:
+        if not _is_int(total) or not 1 <= total <= MAX_GROUP_NUMBER:
+            raise TaskError(
+                f"group total {total!r} is not a whole number from 1 to {MAX_GROUP_NUMBER}"
+            )
+        if index > total:
+            raise TaskError(f"group index {index} is above the total {total}")
+        record["total"] = total
+    fail_fast = group.get("failFast", False)
+    if not isinstance(fail_fast, bool):
+        raise TaskError(f"group failFast {fail_fast!r} is not true or false")
+    if fail_fast:
+        record["failFast"] = True
+    join_type = group.get("joinType")
+    if join_type is not None:
+        if not isinstance(join_type, str) or not TASK_TYPE.fullmatch(join_type) or len(join_type) > MAX_TASK_TYPE_BYTES:
+            raise TaskError(f"group joinType {join_type!r} is not a task type")
+        record["joinType"] = join_type
+    return record
 
 
 def _check_data(value, depth, path):
@@ -288,6 +436,7 @@ WIRE_FIELDS = {
     "priority": "priority",
     "onConflict": "on_conflict",
     "maxWaitMs": "max_wait_ms",
+    "group": "group",
 }
 
 
@@ -299,15 +448,19 @@ def _task_from_line(number, line):
         raise TaskError(f"line {number}: not JSON: {e}") from None
     if not isinstance(fields, dict):
         raise TaskError(f"line {number}: not a JSON object")
-    if fields.pop("version", WIRE_VERSION) != WIRE_VERSION:
+    version = fields.pop("version", WIRE_VERSION)
+    if not _is_int(version) or version != WIRE_VERSION:
         raise TaskError(f"line {number}: version must be {WIRE_VERSION}")
-    unknown = sorted(set(fields) - set(WIRE_FIELDS))
-    if unknown:
-        raise TaskError(f"line {number}: fields this producer does not write: {', '.join(unknown)}")
+    # As the nodes read records: a task (no `type`, or "task"), other fields ignored; `joinOf`
+    # is the engine's, as HTTP enqueue says.
+    if fields.get("type") not in (None, "task"):
+        raise TaskError(f"line {number}: type {fields['type']!r}: only tasks are scheduled here")
+    if "joinOf" in fields:
+        raise TaskError(f"line {number}: joinOf is set by the engine on a group's join task")
     for required in ("orderingId", "scheduledTime", "uniquenessKey"):
         if required not in fields:
             raise TaskError(f"line {number}: {required} is missing")
-    task = {WIRE_FIELDS[name]: value for name, value in fields.items()}
+    task = {WIRE_FIELDS[name]: value for name, value in fields.items() if name in WIRE_FIELDS}
     task.setdefault("task_data", {})
     return task
 
@@ -332,6 +485,17 @@ def _parse_args(argv):
         type=float,
         default=DEFAULT_TIMEOUT_S,
         help="seconds to wait for acknowledgement",
+    )
+    parser.add_argument(
+        "--grace",
+        type=_duration,
+        default=timedelta(seconds=DEFAULT_GRACE_S),
+        help="how far in the past a task may be (the nodes' grace window; default 10s)",
+    )
+    parser.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="check the tasks and print each record that would be sent; send nothing",
     )
     source = parser.add_mutually_exclusive_group(required=True)
     source.add_argument("--stdin", action="store_true", help="read tasks as JSON lines on stdin")
@@ -376,10 +540,16 @@ def _tasks_from_args(args):
 
 def main(argv=None):
     args = _parse_args(argv)
+    grace_s = args.grace.total_seconds()
     try:
         tasks = _tasks_from_args(args)
+        if args.dry_run:
+            values = [encode_task(**task, grace_s=grace_s) for task in tasks]
+            for value in values:
+                print(value.decode("utf-8"), flush=True)
+            return 0
         producer = make_producer(args.bootstrap, args.timeout)
-        placed = schedule_tasks(producer, args.topic, tasks, args.timeout)
+        placed = schedule_tasks(producer, args.topic, tasks, args.timeout, grace_s)
     except TaskError as e:
         print(f"produce.py: {e} (nothing sent)", file=sys.stderr)
         return 2
@@ -389,7 +559,7 @@ def main(argv=None):
     for task, (partition, offset) in zip(tasks, placed):
         line = {
             "orderingId": task["ordering_id"],
-            "scheduledTime": format_time(task["scheduled_time"]),
+            "scheduledTime": format_time(_utc_millis(task["scheduled_time"])),
             "uniquenessKey": task["uniqueness_key"],
             "partition": partition,
             "offset": offset,

@@ -6,7 +6,10 @@
 //! It checks that every record lands in the partition `partition_for` gives, keyed by its
 //! orderingId, with the bytes the Rust client would write for the same task; that a node runs
 //! each task with the data, type and priority sent, in schedule order per orderingId (a replaced
-//! task not at all); and that bad input and an unreachable broker fail loudly.
+//! task not at all); and that bad input and an unreachable broker fail loudly. A second test
+//! runs the table of rules every producer applies (`scheduler-client/tests/producer_rules.json`)
+//! through produce.py's `--dry-run`: it refuses exactly what the Rust producers refuse, and
+//! writes for the rest the bytes the Rust client writes.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::io::Write;
@@ -26,6 +29,14 @@ use scheduler_core::{TaskContext, TaskError, TaskExecutor};
 use serde_json::{json, Value};
 
 const PARTITIONS: u32 = 6;
+
+/// The rules every producer applies (`scheduler-client/tests/producer_rules.json`).
+mod rules {
+    include!(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../scheduler-client/tests/producer_rules/cases.rs"
+    ));
+}
 
 /// A task as produce.py reports it: (orderingId, uniquenessKey, scheduledTime as the wire
 /// writes it).
@@ -522,4 +533,60 @@ async fn the_python_producer_places_and_encodes_tasks_as_the_engine_expects() {
     );
     node.shutdown().await.expect("clean shutdown");
     env.drop_keyspace().await;
+}
+
+/// produce.py refuses exactly the table's invalid tasks (exit 2, nothing sent), as the Rust
+/// client, the `scheduler` command and HTTP enqueue do, and for each valid one prints the bytes
+/// the Rust client writes. `--dry-run` needs no broker; each case runs as `--stdin` input, its
+/// `$now` resolved just before (a Python start takes a while, and the grace window is 10 s).
+#[test]
+fn the_python_producer_refuses_exactly_the_rules_invalid_tasks() {
+    let python = install_python();
+    let (grace, cases) = rules::producer_rule_cases(Utc::now());
+    let grace = format!("{}ms", grace.as_millis());
+    let started = Instant::now();
+    let mut wrong = Vec::new();
+    for at in 0..cases.len() {
+        let (_, fresh) = rules::producer_rule_cases(Utc::now());
+        let case = &fresh[at];
+        let output = produce(
+            &python,
+            &["--dry-run", "--grace", &grace, "--stdin"],
+            &format!("{}\n", case.record),
+        );
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        match (output.status.code(), case.producers_accept) {
+            (Some(0), true) => {
+                let task = wire::decode(Some(case.record.as_bytes()), usize::MAX)
+                    .unwrap_or_else(|e| panic!("{}: {e}", case.name));
+                let rust = String::from_utf8_lossy(&wire::encode(&task)).into_owned();
+                if stdout.trim_end_matches('\n') != rust {
+                    wrong.push(format!(
+                        "{}: produce.py wrote\n  {stdout}the Rust client writes\n  {rust}",
+                        case.name
+                    ));
+                }
+            }
+            (Some(2), false) if stderr.contains("nothing sent") => {}
+            (code, accept) => wrong.push(format!(
+                "{}: exit {code:?}, expected {} ({}): {stderr}",
+                case.name,
+                if accept { 0 } else { 2 },
+                if accept { "sent" } else { "refused" },
+            )),
+        }
+    }
+    println!(
+        "{} cases through produce.py in {:.1} s",
+        cases.len(),
+        started.elapsed().as_secs_f64()
+    );
+    assert!(
+        wrong.is_empty(),
+        "{} of {} cases:\n{}",
+        wrong.len(),
+        cases.len(),
+        wrong.join("\n")
+    );
 }
