@@ -108,6 +108,13 @@ pub struct AdminSettings {
     pub listen: String,
     /// When set, every request must carry `Authorization: Bearer <token>`.
     pub token: Option<String>,
+    /// Names, besides `localhost` and IP addresses, that requests may give in `Host` (the
+    /// names clients and proxies reach the listener by): a page whose own name an attacker's
+    /// DNS points at the listener (DNS rebinding) is refused.
+    pub allowed_hosts: Vec<String>,
+    /// Serve on an address beyond loopback without a token (refused otherwise): anyone who
+    /// reaches the listener can then enqueue, cancel and redrive tasks.
+    pub allow_unauthenticated_remote: bool,
 }
 
 impl Default for AdminSettings {
@@ -116,6 +123,8 @@ impl Default for AdminSettings {
             enabled: true,
             listen: "127.0.0.1:9464".into(),
             token: None,
+            allowed_hosts: Vec::new(),
+            allow_unauthenticated_remote: false,
         }
     }
 }

@@ -12,6 +12,13 @@ const KEYSPACE_NAME: &str =
 const CQL_MAP: &str =
     "must be a CQL map such as {'class': 'SimpleStrategy', 'replication_factor': 1}";
 
+/// The listener refuses to serve the network without a token unless told to.
+const UNAUTHENTICATED_REMOTE: &str = "must be set when admin.listen is not a loopback address \
+    (whoever reaches it could enqueue, cancel and redrive tasks); to serve it without one, \
+    set admin.allow_unauthenticated_remote = true";
+const HOST_NAMES: &str =
+    "must be host names without a scheme, port or path, such as scheduler-1.internal";
+
 const CASSANDRA_TTL: &str = "must be whole seconds, at most 20 years (0s: kept forever)";
 
 /// An OTLP/HTTP address: a scheme the exporter speaks and a host.
@@ -72,6 +79,8 @@ impl Settings {
             ("cassandra.attempts_ttl", !is_cassandra_ttl(c.attempts_ttl), CASSANDRA_TTL),
             ("admin.listen", a.enabled && a.listen.parse::<SocketAddr>().is_err(), "must be an IP address and port, such as 127.0.0.1:9464"),
             ("admin.token", a.token.as_deref().is_some_and(|t| t.trim().is_empty()), "must not be empty when set"),
+            ("admin.token", a.enabled && a.token.is_none() && !a.allow_unauthenticated_remote && listens_beyond_loopback(&a.listen), UNAUTHENTICATED_REMOTE),
+            ("admin.allowed_hosts", !a.allowed_hosts.iter().all(|h| is_host_name(h)), HOST_NAMES),
             ("telemetry.otlp_endpoint", t.otlp_endpoint.as_deref().is_some_and(|e| !is_http_url(e)), "must be an http:// or https:// address, such as http://127.0.0.1:4318"),
             ("telemetry.service_name", t.service_name.trim().is_empty(), "must not be empty"),
         ];
@@ -83,6 +92,20 @@ impl Settings {
             None => Ok(()),
         }
     }
+}
+
+/// Whether the admin listener's address is one other machines may reach (not loopback).
+fn listens_beyond_loopback(listen: &str) -> bool {
+    listen
+        .parse::<SocketAddr>()
+        .is_ok_and(|address| !address.ip().is_loopback())
+}
+
+/// A DNS name as `Host` gives it, without scheme, port or path: letters, digits, `-`, `_`, `.`.
+fn is_host_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 253
+        && (name.bytes()).all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
 }
 
 /// The lease is written with a Cassandra TTL, which counts whole seconds, and renewed every
@@ -213,6 +236,12 @@ mod tests {
             ("[cassandra]\nattempts_ttl = \"200000h\"", "cassandra.attempts_ttl", "must be whole seconds, at most 20 years (0s: kept forever)"),
             ("[admin]\nlisten = \"localhost:9464\"", "admin.listen", "must be an IP address and port, such as 127.0.0.1:9464"),
             ("[admin]\ntoken = \"  \"", "admin.token", "must not be empty when set"),
+            ("[admin]\nlisten = \"0.0.0.0:9464\"", "admin.token", UNAUTHENTICATED_REMOTE),
+            ("[admin]\nlisten = \"[::]:0\"", "admin.token", UNAUTHENTICATED_REMOTE),
+            ("[admin]\nlisten = \"10.0.0.5:9464\"\nallow_unauthenticated_remote = false", "admin.token", UNAUTHENTICATED_REMOTE),
+            ("[admin]\nallowed_hosts = [\"http://admin.example\"]", "admin.allowed_hosts", HOST_NAMES),
+            ("[admin]\nallowed_hosts = [\"admin.example:9464\"]", "admin.allowed_hosts", HOST_NAMES),
+            ("[admin]\nallowed_hosts = [\"\"]", "admin.allowed_hosts", HOST_NAMES),
         ];
         for (text, key, reason) in cases {
             let error = Settings::from_toml_with_env(text, env(&[])).map(|_| ());
@@ -225,5 +254,16 @@ mod tests {
         // What the rules allow.
         let fine = "[kafka]\nevents_topic = \"events\"\n[cassandra]\nkeyspace = \"k_1\"\nusername = \"u\"\npassword = \"p\"\n[admin]\nenabled = false\nlisten = \"nowhere\"";
         assert!(Settings::from_toml_with_env(fine, env(&[])).is_ok());
+        // Beyond loopback with a token, or told to go without one; names of hosts.
+        for fine in [
+            "[admin]\nlisten = \"0.0.0.0:9464\"\ntoken = \"t\"",
+            "[admin]\nlisten = \"0.0.0.0:9464\"\nallow_unauthenticated_remote = true",
+            "[admin]\nlisten = \"[::1]:9464\"",
+            "[admin]\nenabled = false\nlisten = \"0.0.0.0:9464\"",
+            "[admin]\nallowed_hosts = [\"scheduler-1.internal\", \"Admin.Example.COM\", \"node_2\"]",
+        ] {
+            let settings = Settings::from_toml_with_env(fine, env(&[]));
+            assert!(settings.is_ok(), "{fine}: {settings:?}");
+        }
     }
 }
