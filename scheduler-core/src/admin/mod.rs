@@ -1,5 +1,7 @@
 //! The node's admin HTTP API: JSON under `/api/v1`, Prometheus metrics at `/metrics`, optionally
-//! protected by a bearer token. Errors are JSON `{"error": "..."}` with a 4xx status for bad input.
+//! protected by a bearer token, safe from web pages by default ([`access`]: the `Host`, the
+//! origin of state-changing requests, the token). Errors are JSON `{"error": "..."}` on every
+//! path ([`json_errors`]), with a 4xx status for bad input.
 //!
 //! | endpoint | what |
 //! | --- | --- |
@@ -35,23 +37,24 @@ use std::collections::HashMap;
 use std::sync::{Arc, PoisonError};
 
 use axum::extract::rejection::{JsonRejection, QueryRejection};
-use axum::extract::{Query, Request, State};
+use axum::extract::{DefaultBodyLimit, Query, State};
 use axum::http::{header, HeaderValue, StatusCode};
-use axum::middleware::{self, Next};
+use axum::middleware;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use axum::{Json, Router};
+use axum::{Extension, Json, Router};
 use scheduler_client::{partition_for, wire, Task, TaskIdentity, TaskKey};
 use serde_json::Value;
-use subtle::ConstantTimeEq;
 
 use crate::store::{AttemptOutcome, PartitionId, StatusRecord, TaskStatus};
 
+mod access;
 pub mod api;
 pub(crate) mod dashboard;
 mod dead_letters;
 mod enqueue;
 mod jobs;
+mod json_errors;
 mod listing;
 mod openapi;
 mod partitions;
@@ -60,6 +63,7 @@ mod state;
 mod suspensions;
 #[cfg(test)]
 mod test_app;
+pub(crate) use access::AllowedHosts;
 use api::{
     AttemptView, CancelResponse, PartitionStatus, ReadyResponse, StatusResponse, TaskKeyBody,
     TaskQuery, TaskResponse,
@@ -71,6 +75,27 @@ pub use state::{AdminState, ApiError};
 /// Most attempts one task lookup returns.
 const MAX_HISTORY: usize = 100;
 
+/// Largest request body, unless a queue's tasks need more (see [`body_limit`]): a batch of
+/// 1,000 tasks of a few hundred bytes each fits many times over.
+pub(crate) const REQUEST_BODY_LIMIT: usize = 2 * 1024 * 1024;
+
+/// The listener's routes ([`router`]), answering only requests that name it in `Host`
+/// (`access::hosts`).
+pub(crate) fn listener(queues: Vec<Arc<AdminState>>, hosts: AllowedHosts) -> Router {
+    router(queues).layer(middleware::from_fn_with_state(
+        Arc::new(hosts),
+        access::check_host,
+    ))
+}
+
+/// [`REQUEST_BODY_LIMIT`], or the largest task a queue takes and 64 KiB more when that is
+/// more: any task a queue's topic would run can be enqueued over HTTP.
+fn body_limit(queues: &[Arc<AdminState>]) -> usize {
+    (queues.iter())
+        .map(|q| q.max_task_bytes.saturating_add(64 * 1024))
+        .fold(REQUEST_BODY_LIMIT, usize::max)
+}
+
 /// The API of every queue the node serves (`queues`, the first being the one at the root: the
 /// default queue when the node serves it): the first at `/api/v1/...`, each at
 /// `/queues/<name>/api/v1/...`. `/metrics` has every queue's.
@@ -78,6 +103,12 @@ pub fn router(queues: Vec<Arc<AdminState>>) -> Router {
     let Some(first) = queues.first().map(Arc::clone) else {
         return Router::new();
     };
+    // Sessions live as long as the router: a restart ends them all.
+    let credentials = Arc::new(access::Credentials {
+        token: first.token.clone(),
+        sessions: Arc::new(access::Sessions::default()),
+    });
+    let limit = body_limit(&queues);
     let mut app = queue_routes().with_state(Arc::clone(&first));
     for queue in &queues {
         app = app.nest(
@@ -92,7 +123,15 @@ pub fn router(queues: Vec<Arc<AdminState>>) -> Router {
                 .into(),
         }
     })
-    .layer(middleware::from_fn_with_state(first, require_token))
+    // Layers run outside in: errors as JSON, the body limit, the cross-site check, the token.
+    .layer(middleware::from_fn_with_state(
+        Arc::clone(&credentials),
+        access::require_token,
+    ))
+    .layer(middleware::from_fn(access::refuse_cross_site))
+    .layer(Extension(Arc::clone(&credentials.sessions)))
+    .layer(DefaultBodyLimit::max(limit))
+    .layer(middleware::from_fn_with_state(limit, json_errors::as_json))
 }
 
 /// One queue's routes.
@@ -130,50 +169,6 @@ fn queue_routes() -> Router<Arc<AdminState>> {
         .route("/api/v1/openapi.json", get(openapi::serve))
         .route("/metrics", get(metrics))
         .merge(dashboard::routes())
-}
-
-async fn require_token(
-    State(state): State<Arc<AdminState>>,
-    request: Request,
-    next: Next,
-) -> Response {
-    if let Some(expected) = &state.token {
-        let presented = request
-            .headers()
-            .get(header::AUTHORIZATION)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix("Bearer "));
-        // A browser sends no such header when it follows a link or posts a form: the
-        // dashboard's login keeps the token in a cookie instead. SameSite=Strict: the browser
-        // sends it only with requests this node's own pages start, so a form on another site
-        // cannot post to the dashboard or the API with it (no cross-site request forgery).
-        let cookie = dashboard::login::session_token(request.headers());
-        let accepted = presented.is_some_and(|t| token_matches(t, expected))
-            || cookie.is_some_and(|t| token_matches(&t, expected));
-        if !accepted {
-            let path = request.uri().path();
-            if dashboard::login::is_login(path) {
-                return next.run(request).await;
-            }
-            let path_and_query = request.uri().path_and_query().map_or(path, |p| p.as_str());
-            if let Some(to_login) = dashboard::login::to_login(path, path_and_query) {
-                return to_login;
-            }
-            return ApiError {
-                status: StatusCode::UNAUTHORIZED,
-                message: "missing or wrong bearer token (send Authorization: Bearer <token>)"
-                    .into(),
-            }
-            .into_response();
-        }
-    }
-    next.run(request).await
-}
-
-/// Whether `presented` is the token. Compared in constant time (`subtle`), so how long the
-/// answer takes does not reveal how much of a guess was right (only its length shows).
-fn token_matches(presented: &str, expected: &str) -> bool {
-    presented.as_bytes().ct_eq(expected.as_bytes()).into()
 }
 
 /// 200 once the node owns partitions and has loaded each one's schedule, else 503: for load
@@ -461,16 +456,6 @@ async fn metrics(State(state): State<Arc<AdminState>>) -> Response {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn token_comparison_needs_the_whole_token() {
-        assert!(token_matches("secret", "secret"));
-        assert!(!token_matches("secreT", "secret"), "last byte differs");
-        assert!(!token_matches("Secret", "secret"), "first byte differs");
-        assert!(!token_matches("secret2", "secret"), "a longer guess");
-        assert!(!token_matches("secre", "secret"), "a prefix");
-        assert!(!token_matches("", "secret"));
-    }
 
     #[test]
     fn task_keys_need_every_part_and_an_rfc3339_time() {

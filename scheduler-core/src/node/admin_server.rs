@@ -9,7 +9,8 @@ use tokio::sync::oneshot;
 
 use super::error::NodeError;
 use crate::admin::dashboard::history::{self, Histories};
-use crate::admin::{self, AdminState};
+use crate::admin::{self, AdminState, AllowedHosts};
+use crate::settings::AdminSettings;
 
 /// The running admin HTTP API.
 pub(super) struct AdminServer {
@@ -19,10 +20,11 @@ pub(super) struct AdminServer {
 
 /// Binds the admin API of `queues` on the node's runtime and serves it until stopped.
 pub(super) async fn start_admin(
-    listen: &str,
+    settings: &AdminSettings,
     queues: Vec<Arc<AdminState>>,
     runtime: &tokio::runtime::Runtime,
 ) -> Result<AdminServer, NodeError> {
+    let listen = &settings.listen;
     let addr: SocketAddr = listen.parse().map_err(NodeError::admin(format!(
         "parsing the listen address {listen:?}"
     )))?;
@@ -41,7 +43,19 @@ pub(super) async fn start_admin(
         let metrics = Arc::clone(&first.node_metrics);
         runtime.spawn(history::sample(histories.all(), move || metrics.encode()))
     });
-    let app = admin::router(queues).layer(Extension(histories));
+    if settings.token.is_none() && !address.ip().is_loopback() {
+        // Only with `allow_unauthenticated_remote` (the settings refuse it otherwise).
+        tracing::warn!(
+            %address,
+            "admin listener WITHOUT A TOKEN beyond loopback ([admin] allow_unauthenticated_remote \
+             = true): whoever reaches it can enqueue, cancel and redrive tasks and read them all"
+        );
+    }
+    let hosts = AllowedHosts::new(&settings.allowed_hosts);
+    let app = admin::listener(queues, hosts)
+        .layer(Extension(histories))
+        // The peer's address, for the log line of a wrong token.
+        .into_make_service_with_connect_info::<SocketAddr>();
     runtime.spawn(async move {
         let served = axum::serve(listener, app)
             .with_graceful_shutdown(async {

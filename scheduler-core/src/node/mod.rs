@@ -215,7 +215,7 @@ impl SchedulerNode {
                     max_task_bytes: p.queue.scheduling.max_task_data_bytes,
                 }));
             }
-            Some(start_admin(&settings.admin.listen, states, runtime).await?)
+            Some(start_admin(&settings.admin, states, runtime).await?)
         } else {
             None
         };

@@ -176,14 +176,19 @@ impl Page {
             "<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\
              <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">{head}\
              <title>{} · scheduler</title><style>{STYLE}</style></head>\n<body>\n<header>\
-             <a class=\"brand\" href=\"{}\">scheduler</a>\
-             <span class=\"who\">node <code id=\"node-id\">{}</code> · queue <code id=\"queue\">{}</code></span>",
+             <a class=\"brand\" href=\"{}\">scheduler</a>",
             escape(title),
             escape(&self.url("")),
-            escape(&self.node_id),
-            escape(&self.queue),
         );
+        // The login page is a stranger's: it names neither the node nor its queues.
         if section != Section::Login {
+            let _ = write!(
+                html,
+                "<span class=\"who\">node <code id=\"node-id\">{}</code> · queue <code \
+                 id=\"queue\">{}</code></span>",
+                escape(&self.node_id),
+                escape(&self.queue),
+            );
             html.push_str("<nav>");
             for (s, rest, label) in Section::NAVIGATION {
                 let class = if s == section {

@@ -1,25 +1,33 @@
 //! Logging in to the dashboard. The API takes its token as `Authorization: Bearer`, which a
 //! browser does not send when it follows a link or submits a form; so the login page takes
-//! the token once and keeps it in a cookie, which the API's token check accepts as well:
-//! `HttpOnly` (no script reads it), `SameSite=Strict` (the browser sends it only with requests
-//! this node's own pages start: a form on another site that posts to the redrive endpoint, or
-//! to any of the API's, arrives without it and is refused), `Path=/` (every queue's
-//! dashboard). It holds the token itself, hex-encoded so that any token is a valid cookie value,
-//! and lasts as long as the browser's session.
+//! the token once, opens a session ([`Sessions`]) and keeps its id in a cookie, which the
+//! token check accepts as well. The cookie never holds the token: a browser sends a host's
+//! cookies to every port of that host, so every service there receives it; a session id is
+//! worth a session only, which **Log out** (or the node's restart) ends. The cookie is
+//! `HttpOnly` (no script reads it), `SameSite=Strict` (not sent with a request another site
+//! starts; another port of the same host is the same site, which the origin check of
+//! `access::cross_site` refuses), `Path=/` (every queue's dashboard), for the browser's
+//! session. A wrong token is logged and answered after a pause, and the login page shows a
+//! stranger nothing of the node.
 
+use std::net::SocketAddr;
 use std::sync::Arc;
 
 use axum::extract::rejection::QueryRejection;
-use axum::extract::{Query, RawForm, State};
+use axum::extract::{ConnectInfo, Query, RawForm, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Redirect, Response};
+use axum::Extension;
 use serde::Deserialize;
 
 use super::html::{escape, form, query, Page, Section};
+use crate::admin::access::sessions::is_session_id;
+use crate::admin::access::{failed_attempt, token_matches, Attempt, Sessions};
 use crate::admin::state::AdminState;
 
-/// The cookie's name.
-const COOKIE: &str = "scheduler_admin";
+/// The cookie's name (not the earlier `scheduler_admin`, which held the token: a browser that
+/// still has one is asked to log in again).
+const COOKIE: &str = "scheduler_session";
 
 /// What the login page is given: where to go after, and the token when posted.
 #[derive(Debug, Default, Deserialize)]
@@ -28,16 +36,16 @@ pub(crate) struct LoginForm {
     token: Option<String>,
 }
 
-/// The token the request's dashboard cookie holds, if it has one.
-pub(crate) fn session_token(headers: &HeaderMap) -> Option<String> {
+/// The session id the request's dashboard cookie holds, if it has one.
+pub(crate) fn session_id(headers: &HeaderMap) -> Option<String> {
     headers
         .get_all(header::COOKIE)
         .iter()
         .filter_map(|v| v.to_str().ok())
         .flat_map(|v| v.split(';'))
         .filter_map(|pair| pair.trim().split_once('='))
-        .find(|(name, _)| *name == COOKIE)
-        .and_then(|(_, value)| from_hex(value))
+        .find(|(name, value)| *name == COOKIE && is_session_id(value))
+        .map(|(_, value)| value.to_string())
 }
 
 /// Whether `path` is a login page, which needs no token.
@@ -86,12 +94,15 @@ pub(crate) async fn page(
     form: Result<Query<LoginForm>, QueryRejection>,
 ) -> Response {
     let form = form.map(|Query(f)| f).unwrap_or_default();
-    render(&state, &page, form.next.as_deref(), None)
+    render(&page, state.token.is_none(), form.next.as_deref(), None)
 }
 
-/// `POST /dashboard/login` with the token: sets the cookie and goes on, or says it is wrong.
+/// `POST /dashboard/login` with the token: opens a session, sets its cookie and goes on; or
+/// says, after a pause, that the token is wrong.
 pub(crate) async fn submit(
     State(state): State<Arc<AdminState>>,
+    Extension(sessions): Extension<Arc<Sessions>>,
+    peer: Option<Extension<ConnectInfo<SocketAddr>>>,
     page: Page,
     RawForm(body): RawForm,
 ) -> Response {
@@ -101,23 +112,38 @@ pub(crate) async fn submit(
         return Redirect::to(&next).into_response();
     };
     let presented = form.token.unwrap_or_default();
-    if !crate::admin::token_matches(&presented, expected) {
+    if !token_matches(&presented, expected) {
+        let peer = peer.map(|Extension(ConnectInfo(peer))| peer);
+        failed_attempt(Attempt::LoginForm, &page.url("/login"), peer).await;
         return render(
-            &state,
             &page,
+            false,
             form.next.as_deref(),
-            Some("That is not this node's token."),
+            Some((StatusCode::UNAUTHORIZED, "That is not this node's token.")),
         );
     }
-    let cookie = format!(
-        "{COOKIE}={}; Path=/; HttpOnly; SameSite=Strict",
-        to_hex(presented.as_bytes())
-    );
+    let id = match sessions.open() {
+        Ok(id) => id,
+        Err(e) => {
+            tracing::error!(error = %e, "admin listener: no session opened");
+            let message = "No session could be opened (the node logged why).";
+            let error = Some((StatusCode::INTERNAL_SERVER_ERROR, message));
+            return render(&page, false, form.next.as_deref(), error);
+        }
+    };
+    let cookie = format!("{COOKIE}={id}; Path=/; HttpOnly; SameSite=Strict");
     with_cookie(Redirect::to(&next).into_response(), &cookie)
 }
 
-/// `POST /dashboard/logout`: forgets the cookie.
-pub(crate) async fn logout(page: Page) -> Response {
+/// `POST /dashboard/logout`: ends the session and forgets the cookie.
+pub(crate) async fn logout(
+    Extension(sessions): Extension<Arc<Sessions>>,
+    headers: HeaderMap,
+    page: Page,
+) -> Response {
+    if let Some(id) = session_id(&headers) {
+        sessions.close(&id);
+    }
     let cookie = format!("{COOKIE}=; Path=/; HttpOnly; SameSite=Strict; Max-Age=0");
     with_cookie(Redirect::to(&page.url("/login")).into_response(), &cookie)
 }
@@ -129,19 +155,23 @@ fn with_cookie(mut response: Response, cookie: &str) -> Response {
     response
 }
 
-fn render(state: &AdminState, page: &Page, next: Option<&str>, error: Option<&str>) -> Response {
-    let status = match error {
-        Some(_) => StatusCode::UNAUTHORIZED,
-        None => StatusCode::OK,
-    };
+/// The login page: the form, or (`open`: no token) a link to the dashboard; `error` above,
+/// with its status. Nothing of the node (id, queues, version) is on it.
+fn render(
+    page: &Page,
+    open: bool,
+    next: Option<&str>,
+    error: Option<(StatusCode, &str)>,
+) -> Response {
+    let status = error.map_or(StatusCode::OK, |(status, _)| status);
     let mut body = String::new();
-    if let Some(error) = error {
+    if let Some((_, error)) = error {
         body.push_str(&format!(
             "<p class=\"error\" id=\"error\">{}</p>\n",
             escape(error)
         ));
     }
-    if state.token.is_none() {
+    if open {
         body.push_str(&format!(
             "<p>This node has no token: its dashboard is open. <a href=\"{}\">Go to it</a>.</p>\n",
             escape(&page.url(""))
@@ -155,27 +185,12 @@ fn render(state: &AdminState, page: &Page, next: Option<&str>, error: Option<&st
          autocomplete=\"current-password\" autofocus required></label>\
          <button id=\"log-in\" type=\"submit\">Log in</button></form>\n\
          <p class=\"hint\">The token of the node's <code>[admin] token</code> setting, the one the \
-         API takes as <code>Authorization: Bearer</code>. It is kept in a cookie for this browser \
-         session.</p>\n",
+         API takes as <code>Authorization: Bearer</code>. The browser keeps a session for it (not \
+         the token) until you log out.</p>\n",
         escape(&page.url("/login")),
         escape(next.unwrap_or_default()),
     ));
     page.render(status, Section::Login, "Log in", "", &body)
-}
-
-fn to_hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
-fn from_hex(text: &str) -> Option<String> {
-    if !text.len().is_multiple_of(2) {
-        return None;
-    }
-    let bytes = (0..text.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(text.get(i..i + 2)?, 16).ok())
-        .collect::<Option<Vec<u8>>>()?;
-    String::from_utf8(bytes).ok()
 }
 
 #[cfg(test)]
@@ -183,19 +198,18 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_cookie_holds_any_token_and_is_found_among_others() {
-        let token = "s3cret; with=odd \"chars\" é";
+    fn the_cookie_holds_a_session_id_and_is_found_among_others() {
+        let id = "0123456789abcdef".repeat(4);
         let mut headers = HeaderMap::new();
-        let cookie = format!("other=1; {COOKIE}={}; last=2", to_hex(token.as_bytes()));
+        let cookie = format!("other=1; {COOKIE}={id}; last=2");
         headers.insert(header::COOKIE, HeaderValue::from_str(&cookie).unwrap());
-        assert_eq!(session_token(&headers).as_deref(), Some(token));
-        let mut bad = HeaderMap::new();
-        bad.insert(
-            header::COOKIE,
-            HeaderValue::from_static("scheduler_admin=zz"),
-        );
-        assert_eq!(session_token(&bad), None);
-        assert_eq!(session_token(&HeaderMap::new()), None);
+        assert_eq!(session_id(&headers).as_deref(), Some(id.as_str()));
+        for bad in ["scheduler_session=zz", "scheduler_admin=733363726574"] {
+            let mut headers = HeaderMap::new();
+            headers.insert(header::COOKIE, HeaderValue::from_static(bad));
+            assert_eq!(session_id(&headers), None, "{bad}");
+        }
+        assert_eq!(session_id(&HeaderMap::new()), None);
     }
 
     #[test]
