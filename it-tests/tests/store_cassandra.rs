@@ -1432,3 +1432,145 @@ async fn a_deleted_recurring_schedule_loses_its_fires_and_a_late_tick_does_not_b
     assert_eq!(store.fires("gone".into(), 10).await.expect("read"), []);
     drop_keyspace(&keyspace).await;
 }
+
+/// Identity records live as long as their task's wait plus the status retention, within what
+/// Cassandra keeps: with `status_ttl = "0s"` ("kept forever") the record of a task already due
+/// stays (it lived one second: a fail-fast group's join ran many times, an `IfAbsent` task ran
+/// again); a task due in 2040 keeps its record (Cassandra 2.1 let the TTL overflow and dropped
+/// the record at once; newer versions refused the write).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn identity_records_outlive_their_task_with_a_zero_retention_and_for_a_task_after_2038() {
+    Stack::from_env().require_cassandra().await;
+    let keyspace = unique_name("it_identity_ttl");
+    let forever = CassandraSettings {
+        status_ttl: Duration::ZERO,
+        ..settings(&keyspace)
+    };
+    let store = CassandraStore::connect(&forever)
+        .await
+        .expect("connect and create schema");
+    let record = |task: Task| IdentityRecord {
+        first_time: task.scheduled_time,
+        offset: 1,
+        task: task.on_conflict(OnConflict::IfAbsent),
+    };
+    let due = record(task(Utc::now() - TimeDelta::seconds(30), "o1", 1));
+    let in_2040 = record(task(
+        Utc.with_ymd_and_hms(2040, 6, 1, 0, 0, 0)
+            .single()
+            .expect("valid time"),
+        "o2",
+        2,
+    ));
+    for record in [&due, &in_2040] {
+        store
+            .record_identity(3, record.clone())
+            .await
+            .expect("identity write");
+    }
+    // Past the one second the zero retention used to give.
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    for record in [&due, &in_2040] {
+        let read = store
+            .identity(3, record.task.identity())
+            .await
+            .expect("identity read");
+        assert_eq!(read.as_ref(), Some(record), "{}", record.task.key());
+    }
+    // With a retention, the 2040 task's record lives until just before 2038's limit.
+    let week = CassandraStore::connect(&CassandraSettings {
+        status_ttl: Duration::from_secs(7 * 24 * 3600),
+        ..settings(&keyspace)
+    })
+    .await
+    .expect("connect");
+    week.record_identity(3, in_2040.clone())
+        .await
+        .expect("identity write with a retention");
+    let session = Stack::from_env().require_cassandra().await;
+    let result = session
+        .query_unpaged(
+            format!(
+                "SELECT TTL(task_data) FROM {keyspace}.task_identities \
+                 WHERE partition_id = 3 AND ordering_id = 'o2' AND uniqueness_key = 'u2'"
+            ),
+            &[],
+        )
+        .await
+        .expect("TTL read");
+    let (left,): (Option<i32>,) = result
+        .into_rows_result()
+        .expect("rows")
+        .single_row()
+        .expect("one row");
+    let expires = Utc::now() + TimeDelta::seconds(i64::from(left.expect("a TTL")));
+    let limit = Utc
+        .with_ymd_and_hms(2038, 1, 19, 3, 14, 7)
+        .single()
+        .expect("valid time");
+    assert!(
+        expires < limit && expires > limit - TimeDelta::days(3),
+        "expires {expires}"
+    );
+    drop_keyspace(&keyspace).await;
+}
+
+/// The low-water mark and the tasks listed behind it are one row, written together by a
+/// lightweight transaction on the epoch: a stale epoch moves neither; lowering the mark keeps
+/// the list; a mark written without a list (an older release's) reads as `None`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_low_water_mark_and_its_list_round_trip_and_a_stale_epoch_moves_neither() {
+    Stack::from_env().require_cassandra().await;
+    let keyspace = unique_name("it_low_water");
+    let store = CassandraStore::connect(&settings(&keyspace))
+        .await
+        .expect("connect and create schema");
+    let epoch = store
+        .claim_partition(5, "node-a".into(), Utc::now())
+        .await
+        .expect("claim");
+    let at = Utc
+        .with_ymd_and_hms(2030, 1, 1, 12, 0, 0)
+        .single()
+        .expect("valid time");
+    let behind: Vec<TaskKey> = ["a", "b\"quoted\"", "ü/ñ"]
+        .iter()
+        .enumerate()
+        .map(|(i, o)| task(at - TimeDelta::seconds(10 - i as i64), o, i as u64).key())
+        .collect();
+    let advanced = store
+        .advance_low_water(5, epoch, at, behind.clone())
+        .await
+        .expect("advance");
+    assert!(advanced);
+    let read = store.low_water(5).await.expect("read").expect("a mark");
+    assert_eq!((read.at, read.behind), (at, Some(behind.clone())));
+    // A fenced tree moves nothing.
+    let later = at + TimeDelta::hours(1);
+    let stale = store
+        .advance_low_water(5, epoch - 1, later, Vec::new())
+        .await
+        .expect("stale advance");
+    assert!(!stale);
+    // Lowering keeps the list.
+    let lower = at - TimeDelta::hours(1);
+    assert!(store.set_low_water(5, epoch, lower).await.expect("lower"));
+    let read = store.low_water(5).await.expect("read").expect("a mark");
+    assert_eq!((read.at, read.behind), (lower, Some(behind)));
+    // An older release wrote the mark alone.
+    let session = Stack::from_env().require_cassandra().await;
+    session
+        .query_unpaged(
+            format!("UPDATE {keyspace}.partition_owners SET low_water = ? WHERE partition_id = 6"),
+            (at,),
+        )
+        .await
+        .expect("legacy write");
+    let read = store.low_water(6).await.expect("read").expect("a mark");
+    assert_eq!((read.at, read.behind), (at, None));
+    assert_eq!(
+        store.legacy_retrying(6).await.expect("legacy read"),
+        Vec::new()
+    );
+    drop_keyspace(&keyspace).await;
+}

@@ -7,15 +7,24 @@
 //! actor that stopped), and no path has to remember to subtract it.
 //!
 //! A held task also **pins** its due time (a [`Pin`]) until it is done with, and so do the
-//! deferred tasks of an orderingId: the earliest pinned time bounds the partition's low-water
-//! mark (TaskPersistence), which must never pass a task without a final status.
+//! deferred tasks of an orderingId (an anonymous pin: they are in Cassandra, not here). The
+//! partition's low-water mark (TaskPersistence) never passes a task without a final status
+//! unless that task is listed with the mark ([`InFlight::behind`]): a held task is named by its
+//! key, so the mark may pass it, listing it; an anonymous pin stops the mark.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use chrono::{DateTime, Utc};
-use scheduler_client::Task;
+use scheduler_client::{Task, TaskKey};
+
+/// Pinned due times, each with the held task's key (none for deferred tasks), and how many
+/// pins each.
+type Pins = BTreeMap<(DateTime<Utc>, Option<TaskKey>), usize>;
+
+/// What a listed key costs beyond its two strings (its time and the list's encoding).
+const LISTED_KEY_OVERHEAD: usize = 24;
 
 use crate::store::PartitionId;
 
@@ -28,11 +37,9 @@ pub struct InFlight {
     peak: AtomicUsize,
     held: AtomicUsize,
     loaded: std::sync::atomic::AtomicBool,
-    /// Due times pinned by tasks not done with, with how many pin each.
-    pins: Mutex<BTreeMap<DateTime<Utc>, usize>>,
-    /// Due times of tasks retrying (recorded in `retrying_tasks`): they do not hold the mark
-    /// back, but their hour buckets must not be forgotten.
-    retry_pins: Mutex<BTreeMap<DateTime<Utc>, usize>>,
+    /// Due times pinned by tasks not done with (by key, or anonymous for deferred tasks), with
+    /// how many pin each.
+    pins: Mutex<Pins>,
     /// The latest due time of a pin released so far (a task done with).
     latest_released: Mutex<Option<DateTime<Utc>>>,
     /// The partition's low-water mark as TaskPersistence last recorded it.
@@ -49,49 +56,74 @@ impl InFlight {
                 held: Held {
                     gauge: Arc::clone(self),
                     count: 1,
-                    pin: Some(self.pin(task.scheduled_time)),
+                    pin: Some(self.pin_as(task.scheduled_time, Some(task.key()))),
                 },
                 task,
             })
             .collect()
     }
 
-    /// Pins `at` until the result is dropped: the low-water mark stays at or before it.
+    /// Pins `at` until the result is dropped, for tasks not in memory: the low-water mark
+    /// stays at or before it.
     pub fn pin(self: &Arc<Self>, at: DateTime<Utc>) -> Pin {
-        self.pin_as(at, false)
+        self.pin_as(at, None)
     }
 
-    fn pin_as(self: &Arc<Self>, at: DateTime<Utc>, retrying: bool) -> Pin {
-        *self.pins_of(retrying).entry(at).or_default() += 1;
+    fn pin_as(self: &Arc<Self>, at: DateTime<Utc>, key: Option<TaskKey>) -> Pin {
+        *self.pins().entry((at, key.clone())).or_default() += 1;
         Pin {
             gauge: Arc::clone(self),
             at,
-            retrying,
+            key,
         }
     }
 
-    fn pins_of(&self, retrying: bool) -> std::sync::MutexGuard<'_, BTreeMap<DateTime<Utc>, usize>> {
-        let pins = if retrying {
-            &self.retry_pins
-        } else {
-            &self.pins
-        };
-        pins.lock().unwrap_or_else(PoisonError::into_inner)
+    fn pins(&self) -> std::sync::MutexGuard<'_, Pins> {
+        self.pins.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// The earliest time pinned now (retrying tasks aside).
-    pub fn earliest_pinned(&self) -> Option<DateTime<Utc>> {
-        self.pins_of(false).keys().next().copied()
+    /// Where the low-water mark may go, at most `up_to`, and the tasks it passes: the keys of
+    /// the held tasks due before it, at most `max_listed` of them and `max_bytes` of their
+    /// keys. The mark stops at the first anonymous pin (deferred tasks) and where the list is
+    /// full.
+    pub fn behind(
+        &self,
+        up_to: DateTime<Utc>,
+        max_listed: usize,
+        max_bytes: usize,
+    ) -> (DateTime<Utc>, Vec<TaskKey>) {
+        let pins = self.pins();
+        let mut listed: Vec<TaskKey> = Vec::new();
+        let mut bytes = 0;
+        let mut mark = up_to;
+        for (at, key) in pins.keys() {
+            if *at >= up_to {
+                break;
+            }
+            let Some(key) = key else {
+                mark = *at;
+                break;
+            };
+            let size = key.ordering_id.len() + key.uniqueness_key.len() + LISTED_KEY_OVERHEAD;
+            if listed.len() == max_listed || bytes + size > max_bytes {
+                mark = *at;
+                break;
+            }
+            bytes += size;
+            listed.push(key.clone());
+        }
+        // Ties of the pin the mark stopped at are not behind it.
+        listed.retain(|key| key.scheduled_time < mark);
+        (mark, listed)
     }
 
-    /// How many tasks retrying now are due before `t`.
-    pub fn retrying_before(&self, t: DateTime<Utc>) -> usize {
-        self.pins_of(true).range(..t).map(|(_, n)| n).sum()
-    }
-
-    /// The earliest due time of the tasks retrying now.
-    pub fn earliest_retrying(&self) -> Option<DateTime<Utc>> {
-        self.pins_of(true).keys().next().copied()
+    /// How many tasks held now are due before `t`.
+    pub fn held_before(&self, t: DateTime<Utc>) -> usize {
+        self.pins()
+            .range(..(t, None))
+            .filter(|((_, key), _)| key.is_some())
+            .map(|(_, n)| n)
+            .sum()
     }
 
     /// Publishes the low-water mark TaskPersistence recorded (or read at the tree's start).
@@ -197,32 +229,18 @@ impl Drop for Held {
 pub struct Pin {
     gauge: Arc<InFlight>,
     at: DateTime<Utc>,
-    retrying: bool,
-}
-
-impl Pin {
-    /// Whether it pins a retrying task (see [`Pin::into_retrying`]).
-    pub fn is_retrying(&self) -> bool {
-        self.retrying
-    }
-
-    /// The same task, now recorded as retrying: it no longer holds the low-water mark back
-    /// (a new tree loads it from `retrying_tasks`), but keeps its hour bucket.
-    pub fn into_retrying(self) -> Pin {
-        if self.retrying {
-            return self;
-        }
-        self.gauge.pin_as(self.at, true)
-    }
+    /// The held task's key; `None` for deferred tasks.
+    key: Option<TaskKey>,
 }
 
 impl Drop for Pin {
     fn drop(&mut self) {
-        let mut pins = self.gauge.pins_of(self.retrying);
-        if let Some(n) = pins.get_mut(&self.at) {
+        let mut pins = self.gauge.pins();
+        let slot = (self.at, self.key.take());
+        if let Some(n) = pins.get_mut(&slot) {
             *n -= 1;
             if *n == 0 {
-                pins.remove(&self.at);
+                pins.remove(&slot);
             }
         }
         drop(pins);
@@ -312,5 +330,47 @@ impl InFlightGauges {
             .collect();
         all.sort_by_key(|(p, _)| *p);
         all
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(secs: i64) -> DateTime<Utc> {
+        DateTime::<Utc>::from_timestamp(1_900_000_000 + secs, 0).unwrap_or_default()
+    }
+
+    fn task(o: &str, secs: i64) -> Task {
+        Task::new(o, at(secs), "u", Default::default())
+    }
+
+    #[test]
+    fn the_mark_passes_held_tasks_listing_them_and_stops_at_deferred_ones() {
+        let gauge = Arc::new(InFlight::default());
+        let held = gauge.hold(vec![task("a", 1), task("b", 2), task("c", 5)]);
+        let (mark, listed) = gauge.behind(at(4), 10, 1 << 20);
+        assert_eq!(mark, at(4));
+        assert_eq!(listed, vec![held[0].key(), held[1].key()]);
+        // Deferred tasks are not in memory: their pin stops the mark.
+        let deferred = gauge.pin(at(2));
+        let (mark, listed) = gauge.behind(at(4), 10, 1 << 20);
+        assert_eq!((mark, listed), (at(2), vec![held[0].key()]));
+        drop(deferred);
+        assert_eq!(gauge.held_before(at(5)), 2);
+        drop(held);
+        assert_eq!(gauge.behind(at(4), 10, 1 << 20), (at(4), Vec::new()));
+    }
+
+    #[test]
+    fn a_full_list_stops_the_mark_at_the_first_task_left_out_and_its_ties() {
+        let gauge = Arc::new(InFlight::default());
+        let held = gauge.hold(vec![task("a", 1), task("b", 2), task("c", 2), task("d", 3)]);
+        let (mark, listed) = gauge.behind(at(10), 2, 1 << 20);
+        // `b` fits, `c` does not: the mark stops at their time, so `b` is not behind it.
+        assert_eq!((mark, listed), (at(2), vec![held[0].key()]));
+        let one_key = held[0].ordering_id.len() + held[0].uniqueness_key.len() + 24;
+        let (mark, listed) = gauge.behind(at(10), 10, one_key);
+        assert_eq!((mark, listed), (at(2), vec![held[0].key()]));
     }
 }

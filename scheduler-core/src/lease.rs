@@ -26,6 +26,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
+use chrono::{DateTime, TimeDelta, Utc};
 use tokio::sync::{watch, Notify};
 use tokio::time::Instant;
 use tracing::{debug, warn};
@@ -105,9 +106,14 @@ struct EarlierTraces {
     /// The orderingIds blocked at the first read of the leases, right after the claim: their
     /// calls in earlier trees may record attempts until they end.
     at_claim: Option<HashSet<String>>,
-    /// The tasks recorded as retrying when the tree started (read after `at_claim`).
-    retrying: Option<HashSet<TaskKey>>,
+    /// When the tree's start-up reads were made (after `at_claim`).
+    started_at: Option<DateTime<Utc>>,
 }
+
+/// How far an earlier tree's node may have called a task ahead of this one's clock (their
+/// clocks' skew): a task due later than this after the tree started was not called by an
+/// earlier tree.
+const EARLIER_CALL_MARGIN: TimeDelta = TimeDelta::seconds(10);
 
 /// One orderingId's entry in the lease, held by a running call. Dropping it takes the entry out
 /// (written within `REMOVAL_FLUSH`, or at once if the tree has stopped).
@@ -287,22 +293,23 @@ impl TreeLease {
         Ok(())
     }
 
-    /// Records the tasks marked as retrying when the tree started, read after
+    /// Records when the tree's start-up reads were made, after
     /// [`Self::read_predecessors_once`].
-    pub fn started_with(&self, retrying: HashSet<TaskKey>) {
-        self.inner.traces().retrying = Some(retrying);
+    pub fn started_at(&self, at: DateTime<Utc>) {
+        self.inner.traces().started_at = Some(at);
     }
 
-    /// Whether an earlier tree may have recorded attempts of `key`. Attempts are recorded
-    /// only after a failure, which marks the task as retrying first; so an earlier tree's
-    /// attempt of a task neither marked when this tree started nor of an orderingId still
-    /// running in an earlier tree at its claim would have been recorded after both reads, by a
-    /// call that started after the claim: one that ownership fenced. (Unknown: yes.)
+    /// Whether an earlier tree may have recorded attempts of `key`: a task of an orderingId
+    /// still running in an earlier tree at the claim (its call may record attempts until it
+    /// ends), or one due before the tree started (an earlier tree may have called it). A task
+    /// due after that was not called by an earlier tree; one called by an earlier tree after
+    /// the claim was fenced. (Unknown: yes.)
     pub fn may_have_earlier_attempts(&self, key: &TaskKey) -> bool {
         let traces = self.inner.traces();
-        match (&traces.at_claim, &traces.retrying) {
-            (Some(at_claim), Some(retrying)) => {
-                at_claim.contains(&key.ordering_id) || retrying.contains(key)
+        match (&traces.at_claim, traces.started_at) {
+            (Some(at_claim), Some(started_at)) => {
+                at_claim.contains(&key.ordering_id)
+                    || key.scheduled_time < started_at + EARLIER_CALL_MARGIN
             }
             _ => true,
         }

@@ -206,6 +206,19 @@ pub enum TreeError {
         /// What was asked.
         doing: &'static str,
     },
+    /// The tree has not started yet (its start-up reads have not succeeded): the request is
+    /// made again later.
+    #[error("{doing}: the partition's tree is still starting")]
+    Starting {
+        /// What was asked.
+        doing: &'static str,
+    },
+    /// The request reached the actor after its sender stopped waiting: it is made again.
+    #[error("{doing}: not begun, the request came after its sender stopped waiting")]
+    Late {
+        /// What was asked.
+        doing: &'static str,
+    },
     /// The stored ownership epoch is older than the one this tree claimed (the store lost the
     /// claim): the tree claims the partition again rather than run on an epoch another tree
     /// could also be given.

@@ -160,14 +160,14 @@ impl PartitionSupervisor {
                     Ok(stale) => {
                         act.stale_scan_from =
                             Some(stale.first().map_or(until, |t| t.scheduled_time));
-                        // Tasks retrying behind the sample's start (the mark passed them).
-                        let retrying = act
+                        // Tasks held behind the sample's start (the mark passed them).
+                        let held = act
                             .in_flight
                             .as_ref()
-                            .map_or(0, |g| g.retrying_before(from.min(until)));
+                            .map_or(0, |g| g.held_before(from.min(until)));
                         act.deps
                             .metrics
-                            .stale_tasks(act.partition, stale.len() + retrying);
+                            .stale_tasks(act.partition, stale.len() + held);
                     }
                     Err(e) => {
                         warn!(partition = act.partition, error = %e, "stale-task sample failed")

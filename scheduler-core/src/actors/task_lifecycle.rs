@@ -22,9 +22,8 @@
 //!    read meanwhile; otherwise they are taken again from 2.
 //! 6. **Call.** The user's executor, with a [`TaskContext`]; the call keeps its slot and lease
 //!    entry until it returns, even if this function is dropped with its tree.
-//! 7. **Record, as owner.** A retryable failure marks the task as retrying (so it no longer
-//!    holds its partition's low-water mark back, and a later tree knows to continue its attempt
-//!    numbers), then records the attempt, waits out its backoff and goes back to 2. A final
+//! 7. **Record, as owner.** A retryable failure records the attempt (a later tree that may
+//!    find it continues the attempt numbers), waits out its backoff and goes back to 2. A final
 //!    outcome records its attempt (none for a first attempt: the status says it all), then the
 //!    final status (completed, dropped, failed once retries are exhausted). A success first
 //!    enqueues the sub-tasks or the job's buckets the call spawned ([`crate::groups`]); a
@@ -100,8 +99,8 @@ impl From<Halt> for ExecutionOutcome {
     }
 }
 
-/// Runs `task` to its outcome in the tree of `links`; `pin` holds the partition's low-water
-/// mark at or before the task until it is final or recorded as retrying.
+/// Runs `task` to its outcome in the tree of `links`; `pin` keeps the partition's low-water
+/// mark at or before the task until it is final, unless the mark lists it.
 pub(crate) async fn run_task(
     partition: PartitionId,
     task: Task,
@@ -135,7 +134,7 @@ pub(crate) async fn run_task(
         deps,
         links,
         attempts: 0,
-        pin,
+        _pin: pin,
         called: false,
         store_failures: 0,
         handler_waits: 0,
@@ -159,9 +158,9 @@ struct TaskRun {
     links: ExecutionLinks,
     stop: watch::Receiver<Option<StopReason>>,
     attempts: u32,
-    /// Holds the low-water mark back (or, once the task is recorded as retrying, only its hour
-    /// bucket) until the task is final.
-    pin: Option<Pin>,
+    /// Keeps the low-water mark at or before the task (unless the mark lists it) until the
+    /// task is final.
+    _pin: Option<Pin>,
     /// The executor has been called in this tree (the stop signal no longer interrupts).
     called: bool,
     store_failures: u32,
@@ -347,9 +346,8 @@ impl TaskRun {
             self.deps.metrics.attempt(self.partition, took, first_delay);
             // 7. Record, as owner. A first attempt that ends the task is recorded by its
             // status alone (the usual case: one write per task less). Any other attempt follows
-            // a failure, and a failure marks the task as retrying before its attempt is
-            // recorded, so a later tree knows to continue the attempt numbers (see
-            // `TreeLease::may_have_earlier_attempts`).
+            // a failure and is recorded; a later tree that may find it reads the history to
+            // continue the attempt numbers (see `TreeLease::may_have_earlier_attempts`).
             let (outcome, error) = match &result {
                 Ok(()) => (AttemptOutcome::Succeeded, None),
                 Err(TaskError::Retry { reason, .. }) => {
@@ -360,9 +358,6 @@ impl TaskRun {
             let limits = self.deps.settings.limits_for(&task.task_type);
             let retrying = matches!(result, Err(TaskError::Retry { .. }))
                 && self.attempts <= limits.max_task_retries;
-            if retrying {
-                self.record_retrying().await?;
-            }
             if retrying || self.attempts > 1 {
                 self.record_attempt(AttemptRecord {
                     attempt: self.attempts,
@@ -622,11 +617,10 @@ impl TaskRun {
     }
 
     /// No handler on this node runs the task's type (a rolling deploy that adds a type): the
-    /// task waits, recorded as retrying so that it holds nothing back and a new tree loads it,
-    /// and is checked again after a backoff. No attempt is used up; once a node with the
-    /// handler owns the partition, the task runs there.
+    /// task waits (the low-water mark lists it as it passes, so it holds nothing back and a new
+    /// tree loads it), and is checked again after a backoff. No attempt is used up; once a node
+    /// with the handler owns the partition, the task runs there.
     async fn wait_for_handler(&mut self, task_type: &str) -> Result<(), Halt> {
-        self.record_retrying().await?;
         self.handler_waits += 1;
         let delay = exponential_period(
             self.handler_waits,
@@ -640,11 +634,10 @@ impl TaskRun {
         self.unless_stopped(tokio::time::sleep(delay)).await
     }
 
-    /// The task is suspended: recorded as retrying (so it holds the low-water mark back no
-    /// more, and a new tree loads it), it waits until the node reads that its suspension was
+    /// The task is suspended: it waits (listed by the low-water mark as it passes, so it holds
+    /// nothing back and a new tree loads it) until the node reads that its suspension was
     /// lifted (the steps before the call are taken again then).
     async fn wait_while_suspended(&mut self, task: &Task) -> Result<(), Halt> {
-        self.record_retrying().await?;
         let suspension = self.deps.suspensions.borrow().of(task).cloned();
         if let Some(suspension) = &suspension {
             debug!(partition = self.partition, task = %self.key, suspended = %suspension.target,
@@ -714,21 +707,6 @@ impl TaskRun {
         Ok(())
     }
 
-    /// Records the task as retrying (once per tree), so that it no longer holds the partition's
-    /// low-water mark back: a new tree loads it from `retrying_tasks`.
-    async fn record_retrying(&mut self) -> Result<(), Halt> {
-        if self.pin.as_ref().is_none_or(Pin::is_retrying) {
-            return Ok(());
-        }
-        let (store, partition, key) = (self.deps.store.clone(), self.partition, self.key.clone());
-        self.store_step("retrying write", || {
-            store.mark_retrying(partition, key.clone())
-        })
-        .await?;
-        self.pin = self.pin.take().map(Pin::into_retrying);
-        Ok(())
-    }
-
     /// Appends the attempt to the task's history, as owner (best effort: a failed write is
     /// logged, the history is not what keeps a task from being lost).
     async fn record_attempt(&mut self, attempt: AttemptRecord) -> Result<(), Halt> {
@@ -791,21 +769,16 @@ impl TaskRun {
     }
 
     /// Deletes the finished task from the schedule (an optimisation: a row left behind is
-    /// skipped by the status check when loaded again), and from the retrying tasks unless this
-    /// was its first and only attempt.
+    /// skipped by the status check when loaded again).
     fn remove_from_schedule(&self) {
-        let store = &self.deps.store;
-        // A first attempt's success was never recorded as retrying (the usual case: no delete).
-        let unmark =
-            (self.attempts != 1).then(|| store.unmark_retrying(self.partition, self.key.clone()));
-        let delete = store.remove_scheduled(self.partition, self.key.clone());
+        let delete = self
+            .deps
+            .store
+            .remove_scheduled(self.partition, self.key.clone());
         let (partition, key) = (self.partition, self.key.to_string());
         tokio::spawn(async move {
             if let Err(e) = delete.await {
                 warn!(partition, task = %key, error = %e, "finished task left in the schedule (it will be skipped when loaded)");
-            }
-            if let Some(Err(e)) = OptionFuture::from(unmark).await {
-                debug!(partition, task = %key, error = %e, "finished task left among the retrying (it will be skipped when loaded)");
             }
         });
     }

@@ -11,15 +11,18 @@
 //! or neither.
 //!
 //! It also keeps the partition's **low-water mark** (stored with the partition's owner): every
-//! task due before it has a final status, so a new tree loads from there, however long ago that
-//! is, and never reads the tombstones of the tasks finished before it. The tree's first load
-//! waits for its claim and reads the mark. Every few seconds, when a task done with lies after
-//! the mark, the mark advances to the earliest of: the earliest task the tree holds or has
-//! deferred (their pins), the read cursor, and now less a margin. Each advance is a lightweight
-//! transaction on the tree's epoch (a fenced tree cannot move it) and forgets the hour buckets
-//! that end before it. A polled batch holding a task due before the mark lowers the mark first,
-//! before the batch is acknowledged. A task retrying is recorded in `retrying_tasks` and no
-//! longer holds the mark back (only its bucket): a new tree reads those due before the mark.
+//! task due before it has a final status but the ones listed with it, so a new tree loads from
+//! there, however long ago that is, reads the listed ones by key, and never reads the tombstones
+//! of the tasks finished before it. The tree's first load waits for its claim and these
+//! start-up reads, each attempt bounded by `persist_timeout`. Every few seconds, when a task
+//! done with lies after the mark, the mark advances to the earliest of: the read cursor, now
+//! less a margin, the first task deferred to Cassandra, and the first held task past
+//! [`MAX_LISTED`]; it lists the tasks in memory it passes (a head retrying for hours, a
+//! suspended task, the tasks queued behind them), so none of them holds it back. Each advance
+//! is a lightweight transaction on the tree's epoch (a fenced tree cannot move it) writing the
+//! mark and its list together, and forgets the hour buckets that end before it and before the
+//! first listed task. A polled batch holding a task due before the mark lowers the mark first,
+//! before the batch is acknowledged.
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -52,8 +55,8 @@ use crate::metrics::{Metrics, ParkReason, Parked};
 use crate::retry::exponential_period;
 use crate::store::pages::{load_whole_ties, TieCursor};
 use crate::store::{
-    last_of_each_key, schedule_start, DeferredCancel, PartitionId, ReadCursor, ScheduleStore,
-    StoreError, StoreResult, TaskStore, WRITE_CONCURRENCY,
+    last_of_each_key, schedule_start, DeferredCancel, LowWater, PartitionId, ReadCursor,
+    ScheduleStore, StoreError, StoreResult, TaskStore, WRITE_CONCURRENCY,
 };
 
 /// How often the low-water mark is considered for advancing.
@@ -65,8 +68,14 @@ const LOW_WATER_MARGIN: TimeDelta = TimeDelta::seconds(10);
 /// The mark of a partition with nothing done since it moved still follows now this closely (so
 /// the stale-task count and a new tree start near now).
 const LOW_WATER_IDLE_STEP: TimeDelta = TimeDelta::hours(1);
-/// First wait before reading the mark again after a failed read.
-const LOW_WATER_RETRY: Duration = Duration::from_millis(500);
+/// The most tasks listed with the low-water mark ([`InFlight::behind`]), and the most bytes of
+/// their keys: a task beyond them stops the mark. A new tree reads each listed task by its key.
+const MAX_LISTED: usize = 1_000;
+const MAX_LISTED_BYTES: usize = 256 * 1024;
+/// First wait before the start-up reads are made again after they failed.
+const START_RETRY: Duration = Duration::from_millis(500);
+/// The longest wait between two attempts at the start-up reads.
+const START_RETRY_MAX: Duration = Duration::from_secs(10);
 
 /// To the ThroughputController: there is more to load than the loaded horizon suggests (this
 /// actor moved its cursor back after pushing only part of a batch): load as soon as there is
@@ -76,10 +85,17 @@ const LOW_WATER_RETRY: Duration = Duration::from_millis(500);
 pub struct LoadMore;
 
 /// Write one polled batch of the partition; the reply comes once all of it is durable. Refused
-/// once the tree winds down: the records are polled again by the partition's next tree.
+/// once the tree winds down, and when the batch cannot be durable by `answer_by` (the consumer
+/// stops waiting then): the records are polled again.
 #[derive(Debug, Message)]
 #[rtype(result = "TreeResult<()>")]
-pub struct PersistTasks(pub PolledTasks);
+pub struct PersistTasks {
+    /// The batch's records of this partition.
+    pub polled: PolledTasks,
+    /// When the consumer stops waiting for the answer: work not done by then is abandoned, and
+    /// a batch that reaches the actor later is not begun.
+    pub answer_by: tokio::time::Instant,
+}
 
 /// Load up to `limit` tasks due before `until`, from the read cursor on.
 #[derive(Debug, Message)]
@@ -150,7 +166,7 @@ pub struct PersistenceLinks {
     /// Tells tasks already checked that a cancel of theirs is being applied.
     pub cancels: CancelGate,
     /// The tree's running-task lease: told, at the start, what earlier trees left (their
-    /// running calls, the tasks marked retrying), so tasks know whether to read attempts.
+    /// running calls) and when it started, so tasks know whether to read attempts.
     pub lease: TreeLease,
     /// Enqueues a group's join when a cancel finishes the group.
     pub enqueuer: Arc<dyn Enqueuer>,
@@ -263,130 +279,143 @@ impl Actor for TaskPersistence {
     fn started(&mut self, ctx: &mut Context<Self>) {
         // Nothing is written or loaded until the claim completed and the mark is read: the
         // mark read then is the newest (older trees can no longer move it).
-        let start = claim_and_low_water(
-            self.partition,
-            self.ownership.clone(),
-            Arc::clone(&self.store),
-            self.lease.clone(),
-            self.stop.clone(),
-        );
-        ctx.wait(start.into_actor(self).map(|started, act, ctx| {
-            let Some(Start {
-                epoch,
-                low_water,
-                mut retrying,
-                deferred_cancels,
-            }) = started
-            else {
-                return;
-            };
-            let start = low_water.unwrap_or_else(schedule_start);
-            act.epoch = epoch;
-            (act.low_water, act.cursor) = (start, ReadCursor::From(start));
-            act.in_flight.set_low_water(start);
-            info!(partition = act.partition, epoch, low_water = ?low_water,
-                retrying = retrying.len(), "loading from the low-water mark");
-            // Tasks retrying from before the mark: as many as memory takes now; for the rest
-            // (a mass failure), loading starts back at the first of them.
-            retrying.sort_by_cached_key(Task::run_order);
-            if retrying.len() > act.max_in_flight {
-                let left = retrying.split_off(act.max_in_flight);
-                act.cursor = ReadCursor::From(left[0].scheduled_time);
-            }
-            act.send_to_scheduler(retrying);
-            // Cancels an earlier tree deferred: applied once its calls of their orderingIds end.
-            for (key, at) in deferred_cancels {
-                let deferred = act.canceller().deferred(key, at);
-                act.spawn_deferred(deferred, ctx);
-            }
-        }));
+        self.try_start(0, ctx);
         ctx.run_interval(LOW_WATER_INTERVAL, |act, ctx| act.advance_low_water(ctx));
     }
 }
 
-/// Where a tree starts: its epoch, the partition's low-water mark, the tasks recorded as
-/// retrying that are due before the mark, and the cancels earlier trees deferred.
-struct Start {
-    epoch: u64,
-    low_water: Option<DateTime<Utc>>,
-    retrying: Vec<Task>,
-    deferred_cancels: Vec<DeferredCancel>,
-}
-
-/// Waits for the tree's claim, then reads earlier trees' leases, the partition's low-water mark
-/// and the retrying tasks (again and again while the store fails; the leases first, see
-/// [`TreeLease::may_have_earlier_attempts`]); `None` if the tree stops or is fenced first.
-async fn claim_and_low_water(
-    partition: PartitionId,
-    ownership: Addr<PartitionOwnership>,
-    store: Arc<dyn TaskStore>,
-    lease: TreeLease,
-    stop: tokio::sync::watch::Receiver<Option<StopReason>>,
-) -> Option<Start> {
-    let epoch = match ownership.send(CheckOwnership { read_after: None }).await {
-        Ok(Ok(Ownership::Owner(epoch))) => epoch,
-        Ok(Ok(Ownership::Fenced)) | Ok(Err(_)) | Err(_) => return None,
-    };
-    let mut failures = 0;
-    loop {
-        if stop.borrow().is_some() {
-            return None;
-        }
-        let read = async {
-            lease.read_predecessors_once().await?;
-            let start = read_start(partition, &store).await?;
-            Ok::<_, StoreError>((start, store.deferred_cancels(partition).await?))
+impl TaskPersistence {
+    /// One attempt at the tree's start-up reads ([`start_reads`]), holding the mailbox for at
+    /// most `persist_timeout`: a batch or a load arriving meanwhile waits for it. A failed
+    /// attempt is made again later with the mailbox free in between, so a store failing for
+    /// good never holds a batch longer than that (it is refused as `Starting`, polled again).
+    fn try_start(&mut self, failures: u32, ctx: &mut Context<Self>) {
+        let reads = start_reads(
+            self.partition,
+            self.ownership.clone(),
+            Arc::clone(&self.store),
+            self.lease.clone(),
+            self.clock.now(),
+        );
+        let timeout = self.persist_timeout;
+        let bounded = async move {
+            tokio::time::timeout(timeout, reads)
+                .await
+                .unwrap_or(Err(StoreError::Timeout {
+                    operation: "reading where the partition's tree starts",
+                    after: timeout,
+                }))
         };
-        match read.await {
-            Ok(((low_water, retrying, marked), deferred_cancels)) => {
-                lease.started_with(marked);
-                return Some(Start {
-                    epoch,
-                    low_water,
-                    retrying,
-                    deferred_cancels,
-                });
+        ctx.wait(bounded.into_actor(self).map(move |result, act, ctx| {
+            match result {
+                Ok(Some(start)) => act.begin(start, ctx),
+                // Fenced before it began: the tree is stopping.
+                Ok(None) => {}
+                Err(e) => {
+                    let failures = failures.saturating_add(1);
+                    let wait = exponential_period(failures, START_RETRY, START_RETRY_MAX);
+                    warn!(partition = act.partition, error = %e, failures, retry_in = ?wait,
+                        "the partition's start-up reads failed; trying again");
+                    ctx.run_later(wait, move |act, ctx| {
+                        if act.stop.borrow().is_none() {
+                            act.try_start(failures, ctx);
+                        }
+                    });
+                }
             }
-            Err(e) => {
-                failures += 1;
-                warn!(partition, error = %e, "low-water mark not read; trying again");
-                let max = Duration::from_secs(10);
-                tokio::time::sleep(exponential_period(failures, LOW_WATER_RETRY, max)).await;
-            }
+        }));
+    }
+
+    /// Starts loading from where the start-up reads say.
+    fn begin(&mut self, start: Start, ctx: &mut Context<Self>) {
+        let Start {
+            epoch,
+            low_water,
+            mut behind,
+            deferred_cancels,
+        } = start;
+        let from = low_water.unwrap_or_else(schedule_start);
+        self.epoch = epoch;
+        (self.low_water, self.cursor) = (from, ReadCursor::From(from));
+        self.in_flight.set_low_water(from);
+        info!(partition = self.partition, epoch, low_water = ?low_water,
+            behind = behind.len(), "loading from the low-water mark");
+        // Tasks not final from before the mark: as many as memory takes now; for the rest,
+        // loading starts back at the first of them.
+        behind.sort_by_cached_key(Task::run_order);
+        if behind.len() > self.max_in_flight {
+            let left = behind.split_off(self.max_in_flight);
+            self.cursor = ReadCursor::From(left[0].scheduled_time);
+        }
+        self.send_to_scheduler(behind);
+        // Cancels an earlier tree deferred: applied once its calls of their orderingIds end.
+        for (key, at) in deferred_cancels {
+            let deferred = self.canceller().deferred(key, at);
+            self.spawn_deferred(deferred, ctx);
         }
     }
 }
 
-/// The partition's low-water mark, the tasks recorded as retrying that are due before it (a
-/// retrying task whose row is gone finished: it is forgotten), and the keys of all tasks
-/// recorded as retrying.
+/// Where a tree starts: its epoch, the partition's low-water mark, the tasks not final that are
+/// due before the mark, and the cancels earlier trees deferred.
+struct Start {
+    epoch: u64,
+    low_water: Option<DateTime<Utc>>,
+    behind: Vec<Task>,
+    deferred_cancels: Vec<DeferredCancel>,
+}
+
+/// Waits for the tree's claim, then reads earlier trees' leases, the partition's low-water mark
+/// and the tasks listed behind it (the leases first, see [`TreeLease::may_have_earlier_attempts`]);
+/// `None` if the tree is fenced first.
+async fn start_reads(
+    partition: PartitionId,
+    ownership: Addr<PartitionOwnership>,
+    store: Arc<dyn TaskStore>,
+    lease: TreeLease,
+    started_at: DateTime<Utc>,
+) -> StoreResult<Option<Start>> {
+    let epoch = match ownership.send(CheckOwnership { read_after: None }).await {
+        Ok(Ok(Ownership::Owner(epoch))) => epoch,
+        Ok(Ok(Ownership::Fenced)) | Ok(Err(_)) | Err(_) => return Ok(None),
+    };
+    lease.read_predecessors_once().await?;
+    let (low_water, behind) = read_start(partition, &store).await?;
+    let deferred_cancels = store.deferred_cancels(partition).await?;
+    lease.started_at(started_at);
+    Ok(Some(Start {
+        epoch,
+        low_water,
+        behind,
+        deferred_cancels,
+    }))
+}
+
+/// The partition's low-water mark and the tasks due before it that were not final when it was
+/// written: those listed with it (at most [`MAX_LISTED`]), each read by its key (one whose row is
+/// gone has finished since). A mark an older release wrote lists none: its tasks are in
+/// `retrying_tasks`.
 async fn read_start(
     partition: PartitionId,
     store: &Arc<dyn TaskStore>,
-) -> StoreResult<(Option<DateTime<Utc>>, Vec<Task>, HashSet<TaskKey>)> {
-    let low_water = store.low_water(partition).await?;
-    let keys = store.retrying(partition).await?;
-    let marked: HashSet<TaskKey> = keys.iter().cloned().collect();
-    let Some(mark) = low_water else {
-        // Loading starts at the first bucket: it finds them.
-        return Ok((None, Vec::new(), marked));
+) -> StoreResult<(Option<DateTime<Utc>>, Vec<Task>)> {
+    let Some(LowWater { at: mark, behind }) = store.low_water(partition).await? else {
+        // Loading starts at the first bucket: it finds every task.
+        return Ok((None, Vec::new()));
     };
-    let rows = futures::stream::iter(keys.into_iter().filter(|k| k.scheduled_time < mark))
-        .map(|key| {
-            let store = Arc::clone(store);
-            async move {
-                let task = store.scheduled_task(partition, key.clone()).await?;
-                if task.is_none() {
-                    store.unmark_retrying(partition, key).await?;
-                }
-                Ok::<_, StoreError>(task)
-            }
-        })
+    let keys = match behind {
+        Some(keys) => keys,
+        None => store.legacy_retrying(partition).await?,
+    };
+    // A mark lowered since it was written loads the later ones itself.
+    let keys = keys.into_iter().filter(|k| k.scheduled_time < mark);
+    let tasks = futures::stream::iter(keys)
+        .map(|key| store.scheduled_task(partition, key))
         .buffer_unordered(WRITE_CONCURRENCY)
         .try_filter_map(|task| futures::future::ready(Ok(task)))
         .try_collect()
         .await?;
-    Ok((low_water, rows, marked))
+    Ok((Some(mark), tasks))
 }
 
 impl TaskPersistence {
@@ -397,15 +426,10 @@ impl TaskPersistence {
             return;
         }
         let now = self.clock.now();
-        let mark = [
-            self.in_flight.earliest_pinned(),
-            Some(self.cursor.time()),
-            Some(now - LOW_WATER_MARGIN),
-        ]
-        .into_iter()
-        .flatten()
-        .min()
-        .unwrap_or(self.low_water);
+        // The tasks held in memory do not stop the mark: it lists those it passes (a head
+        // retrying for hours, a suspended task, the tasks queued behind them), up to a bound.
+        let up_to = self.cursor.time().min(now - LOW_WATER_MARGIN);
+        let (mark, behind) = self.in_flight.behind(up_to, MAX_LISTED, MAX_LISTED_BYTES);
         // Worth a write when a task done with lies at or after the mark (a new tree would read
         // its tombstone), or the mark lags far behind.
         let done_after_mark = self
@@ -420,9 +444,11 @@ impl TaskPersistence {
         // Buckets are forgotten with writes stamped before this mark was recorded: a task a
         // newer tree writes into one of them afterwards survives.
         let stamp = self.store.write_stamp();
+        // Buckets of the tasks listed are kept: their rows are read by key.
+        let keep_from = behind.first().map_or(mark, |k| k.scheduled_time.min(mark));
         let write = tokio::time::timeout(
             self.persist_timeout,
-            self.store.set_low_water(partition, epoch, mark),
+            self.store.advance_low_water(partition, epoch, mark, behind),
         );
         // Waited for: a batch persisted meanwhile compares its tasks with the new mark.
         ctx.wait(write.into_actor(self).map(move |result, act, ctx| {
@@ -454,11 +480,6 @@ impl TaskPersistence {
             act.low_water = mark;
             act.in_flight.set_low_water(mark);
             debug!(partition, %mark, "low-water mark advanced");
-            // Not the buckets of tasks retrying behind the mark.
-            let keep_from = act
-                .in_flight
-                .earliest_retrying()
-                .map_or(mark, |r| r.min(mark));
             let forget = act.store.forget_buckets(partition, keep_from, stamp);
             ctx.spawn(
                 forget
@@ -479,16 +500,27 @@ impl Handler<PersistTasks> for TaskPersistence {
     type Result = AtomicResponse<Self, TreeResult<()>>;
 
     fn handle(&mut self, msg: PersistTasks, _: &mut Context<Self>) -> Self::Result {
-        if self.stop.borrow().is_some() || self.epoch == 0 {
+        if self.stop.borrow().is_some() {
             return AtomicResponse::new(Box::pin(actix::fut::ready(Err(TreeError::Stopping {
                 doing: "persisting a polled batch",
             }))));
         }
-        let PersistTasks(PolledTasks {
+        if self.epoch == 0 {
+            return AtomicResponse::new(Box::pin(actix::fut::ready(Err(TreeError::Starting {
+                doing: "persisting a polled batch",
+            }))));
+        }
+        let answer_by = msg.answer_by;
+        if tokio::time::Instant::now() >= answer_by {
+            return AtomicResponse::new(Box::pin(actix::fut::ready(Err(TreeError::Late {
+                doing: "persisting a polled batch",
+            }))));
+        }
+        let PolledTasks {
             tasks,
             cancels,
             by_identity,
-        }) = msg;
+        } = msg.polled;
         // Of several records of one key in a batch, the last in partition order wins, in the
         // store and in memory alike.
         let tasks = last_of_each_key(tasks);
@@ -553,7 +585,7 @@ impl Handler<PersistTasks> for TaskPersistence {
             Ok((tasks, refused, cancelled, lower, deferred))
         };
         let bounded = move |low_water| async move {
-            tokio::time::timeout(timeout, work(low_water))
+            tokio::time::timeout_at(answer_by, work(low_water))
                 .await
                 .unwrap_or(Err(TreeError::Store(StoreError::Timeout {
                     operation: "persisting a polled batch",

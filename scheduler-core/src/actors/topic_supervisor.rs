@@ -6,8 +6,8 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::time::Duration;
 
 use actix::{
-    Actor, ActorFutureExt, Addr, AsyncContext, Context, Handler, Message, MessageResult,
-    ResponseActFuture, ResponseFuture, WrapFuture,
+    Actor, ActorFutureExt, Addr, AsyncContext, Context, Handler, MailboxError, Message,
+    MessageResult, ResponseActFuture, ResponseFuture, WrapFuture,
 };
 use tracing::{info, warn};
 
@@ -149,9 +149,16 @@ impl Handler<ProcessTaskBatch> for TopicSupervisor {
     fn handle(&mut self, msg: ProcessTaskBatch, _: &mut Context<Self>) -> Self::Result {
         let mut result = TaskBatchProcessed::default();
         let mut writes = Vec::new();
+        // The consumer thread waits for this answer: never longer than `persist_timeout`, even
+        // for a tree whose mailbox is busy (a start-up read failing, say).
+        let timeout = self.deps.settings.persist_timeout;
+        let answer_by = tokio::time::Instant::now() + timeout;
         for (partition, polled) in msg.0 {
             match self.partitions.get(&partition) {
-                Some(tree) => writes.push((partition, tree.persistence.send(PersistTasks(polled)))),
+                Some(tree) => {
+                    let write = tree.persistence.send(PersistTasks { polled, answer_by });
+                    writes.push((partition, write.timeout(timeout)));
+                }
                 None => result
                     .failed
                     .push((partition, "partition not owned by this node".into())),
@@ -164,8 +171,12 @@ impl Handler<ProcessTaskBatch> for TopicSupervisor {
                 match reply {
                     Ok(Ok(())) => result.persisted.push(partition),
                     Ok(Err(e)) => result.failed.push((partition, e.to_string())),
+                    Err(MailboxError::Timeout) => result.failed.push((
+                        partition,
+                        format!("persisting a polled batch: no answer within {timeout:?}"),
+                    )),
                     // TaskPersistence stopped: its tree wound down.
-                    Err(_) => result.failed.push((
+                    Err(MailboxError::Closed) => result.failed.push((
                         partition,
                         "persisting a polled batch: the partition is stopping".into(),
                     )),

@@ -15,7 +15,7 @@ use tokio::time::Instant;
 
 use crate::store::memory::MemoryStore;
 use crate::store::{
-    AttemptRecord, AttemptStore, DeferredCancel, LeaseRecord, LeaseStore, OwnershipStore,
+    AttemptRecord, AttemptStore, DeferredCancel, LeaseRecord, LeaseStore, LowWater, OwnershipStore,
     PartitionId, PartitionOwner, ReadCursor, RefusedTask, ScheduleStore, StatusRecord, StatusStore,
     StoreError, StoreResult, WriteStamp,
 };
@@ -193,24 +193,11 @@ impl ScheduleStore for PausableStore {
         self.send("task read", |s| s.scheduled_task(partition, key))
     }
 
-    fn mark_retrying(
+    fn legacy_retrying(
         &self,
         partition: PartitionId,
-        key: TaskKey,
-    ) -> BoxFuture<'static, StoreResult<()>> {
-        self.send("retrying write", |s| s.mark_retrying(partition, key))
-    }
-
-    fn unmark_retrying(
-        &self,
-        partition: PartitionId,
-        key: TaskKey,
-    ) -> BoxFuture<'static, StoreResult<()>> {
-        self.send("retrying delete", |s| s.unmark_retrying(partition, key))
-    }
-
-    fn retrying(&self, partition: PartitionId) -> BoxFuture<'static, StoreResult<Vec<TaskKey>>> {
-        self.send("retrying read", |s| s.retrying(partition))
+    ) -> BoxFuture<'static, StoreResult<Vec<TaskKey>>> {
+        self.send("retrying read", |s| s.legacy_retrying(partition))
     }
 
     fn defer_cancel(
@@ -498,8 +485,20 @@ impl OwnershipStore for PausableStore {
     fn low_water(
         &self,
         partition: PartitionId,
-    ) -> BoxFuture<'static, StoreResult<Option<DateTime<Utc>>>> {
+    ) -> BoxFuture<'static, StoreResult<Option<LowWater>>> {
         self.send("low-water read", |s| s.low_water(partition))
+    }
+
+    fn advance_low_water(
+        &self,
+        partition: PartitionId,
+        epoch: u64,
+        at: DateTime<Utc>,
+        behind: Vec<TaskKey>,
+    ) -> BoxFuture<'static, StoreResult<bool>> {
+        self.send("low-water write", |s| {
+            s.advance_low_water(partition, epoch, at, behind)
+        })
     }
 
     fn set_low_water(

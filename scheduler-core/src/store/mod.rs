@@ -17,6 +17,7 @@ pub(crate) mod memory;
 pub(crate) mod pages;
 pub mod recurring;
 pub mod suspensions;
+pub(crate) mod ttl;
 
 use chrono::{DateTime, DurationRound, TimeDelta, Utc};
 use futures::future::BoxFuture;
@@ -356,23 +357,13 @@ pub trait ScheduleStore: Send + Sync + 'static {
         key: TaskKey,
     ) -> BoxFuture<'static, StoreResult<Option<Task>>>;
 
-    /// Records that a task is retrying (`retrying_tasks`): a new tree loads it from there, so
-    /// it does not hold the partition's low-water mark back for as long as it retries.
-    fn mark_retrying(
+    /// The partition's tasks recorded as retrying (`retrying_tasks`) by nodes of releases
+    /// before schema version 8, which kept there the tasks their mark passed. Read only when the
+    /// partition's mark was last written by such a node ([`LowWater::behind`] is `None`).
+    fn legacy_retrying(
         &self,
         partition: PartitionId,
-        key: TaskKey,
-    ) -> BoxFuture<'static, StoreResult<()>>;
-
-    /// Forgets a retrying task once it is final.
-    fn unmark_retrying(
-        &self,
-        partition: PartitionId,
-        key: TaskKey,
-    ) -> BoxFuture<'static, StoreResult<()>>;
-
-    /// The partition's tasks recorded as retrying.
-    fn retrying(&self, partition: PartitionId) -> BoxFuture<'static, StoreResult<Vec<TaskKey>>>;
+    ) -> BoxFuture<'static, StoreResult<Vec<TaskKey>>>;
 
     /// Records a cancellation polled at `at` that waits for an earlier tree's call of its
     /// orderingId to end (`deferred_cancels`; see `actors::cancels`): it is applied then, by
@@ -483,15 +474,16 @@ pub trait OwnershipStore: Send + Sync + 'static {
     fn partition_epoch(&self, partition: PartitionId) -> BoxFuture<'static, StoreResult<u64>>;
 
     /// The partition's low-water mark: every task of it due before this time has a final
-    /// status. `None` when none was recorded (loading starts at the first indexed bucket).
+    /// status, but the ones listed with it. `None` when none was recorded (loading starts at
+    /// the first indexed bucket).
     fn low_water(
         &self,
         partition: PartitionId,
-    ) -> BoxFuture<'static, StoreResult<Option<DateTime<Utc>>>>;
+    ) -> BoxFuture<'static, StoreResult<Option<LowWater>>>;
 
-    /// Records the low-water mark `at` if the partition's epoch is still `epoch` (a
-    /// lightweight transaction, so a fenced tree cannot move it). Returns whether it was
-    /// recorded.
+    /// Lowers the low-water mark to `at` (its list kept) if the partition's epoch is still
+    /// `epoch` (a lightweight transaction, so a fenced tree cannot move it). Returns whether it
+    /// was recorded.
     fn set_low_water(
         &self,
         partition: PartitionId,
@@ -499,10 +491,32 @@ pub trait OwnershipStore: Send + Sync + 'static {
         at: DateTime<Utc>,
     ) -> BoxFuture<'static, StoreResult<bool>>;
 
+    /// Moves the low-water mark to `at` with the tasks due before it that are not final
+    /// (`behind`), in one lightweight transaction on `epoch`. Returns whether it was recorded.
+    fn advance_low_water(
+        &self,
+        partition: PartitionId,
+        epoch: u64,
+        at: DateTime<Utc>,
+        behind: Vec<TaskKey>,
+    ) -> BoxFuture<'static, StoreResult<bool>>;
+
     /// Every partition ever claimed, in partition order: who claimed it last and when, and its
     /// epoch. The last claimer owns the partition until another claims it, also after it left
     /// (what operators see: the dashboard's and `GET /api/v1/partitions`' owners).
     fn owners(&self) -> BoxFuture<'static, StoreResult<Vec<PartitionOwner>>>;
+}
+
+/// A partition's low-water mark as stored.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LowWater {
+    /// Every task due before it is final, but the ones in `behind`.
+    pub at: DateTime<Utc>,
+    /// The tasks due before the mark that were not final when it was written (retrying,
+    /// suspended, waiting for a handler or behind another task of their orderingId): a new
+    /// tree reads each by its key. `None` for a mark written by a release before schema
+    /// version 8, which kept such tasks in `retrying_tasks`.
+    pub behind: Option<Vec<TaskKey>>,
 }
 
 /// A cancellation waiting for an earlier tree's calls ([`ScheduleStore::defer_cancel`]): the

@@ -156,6 +156,97 @@ fn a_task_retrying_for_long_does_not_hold_the_mark_back_and_survives_a_restart()
                 .map(|s| (s.status, s.attempts)),
             Some((TaskStatus::Completed, 3))
         );
-        assert_eq!(h.store.retrying(P).await.expect("read"), Vec::new());
+    });
+}
+
+/// Every task held in memory pinned the mark, the successors of a head retrying for hours
+/// too: the mark stayed at a stuck orderingId's second task while thousands of the partition's
+/// other tasks finished, and a new tree then walked the tombstones of every one of them. Now
+/// the mark lists the held tasks it passes, and a new tree reads those by key and runs them in
+/// order.
+#[test]
+fn tasks_queued_behind_a_stuck_head_do_not_hold_the_mark_back_and_run_in_order_after_a_restart() {
+    run_paused(|| async {
+        let settings = SchedulingSettings {
+            backoff_factor: Duration::from_secs(100),
+            max_backoff: Duration::from_secs(200),
+            ..SchedulingSettings::default()
+        };
+        let h = Harness::new(
+            settings,
+            Duration::ZERO,
+            &[("stuck", Behaviour::FailTimes(3))],
+        );
+        h.assign().await;
+        let stuck: Vec<Task> = (0..10)
+            .map(|i| task("stuck", t0() + ms(1 + i), &format!("{i}")))
+            .collect();
+        h.enqueue(stuck.clone()).await;
+        let others: Vec<Task> = (0..2_000)
+            .map(|i| task(&format!("o{}", i % 50), t0() + ms(i), &format!("{i}")))
+            .collect();
+        for chunk in others.chunks(500) {
+            h.enqueue(chunk.to_vec()).await;
+        }
+        advance(Duration::from_secs(60)).await;
+        let others_ran = h.recorder.calls().len() - ran(&h, "stuck").len();
+        assert_eq!(others_ran, 2_000, "all but the stuck orderingId ran");
+        assert!(
+            ran(&h, "stuck").iter().all(|k| *k == stuck[0].key()),
+            "only its head ran"
+        );
+        let mark = h.store.low_water_of(P).expect("a mark is recorded");
+        assert!(
+            mark > t0() + ms(2_000),
+            "the stuck orderingId's tasks hold the mark at {mark}"
+        );
+        let keys: Vec<TaskKey> = stuck.iter().map(Task::key).collect();
+        assert_eq!(h.store.behind_low_water(P), keys);
+        h.topic.send(RevokePartitions).await.expect("revoke");
+        let before = h.store.tombstones_read();
+        h.assign().await;
+        // Each task of the orderingId fails three times (backoffs of 100, 200 and 200 s).
+        advance(Duration::from_secs(6_000)).await;
+        let read = h.store.tombstones_read() - before;
+        assert!(read < 100, "the new tree read {read} tombstones");
+        let mut order = ran(&h, "stuck");
+        assert_eq!(order.len(), 40, "each ran four times");
+        order.dedup();
+        assert_eq!(order, keys, "in order");
+        for key in &keys {
+            assert_eq!(
+                h.store.status_of(P, key).map(|s| (s.status, s.attempts)),
+                Some((TaskStatus::Completed, 4)),
+                "{key}"
+            );
+        }
+    });
+}
+
+/// A mark written by a release before schema version 8 lists nothing: that release kept the
+/// tasks its mark passed in `retrying_tasks`, which a new tree then reads (once: its own mark
+/// lists them).
+#[test]
+fn a_mark_an_older_release_wrote_finds_its_retrying_tasks_in_the_old_table() {
+    run_paused(|| async {
+        let h = Harness::new(SchedulingSettings::default(), Duration::ZERO, &[]);
+        let retrying = task("old", t0() - TimeDelta::hours(2), "1");
+        let finished = task("done", t0() - TimeDelta::hours(2), "1");
+        h.store
+            .persist(P, vec![retrying.clone()])
+            .await
+            .expect("persist");
+        h.store.record_legacy_retrying(P, retrying.key(), false);
+        h.store.record_legacy_retrying(P, finished.key(), true);
+        h.store.set_legacy_low_water(P, t0() - TimeDelta::hours(1));
+        h.assign().await;
+        advance(Duration::from_secs(30)).await;
+        assert_eq!(h.recorder.call_times("old").len(), 1);
+        assert_eq!(h.recorder.call_times("done").len(), 0);
+        // The new tree's own marks list what they pass.
+        advance(Duration::from_secs(3_700)).await;
+        let mark = h.store.low_water_of(P);
+        assert!(mark.is_some_and(|mark| mark > t0()), "{mark:?}");
+        assert_eq!(h.store.behind_low_water(P), Vec::<TaskKey>::new());
     });
 }

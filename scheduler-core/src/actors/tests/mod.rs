@@ -11,6 +11,7 @@ mod one_run_at_a_time;
 mod ownership;
 mod retries;
 mod scheduling;
+mod starts;
 mod suspensions;
 mod task_types;
 

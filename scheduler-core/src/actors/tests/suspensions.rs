@@ -50,13 +50,13 @@ fn suspended_tasks_wait_without_an_attempt_and_run_once_resumed() {
         .await;
         advance(Duration::from_secs(30)).await;
         // Only the free task ran; the others are pending, with no attempt, not holding the
-        // partition back (recorded as retrying, as a task waiting for a handler is).
+        // partition back (listed by the low-water mark, as a task waiting for a handler is).
         let ran: Vec<TaskKey> = h.recorder.calls().into_iter().map(|(k, _)| k).collect();
         assert_eq!(ran, vec![free.key()]);
         for waiting in [&held, &report, &bucket] {
             assert_eq!(h.store.status_of(P, &waiting.key()), None);
             assert!(h.store.attempts(P, &waiting.key()).is_empty());
-            assert!(h.store.is_retrying(P, &waiting.key()));
+            assert!(h.store.behind_low_water(P).contains(&waiting.key()));
         }
         // Resuming the type and the group (the orderingId stays suspended).
         h.suspensions(&[SuspensionTarget::OrderingId("held".into())]);

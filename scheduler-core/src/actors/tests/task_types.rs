@@ -101,10 +101,14 @@ fn each_type_runs_through_its_handler_and_a_type_without_one_waits_for_a_node_th
             .await;
         advance(Duration::from_secs(120)).await;
         assert_eq!(handled_by(&calls), [("email", "o-1".to_string())]);
-        // The sms task waits, using no attempt, recorded as retrying (it holds nothing back and
-        // a new tree loads it), and its orderingId's next task waits behind it.
+        // The sms task waits, using no attempt, listed by the low-water mark as it passes (it
+        // holds nothing back and a new tree loads it), as is its orderingId's next task, which
+        // waits behind it.
         assert_eq!(store.status_of(P, &sms.key()), None);
-        assert!(store.is_retrying(P, &sms.key()));
+        assert!(store
+            .low_water_of(P)
+            .is_some_and(|mark| mark > after_sms.scheduled_time));
+        assert_eq!(store.behind_low_water(P), vec![sms.key(), after_sms.key()]);
         assert_eq!(
             first.metrics.waiting_for_handler(),
             [("sms".to_string(), 1)]

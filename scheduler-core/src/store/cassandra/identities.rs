@@ -1,5 +1,6 @@
 //! [`IdentityStore`] on Cassandra: `task_identities`, one row per identity in a partition per
-//! (partition, orderingId), written with a TTL of the task's wait plus the status retention.
+//! (partition, orderingId), written with a TTL of the task's wait plus the status retention (none if that is 0),
+//! clamped to what Cassandra keeps (`store::ttl`).
 
 use std::sync::Arc;
 
@@ -11,6 +12,7 @@ use scheduler_client::{Task, TaskData, TaskIdentity};
 
 use super::rows::{first_row_of, with_stored_grouping, with_stored_kind};
 use super::CassandraStore;
+use crate::store::ttl::Retention;
 use crate::store::{IdentityRecord, IdentityStore, PartitionId, StoreError, StoreResult};
 
 type IdentityRow = (
@@ -74,11 +76,11 @@ impl IdentityStore for CassandraStore {
         let inner = Arc::clone(&self.inner);
         async move {
             let task = &record.task;
-            let wait = (task.scheduled_time - Utc::now())
-                .to_std()
-                .unwrap_or_default();
-            // Cassandra's longest TTL is 20 years.
-            let ttl = (wait + inner.status_ttl).as_secs().clamp(1, 630_720_000) as i32;
+            // Kept for the status retention after the task's time (or now, if later); with a
+            // retention of 0, kept forever, as statuses are.
+            let now = Utc::now();
+            let ttl =
+                Retention::after(task.scheduled_time.max(now), inner.status_ttl).ttl_secs(now);
             let values = (
                 partition,
                 task.ordering_id.as_str(),

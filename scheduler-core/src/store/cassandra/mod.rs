@@ -24,8 +24,9 @@ use scylla::statement::prepared::PreparedStatement;
 
 use super::{
     hour_bucket, last_of_each_key, AttemptOutcome, AttemptRecord, AttemptStore, DeferredCancel,
-    LeaseRecord, LeaseStore, OwnershipStore, PartitionId, PartitionOwner, ReadCursor, RefusedTask,
-    ScheduleStore, StatusRecord, StatusStore, StoreError, StoreResult, TaskStatus, WriteStamp,
+    LeaseRecord, LeaseStore, LowWater, OwnershipStore, PartitionId, PartitionOwner, ReadCursor,
+    RefusedTask, ScheduleStore, StatusRecord, StatusStore, StoreError, StoreResult, TaskStatus,
+    WriteStamp,
 };
 use crate::settings::CassandraSettings;
 
@@ -445,37 +446,24 @@ impl ScheduleStore for CassandraStore {
         .boxed()
     }
 
-    fn mark_retrying(
+    fn legacy_retrying(
         &self,
         partition: PartitionId,
-        key: TaskKey,
-    ) -> BoxFuture<'static, StoreResult<()>> {
-        self.run_on_key(partition, key, |s| &s.insert_retrying, "retrying write")
-    }
-
-    fn unmark_retrying(
-        &self,
-        partition: PartitionId,
-        key: TaskKey,
-    ) -> BoxFuture<'static, StoreResult<()>> {
-        self.run_on_key(partition, key, |s| &s.delete_retrying, "retrying delete")
-    }
-
-    fn retrying(&self, partition: PartitionId) -> BoxFuture<'static, StoreResult<Vec<TaskKey>>> {
+    ) -> BoxFuture<'static, StoreResult<Vec<TaskKey>>> {
         let inner = Arc::clone(&self.inner);
         async move {
             let statement = &inner.statements.select_retrying;
-            let result = inner.run(statement, (partition,), "retrying read").await?;
-            Ok(
-                rows_of::<(DateTime<Utc>, String, String)>(result, "retrying")?
-                    .into_iter()
-                    .map(|(scheduled_time, ordering_id, uniqueness_key)| TaskKey {
-                        scheduled_time,
-                        ordering_id,
-                        uniqueness_key,
-                    })
-                    .collect(),
-            )
+            let rows: Vec<(DateTime<Utc>, String, String)> = inner
+                .run_paged(statement, (partition,), "retrying read", "retrying")
+                .await?;
+            Ok(rows
+                .into_iter()
+                .map(|(scheduled_time, ordering_id, uniqueness_key)| TaskKey {
+                    scheduled_time,
+                    ordering_id,
+                    uniqueness_key,
+                })
+                .collect())
         }
         .boxed()
     }
@@ -865,15 +853,18 @@ impl OwnershipStore for CassandraStore {
     fn low_water(
         &self,
         partition: PartitionId,
-    ) -> BoxFuture<'static, StoreResult<Option<DateTime<Utc>>>> {
+    ) -> BoxFuture<'static, StoreResult<Option<LowWater>>> {
         let inner = Arc::clone(&self.inner);
         async move {
             let statement = &inner.statements.select_low_water;
             let result = inner.run(statement, (partition,), "low-water read").await?;
-            Ok(
-                first_row_of::<(Option<DateTime<Utc>>,)>(result, "partition owner")?
-                    .and_then(|(at,)| at),
-            )
+            let row =
+                first_row_of::<(Option<DateTime<Utc>>, Option<String>)>(result, "partition owner")?;
+            let Some((Some(at), behind)) = row else {
+                return Ok(None);
+            };
+            let behind = behind.as_deref().map(decode_behind).transpose()?;
+            Ok(Some(LowWater { at, behind }))
         }
         .boxed()
     }
@@ -888,6 +879,23 @@ impl OwnershipStore for CassandraStore {
         async move {
             let values = (at, partition, epoch_value(epoch));
             let statement = &inner.statements.set_low_water;
+            let result = inner.run(statement, values, "low-water write").await?;
+            applied(result, "partition owner")
+        }
+        .boxed()
+    }
+
+    fn advance_low_water(
+        &self,
+        partition: PartitionId,
+        epoch: u64,
+        at: DateTime<Utc>,
+        behind: Vec<TaskKey>,
+    ) -> BoxFuture<'static, StoreResult<bool>> {
+        let inner = Arc::clone(&self.inner);
+        async move {
+            let values = (at, encode_behind(&behind)?, partition, epoch_value(epoch));
+            let statement = &inner.statements.advance_low_water;
             let result = inner.run(statement, values, "low-water write").await?;
             applied(result, "partition owner")
         }
@@ -929,9 +937,45 @@ impl OwnershipStore for CassandraStore {
     }
 }
 
+/// The tasks listed behind a low-water mark, as stored (`behind_mark`): a JSON list of
+/// `[scheduled time in ms, orderingId, uniquenessKey]`.
+fn encode_behind(keys: &[TaskKey]) -> StoreResult<String> {
+    let list: Vec<(i64, &str, &str)> = keys
+        .iter()
+        .map(|k| {
+            let millis = k.scheduled_time.timestamp_millis();
+            (millis, k.ordering_id.as_str(), k.uniqueness_key.as_str())
+        })
+        .collect();
+    serde_json::to_string(&list).map_err(|e| StoreError::Query {
+        operation: "low-water write",
+        reason: e.to_string(),
+    })
+}
+
+fn decode_behind(text: &str) -> StoreResult<Vec<TaskKey>> {
+    let corrupt = |reason: String| StoreError::Corrupt {
+        what: "low-water mark",
+        reason,
+    };
+    let list: Vec<(i64, String, String)> =
+        serde_json::from_str(text).map_err(|e| corrupt(e.to_string()))?;
+    list.into_iter()
+        .map(|(millis, ordering_id, uniqueness_key)| {
+            let scheduled_time = DateTime::<Utc>::from_timestamp_millis(millis)
+                .ok_or_else(|| corrupt(format!("time {millis} ms out of range")))?;
+            Ok(TaskKey {
+                scheduled_time,
+                ordering_id,
+                uniqueness_key,
+            })
+        })
+        .collect()
+}
+
 impl CassandraStore {
     /// Runs the statement `pick` chooses on the row of `key` in a table keyed by partition and
-    /// task key (`retrying_tasks`, `deferred_cancels`).
+    /// task key (`deferred_cancels`).
     fn run_on_key(
         &self,
         partition: PartitionId,

@@ -20,10 +20,11 @@ use tracing::{info, warn};
 use super::query_error;
 use super::rows::{applied, first_row_of};
 use crate::settings::CassandraSettings;
+use crate::store::ttl::last_expiry;
 use crate::store::{StoreError, StoreResult};
 
 /// The schema version this release runs on.
-pub const SCHEMA_VERSION: u32 = 7;
+pub const SCHEMA_VERSION: u32 = 8;
 
 /// Where every keyspace's schema version and migration lock are kept.
 pub const META_KEYSPACE: &str = "scheduler_meta";
@@ -249,6 +250,9 @@ async fn apply_migrations(
     if at < 7 {
         migrate_v7(session, ks).await?;
     }
+    if at < 8 {
+        migrate_v8(session, ks).await?;
+    }
     session
         .query_unpaged(
             format!(
@@ -278,7 +282,7 @@ async fn apply_retention(session: &Session, settings: &CassandraSettings) -> Sto
         ("group_progress", settings.status_ttl),
         ("schedule_fires", settings.status_ttl),
     ] {
-        let wanted = i32::try_from(ttl.as_secs()).unwrap_or(i32::MAX);
+        let wanted = table_default_ttl(ttl, Utc::now());
         if table_ttl(session, ks, table).await? == Some(wanted) {
             continue;
         }
@@ -286,6 +290,20 @@ async fn apply_retention(session: &Session, settings: &CassandraSettings) -> Sto
         run_schema_statement(session, alter).await?;
     }
     Ok(())
+}
+
+/// A table's `default_time_to_live` for a retention of `ttl` (0: kept forever): clamped so that
+/// no row written from `now` expires past [`last_expiry`] (see `store::ttl`), in whole days, so
+/// that a start makes no schema change on most days even when the clamp applies.
+fn table_default_ttl(ttl: Duration, now: chrono::DateTime<Utc>) -> i32 {
+    const DAY: i64 = 24 * 3600;
+    if ttl.is_zero() {
+        return 0;
+    }
+    let wanted = i64::try_from(ttl.as_secs()).unwrap_or(i64::MAX);
+    let room = (last_expiry() - now).num_seconds().div_euclid(DAY) * DAY;
+    // At least a day: past 2038 no retention fits, and a day is the least harm.
+    wanted.min(room.max(DAY)).min(i64::from(i32::MAX)) as i32
 }
 
 /// The table's `default_time_to_live`, from the schema tables of modern Cassandra and ScyllaDB
@@ -547,6 +565,16 @@ async fn migrate_v7(session: &Session, ks: &str) -> StoreResult<()> {
     await_agreement(session).await
 }
 
+/// Version 8: the tasks a partition's low-water mark passed while they were not final, listed
+/// with it (`behind_mark`, a JSON list of task keys: a text cell, overwritten by each advance,
+/// leaves no tombstone), instead of rows in `retrying_tasks` (read whole as a tree started,
+/// through a tombstone per task that retried and finished). `retrying_tasks` stays for a mark an
+/// older release wrote.
+async fn migrate_v8(session: &Session, ks: &str) -> StoreResult<()> {
+    add_column_if_absent(session, ks, "partition_owners", "behind_mark", "text").await?;
+    await_agreement(session).await
+}
+
 /// Waits until every node of the cluster knows the schema changes made so far.
 async fn await_agreement(session: &Session) -> StoreResult<()> {
     session
@@ -601,4 +629,23 @@ fn tables_v1(ks: &str) -> Vec<String> {
              epoch bigint, running text, PRIMARY KEY ((partition_id), holder))"
         ),
     ]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_tables_retention_ends_before_2038_in_whole_days_and_zero_keeps_forever() {
+        let now: chrono::DateTime<Utc> = "2026-11-26T12:00:00Z".parse().unwrap();
+        let week = Duration::from_secs(7 * 24 * 3600);
+        assert_eq!(table_default_ttl(week, now), 7 * 24 * 3600);
+        assert_eq!(table_default_ttl(Duration::ZERO, now), 0);
+        // 20 years (the settings' upper bound) from now would overflow Cassandra 2.1's expiry.
+        let twenty_years = Duration::from_secs(630_720_000);
+        let ttl = table_default_ttl(twenty_years, now);
+        assert_eq!(ttl % (24 * 3600), 0);
+        assert!(now.timestamp() + i64::from(ttl) < i64::from(i32::MAX) - 24 * 3600);
+        assert!(now.timestamp() + i64::from(ttl) > i64::from(i32::MAX) - 3 * 24 * 3600);
+    }
 }

@@ -17,13 +17,12 @@ pub(super) struct Statements {
     pub(super) forget_bucket_rows: PreparedStatement,
     pub(super) forget_bucket: PreparedStatement,
     pub(super) select_low_water: PreparedStatement,
-    pub(super) insert_retrying: PreparedStatement,
-    pub(super) delete_retrying: PreparedStatement,
     pub(super) select_retrying: PreparedStatement,
     pub(super) insert_deferred_cancel: PreparedStatement,
     pub(super) delete_deferred_cancel: PreparedStatement,
     pub(super) select_deferred_cancels: PreparedStatement,
     pub(super) set_low_water: PreparedStatement,
+    pub(super) advance_low_water: PreparedStatement,
     pub(super) load_from: PreparedStatement,
     pub(super) load_after: PreparedStatement,
     pub(super) delete_task: PreparedStatement,
@@ -108,6 +107,7 @@ impl Statements {
             &mut statements.claim_first,
             &mut statements.claim_next,
             &mut statements.set_low_water,
+            &mut statements.advance_low_water,
         ] {
             claim.set_serial_consistency(Some(levels::serial(ownership)));
         }
@@ -119,6 +119,7 @@ impl Statements {
                 &mut statements.claim_next,
                 &mut statements.select_epoch,
                 &mut statements.set_low_water,
+                &mut statements.advance_low_water,
                 &mut statements.select_low_water,
             ] {
                 statement.set_consistency(scylla::statement::Consistency::Quorum);
@@ -172,22 +173,6 @@ impl Statements {
                 "prepare bucket delete",
             )
             .await?,
-            insert_retrying: prepare(
-                format!(
-                    "INSERT INTO {ks}.retrying_tasks (partition_id, {key_columns}) \
-                     VALUES (?, ?, ?, ?)"
-                ),
-                "prepare retrying write",
-            )
-            .await?,
-            delete_retrying: prepare(
-                format!(
-                    "DELETE FROM {ks}.retrying_tasks WHERE partition_id = ? \
-                     AND scheduled_time = ? AND ordering_id = ? AND uniqueness_key = ?"
-                ),
-                "prepare retrying delete",
-            )
-            .await?,
             select_retrying: prepare(
                 format!("SELECT {key_columns} FROM {ks}.retrying_tasks WHERE partition_id = ?"),
                 "prepare retrying read",
@@ -218,7 +203,10 @@ impl Statements {
             )
             .await?,
             select_low_water: prepare(
-                format!("SELECT low_water FROM {ks}.partition_owners WHERE partition_id = ?"),
+                format!(
+                    "SELECT low_water, behind_mark FROM {ks}.partition_owners \
+                     WHERE partition_id = ?"
+                ),
                 "prepare low-water read",
             )
             .await?,
@@ -228,6 +216,14 @@ impl Statements {
                      IF epoch = ?"
                 ),
                 "prepare low-water write",
+            )
+            .await?,
+            advance_low_water: prepare(
+                format!(
+                    "UPDATE {ks}.partition_owners SET low_water = ?, behind_mark = ? \
+                     WHERE partition_id = ? IF epoch = ?"
+                ),
+                "prepare low-water advance",
             )
             .await?,
             load_from: prepare(

@@ -35,11 +35,17 @@ struct State {
     /// The clock of write timestamps: one tick per write.
     stamp: u64,
     /// Each partition's low-water mark.
-    low_water: HashMap<PartitionId, DateTime<Utc>>,
+    low_water: HashMap<PartitionId, super::LowWater>,
     /// Tasks recorded as retrying.
     retrying: std::collections::BTreeSet<(PartitionId, TaskKey)>,
+    /// Deleted rows of `retrying_tasks`: its reads step over them.
+    retrying_tombstones: std::collections::BTreeSet<(PartitionId, TaskKey)>,
     /// Cancellations deferred, with when each was polled.
     deferred_cancels: BTreeMap<(PartitionId, TaskKey), DateTime<Utc>>,
+    /// Deleted rows of `deferred_cancels`: its reads step over them.
+    deferred_cancel_tombstones: std::collections::BTreeSet<(PartitionId, TaskKey)>,
+    /// Cassandra's `tombstone_failure_threshold` here, when not the default.
+    tombstone_failure_threshold: Option<usize>,
     /// Tombstones loads have stepped over.
     tombstones_read: usize,
     /// Every status write, in order, with when it was applied (the simulation checks that a
@@ -68,8 +74,30 @@ struct State {
     write_order: Option<fastrand::Rng>,
 }
 
-/// Tombstones a load may step over before Cassandra refuses it (`tombstone_failure_threshold`).
+/// Tombstones a read may step over before Cassandra refuses it (`tombstone_failure_threshold`).
 const TOMBSTONE_FAILURE_THRESHOLD: usize = 100_000;
+
+impl State {
+    /// Counts `stepped_over` tombstones read by `operation`, and refuses the read, as
+    /// Cassandra does, past the tombstone failure threshold.
+    fn step_over_tombstones(
+        &mut self,
+        operation: &'static str,
+        stepped_over: usize,
+    ) -> StoreResult<()> {
+        self.tombstones_read += stepped_over;
+        let limit = self
+            .tombstone_failure_threshold
+            .unwrap_or(TOMBSTONE_FAILURE_THRESHOLD);
+        if stepped_over > limit {
+            return Err(StoreError::Query {
+                operation,
+                reason: format!("scanned over {stepped_over} tombstones; query aborted"),
+            });
+        }
+        Ok(())
+    }
+}
 
 /// An in-memory store. Clones share state.
 #[derive(Clone, Default)]
@@ -92,6 +120,12 @@ impl MemoryStore {
     /// An empty store.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// Sets Cassandra's tombstone failure threshold (100,000 by default): a read stepping over
+    /// more tombstones fails.
+    pub fn set_tombstone_failure_threshold(&self, limit: usize) {
+        self.lock().tombstone_failure_threshold = Some(limit);
     }
 
     /// Makes the next `n` operations fail.
@@ -220,9 +254,24 @@ impl MemoryStore {
         self.lock().groups.clone()
     }
 
-    /// Whether a task is recorded as retrying.
-    pub fn is_retrying(&self, partition: PartitionId, key: &TaskKey) -> bool {
-        self.lock().retrying.contains(&(partition, key.clone()))
+    /// Records a task as retrying in `retrying_tasks`, as a node of a release before schema
+    /// version 8 did (`forget` deletes the row, leaving a tombstone).
+    pub fn record_legacy_retrying(&self, partition: PartitionId, key: TaskKey, forget: bool) {
+        let mut state = self.lock();
+        if forget {
+            state.retrying.remove(&(partition, key.clone()));
+            state.retrying_tombstones.insert((partition, key));
+        } else {
+            state.retrying_tombstones.remove(&(partition, key.clone()));
+            state.retrying.insert((partition, key));
+        }
+    }
+
+    /// Writes `partition`'s low-water mark as a node of a release before schema version 8 did
+    /// (no list of the tasks behind it).
+    pub fn set_legacy_low_water(&self, partition: PartitionId, at: DateTime<Utc>) {
+        let mark = super::LowWater { at, behind: None };
+        self.lock().low_water.insert(partition, mark);
     }
 
     /// Tasks currently in the schedule of `partition`, in key order.
@@ -251,7 +300,14 @@ impl MemoryStore {
 
     /// The low-water mark recorded for `partition`.
     pub fn low_water_of(&self, partition: PartitionId) -> Option<DateTime<Utc>> {
-        self.lock().low_water.get(&partition).copied()
+        self.lock().low_water.get(&partition).map(|m| m.at)
+    }
+
+    /// The tasks listed behind `partition`'s low-water mark.
+    pub fn behind_low_water(&self, partition: PartitionId) -> Vec<TaskKey> {
+        let state = self.lock();
+        let mark = state.low_water.get(&partition);
+        mark.and_then(|m| m.behind.clone()).unwrap_or_default()
     }
 
     /// Indexed hour buckets of `partition`.

@@ -10,13 +10,13 @@ use futures::future::BoxFuture;
 use futures::FutureExt;
 use scheduler_client::{Task, TaskKey};
 
-use super::{MemoryStore, CLUSTERING_KEY_LIMIT, TOMBSTONE_FAILURE_THRESHOLD};
+use super::{MemoryStore, CLUSTERING_KEY_LIMIT};
 use crate::store::groups::stored_group_number;
 use crate::store::hour_bucket;
 use crate::store::{
-    AttemptRecord, AttemptStore, DeferredCancel, LeaseRecord, LeaseStore, OwnershipStore,
+    AttemptRecord, AttemptStore, DeferredCancel, LeaseRecord, LeaseStore, LowWater, OwnershipStore,
     PartitionId, PartitionOwner, ReadCursor, RefusedTask, ScheduleStore, StatusRecord, StatusStore,
-    StoreError, StoreResult, WriteStamp,
+    StoreResult, WriteStamp,
 };
 use crate::store::{BucketProgress, JobRecord, JobStore};
 use crate::store::{DeadLetter, DeadLetterFilter, DeadLetterStore, IdentityRecord, IdentityStore};
@@ -114,13 +114,7 @@ impl ScheduleStore for MemoryStore {
                 })
                 .filter(|(_, k)| indexed.contains(&hour_bucket(k.scheduled_time)))
                 .count();
-            s.tombstones_read += stepped_over;
-            if stepped_over > TOMBSTONE_FAILURE_THRESHOLD {
-                return Err(StoreError::Query {
-                    operation: "schedule load",
-                    reason: format!("scanned over {stepped_over} tombstones; query aborted"),
-                });
-            }
+            s.step_over_tombstones("schedule load", stepped_over)?;
             Ok(tasks)
         })
         .map(move |result| {
@@ -157,34 +151,24 @@ impl ScheduleStore for MemoryStore {
         })
     }
 
-    fn mark_retrying(
+    fn legacy_retrying(
         &self,
         partition: PartitionId,
-        key: TaskKey,
-    ) -> BoxFuture<'static, StoreResult<()>> {
-        self.run("retrying write", move |s| {
-            s.retrying.insert((partition, key));
-        })
-    }
-
-    fn unmark_retrying(
-        &self,
-        partition: PartitionId,
-        key: TaskKey,
-    ) -> BoxFuture<'static, StoreResult<()>> {
-        self.run("retrying delete", move |s| {
-            s.retrying.remove(&(partition, key));
-        })
-    }
-
-    fn retrying(&self, partition: PartitionId) -> BoxFuture<'static, StoreResult<Vec<TaskKey>>> {
+    ) -> BoxFuture<'static, StoreResult<Vec<TaskKey>>> {
         self.run("retrying read", move |s| {
-            s.retrying
+            // The whole partition: every tombstone in it is stepped over.
+            let stepped_over = (s.retrying_tombstones.iter())
+                .filter(|(p, _)| *p == partition)
+                .count();
+            s.step_over_tombstones("retrying read", stepped_over)?;
+            Ok(s.retrying
                 .iter()
                 .filter(|(p, _)| *p == partition)
                 .map(|(_, k)| k.clone())
-                .collect()
+                .collect())
         })
+        .map(|result| result.and_then(|keys| keys))
+        .boxed()
     }
 
     fn defer_cancel(
@@ -194,6 +178,8 @@ impl ScheduleStore for MemoryStore {
         at: DateTime<Utc>,
     ) -> BoxFuture<'static, StoreResult<()>> {
         self.run("deferred cancel write", move |s| {
+            s.deferred_cancel_tombstones
+                .remove(&(partition, key.clone()));
             s.deferred_cancels.insert((partition, key), at);
         })
     }
@@ -204,7 +190,8 @@ impl ScheduleStore for MemoryStore {
         key: TaskKey,
     ) -> BoxFuture<'static, StoreResult<()>> {
         self.run("deferred cancel delete", move |s| {
-            s.deferred_cancels.remove(&(partition, key));
+            s.deferred_cancels.remove(&(partition, key.clone()));
+            s.deferred_cancel_tombstones.insert((partition, key));
         })
     }
 
@@ -213,11 +200,18 @@ impl ScheduleStore for MemoryStore {
         partition: PartitionId,
     ) -> BoxFuture<'static, StoreResult<Vec<DeferredCancel>>> {
         self.run("deferred cancels read", move |s| {
-            (s.deferred_cancels.iter())
+            // The whole partition: every tombstone in it is stepped over.
+            let stepped_over = (s.deferred_cancel_tombstones.iter())
+                .filter(|(p, _)| *p == partition)
+                .count();
+            s.step_over_tombstones("deferred cancels read", stepped_over)?;
+            Ok((s.deferred_cancels.iter())
                 .filter(|((p, _), _)| *p == partition)
                 .map(|((_, key), at)| (key.clone(), *at))
-                .collect()
+                .collect())
         })
+        .map(|result| result.and_then(|cancels| cancels))
+        .boxed()
     }
 
     fn write_stamp(&self) -> WriteStamp {
@@ -651,9 +645,9 @@ impl OwnershipStore for MemoryStore {
     fn low_water(
         &self,
         partition: PartitionId,
-    ) -> BoxFuture<'static, StoreResult<Option<DateTime<Utc>>>> {
-        let at = self.lock().low_water.get(&partition).copied();
-        self.delayed("low-water read", Ok(at))
+    ) -> BoxFuture<'static, StoreResult<Option<LowWater>>> {
+        let mark = self.lock().low_water.get(&partition).cloned();
+        self.delayed("low-water read", Ok(mark))
     }
 
     fn set_low_water(
@@ -666,7 +660,30 @@ impl OwnershipStore for MemoryStore {
         let current = state.epochs.get(&partition).copied().unwrap_or(0);
         let applied = current == epoch && epoch > 0;
         if applied {
-            state.low_water.insert(partition, at);
+            // Only the mark: the list written with it stays, as in Cassandra.
+            let behind = state
+                .low_water
+                .get(&partition)
+                .and_then(|m| m.behind.clone());
+            state.low_water.insert(partition, LowWater { at, behind });
+        }
+        drop(state);
+        self.delayed("low-water write", Ok(applied))
+    }
+
+    fn advance_low_water(
+        &self,
+        partition: PartitionId,
+        epoch: u64,
+        at: DateTime<Utc>,
+        behind: Vec<TaskKey>,
+    ) -> BoxFuture<'static, StoreResult<bool>> {
+        let mut state = self.lock();
+        let current = state.epochs.get(&partition).copied().unwrap_or(0);
+        let applied = current == epoch && epoch > 0;
+        if applied {
+            let behind = Some(behind);
+            state.low_water.insert(partition, LowWater { at, behind });
         }
         drop(state);
         self.delayed("low-water write", Ok(applied))
