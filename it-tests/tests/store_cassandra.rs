@@ -1,22 +1,22 @@
 //! The engine's Cassandra store against the real database: schema creation, the schedule's
 //! time-bucketed wide rows read in key order across buckets, status and attempt records, task
 //! groups (a task's group fields wherever it is stored, the groups' members and headers),
-//! suspensions, and recurring schedules and their fires.
+//! suspensions, recurring schedules and their fires, and deferred-task lists.
 
 use chrono::{DateTime, TimeDelta, TimeZone, Utc};
 use it_tests::{unique_name, Stack};
 use std::time::Duration;
 
 use futures::StreamExt;
-use scheduler_client::{GroupMember, OnConflict};
+use scheduler_client::{GroupMember, OnConflict, RunOrder};
 use scheduler_core::recurring::{CatchUp, Overlap, ScheduleSpec};
 use scheduler_core::settings::{CassandraSettings, ConsistencyLevel, SerialConsistencyLevel};
 use scheduler_core::store::{
     AttemptOutcome, AttemptRecord, AttemptStore, CassandraStore, DeadLetter, DeadLetterFilter,
-    DeadLetterStore, DeadReason, FireOutcome, FireRecord, GroupKey, GroupStore, IdentityRecord,
-    IdentityStore, MemberOutcome, OwnershipStore, PartitionOwner, ReadCursor, RecurringStore,
-    ScheduleRecord, ScheduleStore, StatusRecord, StatusStore, StoreError, StoreLevels, Suspension,
-    SuspensionStore, SuspensionTarget, TaskStatus,
+    DeadLetterStore, DeadReason, DeferralList, DeferredStore, FireOutcome, FireRecord, GroupKey,
+    GroupStore, IdentityRecord, IdentityStore, MemberOutcome, OwnershipStore, PartitionOwner,
+    ReadCursor, RecurringStore, ScheduleRecord, ScheduleStore, StatusRecord, StatusStore,
+    StoreError, StoreLevels, Suspension, SuspensionStore, SuspensionTarget, TaskStatus,
 };
 use scheduler_core::{Task, TaskKey};
 
@@ -1571,6 +1571,85 @@ async fn the_low_water_mark_and_its_list_round_trip_and_a_stale_epoch_moves_neit
     assert_eq!(
         store.legacy_retrying(6).await.expect("legacy read"),
         Vec::new()
+    );
+    drop_keyspace(&keyspace).await;
+}
+
+/// Deferred-task lists: a read is a slice of one orderingId's list from a run order on, in run
+/// order (time, then enqueue offset, then uniqueness key) and within its limit, whatever the
+/// other orderingIds and trees hold; rows read back and deleted are not read again; dropping a
+/// tree's lists drops all of them, and no other tree's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deferred_task_lists_read_one_ordering_ids_slice_in_run_order_and_drop_by_tree() {
+    Stack::from_env().require_cassandra().await;
+    let keyspace = unique_name("it_deferred");
+    let store = CassandraStore::connect(&settings(&keyspace))
+        .await
+        .expect("connect and create schema");
+    let at = |s: i64| {
+        Utc.with_ymd_and_hms(2030, 1, 1, 12, 0, 0)
+            .single()
+            .expect("valid time")
+            + TimeDelta::seconds(s)
+    };
+    let run = |s: i64, offset: i64, unique: &str| RunOrder {
+        scheduled_time: at(s),
+        enqueue_offset: offset,
+        uniqueness_key: unique.into(),
+    };
+    let list = |tree: &str, o: &str| DeferralList {
+        partition: 4,
+        tree: tree.into(),
+        ordering_id: o.into(),
+    };
+    // Written out of order; ties at one time sort by offset first (-1: unknown).
+    let listed = vec![
+        run(2, 9, "a"),
+        run(1, 7, "z"),
+        run(1, -1, "y"),
+        run(1, 7, "b"),
+        run(3, 0, "c"),
+    ];
+    store
+        .list_deferred(list("t1", "o"), listed.clone())
+        .await
+        .expect("listed");
+    for (tree, o) in [("t1", "n"), ("t1", "p"), ("t2", "o")] {
+        store
+            .list_deferred(list(tree, o), vec![run(0, 0, "other"), run(5, 0, "other")])
+            .await
+            .expect("listed");
+    }
+    let mut in_order = listed.clone();
+    in_order.sort();
+    let read = |from: RunOrder, limit| store.listed_deferred(list("t1", "o"), from, limit);
+    assert_eq!(read(run(0, 0, ""), 10).await.expect("read"), in_order);
+    assert_eq!(read(run(0, 0, ""), 2).await.expect("read"), in_order[..2]);
+    assert_eq!(
+        read(in_order[1].successor(), 10).await.expect("read"),
+        in_order[2..],
+        "from right after a row"
+    );
+    assert!(read(run(0, 0, ""), 0).await.expect("read").is_empty());
+    store
+        .unlist_deferred(list("t1", "o"), in_order[..3].to_vec())
+        .await
+        .expect("unlisted");
+    assert_eq!(read(run(0, 0, ""), 10).await.expect("read"), in_order[3..]);
+
+    store
+        .drop_deferral_lists(4, "t1".into())
+        .await
+        .expect("dropped");
+    assert!(read(run(0, 0, ""), 10).await.expect("read").is_empty());
+    assert_eq!(
+        store
+            .listed_deferred(list("t2", "o"), run(0, 0, ""), 10)
+            .await
+            .expect("read")
+            .len(),
+        2,
+        "another tree's list is left"
     );
     drop_keyspace(&keyspace).await;
 }

@@ -2,7 +2,7 @@
 //! each figure beside the raw ceiling of the same services measured in the same run.
 //!
 //! ```text
-//! scheduler-bench run [--quick] [--out FILE] [--only ceilings,throughput,handoff,cold,backlog,tombstones,peers]
+//! scheduler-bench run [--quick] [--out FILE] [--only ceilings,throughput,handoff,cold,backlog,busy,tombstones,peers]
 //! ```
 //!
 //! Prints a table and writes the figures as JSON. `--quick` runs every scenario small (under
@@ -85,6 +85,8 @@ enum Scenario {
     Handoff,
     Cold,
     Backlog,
+    /// One busy partition: its orderingIds' due tasks deferred and read back.
+    Busy,
     /// Issue 12's baseline: a restart after many tasks finished in one partition (run only
     /// when named in `--only`).
     Tombstones,
@@ -102,6 +104,8 @@ struct Sizes {
     handoff_window: Duration,
     cold_tasks: usize,
     backlog_tasks: usize,
+    busy_tasks: usize,
+    busy_ordering_ids: usize,
     finished_tasks: usize,
 }
 
@@ -117,6 +121,8 @@ impl Sizes {
                 handoff_window: Duration::from_secs(20),
                 cold_tasks: 10_000,
                 backlog_tasks: 20_000,
+                busy_tasks: 12_000,
+                busy_ordering_ids: 50,
                 finished_tasks: 20_000,
             }
         } else {
@@ -129,6 +135,8 @@ impl Sizes {
                 handoff_window: Duration::from_secs(20),
                 cold_tasks: 100_000,
                 backlog_tasks: 1_000_000,
+                busy_tasks: 120_000,
+                busy_ordering_ids: 500,
                 finished_tasks: 300_000,
             }
         }
@@ -206,6 +214,11 @@ async fn run(args: RunArgs) -> Result<(), BenchError> {
     if wanted(Scenario::Backlog) {
         step("backlog");
         figures.backlog = Some(scenarios::backlog(sizes.backlog_tasks).await?);
+    }
+    if wanted(Scenario::Busy) {
+        step("busy partition");
+        figures.busy =
+            Some(scenarios::busy_partition(sizes.busy_tasks, sizes.busy_ordering_ids).await?);
     }
     if args.only.contains(&Scenario::Tombstones) {
         step("tombstones: a restart after many tasks finished in one partition");

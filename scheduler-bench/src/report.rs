@@ -5,7 +5,7 @@ use serde_json::{json, Value};
 
 use crate::ceilings::{Ceilings, CQL_WRITES_PER_TASK};
 use crate::peers::{self, Peers};
-use crate::scenarios::{Backlog, ColdLoad, Handoff, Leave, Punctuality, Throughput};
+use crate::scenarios::{Backlog, BusyPartition, ColdLoad, Handoff, Leave, Punctuality, Throughput};
 use crate::tombstones::Tombstones;
 
 /// Seconds of the group session timeout (the node's consumer setting `session.timeout.ms`).
@@ -26,6 +26,8 @@ pub struct Figures {
     pub cold_load: Option<ColdLoad>,
     /// Backlog drain.
     pub backlog: Option<Backlog>,
+    /// One busy partition's drain.
+    pub busy: Option<BusyPartition>,
     /// A restart among many finished tasks.
     pub tombstones: Option<Tombstones>,
     /// The same workload on peer libraries (or why it could not run).
@@ -153,6 +155,15 @@ impl Figures {
             check(&mut problems, "backlog drain rate", b.tasks_per_s);
             check(&mut problems, "backlog RSS", b.peak_rss_bytes as f64);
         }
+        if let Some(b) = &self.busy {
+            check(&mut problems, "busy partition drain rate", b.tasks_per_s);
+            if b.duplicates > 0 {
+                problems.push(format!(
+                    "the busy partition ran {} tasks twice",
+                    b.duplicates
+                ));
+            }
+        }
         if let Some(t) = &self.tombstones {
             check(
                 &mut problems,
@@ -269,6 +280,26 @@ impl Figures {
                 format!("backlog: {} due at start", b.tasks),
                 rate(b.tasks_per_s, "tasks"),
                 format!("peak RSS {:.0} MB{ratio}", b.peak_rss_bytes as f64 / MB),
+            );
+        }
+        if let Some(b) = &self.busy {
+            let of_throughput = self
+                .throughput
+                .as_ref()
+                .map(|t| {
+                    format!(
+                        ", {:.0}% of throughput",
+                        100.0 * b.tasks_per_s / t.tasks_per_s
+                    )
+                })
+                .unwrap_or_default();
+            row(
+                format!(
+                    "busy partition: {} due over {} orderingIds",
+                    b.tasks, b.ordering_ids
+                ),
+                rate(b.tasks_per_s, "tasks"),
+                format!("drained in {:.0} s{of_throughput}", b.drain_s),
             );
         }
         if let Some(t) = &self.tombstones {
@@ -460,6 +491,10 @@ impl Figures {
                 "tasks_per_s": b.tasks_per_s, "duplicates": b.duplicates,
                 "peak_rss_bytes": b.peak_rss_bytes,
                 "ratio_to_ceiling": self.ceilings.map(|c| b.tasks_per_s / c.tasks_per_s()),
+            })),
+            "busy": self.busy.as_ref().map(|b| json!({
+                "tasks": b.tasks, "ordering_ids": b.ordering_ids, "drain_s": b.drain_s,
+                "tasks_per_s": b.tasks_per_s, "duplicates": b.duplicates,
             })),
             "tombstones": self.tombstones.as_ref().map(|t| json!({
                 "finished": t.finished, "first_node_s": t.first_node_s, "load_s": t.load_s,

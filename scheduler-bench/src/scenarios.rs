@@ -116,6 +116,22 @@ pub struct Backlog {
     pub peak_rss_bytes: u64,
 }
 
+/// Draining one busy partition whose orderingIds each hold more due tasks than they may keep in
+/// memory, so that most are deferred and read back.
+#[derive(Debug, Clone)]
+pub struct BusyPartition {
+    /// Tasks due when the node started, all in one partition.
+    pub tasks: usize,
+    /// Their orderingIds.
+    pub ordering_ids: usize,
+    /// Seconds from assignment until the last ran.
+    pub drain_s: f64,
+    /// Tasks per second over `drain_s`.
+    pub tasks_per_s: f64,
+    /// Executions beyond one per task (at least).
+    pub duplicates: u64,
+}
+
 /// Schedules `tasks` with `make(i)`, `PRODUCE_CONCURRENCY` at a time; fails on any error.
 async fn enqueue(
     scheduler: &Scheduler,
@@ -486,6 +502,55 @@ pub async fn backlog(tasks: usize) -> Result<Backlog, BenchError> {
         tasks_per_s: tasks as f64 / drain_s,
         duplicates: done.executed.saturating_sub(tasks as u64),
         peak_rss_bytes,
+    })
+}
+
+/// `tasks` tasks due now in one partition over `ordering_ids` orderingIds, each orderingId's
+/// tasks together in the schedule (due at one millisecond of their own, in the last minute), are
+/// written straight to Cassandra; a node process with the default settings then drains them. An
+/// orderingId keeps at most `max_queued_per_ordering` (32) in memory: the rest are deferred and
+/// read back, so this measures the read-back (issue 30, defect 10: reading the partition's
+/// schedule from each deferred task on had run 47,518 of 120,000 after 25 minutes).
+pub async fn busy_partition(
+    tasks: usize,
+    ordering_ids: usize,
+) -> Result<BusyPartition, BenchError> {
+    let env = TestEnv::new("bench_busy", 1).await;
+    let store = env.store().await;
+    let start = Utc::now() - TimeDelta::seconds(60);
+    let ordering_ids = ordering_ids.max(1);
+    let schedule: Vec<_> = (0..tasks)
+        .map(|i| {
+            let ordering = i % ordering_ids;
+            let at = start + TimeDelta::milliseconds(ordering as i64);
+            bench_task(format!("busy-{ordering}"), at, format!("busy-{i}"))
+        })
+        .collect();
+    for chunk in schedule.chunks(10_000) {
+        store
+            .persist(0, chunk.to_vec())
+            .await
+            .map_err(|e| BenchError::Setup(e.to_string()))?;
+    }
+    let mut node = ChildNode::spawn(&env.settings(SchedulingSettings::default()), 1)?;
+    let limit = Duration::from_secs(120).max(Duration::from_millis(tasks as u64 * 10));
+    let done = node
+        .wait_for(limit, "the busy partition to drain", |p| {
+            p.executed >= tasks as u64
+        })
+        .await?;
+    node.stop(Duration::from_secs(30)).await?;
+    env.drop_keyspace().await;
+    let now = Utc::now();
+    let assigned = DateTime::from_timestamp_millis(done.assigned_ms).unwrap_or(now);
+    let last = DateTime::from_timestamp_millis(done.last_ms).unwrap_or(now);
+    let drain_s = seconds_between(assigned, last);
+    Ok(BusyPartition {
+        tasks,
+        ordering_ids,
+        drain_s,
+        tasks_per_s: tasks as f64 / drain_s,
+        duplicates: done.executed.saturating_sub(tasks as u64),
     })
 }
 

@@ -315,6 +315,11 @@ impl TreeLease {
         }
     }
 
+    /// The lease holder's name: the tree's, unique in the process.
+    pub fn holder(&self) -> &str {
+        &self.inner.holder
+    }
+
     /// The tree stopped: release the lease once the calls still running return.
     pub fn close(&self) {
         self.inner.lock().closed = true;

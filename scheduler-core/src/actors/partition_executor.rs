@@ -6,10 +6,11 @@
 //! One orderingId holds at most a few tasks in memory (`max_queued_per_ordering`, at most a
 //! quarter of `max_in_flight_tasks`): a due task beyond that is **deferred**, dropped from
 //! memory and left in Cassandra, so an orderingId stuck on a failing head cannot fill the
-//! partition's in-flight budget and stall every other orderingId. Once its queue is half empty
-//! its deferred tasks are read back from the schedule, in run order (time, then enqueue order).
-//! While an orderingId has deferred tasks, every later task of it is deferred too, so its order
-//! holds.
+//! partition's in-flight budget and stall every other orderingId. A deferred task is listed in
+//! the tree's list of its orderingId's deferred tasks; once the orderingId's queue is half empty
+//! they are read back from that list, in run order (time, then enqueue order): see
+//! [`deferred`]. While an orderingId has deferred tasks, every later task of it is deferred too,
+//! so its order holds.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -19,8 +20,7 @@ use actix::{
     Actor, ActorContext, ActorFutureExt, Addr, AsyncContext, Context, Handler, Message, Recipient,
     ResponseFuture, WrapFuture,
 };
-use chrono::{DateTime, TimeDelta, Utc};
-use scheduler_client::{RunOrder, Task};
+use scheduler_client::RunOrder;
 use tracing::{debug, warn};
 
 use super::ordering_executor::{
@@ -28,8 +28,12 @@ use super::ordering_executor::{
 };
 use super::task_lifecycle::ExecutionLinks;
 use super::{PartitionDeps, StopActor};
-use crate::in_flight::{HeldTask, InFlight, Pin};
-use crate::store::{PartitionId, ReadCursor, ScheduleStore, StoreResult};
+use crate::in_flight::{HeldTask, InFlight};
+use crate::store::{DeferralList, PartitionId};
+
+mod deferred;
+
+use deferred::{Deferred, ReadBack, LIST_BATCH};
 
 /// A task that is due, from the PartitionScheduler.
 #[derive(Debug, Message)]
@@ -60,18 +64,6 @@ struct OrderingQueue {
     outstanding: usize,
 }
 
-/// The due tasks of one orderingId left in Cassandra for want of room.
-struct Deferred {
-    /// The earliest of them in run order: reading back starts there.
-    from: RunOrder,
-    /// Pins `from`'s time: the partition's low-water mark stays at or before it.
-    pin: Pin,
-    /// A read-back is under way.
-    reading: bool,
-    /// The earliest task deferred while a read-back was under way (it may have missed it).
-    missed: Option<RunOrder>,
-}
-
 /// Executes the due tasks of one partition.
 pub struct PartitionExecutor {
     partition: PartitionId,
@@ -80,6 +72,8 @@ pub struct PartitionExecutor {
     capacity_listener: Recipient<CapacityFreed>,
     queues: BTreeMap<String, OrderingQueue>,
     deferred: BTreeMap<String, Deferred>,
+    /// The id the tree lists its deferred tasks under, from its first deferral on.
+    tree: Option<String>,
     in_flight: Arc<InFlight>,
     draining: bool,
 }
@@ -101,6 +95,7 @@ impl PartitionExecutor {
             capacity_listener,
             queues: BTreeMap::new(),
             deferred: BTreeMap::new(),
+            tree: None,
             in_flight,
             draining: false,
         }
@@ -118,35 +113,90 @@ impl PartitionExecutor {
     }
 
     /// Leaves `task` in Cassandra: dropped from memory, remembered as deferred for its
-    /// orderingId.
-    fn defer(&mut self, task: HeldTask) {
+    /// orderingId and listed in its deferred-task list.
+    fn defer(&mut self, task: HeldTask, ctx: &mut Context<Self>) {
         let key = task.run_order();
-        match self.deferred.get_mut(&task.ordering_id) {
+        let ordering_id = task.ordering_id.clone();
+        match self.deferred.get_mut(&ordering_id) {
             Some(deferred) => {
                 if deferred.reading && deferred.missed.as_ref().is_none_or(|m| key < *m) {
                     deferred.missed = Some(key.clone());
                 }
                 if key < deferred.from {
                     deferred.pin = self.in_flight.pin(key.scheduled_time);
-                    deferred.from = key;
+                    deferred.from = key.clone();
                 }
+                deferred.unlisted.push(key);
             }
             None => {
-                debug!(partition = self.partition, ordering_id = %task.ordering_id,
+                debug!(partition = self.partition, %ordering_id,
                     "orderingId holds its share of memory: later tasks wait in Cassandra");
-                self.deferred.insert(
-                    task.ordering_id.clone(),
-                    Deferred {
-                        pin: self.in_flight.pin(key.scheduled_time),
-                        from: key,
-                        reading: false,
-                        missed: None,
-                    },
-                );
+                let pin = self.in_flight.pin(key.scheduled_time);
+                self.deferred
+                    .insert(ordering_id.clone(), Deferred::new(key, pin));
             }
         }
         drop(task);
         self.capacity_listener.do_send(CapacityFreed);
+        self.list(ordering_id, ctx);
+    }
+
+    /// The list of `ordering_id`'s deferred tasks in this tree (whose id is fixed at its first
+    /// deferral).
+    fn list_of(&mut self, ordering_id: &str) -> DeferralList {
+        let tree = match &self.tree {
+            Some(tree) => tree.clone(),
+            None => {
+                let tree = deferred::tree_id(self.links.lease.holder(), self.deps.clock.now());
+                self.tree = Some(tree.clone());
+                tree
+            }
+        };
+        DeferralList {
+            partition: self.partition,
+            tree,
+            ordering_id: ordering_id.to_string(),
+        }
+    }
+
+    /// Lists `ordering_id`'s deferred tasks not listed yet, a batch at a time (not while its
+    /// tasks are read back: the read would race the write); then reads back if there is room.
+    fn list(&mut self, ordering_id: String, ctx: &mut Context<Self>) {
+        let Some(deferred) = self.deferred.get(&ordering_id) else {
+            return;
+        };
+        if deferred.listing || deferred.reading || deferred.unlisted.is_empty() {
+            return;
+        }
+        let list = self.list_of(&ordering_id);
+        let Some(deferred) = self.deferred.get_mut(&ordering_id) else {
+            return;
+        };
+        let batch: Vec<RunOrder> = if deferred.unlisted.len() > LIST_BATCH {
+            deferred.unlisted.drain(..LIST_BATCH).collect()
+        } else {
+            std::mem::take(&mut deferred.unlisted)
+        };
+        deferred.listing = true;
+        let write = self.deps.store.list_deferred(list, batch.clone());
+        ctx.spawn(write.into_actor(self).map(move |result, act, ctx| {
+            let Some(deferred) = act.deferred.get_mut(&ordering_id) else {
+                return;
+            };
+            deferred.listing = false;
+            if let Err(e) = result {
+                warn!(partition = act.partition, %ordering_id, error = %e,
+                    "deferred tasks not listed; trying again");
+                deferred.unlisted.splice(..0, batch);
+                ctx.run_later(READ_BACK_RETRY, move |act, ctx| act.list(ordering_id, ctx));
+                return;
+            }
+            if deferred.unlisted.is_empty() {
+                act.read_back_if_half_empty(ordering_id, ctx);
+            } else {
+                act.list(ordering_id, ctx);
+            }
+        }));
     }
 
     /// Reads back `ordering_id`'s deferred tasks once its queue is half empty (until then, a
@@ -158,7 +208,7 @@ impl PartitionExecutor {
         }
     }
 
-    /// Reads back up to the free room of `ordering_id`'s deferred tasks that are due.
+    /// Reads back up to the free room of `ordering_id`'s deferred tasks from its list.
     fn read_back(&mut self, ordering_id: String, ctx: &mut Context<Self>) {
         // Within the orderingId's share and the partition's in-flight budget.
         let partition_room = self
@@ -170,11 +220,10 @@ impl PartitionExecutor {
             .ordering_bound()
             .saturating_sub(self.queues.get(&ordering_id).map_or(0, |q| q.outstanding))
             .min(partition_room);
-        let Some(deferred) = self.deferred.get_mut(&ordering_id) else {
-            return;
-        };
-        if deferred.reading {
-            return;
+        match self.deferred.get(&ordering_id) {
+            Some(deferred) if deferred.settled() => {}
+            // Listed first; the listing's end reads back.
+            _ => return,
         }
         if room == 0 {
             if partition_room == 0 && !self.draining {
@@ -184,29 +233,23 @@ impl PartitionExecutor {
             }
             return;
         }
+        let list = self.list_of(&ordering_id);
+        let Some(deferred) = self.deferred.get_mut(&ordering_id) else {
+            return;
+        };
         deferred.reading = true;
         deferred.missed = None;
-        let lead =
-            TimeDelta::from_std(self.deps.settings.dispatch_lead).unwrap_or(TimeDelta::zero());
         // Reserved now, so loads and pushes meanwhile cannot take the room.
         let reserved = self.in_flight.reserve(room);
-        let read = load_ordering(
-            Arc::clone(&self.deps.store) as Arc<dyn ScheduleStore>,
-            self.partition,
-            ordering_id.clone(),
-            deferred.from.clone(),
-            // Deferred tasks were dispatched up to `dispatch_lead` before their time.
-            self.deps.clock.now() + lead,
-            room,
-            self.deps.settings.fetch_batch_size,
-        );
+        let store = Arc::clone(&self.deps.store);
+        let read = deferred::read_back(store, list.clone(), deferred.from.clone(), room);
         ctx.spawn(read.into_actor(self).map(move |result, act, ctx| {
             let Some(deferred) = act.deferred.get_mut(&ordering_id) else {
                 return;
             };
             deferred.reading = false;
-            let tasks = match result {
-                Ok(tasks) => tasks,
+            let ReadBack { rows, tasks } = match result {
+                Ok(read) => read,
                 Err(e) => {
                     warn!(partition = act.partition, %ordering_id, error = %e,
                         "deferred tasks not read back; trying again");
@@ -217,11 +260,11 @@ impl PartitionExecutor {
                 }
             };
             let missed = deferred.missed.take();
-            let next = if tasks.len() < room {
+            let next = if rows.len() < room {
                 missed
             } else {
-                // Right after the last read: more may follow.
-                let after_last = tasks.last().map(|t| t.run_order().successor());
+                // Right after the last row read: more may follow.
+                let after_last = rows.last().map(RunOrder::successor);
                 after_last.into_iter().chain(missed).min()
             };
             // The reservation becomes the tasks read, pinned before the deferred pin moves
@@ -237,15 +280,24 @@ impl PartitionExecutor {
                     act.deferred.remove(&ordering_id);
                 }
             }
+            // The rows read lie before where the next read starts: deleting them leaves
+            // tombstones no read steps over. A failed delete leaves rows the next tree drops.
+            let unlist = act.deps.store.unlist_deferred(list, rows);
+            ctx.spawn(unlist.into_actor(act).map(|result, act, _| {
+                if let Err(e) = result {
+                    debug!(partition = act.partition, error = %e, "deferred tasks read back not unlisted");
+                }
+            }));
             if act.draining {
                 return;
             }
             for task in held {
                 act.enqueue(task, ctx);
             }
-            // Tasks deferred during the read, or more after it, with no task of the
-            // orderingId left whose end would read them back: read on now.
+            // Tasks deferred during the read are listed now; with no task of the orderingId
+            // left whose end would read them back, the listing's end or this reads on.
             if act.deferred.contains_key(&ordering_id) {
+                act.list(ordering_id.clone(), ctx);
                 act.read_back_if_half_empty(ordering_id, ctx);
             }
         }));
@@ -296,7 +348,7 @@ impl Handler<ExecutePartitionTask> for PartitionExecutor {
             .is_some_and(|q| q.outstanding >= self.ordering_bound());
         if behind_deferred || full {
             let ordering_id = task.ordering_id.clone();
-            self.defer(task);
+            self.defer(task, ctx);
             self.read_back_if_half_empty(ordering_id, ctx);
             return;
         }
@@ -324,48 +376,6 @@ impl Handler<OrderingTaskDone> for PartitionExecutor {
         }
         self.capacity_listener.do_send(CapacityFreed);
     }
-}
-
-/// Up to `limit` tasks of `ordering_id` in `partition`'s schedule, in run order from `from`
-/// (inclusive) to `until` (inclusive). The schedule is read in pages of `page` rows (key order)
-/// and filtered; reading goes on past the time of the `limit`-th task found, because its ties
-/// may run before it.
-async fn load_ordering(
-    store: Arc<dyn ScheduleStore>,
-    partition: PartitionId,
-    ordering_id: String,
-    from: RunOrder,
-    until: DateTime<Utc>,
-    limit: usize,
-    page: usize,
-) -> StoreResult<Vec<Task>> {
-    let until = until + TimeDelta::milliseconds(1);
-    let mut cursor = ReadCursor::From(from.scheduled_time);
-    let mut found: Vec<Task> = Vec::new();
-    loop {
-        let rows = store.load(partition, cursor, until, page.max(1)).await?;
-        let last = rows.last().map(Task::key);
-        let full_page = rows.len() >= page.max(1);
-        found.extend(
-            rows.into_iter()
-                .filter(|t| t.ordering_id == ordering_id && t.run_order() >= from),
-        );
-        // Found in time order: the limit-th's ties end once a row is later than it.
-        let past_ties = |last_time| {
-            found
-                .get(limit.saturating_sub(1))
-                .is_some_and(|t| t.scheduled_time < last_time)
-        };
-        match last {
-            Some(last) if full_page && !past_ties(last.scheduled_time) => {
-                cursor = ReadCursor::After(last)
-            }
-            _ => break,
-        }
-    }
-    found.sort_by_cached_key(Task::run_order);
-    found.truncate(limit);
-    Ok(found)
 }
 
 impl Handler<DrainPartition> for PartitionExecutor {
@@ -400,6 +410,12 @@ impl Handler<StopActor> for PartitionExecutor {
     fn handle(&mut self, _: StopActor, ctx: &mut Context<Self>) {
         for (_, queue) in std::mem::take(&mut self.queues) {
             queue.executor.do_send(StopActor);
+        }
+        // Its deferred tasks stay in the schedule for the next tree, which loads from the
+        // low-water mark they pinned: their lists are read no more.
+        if let Some(tree) = self.tree.take() {
+            let store = Arc::clone(&self.deps.store);
+            actix::spawn(deferred::drop_lists(store, self.partition, tree));
         }
         ctx.stop();
     }

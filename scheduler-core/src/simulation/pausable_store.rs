@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use chrono::{DateTime, Utc};
 use futures::future::BoxFuture;
-use scheduler_client::{Task, TaskKey};
+use scheduler_client::{RunOrder, Task, TaskKey};
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
@@ -21,6 +21,7 @@ use crate::store::{
 };
 use crate::store::{BucketProgress, JobRecord, JobStore};
 use crate::store::{DeadLetter, DeadLetterFilter, DeadLetterStore, IdentityRecord, IdentityStore};
+use crate::store::{DeferralList, DeferredStore};
 use crate::store::{FireRecord, RecurringStore, ScheduleRecord};
 use crate::store::{GroupKey, GroupState, GroupStore, MemberOutcome};
 use crate::store::{Suspension, SuspensionStore, SuspensionTarget};
@@ -240,6 +241,45 @@ impl ScheduleStore for PausableStore {
     ) -> BoxFuture<'static, StoreResult<usize>> {
         self.send("bucket delete", |s| {
             s.forget_buckets(partition, before, stamp)
+        })
+    }
+}
+
+impl DeferredStore for PausableStore {
+    fn list_deferred(
+        &self,
+        list: DeferralList,
+        tasks: Vec<RunOrder>,
+    ) -> BoxFuture<'static, StoreResult<()>> {
+        self.send("deferred list write", |s| s.list_deferred(list, tasks))
+    }
+
+    fn listed_deferred(
+        &self,
+        list: DeferralList,
+        from: RunOrder,
+        limit: usize,
+    ) -> BoxFuture<'static, StoreResult<Vec<RunOrder>>> {
+        self.send("deferred list read", |s| {
+            s.listed_deferred(list, from, limit)
+        })
+    }
+
+    fn unlist_deferred(
+        &self,
+        list: DeferralList,
+        tasks: Vec<RunOrder>,
+    ) -> BoxFuture<'static, StoreResult<()>> {
+        self.send("deferred list delete", |s| s.unlist_deferred(list, tasks))
+    }
+
+    fn drop_deferral_lists(
+        &self,
+        partition: PartitionId,
+        tree: String,
+    ) -> BoxFuture<'static, StoreResult<()>> {
+        self.send("deferred lists delete", |s| {
+            s.drop_deferral_lists(partition, tree)
         })
     }
 }

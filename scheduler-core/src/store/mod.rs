@@ -6,6 +6,7 @@
 
 mod cassandra;
 pub mod dead_letters;
+pub mod deferred;
 pub mod groups;
 pub mod identities;
 pub mod jobs;
@@ -24,6 +25,7 @@ use futures::future::BoxFuture;
 use scheduler_client::{Task, TaskKey};
 
 pub use dead_letters::{DeadLetter, DeadLetterFilter, DeadLetterStore, DeadReason};
+pub use deferred::{DeferralList, DeferredStore};
 pub use groups::{GroupKey, GroupState, GroupStore, MemberOutcome};
 pub use identities::{IdentityRecord, IdentityStore};
 pub use jobs::{BucketProgress, JobRecord, JobStore};
@@ -541,6 +543,7 @@ pub struct PartitionOwner {
 /// and read-backs).
 pub trait TaskStore:
     ScheduleStore
+    + DeferredStore
     + StatusStore
     + AttemptStore
     + OwnershipStore
@@ -555,6 +558,7 @@ pub trait TaskStore:
 
 impl<T> TaskStore for T where
     T: ScheduleStore
+        + DeferredStore
         + StatusStore
         + AttemptStore
         + OwnershipStore

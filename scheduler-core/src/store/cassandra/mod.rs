@@ -31,6 +31,7 @@ use super::{
 use crate::settings::CassandraSettings;
 
 mod dead_letters;
+mod deferred;
 mod groups;
 mod identities;
 mod jobs;

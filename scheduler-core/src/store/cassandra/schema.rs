@@ -24,7 +24,7 @@ use crate::store::ttl::last_expiry;
 use crate::store::{StoreError, StoreResult};
 
 /// The schema version this release runs on.
-pub const SCHEMA_VERSION: u32 = 8;
+pub const SCHEMA_VERSION: u32 = 9;
 
 /// Where every keyspace's schema version and migration lock are kept.
 pub const META_KEYSPACE: &str = "scheduler_meta";
@@ -252,6 +252,9 @@ async fn apply_migrations(
     }
     if at < 8 {
         migrate_v8(session, ks).await?;
+    }
+    if at < 9 {
+        migrate_v9(session, ks).await?;
     }
     session
         .query_unpaged(
@@ -572,6 +575,20 @@ async fn migrate_v7(session: &Session, ks: &str) -> StoreResult<()> {
 /// older release wrote.
 async fn migrate_v8(session: &Session, ks: &str) -> StoreResult<()> {
     add_column_if_absent(session, ks, "partition_owners", "behind_mark", "text").await?;
+    await_agreement(session).await
+}
+
+/// Version 9: the lists of deferred tasks (`store::deferred`), so that a tree reads an
+/// orderingId's deferred tasks back without reading the rest of the schedule. A tree drops its
+/// lists as it stops; rows are written with a TTL for a tree whose process died.
+async fn migrate_v9(session: &Session, ks: &str) -> StoreResult<()> {
+    let lists = format!(
+        "CREATE TABLE IF NOT EXISTS {ks}.deferred_tasks (partition_id int, tree text, \
+         ordering_id text, scheduled_time timestamp, enqueue_offset bigint, uniqueness_key text, \
+         PRIMARY KEY ((partition_id, tree), ordering_id, scheduled_time, enqueue_offset, \
+         uniqueness_key))"
+    );
+    run_schema_statement(session, lists).await?;
     await_agreement(session).await
 }
 

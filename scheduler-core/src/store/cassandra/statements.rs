@@ -47,6 +47,7 @@ pub(super) struct Statements {
     pub(super) suspensions: SuspensionStatements,
     pub(super) jobs: JobStatements,
     pub(super) recurring: RecurringStatements,
+    pub(super) deferred: super::deferred::DeferredStatements,
 }
 
 /// The four inserts of a task into the schedule: with or without a conflict mode
@@ -362,6 +363,7 @@ impl Statements {
             suspensions: SuspensionStatements::prepare(session, ks).await?,
             jobs: JobStatements::prepare(session, ks).await?,
             recurring: RecurringStatements::prepare(session, ks).await?,
+            deferred: super::deferred::DeferredStatements::prepare(session, ks).await?,
         })
     }
 }

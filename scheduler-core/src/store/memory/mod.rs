@@ -44,6 +44,12 @@ struct State {
     deferred_cancels: BTreeMap<(PartitionId, TaskKey), DateTime<Utc>>,
     /// Deleted rows of `deferred_cancels`: its reads step over them.
     deferred_cancel_tombstones: std::collections::BTreeSet<(PartitionId, TaskKey)>,
+    /// Deferred-task lists' rows (`deferred_tasks`).
+    deferred:
+        std::collections::BTreeSet<(super::deferred::DeferralList, scheduler_client::RunOrder)>,
+    /// Their deleted rows: reads step over them.
+    deferred_tombstones:
+        std::collections::BTreeSet<(super::deferred::DeferralList, scheduler_client::RunOrder)>,
     /// Cassandra's `tombstone_failure_threshold` here, when not the default.
     tombstone_failure_threshold: Option<usize>,
     /// Tombstones loads have stepped over.
@@ -105,6 +111,10 @@ pub struct MemoryStore {
     state: Arc<Mutex<State>>,
     failures_to_inject: Arc<AtomicUsize>,
     loaded_rows: Arc<AtomicUsize>,
+    /// Rows found by single-task reads of the schedule.
+    task_rows_read: Arc<AtomicUsize>,
+    /// Rows read from deferred-task lists.
+    deferred_rows_read: Arc<AtomicUsize>,
     /// Each task a load returned, once (loads may read a row again).
     loaded_keys: Arc<Mutex<std::collections::BTreeSet<(PartitionId, TaskKey)>>>,
     /// Hour buckets loads have queried (Cassandra's load walks one query per bucket).
@@ -214,6 +224,24 @@ impl MemoryStore {
     /// Rows returned by every load so far.
     pub fn loaded_rows(&self) -> usize {
         self.loaded_rows.load(Ordering::SeqCst)
+    }
+
+    /// Rows of the schedule read so far: every row loads returned and every single-task read
+    /// ([`crate::store::ScheduleStore::scheduled_task`]) that found its row.
+    pub fn schedule_rows_read(&self) -> usize {
+        self.loaded_rows() + self.task_rows_read.load(Ordering::SeqCst)
+    }
+
+    /// Rows read from deferred-task lists so far.
+    pub fn deferred_rows_read(&self) -> usize {
+        self.deferred_rows_read.load(Ordering::SeqCst)
+    }
+
+    /// The rows of the deferred-task lists of `partition`'s trees.
+    pub fn deferred_listed(&self, partition: PartitionId) -> usize {
+        (self.lock().deferred.iter())
+            .filter(|(l, _)| l.partition == partition)
+            .count()
     }
 
     /// How many distinct tasks loads have returned.
@@ -364,6 +392,7 @@ impl MemoryStore {
     }
 }
 
+mod deferred;
 mod tables;
 
 #[cfg(test)]

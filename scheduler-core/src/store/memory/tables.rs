@@ -146,8 +146,13 @@ impl ScheduleStore for MemoryStore {
         partition: PartitionId,
         key: TaskKey,
     ) -> BoxFuture<'static, StoreResult<Option<Task>>> {
+        let task_rows_read = Arc::clone(&self.task_rows_read);
         self.run("task read", move |s| {
-            s.schedule.get(&(partition, key)).cloned()
+            let task = s.schedule.get(&(partition, key)).cloned();
+            if task.is_some() {
+                task_rows_read.fetch_add(1, Ordering::SeqCst);
+            }
+            task
         })
     }
 

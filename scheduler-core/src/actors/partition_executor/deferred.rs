@@ -1,0 +1,104 @@
+//! The PartitionExecutor's deferred tasks: the due tasks of an orderingId beyond its share of
+//! memory, left in the schedule and listed in the tree's deferred-task list of the orderingId
+//! ([`crate::store::deferred`]), then read back from that list in run order, a few at a time:
+//! a read-back reads that orderingId's rows only, never the partition's schedule.
+
+use std::sync::Arc;
+
+use chrono::{DateTime, Utc};
+use futures::future::try_join_all;
+use scheduler_client::{RunOrder, Task, TaskKey};
+use tracing::{debug, warn};
+
+use crate::in_flight::Pin;
+use crate::store::{DeferralList, PartitionId, StoreResult, TaskStore};
+
+/// The most run orders one listing write carries.
+pub(super) const LIST_BATCH: usize = 500;
+
+/// The due tasks of one orderingId left in Cassandra for want of room.
+pub(super) struct Deferred {
+    /// The earliest of them in run order: reading back starts there.
+    pub(super) from: RunOrder,
+    /// Pins `from`'s time: the partition's low-water mark stays at or before it.
+    pub(super) pin: Pin,
+    /// A read-back is under way.
+    pub(super) reading: bool,
+    /// The earliest task deferred while a read-back was under way (it may have missed it).
+    pub(super) missed: Option<RunOrder>,
+    /// Deferred but not listed yet: listed a batch at a time, never while a read-back is
+    /// under way, and a read-back waits until none is left.
+    pub(super) unlisted: Vec<RunOrder>,
+    /// A listing write is under way.
+    pub(super) listing: bool,
+}
+
+impl Deferred {
+    pub(super) fn new(from: RunOrder, pin: Pin) -> Self {
+        Deferred {
+            unlisted: vec![from.clone()],
+            from,
+            pin,
+            reading: false,
+            missed: None,
+            listing: false,
+        }
+    }
+
+    /// Whether its list holds every task deferred so far and nothing reads or writes it.
+    pub(super) fn settled(&self) -> bool {
+        !self.reading && !self.listing && self.unlisted.is_empty()
+    }
+}
+
+/// The id a tree lists its deferrals under: its lease holder (unique in the process) and when
+/// it started (unique across restarts of a node).
+pub(super) fn tree_id(holder: &str, started: DateTime<Utc>) -> String {
+    format!("{holder}-{}", started.timestamp_micros())
+}
+
+/// Drops the lists of the tree `tree` of `partition`, as it stops (it reads them no more). A
+/// failure is logged: the rows expire.
+pub(super) async fn drop_lists(store: Arc<dyn TaskStore>, partition: PartitionId, tree: String) {
+    match store.drop_deferral_lists(partition, tree.clone()).await {
+        Ok(()) => debug!(partition, %tree, "the tree's deferred-task lists dropped"),
+        Err(e) => {
+            warn!(partition, %tree, error = %e, "the tree's deferred-task lists not dropped; their rows expire")
+        }
+    }
+}
+
+/// What one read-back found: the rows it read from the list (in run order) and the tasks they
+/// name that are still in the schedule (a task cancelled or finished meanwhile is not), each
+/// as the schedule holds it now.
+pub(super) struct ReadBack {
+    pub(super) rows: Vec<RunOrder>,
+    pub(super) tasks: Vec<Task>,
+}
+
+/// Reads up to `limit` rows of `list` from `from`, then each task they name (single-row reads of
+/// the schedule, at once).
+pub(super) async fn read_back(
+    store: Arc<dyn TaskStore>,
+    list: DeferralList,
+    from: RunOrder,
+    limit: usize,
+) -> StoreResult<ReadBack> {
+    let rows = store.listed_deferred(list.clone(), from, limit).await?;
+    let reads = rows.iter().map(|run| {
+        let key = TaskKey {
+            scheduled_time: run.scheduled_time,
+            ordering_id: list.ordering_id.clone(),
+            uniqueness_key: run.uniqueness_key.clone(),
+        };
+        store.scheduled_task(list.partition, key)
+    });
+    let found = try_join_all(reads).await?;
+    // A task listed twice (deferred again under a new run order: a record delivered again) is
+    // taken once; the schedule holds its current version (an identity's update included).
+    let mut keys = std::collections::HashSet::new();
+    let tasks = (found.into_iter().flatten())
+        .filter(|t| keys.insert(t.key()))
+        .collect();
+    Ok(ReadBack { rows, tasks })
+}

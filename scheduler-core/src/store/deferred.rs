@@ -1,0 +1,63 @@
+//! Deferred-task lists (`deferred_tasks`): the due tasks a partition tree left in the schedule
+//! for want of room (see `actors::partition_executor`), listed by orderingId so that reading them
+//! back reads that orderingId's rows only, in run order, never the partition's whole schedule.
+//!
+//! A tree lists its deferrals under its own id (one Cassandra partition per tree and partition:
+//! `(partition_id, tree)`, clustered by orderingId and run order), and no other tree reads or
+//! deletes them: a later tree loads from the low-water mark instead, and an earlier tree still
+//! finishing its calls keeps its own lists. A tree drops its lists when it stops; the rows of a
+//! tree that never stopped (its process died) expire ([`DEFERRED_LIST_RETENTION`]).
+
+use futures::future::BoxFuture;
+use scheduler_client::RunOrder;
+
+use super::{PartitionId, StoreResult};
+
+/// The list of one orderingId's deferred tasks in one tree of a partition.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct DeferralList {
+    /// The partition.
+    pub partition: PartitionId,
+    /// The tree's id (unique among the partition's trees, across restarts).
+    pub tree: String,
+    /// The orderingId whose tasks are listed.
+    pub ordering_id: String,
+}
+
+/// How long a listed row is kept: far longer than any tree keeps an orderingId's tasks
+/// deferred (its head stuck for 30 days), and it only cleans up after a process that died.
+pub const DEFERRED_LIST_RETENTION: std::time::Duration =
+    std::time::Duration::from_secs(30 * 86_400);
+
+/// Lists of deferred tasks.
+pub trait DeferredStore: Send + Sync + 'static {
+    /// Lists `tasks` (run orders of the orderingId of `list`), each kept for
+    /// [`DEFERRED_LIST_RETENTION`].
+    fn list_deferred(
+        &self,
+        list: DeferralList,
+        tasks: Vec<RunOrder>,
+    ) -> BoxFuture<'static, StoreResult<()>>;
+
+    /// Up to `limit` of the run orders in `list` from `from` (inclusive), in run order.
+    fn listed_deferred(
+        &self,
+        list: DeferralList,
+        from: RunOrder,
+        limit: usize,
+    ) -> BoxFuture<'static, StoreResult<Vec<RunOrder>>>;
+
+    /// Takes `tasks` (read back) out of `list`.
+    fn unlist_deferred(
+        &self,
+        list: DeferralList,
+        tasks: Vec<RunOrder>,
+    ) -> BoxFuture<'static, StoreResult<()>>;
+
+    /// Drops every list of `tree` in `partition` (a partition-level delete).
+    fn drop_deferral_lists(
+        &self,
+        partition: PartitionId,
+        tree: String,
+    ) -> BoxFuture<'static, StoreResult<()>>;
+}
