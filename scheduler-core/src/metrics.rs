@@ -17,7 +17,7 @@ use crate::executor::ExecutionOutcome;
 use crate::in_flight::InFlightGauges;
 use crate::store::PartitionId;
 use scheduler_client::TaskKey;
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 /// Why a record was parked (skipped, so the partition goes on): the `reason` label.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -147,6 +147,7 @@ pub struct Metrics {
     retries_exhausted: Family<PartitionLabel, Counter>,
     parked: Family<ParkedLabels, Counter>,
     rebalances: Family<KindLabel, Counter>,
+    seek_back_failures: Family<PartitionLabel, Counter>,
     cancellations: Family<PartitionLabel, Counter>,
     fencing_rejections: Family<PartitionLabel, Counter>,
     in_memory: Family<StageLabels, Gauge>,
@@ -207,6 +208,7 @@ impl Metrics {
         let retries_exhausted = Family::default();
         let parked = Family::default();
         let rebalances = Family::default();
+        let seek_back_failures = Family::default();
         let cancellations = Family::default();
         let fencing_rejections = Family::default();
         let in_memory = Family::default();
@@ -304,6 +306,11 @@ impl Metrics {
             rebalances.clone(),
         );
         registry.register(
+            "scheduler_seek_back_failures",
+            "Failed seeks back to a batch that was not persisted (the partition is held, nothing of it committed, until one succeeds), by partition",
+            seek_back_failures.clone(),
+        );
+        registry.register(
             "scheduler_cancellations",
             "Tasks cancelled before they ran",
             cancellations.clone(),
@@ -350,6 +357,7 @@ impl Metrics {
             retries_exhausted,
             parked,
             rebalances,
+            seek_back_failures,
             cancellations,
             fencing_rejections,
             in_memory,
@@ -592,6 +600,28 @@ impl Metrics {
             }
         };
         self.rebalances.get_or_create(&KindLabel { kind }).inc();
+    }
+
+    /// The consumer failed, for the `attempts`th time in a row, to seek `partition` back to
+    /// `offset`, the first offset of a batch that was not persisted: until a seek succeeds, the
+    /// partition's records are left alone and nothing of it is committed. Logged at warn the
+    /// first time and every 50th (it is retried at every poll), at debug otherwise.
+    pub fn seek_back_failed(
+        &self,
+        partition: PartitionId,
+        offset: i64,
+        attempts: u32,
+        error: &dyn Display,
+    ) {
+        if attempts == 1 || attempts.is_multiple_of(50) {
+            warn!(partition, offset, attempts, %error,
+                "seek back to a batch not persisted failed: the partition is held, nothing of it is committed, the seek is retried at every poll");
+        } else {
+            debug!(partition, offset, attempts, %error, "seek back failed again");
+        }
+        self.seek_back_failures
+            .get_or_create(&PartitionLabel { partition })
+            .inc();
     }
 
     /// Where the statement counts come from (the node's store); set once.

@@ -21,6 +21,8 @@ fn encodes_counters_histograms_and_gauges_with_their_labels() {
     };
     metrics.parked(1, record, ParkReason::Invalid("json"), &"not JSON");
     metrics.rebalanced(RebalanceKind::Assigned, &[3]);
+    metrics.seek_back_failed(2, 40, 1, &"Local: Erroneous state");
+    metrics.seek_back_failed(2, 40, 2, &"Local: Erroneous state");
     let gauges = InFlightGauges::default();
     let gauge = gauges.start(3);
     let _held = gauge.reserve(5);
@@ -34,6 +36,7 @@ fn encodes_counters_histograms_and_gauges_with_their_labels() {
         "scheduler_retries_total{partition=\"3\"} 1",
         "scheduler_parked_records_total{partition=\"1\",reason=\"json\"} 1",
         "scheduler_rebalances_total{kind=\"assigned\"} 1",
+        "scheduler_seek_back_failures_total{partition=\"2\"} 2",
         "scheduler_tasks_in_memory{partition=\"3\",stage=\"scheduled\"} 2",
         "scheduler_tasks_in_memory{partition=\"3\",stage=\"executing\"} 3",
     ] {

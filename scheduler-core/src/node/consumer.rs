@@ -1,7 +1,8 @@
 //! The Kafka side of a node: one consumer in the group, polled on its own thread. Each polled
 //! batch is decoded, grouped by partition and handed to the TopicSupervisor; offsets are
-//! committed only for partitions whose tasks are durable. Rebalance callbacks tear the partition
-//! trees down (revoke) and build fresh ones (assign).
+//! committed only for partitions whose tasks are durable, the others are sought back (see
+//! `pending_rewinds.rs`). Rebalance callbacks tear the partition trees down (revoke) and build
+//! fresh ones (assign).
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -15,8 +16,9 @@ use rdkafka::statistics::Statistics;
 use rdkafka::{ClientContext, Offset, TopicPartitionList};
 use scheduler_client::wire::{self, Record};
 use scheduler_client::{partition_for, trace, Task};
-use tracing::{debug, error, info, warn};
+use tracing::{error, info, warn};
 
+use super::pending_rewinds::PendingRewinds;
 use crate::actors::topic_supervisor::{
     AssignPartitions, ProcessTaskBatch, RevokePartitions, TopicSupervisor,
 };
@@ -28,6 +30,8 @@ use crate::store::PartitionId;
 const POLL_WAIT: Duration = Duration::from_millis(100);
 /// Pause after a batch could not be persisted, before polling again.
 const PERSIST_RETRY_PAUSE: Duration = Duration::from_secs(1);
+/// How long a seek back to a batch not persisted may take.
+const SEEK_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Rebalance handling: runs inside `poll`, on the consumer thread.
 pub struct RebalanceHandler {
@@ -38,6 +42,8 @@ pub struct RebalanceHandler {
     pub(crate) shutting_down: Arc<AtomicBool>,
     pub(crate) metrics: Arc<Metrics>,
     pub(crate) lag: Arc<Mutex<HashMap<PartitionId, i64>>>,
+    /// The poll loop's pending seeks back; those of revoked partitions are dropped.
+    pub(crate) rewinds: Arc<Mutex<PendingRewinds>>,
 }
 
 impl RebalanceHandler {
@@ -86,6 +92,10 @@ impl ConsumerContext for RebalanceHandler {
             let revoked = partitions_of(list, &self.topic);
             self.metrics.rebalanced(RebalanceKind::Revoked, &revoked);
             self.set_owned(Vec::new());
+            self.rewinds
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .forget(&revoked);
             let drained = match futures::executor::block_on(self.supervisor.send(RevokePartitions))
             {
                 Ok(drained) => drained,
@@ -147,6 +157,8 @@ pub struct PollLoop {
     pub(crate) metrics: Arc<Metrics>,
     /// The partitions assigned now (kept by the rebalance handler).
     pub(crate) owned: Arc<Mutex<Vec<PartitionId>>>,
+    /// The partitions to seek back before they go on (shared with the rebalance handler).
+    pub(crate) rewinds: Arc<Mutex<PendingRewinds>>,
 }
 
 /// The offsets to commit when the consumer stops: those recorded for partitions still assigned.
@@ -178,6 +190,7 @@ impl PollLoop {
     pub fn run(self) {
         let mut committed = BTreeMap::new();
         while !self.stop.load(Ordering::SeqCst) {
+            self.seek_back();
             let batch = self.poll_batch();
             if !batch.offsets.is_empty() {
                 self.process(batch, &mut committed);
@@ -241,6 +254,10 @@ impl PollLoop {
     fn add(&self, batch: &mut Batch, message: &BorrowedMessage<'_>) {
         let (partition, offset) = (message.partition(), message.offset());
         batch.records += 1;
+        if self.rewinds().holds(partition) {
+            // Past a batch not persisted: read again once the partition is sought back.
+            return;
+        }
         let span = batch.offsets.entry(partition).or_insert((offset, offset));
         span.0 = span.0.min(offset);
         span.1 = span.1.max(offset);
@@ -287,14 +304,15 @@ impl PollLoop {
     }
 
     /// Persists a batch and commits the offsets of the partitions now durable (recording them
-    /// in `committed`); the others are sought back to be polled again.
+    /// in `committed`); the others are to be sought back and polled again.
     fn process(&self, mut batch: Batch, committed: &mut BTreeMap<PartitionId, i64>) {
         let request = ProcessTaskBatch(std::mem::take(&mut batch.tasks));
         let processed = match futures::executor::block_on(self.supervisor.send(request)) {
             Ok(processed) => processed,
             Err(e) => {
                 error!(error = %e, "actor system unavailable; the batch will be polled again");
-                self.rewind(&batch, batch.offsets.keys().copied());
+                let all: Vec<PartitionId> = batch.offsets.keys().copied().collect();
+                self.commit_durable(&batch, &all, committed);
                 return;
             }
         };
@@ -303,15 +321,33 @@ impl PollLoop {
         for (partition, reason) in &processed.failed {
             warn!(partition, %reason, "tasks not persisted; they will be polled again");
         }
+        self.commit_durable(&batch, &failed, committed);
+        if !failed.is_empty() {
+            std::thread::sleep(PERSIST_RETRY_PAUSE);
+        }
+    }
+
+    /// Commits (async) what `batch` made durable, those of its partitions not `failed` nor
+    /// waiting to be sought back; the failed ones are left to be sought back.
+    fn commit_durable(
+        &self,
+        batch: &Batch,
+        failed: &[PartitionId],
+        committed: &mut BTreeMap<PartitionId, i64>,
+    ) {
+        let owned = self
+            .owned
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
+        let durable = self.rewinds().settle(&batch.offsets, failed, &owned);
         let mut commit = TopicPartitionList::new();
-        for (partition, (_, last)) in &batch.offsets {
-            if !failed.contains(partition) {
-                committed.insert(*partition, last + 1);
-                if let Err(e) =
-                    commit.add_partition_offset(&self.topic, *partition, Offset::Offset(last + 1))
-                {
-                    warn!(partition, error = %e, "cannot build the offset commit");
-                }
+        for (partition, next) in durable {
+            committed.insert(partition, next);
+            if let Err(e) =
+                commit.add_partition_offset(&self.topic, partition, Offset::Offset(next))
+            {
+                warn!(partition, error = %e, "cannot build the offset commit");
             }
         }
         if commit.count() > 0 {
@@ -319,28 +355,35 @@ impl PollLoop {
                 warn!(error = %e, "offset commit failed; records may be processed again (harmless)");
             }
         }
-        if !failed.is_empty() {
-            self.rewind(&batch, failed.into_iter());
-            std::thread::sleep(PERSIST_RETRY_PAUSE);
-        }
     }
 
-    /// Seeks the given partitions back to the start of the batch, so nothing is skipped.
-    fn rewind(&self, batch: &Batch, partitions: impl Iterator<Item = PartitionId>) {
-        for partition in partitions {
-            if let Some((first, _)) = batch.offsets.get(&partition) {
-                if let Err(e) = self.consumer.seek(
-                    &self.topic,
-                    partition,
-                    Offset::Offset(*first),
-                    Duration::from_secs(5),
-                ) {
-                    // Not owned any more (revoked meanwhile) or the consumer is closing: the
-                    // next owner starts from the committed offset.
-                    debug!(partition, error = %e, "seek back failed");
+    /// Seeks each partition whose batch was not persisted back to that batch's first offset,
+    /// so nothing is skipped. A partition whose seek fails stays pending: its records are left
+    /// alone and nothing of it is committed until a seek succeeds, retried before every poll.
+    fn seek_back(&self) {
+        let mut rewinds = self.rewinds();
+        for (partition, offset) in rewinds.due() {
+            match self
+                .consumer
+                .seek(&self.topic, partition, Offset::Offset(offset), SEEK_TIMEOUT)
+            {
+                Ok(()) => {
+                    let failed_attempts = rewinds.sought(partition);
+                    if failed_attempts > 0 {
+                        info!(partition, offset, failed_attempts, "sought back at last");
+                    }
+                }
+                Err(e) => {
+                    let attempts = rewinds.seek_failed(partition);
+                    self.metrics
+                        .seek_back_failed(partition, offset, attempts, &e);
                 }
             }
         }
+    }
+
+    fn rewinds(&self) -> std::sync::MutexGuard<'_, PendingRewinds> {
+        self.rewinds.lock().unwrap_or_else(PoisonError::into_inner)
     }
 }
 

@@ -5,6 +5,7 @@ mod admin_server;
 mod consumer;
 mod error;
 mod kafka;
+mod pending_rewinds;
 mod queue;
 
 use std::net::SocketAddr;

@@ -15,6 +15,7 @@ use scheduler_client::Scheduler;
 use super::consumer::{PollLoop, RebalanceHandler};
 use super::error::NodeError;
 use super::kafka::{canceller, consumer_config, ensure_topic};
+use super::pending_rewinds::PendingRewinds;
 use crate::actors::topic_supervisor::TopicSupervisor;
 use crate::actors::PartitionDeps;
 use crate::admin::api::QueueView;
@@ -204,6 +205,7 @@ pub(super) fn start_consumer(
     } = prepared;
     let scheduling = &deps.settings;
     let topic = queue.kafka.topic.clone();
+    let rewinds = Arc::new(Mutex::new(PendingRewinds::default()));
     let handler = RebalanceHandler {
         topic: topic.clone(),
         supervisor: supervisor.clone(),
@@ -212,6 +214,7 @@ pub(super) fn start_consumer(
         shutting_down: Arc::clone(stop),
         metrics: Arc::clone(&deps.metrics),
         lag: shared.lag,
+        rewinds: Arc::clone(&rewinds),
     };
     let consumer: BaseConsumer<RebalanceHandler> = consumer_config(&queue.kafka, node_id)
         .create_with_context(handler)
@@ -229,6 +232,7 @@ pub(super) fn start_consumer(
         stop: Arc::clone(stop),
         metrics: Arc::clone(&deps.metrics),
         owned: Arc::clone(&shared.owned),
+        rewinds,
     };
     let consumer_thread = std::thread::Builder::new()
         .name(format!("scheduler-consumer-{}", queue.name))
