@@ -10,22 +10,34 @@
 //! schedule: the task's lifecycle checks the record, as it checks the status. A record already
 //! applied (at or before the identity's recorded offset: a batch polled again after a crash)
 //! is not applied twice; the current task it left is persisted again instead.
+//!
+//! An update never lands on a call under way. A record that gives the current task new data
+//! at its own key (keepTime, a debounce at its max wait, a replace at the same time) holds the
+//! key in the tree's [`CancelGate`] until it is written, so a task already checked takes its
+//! checks again and runs the record's copy of the task ([`version_of`]). But if the current
+//! task's call has begun, it took the data it had: for keepTime and debounce no task is
+//! pending any more, and the record is scheduled as if none were (a debounce starts a chain),
+//! as a new task that runs after the call (one call at a time per orderingId); and no record
+//! makes current the key of a call under way, whose outcome would finish it: its time moves
+//! 1 ms later.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
+use chrono::{DateTime, TimeDelta, Utc};
 use futures::{StreamExt, TryStreamExt};
 use scheduler_client::{OnConflict, Task, TaskIdentity, TaskKey};
 use tracing::debug;
 
 use crate::actors::IdentityOp;
+use crate::cancel_gate::{Applying, CancelGate};
 use crate::metrics::Metrics;
 use crate::store::{
     IdentityRecord, PartitionId, StoreResult, TaskStatus, TaskStore, WRITE_CONCURRENCY,
 };
 
 /// What a batch's identity records come to.
-#[derive(Debug, Default, PartialEq)]
+#[derive(Default)]
 pub(crate) struct Resolved {
     /// The identities' new records: written before anything else.
     pub(crate) records: Vec<IdentityRecord>,
@@ -40,6 +52,9 @@ pub(crate) struct Resolved {
     /// Current tasks whose key was cancelled before (a cancel by identity, then a new task at
     /// the same time): their status is cleared before they are persisted.
     pub(crate) revived: Vec<TaskKey>,
+    /// The keys given new data (and the current tasks the records found), held in the cancel
+    /// gate: keep it until the records and tasks are written.
+    pub(crate) updating: Vec<Applying>,
 }
 
 /// Where an identity's current task stands.
@@ -60,13 +75,17 @@ struct State {
     changed: bool,
     /// The current task when the batch began, if pending then (it may be in the schedule).
     stored: Option<TaskKey>,
+    /// The current task's call has begun: it took its data.
+    called: bool,
 }
 
-/// Resolves `ops` (in partition order) against the identities' records in `store`.
+/// Resolves `ops` (in partition order) against the identities' records in `store`; `gate` is
+/// the tree's cancel gate (see the module docs).
 pub(crate) async fn resolve(
     store: &Arc<dyn TaskStore>,
     partition: PartitionId,
     ops: Vec<IdentityOp>,
+    gate: &CancelGate,
     metrics: &Metrics,
 ) -> StoreResult<Resolved> {
     let mut resolved = Resolved::default();
@@ -74,6 +93,29 @@ pub(crate) async fn resolve(
         return Ok(resolved);
     }
     let mut states = read_states(store, partition, &ops).await?;
+    // Whether each current task that a record may give new data to has begun its call: asked
+    // with its key held, so none begins before the record is written.
+    let updated: BTreeSet<TaskIdentity> = ops
+        .iter()
+        .filter_map(|op| match op {
+            IdentityOp::Schedule(task) if task.on_conflict != Some(OnConflict::IfAbsent) => {
+                Some(op.identity())
+            }
+            _ => None,
+        })
+        .collect();
+    for identity in updated {
+        if let Some(state) = states
+            .get_mut(&identity)
+            .filter(|s| s.standing == Standing::Pending)
+        {
+            let key = state.record.task.key();
+            resolved
+                .updating
+                .push(gate.applying(std::slice::from_ref(&key)));
+            state.called = gate.began(&key);
+        }
+    }
     for op in ops {
         let identity = op.identity();
         let offset = op.offset();
@@ -92,6 +134,7 @@ pub(crate) async fn resolve(
             .as_ref()
             .filter(|s| s.standing == Standing::Pending)
             .map(|s| (&s.record.task, s.record.first_time));
+        let called = state.as_ref().is_some_and(|s| s.called);
         let (name, next) = match op {
             IdentityOp::Schedule(task) => {
                 let mode = task.on_conflict.unwrap_or(OnConflict::Replace);
@@ -101,6 +144,10 @@ pub(crate) async fn resolve(
                 let next = match (mode, pending) {
                     (OnConflict::IfAbsent, Some(_)) => None,
                     (OnConflict::IfAbsent, None) if finished => None,
+                    // A task whose call began took its data: none is pending for new data.
+                    (OnConflict::KeepTime | OnConflict::Debounce { .. }, Some(_)) if called => {
+                        Some((task.scheduled_time, task.scheduled_time))
+                    }
                     (OnConflict::KeepTime, Some((current, first))) => {
                         Some((current.scheduled_time, first))
                     }
@@ -157,6 +204,7 @@ pub(crate) async fn resolve(
             metrics.identity_record(name, "ignored");
             continue;
         };
+        let (task, first_time) = clear_of_calls(gate, &mut resolved.updating, task, first_time);
         metrics.identity_record(name, "applied");
         let record = IdentityRecord {
             task,
@@ -175,6 +223,7 @@ pub(crate) async fn resolve(
                 state.record = record;
                 state.standing = Standing::Pending;
                 state.changed = true;
+                state.called = false;
             }
             None => {
                 let state = State {
@@ -182,6 +231,7 @@ pub(crate) async fn resolve(
                     standing: Standing::Pending,
                     changed: true,
                     stored: None,
+                    called: false,
                 };
                 states.insert(identity, state);
             }
@@ -197,6 +247,36 @@ pub(crate) async fn resolve(
     resolved.revived = cancelled_before(store, partition, &current).await?;
     resolved.tasks.extend(current);
     Ok(resolved)
+}
+
+/// `task` (with its chain's first time), moved 1 ms later for as long as its key is that of a
+/// call under way (whose outcome would finish it), its key held in `gate` (the guards added to
+/// `updating`) so that no call of it begins before it is written: a task already checked
+/// checks again and runs this copy.
+fn clear_of_calls(
+    gate: &CancelGate,
+    updating: &mut Vec<Applying>,
+    mut task: Task,
+    mut first_time: DateTime<Utc>,
+) -> (Task, DateTime<Utc>) {
+    loop {
+        let key = task.key();
+        updating.push(gate.applying(std::slice::from_ref(&key)));
+        if !gate.began(&key) {
+            return (task, first_time);
+        }
+        // (Within the wire format's range a millisecond more always fits.)
+        let Some(later) = task
+            .scheduled_time
+            .checked_add_signed(TimeDelta::milliseconds(1))
+        else {
+            return (task, first_time);
+        };
+        if first_time == task.scheduled_time {
+            first_time = later;
+        }
+        task.scheduled_time = later;
+    }
 }
 
 fn op_name(op: &IdentityOp) -> &'static str {
@@ -235,6 +315,7 @@ async fn read_states(
                     standing,
                     changed: false,
                     stored,
+                    called: false,
                 };
                 Ok(Some((identity, state)))
             }
@@ -268,8 +349,20 @@ async fn cancelled_before(
         .await
 }
 
-/// Whether the task with `key` is no longer its identity's current task (`record` is the
-/// identity's record; none yet means the batch that scheduled it is still being written).
-pub(crate) fn superseded(key: &TaskKey, record: Option<&IdentityRecord>) -> bool {
-    record.is_some_and(|r| r.task.key() != *key)
+/// What the task with `key` is to its identity, by the identity's `record` (none yet means the
+/// batch that scheduled it is still being written).
+pub(crate) enum Version {
+    /// No longer the identity's current task: it never runs.
+    Superseded,
+    /// The current task, as the record holds it (the newest data a record gave it), if there
+    /// is a record: it runs that.
+    Current(Option<Box<Task>>),
+}
+
+/// See [`Version`].
+pub(crate) fn version_of(key: &TaskKey, record: Option<IdentityRecord>) -> Version {
+    match record {
+        Some(record) if record.task.key() != *key => Version::Superseded,
+        record => Version::Current(record.map(|r| Box::new(r.task))),
+    }
 }

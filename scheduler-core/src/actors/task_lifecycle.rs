@@ -9,7 +9,9 @@
 //! 4. **Status**, read while 2 and 3 are under way. A task with a final status (completed,
 //!    failed, dropped, cancelled) is not run. Earlier trees recorded their outcomes before 1
 //!    let the task on, and a newer tree's fences this one at 3. The task arms the tree's
-//!    [`CancelGate`] first, so a cancel applied after the read is seen too. A cancelled, failed
+//!    [`CancelGate`] first, so a cancel applied after the read is seen too. A task with a
+//!    conflict mode also reads its identity's record: superseded, it is not run; else it runs
+//!    the record's copy of itself (the newest data an update gave it). A cancelled, failed
 //!    or dropped member of a group found so records its outcome in the group first. Then, in
 //!    order: a task whose type has no handler here, or that is suspended (its orderingId, type
 //!    or group: [`crate::suspend`]), waits without an attempt and comes back to 2; a member of
@@ -18,10 +20,12 @@
 //!    1-4 are done by then: it waits for its time, then for a slot of the execution pool, on
 //!    the pool's runtime (a busy actor thread would make the call late). The checks still hold
 //!    if the lease stayed live without a break (no newer tree can have started the task: it
-//!    waits at 1 for the entry), no cancel of the task was applied and no suspension of it
-//!    read meanwhile; otherwise they are taken again from 2.
+//!    waits at 1 for the entry), no cancel or update of the task was applied and no suspension
+//!    of it read meanwhile; otherwise they are taken again from 2.
 //! 6. **Call.** The user's executor, with a [`TaskContext`]; the call keeps its slot and lease
-//!    entry until it returns, even if this function is dropped with its tree.
+//!    entry until it returns, even if this function is dropped with its tree. It begins in the
+//!    cancel gate, which counts it as begun until its outcome is recorded: an update of the
+//!    task arriving meanwhile makes a new version of it ([`crate::identity`]).
 //! 7. **Record, as owner.** A retryable failure records the attempt (a later tree that may
 //!    find it continues the attempt numbers), waits out its backoff and goes back to 2. A final
 //!    outcome records its attempt (none for a first attempt: the status says it all), then the
@@ -52,6 +56,7 @@ use crate::executor::{
     Called, ExecutionOutcome, GroupOutcome, ProgressReporter, StopReason, TaskContext, TaskError,
 };
 use crate::groups;
+use crate::identity::Version;
 use crate::in_flight::Pin;
 use crate::lease::{LeaseHold, TreeLease};
 use crate::retry::{backoff_delay, exponential_period};
@@ -173,7 +178,7 @@ struct TaskRun {
 }
 
 impl TaskRun {
-    async fn lifecycle(&mut self, task: Task) -> Result<ExecutionOutcome, Halt> {
+    async fn lifecycle(&mut self, mut task: Task) -> Result<ExecutionOutcome, Halt> {
         // 1. The claim is complete, so earlier trees' leases are all visible now.
         self.owner(None).await?;
         let lease = self.links.lease.clone();
@@ -205,7 +210,7 @@ impl TaskRun {
             };
             let (held, status) = futures::future::join(lease_and_owner, status_read).await;
             let (hold, epoch) = held?;
-            let (status, last_attempt) = match status {
+            let ((status, current), last_attempt) = match status {
                 Some(Ok(read)) => read,
                 Some(Err(e)) => {
                     self.store_failed("status read", &e.into()).await?;
@@ -223,6 +228,11 @@ impl TaskRun {
             if let Some(found) = status {
                 drop((hold, armed));
                 return self.found_finished(&task, found).await;
+            }
+            // A task with a conflict mode runs its identity's copy of it: a record may have
+            // given it new data since it was loaded (`identity`).
+            if let Some(current) = current {
+                task = *current;
             }
             if !self.deps.pool.handles(&task.task_type) {
                 drop((hold, armed));
@@ -256,6 +266,10 @@ impl TaskRun {
             self.attempts += 1;
             let context = self.context(&task, epoch, &hold, group.clone());
             let output = context.output_slot();
+            // Once begun, the call counts as begun in the cancel gate until its outcome is
+            // recorded (or it is to be retried): an update of the task arriving meanwhile
+            // makes a new version of it rather than being finished with this one.
+            let call = armed.clone();
             let called = self
                 .deps
                 .pool
@@ -289,7 +303,7 @@ impl TaskRun {
                             }
                         })
                         .await?;
-                    if let Some(found) = found {
+                    if let (Some(found), _) = found {
                         return self.found_finished(&task, found).await;
                     }
                     let held = (hold, armed);
@@ -415,7 +429,8 @@ impl TaskRun {
                 .metrics
                 .retry_scheduled(partition, &self.key, self.attempts, &reason, delay);
             self.called = false;
-            drop(hold);
+            // (The retry checks again: an update meanwhile gives it its new data.)
+            drop((hold, call));
             self.unless_stopped(tokio::time::sleep(delay)).await?;
         }
     }
@@ -846,9 +861,9 @@ enum Found {
 }
 
 /// Whether the task is finished (its final status) or superseded (for a task with a conflict
-/// mode, `by_identity`: its identity's record names another task) and, if an earlier tree may
-/// have attempted it (`earlier`), its last attempt number, read concurrently; `None` if the tree
-/// stops first.
+/// mode, `by_identity`: its identity's record names another task), else its identity's copy of
+/// it, and, if an earlier tree may have attempted it (`earlier`), its last attempt number, read
+/// concurrently; `None` if the tree stops first.
 async fn read_status(
     store: std::sync::Arc<dyn crate::store::TaskStore>,
     partition: PartitionId,
@@ -856,7 +871,7 @@ async fn read_status(
     by_identity: bool,
     earlier: bool,
     mut stop: watch::Receiver<Option<StopReason>>,
-) -> Option<StoreResult<(Option<Found>, Option<u32>)>> {
+) -> Option<StoreResult<(Checked, Option<u32>)>> {
     let found = finished_or_superseded(store.as_ref(), partition, &key, by_identity);
     let last = async {
         if !earlier {
@@ -876,13 +891,18 @@ async fn read_status(
     }
 }
 
-/// The task's final status, or whether it was superseded (see [`read_status`]).
+/// What the status check found: why the task is not run, else (for a task with a conflict
+/// mode) its identity's copy of it, to run.
+type Checked = (Option<Found>, Option<Box<Task>>);
+
+/// The task's final status, or whether it was superseded, else its identity's copy of it (see
+/// [`read_status`]).
 async fn finished_or_superseded(
     store: &dyn crate::store::TaskStore,
     partition: PartitionId,
     key: &TaskKey,
     by_identity: bool,
-) -> StoreResult<Option<Found>> {
+) -> StoreResult<Checked> {
     let status = store.status(partition, key.clone());
     let record = OptionFuture::from(by_identity.then(|| {
         let identity = TaskIdentity::new(key.ordering_id.clone(), key.uniqueness_key.clone());
@@ -890,26 +910,27 @@ async fn finished_or_superseded(
     }));
     let (status, record) = futures::future::join(status, record).await;
     if let Some(status) = status? {
-        return Ok(Some(Found::Final(status)));
+        return Ok((Some(Found::Final(status)), None));
     }
     let record = record.transpose()?.flatten();
-    Ok(crate::identity::superseded(key, record.as_ref()).then_some(Found::Superseded))
+    Ok(match crate::identity::version_of(key, record) {
+        Version::Superseded => (Some(Found::Superseded), None),
+        Version::Current(current) => (None, current),
+    })
 }
 
 /// Whether the task may be called now that its time and slot came: the checks made before
-/// still hold, and no suspension of it was read meanwhile (a task waiting for a slot when its
-/// job is suspended does not start).
+/// still hold (its lease entry stayed live without a break, no cancel or update reached it),
+/// and no suspension of it was read meanwhile (a task waiting for a slot when its job is
+/// suspended does not start). If so, its call begins in the cancel gate, last, under the
+/// gate's lock ([`Armed::begin`]).
 fn ready_to_call(
     task: &Task,
     suspensions: &watch::Receiver<Arc<crate::store::Suspensions>>,
 ) -> impl FnOnce(&(LeaseHold, Armed)) -> bool + Send + 'static {
     // (Its targets, not the task: the data, up to 512 KiB, is not copied again on the hot path.)
     let (targets, suspensions) = (SuspensionTarget::all_of(task), suspensions.clone());
-    move |held| checks_hold(held) && suspensions.borrow().holding(&targets).is_none()
-}
-
-/// Whether the checks made before the waits for the task's time and slot still hold: its lease
-/// entry stayed live without a break and no cancel reached it.
-fn checks_hold((hold, armed): &(LeaseHold, Armed)) -> bool {
-    hold.unbroken() && !armed.touched()
+    move |(hold, armed)| {
+        hold.unbroken() && suspensions.borrow().holding(&targets).is_none() && armed.begin()
+    }
 }

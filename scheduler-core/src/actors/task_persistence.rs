@@ -537,7 +537,10 @@ impl Handler<PersistTasks> for TaskPersistence {
         // task due before the mark it wrote must still lower it.
         let work = move |low_water: DateTime<Utc>| async move {
             // Records acting on identities come to tasks, superseded tasks and cancels.
-            let resolved = identity::resolve(&store, partition, by_identity, &metrics).await?;
+            let resolved =
+                identity::resolve(&store, partition, by_identity, &gate, &metrics).await?;
+            // The keys given new data stay held until the batch is written (see `identity`).
+            let _updating = resolved.updating;
             let mut tasks = tasks;
             tasks.extend(resolved.tasks);
             let tasks = last_of_each_key(tasks);

@@ -306,3 +306,130 @@ fn a_replaced_task_already_waiting_for_its_time_does_not_run() {
         assert_eq!(h.recorder.call_times("w"), [t0() + ms(9_000)]);
     });
 }
+
+/// A keepTime record with new data arriving while its task's call runs (8 s calls): the call
+/// finishes with the data it was given, and the new data runs after it, as a new version of the
+/// task (1 ms after the running one's time), not lost under the finished key.
+#[test]
+fn a_keep_time_arriving_while_its_task_runs_runs_the_new_data_after_it() {
+    run_paused(|| async {
+        let h = Harness::new(SchedulingSettings::default(), Duration::from_secs(8), &[]);
+        h.assign().await;
+        let at = t0() + ms(2_000);
+        h.by_identity(vec![schedule("k", at, 1, OnConflict::KeepTime)])
+            .await;
+        // The call runs from 2 s to 10 s.
+        advance(Duration::from_secs(3)).await;
+        assert_eq!(h.recorder.data_versions("k"), [1]);
+        h.by_identity(vec![schedule("k", at, 2, OnConflict::KeepTime)])
+            .await;
+        advance(Duration::from_secs(30)).await;
+        assert_eq!(h.recorder.data_versions("k"), [1, 2]);
+        assert_eq!(h.recorder.call_times("k"), [at, t0() + ms(10_000)]);
+        assert_eq!(overlaps(&h), 0);
+        let (first, second) = (
+            with_data("k", at, 1).key(),
+            with_data("k", at + ms(1), 2).key(),
+        );
+        for key in [&first, &second] {
+            let status = h.store.status_of(P, key).map(|s| s.status);
+            assert_eq!(status, Some(TaskStatus::Completed), "{key}");
+        }
+    });
+}
+
+/// A debounce record with new data arriving while its chain's task runs, the chain at its
+/// max wait (so the record resolves to the running task's own time): it starts a new chain
+/// that runs after the call, with the new data.
+#[test]
+fn a_debounce_arriving_while_its_task_runs_starts_a_chain_that_runs_after_it() {
+    run_paused(|| async {
+        let h = Harness::new(SchedulingSettings::default(), Duration::from_secs(8), &[]);
+        h.assign().await;
+        let debounce = OnConflict::Debounce {
+            max_wait: Duration::from_secs(1),
+        };
+        h.by_identity(vec![schedule("d", t0() + ms(2_000), 1, debounce)])
+            .await;
+        // Capped at the first time plus the max wait: 3 s. The call runs from 3 s to 11 s.
+        h.by_identity(vec![schedule("d", t0() + ms(5_000), 2, debounce)])
+            .await;
+        advance(Duration::from_secs(4)).await;
+        assert_eq!(h.recorder.data_versions("d"), [2]);
+        h.by_identity(vec![schedule("d", t0() + ms(6_000), 3, debounce)])
+            .await;
+        // A second record during the call debounces within the new chain.
+        advance(Duration::from_secs(1)).await;
+        h.by_identity(vec![schedule("d", t0() + ms(6_500), 4, debounce)])
+            .await;
+        advance(Duration::from_secs(30)).await;
+        assert_eq!(h.recorder.data_versions("d"), [2, 4]);
+        assert_eq!(
+            h.recorder.call_times("d"),
+            [t0() + ms(3_000), t0() + ms(11_000)]
+        );
+        assert_eq!(overlaps(&h), 0);
+    });
+}
+
+/// A keepTime record arriving after its task was dispatched (its checks done, waiting for its
+/// time) but before the call: the call is made at the kept time with the new data, once.
+#[test]
+fn a_keep_time_arriving_as_its_task_waits_for_its_time_runs_the_new_data_at_it() {
+    run_paused(|| async {
+        let h = Harness::new(SchedulingSettings::default(), Duration::from_secs(2), &[]);
+        h.assign().await;
+        let at = t0() + ms(3_000);
+        h.by_identity(vec![schedule("k", at, 1, OnConflict::KeepTime)])
+            .await;
+        // Dispatched a second early: checked, waiting for its time.
+        advance(Duration::from_millis(2_500)).await;
+        h.by_identity(vec![schedule("k", at, 2, OnConflict::KeepTime)])
+            .await;
+        advance(Duration::from_secs(30)).await;
+        assert_eq!(h.recorder.data_versions("k"), [2]);
+        assert_eq!(h.recorder.call_times("k"), [at]);
+    });
+}
+
+/// A replace at the running task's own time (the same key): the new task runs after the call.
+#[test]
+fn a_replace_at_the_time_of_its_running_task_runs_after_it() {
+    run_paused(|| async {
+        let h = Harness::new(SchedulingSettings::default(), Duration::from_secs(8), &[]);
+        h.assign().await;
+        let at = t0() + ms(2_000);
+        h.by_identity(vec![schedule("r", at, 1, OnConflict::Replace)])
+            .await;
+        advance(Duration::from_secs(3)).await;
+        h.by_identity(vec![schedule("r", at, 2, OnConflict::Replace)])
+            .await;
+        advance(Duration::from_secs(30)).await;
+        assert_eq!(h.recorder.data_versions("r"), [1, 2]);
+        assert_eq!(h.recorder.call_times("r"), [at, t0() + ms(10_000)]);
+    });
+}
+
+/// A keepTime record arriving while its task is due and queued behind another task of its
+/// orderingId (in memory with its old data): the task runs the new data, once.
+#[test]
+fn a_keep_time_arriving_while_its_task_queues_behind_its_ordering_id_runs_the_new_data() {
+    run_paused(|| async {
+        let h = Harness::new(SchedulingSettings::default(), Duration::from_secs(8), &[]);
+        h.assign().await;
+        h.enqueue(vec![task("q", t0() + ms(1_000), "first")]).await;
+        let at = t0() + ms(2_000);
+        h.by_identity(vec![schedule("q", at, 1, OnConflict::KeepTime)])
+            .await;
+        // "first" runs from 1 s to 9 s; the identity's task is due at 2 s and waits for it.
+        advance(Duration::from_secs(4)).await;
+        h.by_identity(vec![schedule("q", at, 2, OnConflict::KeepTime)])
+            .await;
+        advance(Duration::from_secs(30)).await;
+        assert_eq!(h.recorder.data_versions("q"), [-1, 2]);
+        assert_eq!(
+            h.recorder.call_times("q"),
+            [t0() + ms(1_000), t0() + ms(9_000)]
+        );
+    });
+}
