@@ -1437,7 +1437,9 @@ async fn a_deleted_recurring_schedule_loses_its_fires_and_a_late_tick_does_not_b
 /// Cassandra keeps: with `status_ttl = "0s"` ("kept forever") the record of a task already due
 /// stays (it lived one second: a fail-fast group's join ran many times, an `IfAbsent` task ran
 /// again); a task due in 2040 keeps its record (Cassandra 2.1 let the TTL overflow and dropped
-/// the record at once; newer versions refused the write).
+/// the record at once; newer versions refused the write). A record reads back whole, its task's
+/// enqueue offset included (it read back without one, and the task the lifecycle ran from it
+/// then had none: issue 30's CI run of `python_producer`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn identity_records_outlive_their_task_with_a_zero_retention_and_for_a_task_after_2038() {
     Stack::from_env().require_cassandra().await;
@@ -1451,8 +1453,8 @@ async fn identity_records_outlive_their_task_with_a_zero_retention_and_for_a_tas
         .expect("connect and create schema");
     let record = |task: Task| IdentityRecord {
         first_time: task.scheduled_time,
-        offset: 1,
-        task: task.on_conflict(OnConflict::IfAbsent),
+        offset: 17,
+        task: task.on_conflict(OnConflict::IfAbsent).enqueued_at(17),
     };
     let due = record(task(Utc::now() - TimeDelta::seconds(30), "o1", 1));
     let in_2040 = record(task(

@@ -13,13 +13,33 @@ use super::{PartitionId, StoreResult};
 /// An identity's current task.
 #[derive(Debug, Clone, PartialEq)]
 pub struct IdentityRecord {
-    /// The task (with its conflict mode); the one of its identity allowed to run.
+    /// The task (with its conflict mode); the one of its identity allowed to run. Its enqueue
+    /// offset is the record's `offset`: the record that made a task current is that task's (the
+    /// store keeps the offset once, see [`IdentityRecord::read_back`]).
     pub task: Task,
     /// The time of the first task of the current debounce chain.
     pub first_time: DateTime<Utc>,
     /// The partition offset of the last record applied to the identity: a record at or
     /// before it was applied already (a batch polled again).
     pub offset: i64,
+}
+
+impl IdentityRecord {
+    /// A record as a store reads it back: it keeps the record's offset, not the task's enqueue
+    /// offset, which is the same for a pending task (the record that made it current), so the
+    /// task reads back enqueued at it. A record of no offset (-1: a task read from no
+    /// partition) leaves the task without one.
+    pub(crate) fn read_back(task: Task, first_time: DateTime<Utc>, offset: i64) -> IdentityRecord {
+        let task = Task {
+            enqueue_offset: (offset >= 0).then_some(offset),
+            ..task
+        };
+        IdentityRecord {
+            task,
+            first_time,
+            offset,
+        }
+    }
 }
 
 /// The current task of each identity.

@@ -60,6 +60,38 @@ fn replace_runs_only_the_newest_task_at_its_own_time_with_its_data() {
     });
 }
 
+/// The task a conflict mode made current runs with the enqueue offset of its record, as the
+/// store keeps it (`task_identities` keeps the record's offset, not the task's field: Cassandra
+/// read the task back without one, and a replaced task ran with none: issue 30's CI run of the
+/// it-test `python_producer`).
+#[test]
+fn a_replacing_task_runs_with_the_enqueue_offset_of_its_record() {
+    run_paused(|| async {
+        let h = Harness::new(SchedulingSettings::default(), Duration::ZERO, &[]);
+        h.assign().await;
+        let first = h
+            .by_identity(vec![schedule(
+                "o",
+                t0() + ms(10_000),
+                1,
+                OnConflict::Replace,
+            )])
+            .await;
+        let second = h
+            .by_identity(vec![schedule(
+                "o",
+                t0() + ms(20_000),
+                2,
+                OnConflict::Replace,
+            )])
+            .await;
+        advance(Duration::from_secs(60)).await;
+        assert_eq!(h.recorder.data_versions("o"), [2]);
+        assert_ne!(first[0].offset(), second[0].offset());
+        assert_eq!(h.recorder.enqueue_offsets("o"), [Some(second[0].offset())]);
+    });
+}
+
 #[test]
 fn keep_time_takes_the_new_data_at_the_pending_time() {
     run_paused(|| async {

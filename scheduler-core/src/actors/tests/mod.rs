@@ -98,6 +98,8 @@ struct Recorder {
     calls: Mutex<Vec<(TaskKey, DateTime<Utc>)>>,
     /// Each call's orderingId and its data's `v` (-1 without).
     versions: Mutex<Vec<(String, i64)>>,
+    /// Each call's task key and enqueue offset.
+    enqueue_offsets: Mutex<Vec<(TaskKey, Option<i64>)>>,
     running: Mutex<HashMap<String, usize>>,
     overlaps: AtomicUsize,
     completed: AtomicUsize,
@@ -123,6 +125,7 @@ impl Recorder {
                 .collect(),
             calls: Mutex::default(),
             versions: Mutex::default(),
+            enqueue_offsets: Mutex::default(),
             running: Mutex::default(),
             overlaps: AtomicUsize::new(0),
             completed: AtomicUsize::new(0),
@@ -145,6 +148,16 @@ impl Recorder {
             .collect()
     }
 
+    /// The enqueue offset of each call of `ordering_id`'s tasks.
+    fn enqueue_offsets(&self, ordering_id: &str) -> Vec<Option<i64>> {
+        let offsets = self.enqueue_offsets.lock().expect("lock");
+        offsets
+            .iter()
+            .filter(|(k, _)| k.ordering_id == ordering_id)
+            .map(|(_, offset)| *offset)
+            .collect()
+    }
+
     fn call_times(&self, ordering_id: &str) -> Vec<DateTime<Utc>> {
         self.calls()
             .into_iter()
@@ -164,6 +177,10 @@ impl TaskExecutor for Arc<Recorder> {
                 .lock()
                 .expect("lock")
                 .push((task.ordering_id.clone(), version.unwrap_or(-1)));
+            self.enqueue_offsets
+                .lock()
+                .expect("lock")
+                .push((task.key(), task.enqueue_offset));
             calls.iter().filter(|(k, _)| *k == task.key()).count() - 1
         };
         // Tasks loaded but not finished: bounded by max_in_flight_tasks.

@@ -59,11 +59,8 @@ impl IdentityStore for CassandraStore {
                 task_data,
             );
             let task = with_stored_kind(task, task_type, priority, on_conflict, wait);
-            Ok(Some(IdentityRecord {
-                task: with_stored_grouping(task, grouping.as_deref(), "identity")?,
-                first_time,
-                offset,
-            }))
+            let task = with_stored_grouping(task, grouping.as_deref(), "identity")?;
+            Ok(Some(IdentityRecord::read_back(task, first_time, offset)))
         }
         .boxed()
     }

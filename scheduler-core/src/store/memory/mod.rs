@@ -262,7 +262,11 @@ impl MemoryStore {
         self.lock()
             .identities
             .iter()
-            .map(|((p, _), r)| (*p, r.clone()))
+            .map(|((p, _), r)| {
+                let record =
+                    super::IdentityRecord::read_back(r.task.clone(), r.first_time, r.offset);
+                (*p, record)
+            })
             .collect()
     }
 

@@ -340,7 +340,9 @@ impl IdentityStore for MemoryStore {
         identity: TaskIdentity,
     ) -> BoxFuture<'static, StoreResult<Option<IdentityRecord>>> {
         self.run("identity read", move |s| {
-            s.identities.get(&(partition, identity)).cloned()
+            s.identities
+                .get(&(partition, identity))
+                .map(|r| IdentityRecord::read_back(r.task.clone(), r.first_time, r.offset))
         })
     }
 
@@ -352,6 +354,9 @@ impl IdentityStore for MemoryStore {
         self.run("identity write", move |s| {
             s.identity_writes
                 .push((record.clone(), tokio::time::Instant::now()));
+            // As `task_identities` does: the record's offset, not the task's field, is kept.
+            let mut record = record;
+            record.task.enqueue_offset = None;
             s.identities
                 .insert((partition, record.task.identity()), record);
         })
