@@ -14,9 +14,9 @@ use scheduler_core::settings::{CassandraSettings, ConsistencyLevel, SerialConsis
 use scheduler_core::store::{
     AttemptOutcome, AttemptRecord, AttemptStore, CassandraStore, DeadLetter, DeadLetterFilter,
     DeadLetterStore, DeadReason, DeferralList, DeferredStore, FireOutcome, FireRecord, GroupKey,
-    GroupStore, IdentityRecord, IdentityStore, MemberOutcome, OwnershipStore, PartitionOwner,
-    ReadCursor, RecurringStore, ScheduleRecord, ScheduleStore, StatusRecord, StatusStore,
-    StoreError, StoreLevels, Suspension, SuspensionStore, SuspensionTarget, TaskStatus,
+    GroupStore, IdentityRecord, IdentityStore, MemberOutcome, OwnershipStore, ParentRecord,
+    PartitionOwner, ReadCursor, RecurringStore, ScheduleRecord, ScheduleStore, StatusRecord,
+    StatusStore, StoreError, StoreLevels, Suspension, SuspensionStore, SuspensionTarget, TaskStatus,
 };
 use scheduler_core::{Task, TaskKey};
 
@@ -888,6 +888,101 @@ async fn group_members_and_headers_round_trip_and_the_first_failure_of_a_fail_fa
         "every member, by number, across pages"
     );
     assert!(state.is_finished());
+    drop_keyspace(&keyspace).await;
+}
+
+/// `group_members.parent` and `parent_result` (static): the parent of a group of sub-tasks is
+/// read back whole with its result by `group_parent` (and as `GroupState.parent`), written again
+/// without a result it has none; a group without a parent, or none at all, reads `None`; a
+/// parent written before schema version 9 (no `parent_result`) reads with no result.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_groups_parent_round_trips_with_its_result() {
+    let stack = Stack::from_env();
+    let session = stack.require_cassandra().await;
+    let keyspace = unique_name("it_store_group_parents");
+    let store = CassandraStore::connect(&settings(&keyspace))
+        .await
+        .expect("connect and create schema");
+    let group = |id: &str| GroupKey {
+        task_type: "recon".into(),
+        id: id.into(),
+    };
+    let at = Utc
+        .timestamp_millis_opt(1_900_000_000_000)
+        .single()
+        .expect("time");
+    let parent = task(at, "p", 1).in_group(GroupMember::new("outer", 3).of(4));
+    let g = group("children:1");
+    assert_eq!(store.group_parent(g.clone()).await.expect("read"), None);
+    let result = serde_json::json!({ "rows": 12, "name": "é\"x" });
+    let record = ParentRecord {
+        task: parent.clone(),
+        result: Some(result),
+    };
+    store
+        .record_parent(g.clone(), record.clone())
+        .await
+        .expect("parent write");
+    assert_eq!(
+        store.group_parent(g.clone()).await.expect("read"),
+        Some(record)
+    );
+    // Beside members, which the parent's read does not return.
+    store
+        .record_member(
+            g.clone(),
+            outcome(1, TaskStatus::Completed, 1),
+            Some(2),
+            false,
+        )
+        .await
+        .expect("member write");
+    let state = store.group(g.clone()).await.expect("read").expect("group");
+    assert_eq!(state.parent, Some(parent.clone()));
+    // The parent run again without a result: it has none.
+    let again = ParentRecord {
+        task: parent.clone(),
+        result: None,
+    };
+    store
+        .record_parent(g.clone(), again.clone())
+        .await
+        .expect("parent write again");
+    assert_eq!(
+        store.group_parent(g.clone()).await.expect("read"),
+        Some(again)
+    );
+    // A group of members and no parent.
+    let plain = group("plain");
+    store
+        .record_member(
+            plain.clone(),
+            outcome(1, TaskStatus::Completed, 1),
+            Some(1),
+            false,
+        )
+        .await
+        .expect("member write");
+    assert_eq!(store.group_parent(plain).await.expect("read"), None);
+    // A parent written by a release before version 9.
+    let text = String::from_utf8(scheduler_client::wire::encode(&parent)).expect("utf-8");
+    session
+        .query_unpaged(
+            format!(
+                "UPDATE {keyspace}.group_members SET parent = ? WHERE task_type = 'recon' \
+                 AND group_id = 'older'"
+            ),
+            (text,),
+        )
+        .await
+        .expect("an older parent");
+    assert_eq!(
+        store.group_parent(group("older")).await.expect("read"),
+        Some(ParentRecord {
+            task: parent,
+            result: None
+        })
+    );
     drop_keyspace(&keyspace).await;
 }
 

@@ -12,7 +12,9 @@ use scheduler_client::{truncate_to_millis, GroupMember, OnConflict, Task, TaskDa
 
 use crate::enqueue::{EnqueueError, Enqueuer};
 use crate::executor::{GroupOutcome, JobSpec};
-use crate::store::{GroupKey, GroupState, MemberOutcome, StoreError, TaskStore};
+use crate::store::{
+    GroupKey, GroupState, MemberOutcome, ParentRecord, StatusRecord, StoreError, TaskStore,
+};
 
 /// The uniqueness key of a group's join (its orderingId is the group's id): one join per group
 /// and task type.
@@ -151,6 +153,30 @@ pub(crate) async fn member_finished(
         .enqueue(join_task(&task, &group, &state, now))
         .await?;
     Ok(true)
+}
+
+/// The outcome `task` records as `member` of its group, from its final `record`. A join of
+/// sub-tasks records it in their parent's place (design.md "Sub-tasks"): by the parent's key,
+/// with the result the parent's attempt set unless the join set one; the status, error and time
+/// are the join's, as the parent counts as finished once its sub-tasks' join has.
+pub(crate) fn member_outcome(
+    member: &GroupMember,
+    task: &Task,
+    record: &StatusRecord,
+    in_place_of: Option<ParentRecord>,
+) -> MemberOutcome {
+    let (key, parent_result) = match in_place_of {
+        Some(parent) => (parent.task.key(), parent.result),
+        None => (task.key(), None),
+    };
+    MemberOutcome {
+        index: member.index,
+        key,
+        status: record.status,
+        error: record.last_error.clone(),
+        result: record.result.clone().or(parent_result),
+        finished_at: record.updated_at,
+    }
 }
 
 /// What a join's call is given: its group as stored now.

@@ -44,7 +44,7 @@ use std::time::Duration;
 
 use actix::Addr;
 use scheduler_client::trace::parse_trace_parent;
-use scheduler_client::{Task, TaskIdentity, TaskKey};
+use scheduler_client::{GroupMember, Task, TaskIdentity, TaskKey};
 use tokio::sync::watch;
 use tracing::{debug, warn, Instrument};
 use tracing_opentelemetry::OpenTelemetrySpanExt;
@@ -61,7 +61,7 @@ use crate::in_flight::Pin;
 use crate::lease::{LeaseHold, TreeLease};
 use crate::retry::{backoff_delay, exponential_period};
 use crate::store::{
-    AttemptOutcome, AttemptRecord, DeadLetter, DeadReason, JobRecord, MemberOutcome, PartitionId,
+    AttemptOutcome, AttemptRecord, DeadLetter, DeadReason, JobRecord, ParentRecord, PartitionId,
     StatusRecord, StoreResult, SuspensionTarget, TaskStatus,
 };
 use futures::future::OptionFuture;
@@ -389,11 +389,12 @@ impl TaskRun {
                         Some(job) => groups::job_buckets(&task, job, self.deps.partitions),
                         None => output.take_spawned(),
                     };
+                    let result = output.take_result();
                     if !children.is_empty() {
                         let job = job.map(|job| job.id);
-                        self.spawn_children(&task, children, job).await?;
+                        self.spawn_children(&task, children, job, result.clone())
+                            .await?;
                     }
-                    let result = output.take_result();
                     return self
                         .record_final(&task, TaskStatus::Completed, None, result)
                         .await;
@@ -522,21 +523,45 @@ impl TaskRun {
         Ok(Some(Arc::new(outcome)))
     }
 
+    /// For a join of sub-tasks that took their parent's place in a group: the parent, with the
+    /// result its attempt set (both recorded before the sub-tasks were enqueued); `None` for any
+    /// other task, or a group past retention (the join then records its own key).
+    async fn joined_parent(
+        &mut self,
+        task: &Task,
+        member: &GroupMember,
+    ) -> Result<Option<ParentRecord>, Halt> {
+        let Some(id) = task.join_of.as_ref() else {
+            return Ok(None);
+        };
+        let (store, group) = (self.deps.store.clone(), groups::key_of(&task.task_type, id));
+        let parent = self
+            .store_step("group parent read", || store.group_parent(group.clone()))
+            .await?;
+        // (The join carries the membership it took from this parent.)
+        Ok(parent.filter(|parent| parent.task.group.as_ref() == Some(member)))
+    }
+
     /// A successful attempt's sub-tasks, as owner, before the task's status: the group of its
-    /// sub-tasks records the task as their parent (their join takes its place in its own
-    /// group), then each is enqueued. A crash before the status runs the task again, which
-    /// spawns the same sub-tasks again.
+    /// sub-tasks records the task as their parent, with the `result` its attempt set (their
+    /// join takes its place in its own group, with that result), then each is enqueued. A crash
+    /// before the status runs the task again, which spawns the same sub-tasks again.
     async fn spawn_children(
         &mut self,
         task: &Task,
         children: Vec<Task>,
         job: Option<String>,
+        result: Option<serde_json::Value>,
     ) -> Result<(), Halt> {
         let (group, children) = groups::as_children(task, children);
         self.owner(None).await?;
         let store = self.deps.store.clone();
+        let parent = ParentRecord {
+            task: task.clone(),
+            result,
+        };
         self.store_step("sub-task group write", || {
-            store.record_parent(group.clone(), task.clone())
+            store.record_parent(group.clone(), parent.clone())
         })
         .await?;
         if let Some(id) = job {
@@ -577,14 +602,8 @@ impl TaskRun {
         let Some(member) = task.group.clone().filter(|_| !self.membership_deferred) else {
             return Ok(());
         };
-        let outcome = MemberOutcome {
-            index: member.index,
-            key: self.key.clone(),
-            status: record.status,
-            error: record.last_error.clone(),
-            result: record.result.clone(),
-            finished_at: record.updated_at,
-        };
+        let in_place_of = self.joined_parent(task, &member).await?;
+        let outcome = groups::member_outcome(&member, task, record, in_place_of);
         self.owner(None).await?;
         let (store, enqueuer, now) = (
             self.deps.store.clone(),

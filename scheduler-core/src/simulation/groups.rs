@@ -1,7 +1,8 @@
 //! Groups in the simulation: members spread over orderingIds with drawn plans (the total carried
 //! by the last member only, some groups failing fast), joins enqueued by the nodes and consumed
 //! from the topic like any record, and the checks: every group's join runs, as one task however
-//! many members triggered it, and is given every member's outcome and result.
+//! many members triggered it, and is given every member's outcome (under the member's own key)
+//! and result.
 
 use super::*;
 use scheduler_client::GroupMember;
@@ -193,6 +194,12 @@ impl World {
                         ));
                         continue;
                     };
+                    if outcome.key != *key {
+                        v.push(format!(
+                            "join: group {id}'s member {} has the key {}, not {key}",
+                            outcome.index, outcome.key
+                        ));
+                    }
                     let last = statuses.get(key).copied();
                     // A cancel does not interrupt a call already running: the join may see the
                     // cancel that the call's outcome replaces, or the call's outcome where its

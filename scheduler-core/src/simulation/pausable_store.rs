@@ -23,7 +23,7 @@ use crate::store::{BucketProgress, JobRecord, JobStore};
 use crate::store::{DeadLetter, DeadLetterFilter, DeadLetterStore, IdentityRecord, IdentityStore};
 use crate::store::{DeferralList, DeferredStore};
 use crate::store::{FireRecord, RecurringStore, ScheduleRecord};
-use crate::store::{GroupKey, GroupState, GroupStore, MemberOutcome};
+use crate::store::{GroupKey, GroupState, GroupStore, MemberOutcome, ParentRecord};
 use crate::store::{Suspension, SuspensionStore, SuspensionTarget};
 
 /// Whether a node's process is paused (and how many pauses began so far): shared by its store
@@ -355,8 +355,19 @@ impl GroupStore for PausableStore {
         self.send("group read", |s| s.group(group))
     }
 
-    fn record_parent(&self, group: GroupKey, parent: Task) -> BoxFuture<'static, StoreResult<()>> {
+    fn record_parent(
+        &self,
+        group: GroupKey,
+        parent: ParentRecord,
+    ) -> BoxFuture<'static, StoreResult<()>> {
         self.send("group write", |s| s.record_parent(group, parent))
+    }
+
+    fn group_parent(
+        &self,
+        group: GroupKey,
+    ) -> BoxFuture<'static, StoreResult<Option<ParentRecord>>> {
+        self.send("group read", |s| s.group_parent(group))
     }
 
     fn group_failed_by(&self, group: GroupKey) -> BoxFuture<'static, StoreResult<Option<u32>>> {

@@ -60,6 +60,17 @@ impl MemberOutcome {
     }
 }
 
+/// The task whose sub-tasks a group holds, with the result its attempt set: written before the
+/// sub-tasks are enqueued, so their join finds it and records the parent's own outcome in the
+/// parent's place (its key, and this result unless the join set one).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ParentRecord {
+    /// The parent, whole.
+    pub task: Task,
+    /// The result its handler set (at most `MAX_RESULT_BYTES` of JSON), if any.
+    pub result: Option<Value>,
+}
+
 /// What the store knows of a group.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct GroupState {
@@ -110,8 +121,19 @@ pub trait GroupStore: Send + Sync + 'static {
     /// member has finished.
     fn group(&self, group: GroupKey) -> BoxFuture<'static, StoreResult<Option<GroupState>>>;
 
-    /// Records the task whose sub-tasks the group holds (again: overwritten).
-    fn record_parent(&self, group: GroupKey, parent: Task) -> BoxFuture<'static, StoreResult<()>>;
+    /// Records the task whose sub-tasks the group holds, and its result (again: overwritten).
+    fn record_parent(
+        &self,
+        group: GroupKey,
+        parent: ParentRecord,
+    ) -> BoxFuture<'static, StoreResult<()>>;
+
+    /// The task whose sub-tasks the group holds, with its result (the header only: one row);
+    /// `None` for a group of no parent, or past retention.
+    fn group_parent(
+        &self,
+        group: GroupKey,
+    ) -> BoxFuture<'static, StoreResult<Option<ParentRecord>>>;
 
     /// The failed member of a fail-fast group, if one failed (the header only: a member about to
     /// run checks it).

@@ -6,7 +6,7 @@
 use super::*;
 use crate::executor::{GroupOutcome, Handlers};
 use crate::store::GroupStore;
-use scheduler_client::{GroupMember, OnConflict};
+use scheduler_client::{GroupMember, OnConflict, TaskData};
 
 type Joins = Arc<Mutex<Vec<(TaskKey, GroupOutcome)>>>;
 
@@ -26,9 +26,12 @@ impl TaskExecutor for Grouped {
         let spawn: Vec<u64> = (task.task_data.get("spawn").and_then(|v| v.as_array()))
             .map(|n| n.iter().filter_map(serde_json::Value::as_u64).collect())
             .unwrap_or_default();
+        // `child_joins`: what the join of each sub-task's own sub-tasks does (see `group_finished`).
+        let child_joins = task.task_data.get("child_joins").and_then(|v| v.as_array());
         if let Some((n, rest)) = spawn.split_first() {
             for i in 0..*n {
-                let data = serde_json::json!({ "spawn": rest });
+                let join = child_joins.and_then(|joins| joins.get(i as usize));
+                let data = serde_json::json!({ "spawn": rest, "join": join });
                 let child = Task::new(
                     format!("{}.{i}", task.ordering_id),
                     task.scheduled_time + TimeDelta::milliseconds(100),
@@ -72,17 +75,26 @@ impl TaskExecutor for Grouped {
             .map_err(|e| TaskError::invalid(e.to_string()))
     }
 
+    /// A join of sub-tasks whose parent carries `join: "result"` sets a result of its own;
+    /// `join: "fail"` fails (dropped).
     async fn group_finished(
         &self,
         task: &Task,
         group: &GroupOutcome,
-        _: &TaskContext,
+        ctx: &TaskContext,
     ) -> Result<(), TaskError> {
         self.joins
             .lock()
             .expect("lock")
             .push((task.key(), group.clone()));
-        Ok(())
+        let join = (group.parent.as_ref()).and_then(|parent| parent.task_data.get("join"));
+        match join.and_then(|v| v.as_str()) {
+            Some("result") => ctx
+                .set_result(serde_json::json!({ "joined": group.members.len() }))
+                .map_err(|e| TaskError::invalid(e.to_string())),
+            Some("fail") => Err(TaskError::invalid("join failed")),
+            _ => Ok(()),
+        }
     }
 }
 
@@ -302,15 +314,17 @@ fn sub_tasks_two_levels_deep_are_joined_after_their_children_each_join_once() {
             4,
             "a join per parent of sub-tasks, once each: {joined:?}"
         );
-        // The parent's join comes last, with its three children's joins as its members.
+        // The parent's join comes last, with its three children as its members (each recorded
+        // there by its own children's join).
         let (_, last) = joins.last().expect("joins");
         assert_eq!(last.parent.as_ref().map(Task::key), Some(parent.key()));
         assert_eq!(last.total, Some(3));
         assert_eq!(last.members.len(), 3);
         for member in &last.members {
             assert_eq!(member.status, TaskStatus::Completed);
-            assert!(
-                member.key.uniqueness_key.starts_with("group-finished:"),
+            assert_eq!(
+                member.key.ordering_id,
+                format!("p.{}", member.index - 1),
                 "{member:?}"
             );
         }
@@ -323,6 +337,69 @@ fn sub_tasks_two_levels_deep_are_joined_after_their_children_each_join_once() {
             h.store.status_of(P, &parent.key()).map(|s| s.status),
             Some(TaskStatus::Completed)
         );
+    });
+}
+
+#[test]
+fn a_parents_join_sees_each_child_with_sub_tasks_by_its_own_key_status_and_result() {
+    run_paused(|| async {
+        let (handler, handlers) = grouped();
+        let h = node(handlers);
+        h.assign().await;
+        // The parent spawns 3 children, each of which spawns 2 and sets its result; the join of
+        // the first child's sub-tasks sets nothing, the second's sets a result of its own, the
+        // third's fails.
+        let data =
+            serde_json::json!({ "spawn": [3, 2], "child_joins": ["none", "result", "fail"] });
+        let parent = Task::new(
+            "q",
+            t0(),
+            "parent",
+            data.as_object().cloned().unwrap_or_default(),
+        );
+        h.enqueue(vec![parent.clone()]).await;
+        for _ in 0..20 {
+            advance(Duration::from_secs(1)).await;
+            h.deliver_enqueued().await;
+        }
+        let joins = handler.joins.lock().expect("lock").clone();
+        let (_, last) = (joins.iter())
+            .find(|(_, g)| g.parent.as_ref().map(Task::key) == Some(parent.key()))
+            .expect("the parent's join");
+        let outcomes: Vec<_> = (last.members.iter())
+            .map(|m| {
+                let key = (m.key.ordering_id.as_str(), m.key.uniqueness_key.as_str());
+                (m.index, key, m.status, m.error.clone(), m.result.clone())
+            })
+            .collect();
+        let n = |i: u32| Some(serde_json::json!({ "n": i }));
+        assert_eq!(
+            outcomes,
+            vec![
+                // Each child's own key and the result it set.
+                (1, ("q.0", "child"), TaskStatus::Completed, None, n(1)),
+                // The result its sub-tasks' join set, which finished it.
+                (
+                    2,
+                    ("q.1", "child"),
+                    TaskStatus::Completed,
+                    None,
+                    Some(serde_json::json!({ "joined": 2 }))
+                ),
+                // Its sub-tasks' join failed: so did the child, in its group.
+                (
+                    3,
+                    ("q.2", "child"),
+                    TaskStatus::Dropped,
+                    Some("join failed".to_string()),
+                    n(3)
+                ),
+            ]
+        );
+        let child = |i: i64| Task::new(format!("q.{i}"), t0() + ms(100), "child", TaskData::new());
+        for (outcome, i) in last.members.iter().zip(0..) {
+            assert_eq!(outcome.key, child(i).key());
+        }
     });
 }
 

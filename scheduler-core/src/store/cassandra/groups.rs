@@ -8,13 +8,14 @@ use std::sync::Arc;
 use chrono::{DateTime, Utc};
 use futures::future::BoxFuture;
 use futures::FutureExt;
-use scheduler_client::{Task, TaskKey};
+use scheduler_client::TaskKey;
 
 use super::rows::first_row_of;
 use super::CassandraStore;
 use crate::store::groups::stored_group_number;
 use crate::store::{
-    GroupKey, GroupState, GroupStore, MemberOutcome, StoreError, StoreResult, TaskStatus,
+    GroupKey, GroupState, GroupStore, MemberOutcome, ParentRecord, StoreError, StoreResult,
+    TaskStatus,
 };
 
 /// A `group_members` row: the statics (`total`, `fail_fast`, `failed_by`), then the member's
@@ -170,12 +171,19 @@ impl GroupStore for CassandraStore {
         .boxed()
     }
 
-    fn record_parent(&self, group: GroupKey, parent: Task) -> BoxFuture<'static, StoreResult<()>> {
+    fn record_parent(
+        &self,
+        group: GroupKey,
+        parent: ParentRecord,
+    ) -> BoxFuture<'static, StoreResult<()>> {
         let inner = Arc::clone(&self.inner);
         async move {
             let text =
-                String::from_utf8_lossy(&scheduler_client::wire::encode(&parent)).into_owned();
-            let values = (text, group.task_type.as_str(), group.id.as_str());
+                String::from_utf8_lossy(&scheduler_client::wire::encode(&parent.task)).into_owned();
+            // (None writes null: a run again that set no result leaves none of an earlier one.
+            // One cell per group.)
+            let result = parent.result.as_ref().map(|value| value.to_string());
+            let values = (text, result, group.task_type.as_str(), group.id.as_str());
             inner
                 .run(
                     &inner.statements.groups.set_parent,
@@ -184,6 +192,34 @@ impl GroupStore for CassandraStore {
                 )
                 .await?;
             Ok(())
+        }
+        .boxed()
+    }
+
+    fn group_parent(
+        &self,
+        group: GroupKey,
+    ) -> BoxFuture<'static, StoreResult<Option<ParentRecord>>> {
+        let inner = Arc::clone(&self.inner);
+        async move {
+            let read = inner
+                .run(
+                    &inner.statements.groups.select_parent,
+                    (group.task_type.as_str(), group.id.as_str()),
+                    "group parent read",
+                )
+                .await?;
+            let row = first_row_of::<(Option<String>, Option<String>)>(read, "group member")?;
+            let Some((Some(task), result)) = row else {
+                return Ok(None);
+            };
+            let task = scheduler_client::wire::decode(Some(task.as_bytes()), usize::MAX)
+                .map_err(|e| corrupt(format!("parent: {e}")))?;
+            let result = result
+                .map(|text| serde_json::from_str(&text))
+                .transpose()
+                .map_err(|e| corrupt(format!("parent result: {e}")))?;
+            Ok(Some(ParentRecord { task, result }))
         }
         .boxed()
     }

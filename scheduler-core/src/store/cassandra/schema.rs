@@ -24,7 +24,7 @@ use crate::store::ttl::last_expiry;
 use crate::store::{StoreError, StoreResult};
 
 /// The schema version this release runs on.
-pub const SCHEMA_VERSION: u32 = 9;
+pub const SCHEMA_VERSION: u32 = 10;
 
 /// Where every keyspace's schema version and migration lock are kept.
 pub const META_KEYSPACE: &str = "scheduler_meta";
@@ -255,6 +255,9 @@ async fn apply_migrations(
     }
     if at < 9 {
         migrate_v9(session, ks).await?;
+    }
+    if at < 10 {
+        migrate_v10(session, ks).await?;
     }
     session
         .query_unpaged(
@@ -589,6 +592,14 @@ async fn migrate_v9(session: &Session, ks: &str) -> StoreResult<()> {
          uniqueness_key))"
     );
     run_schema_statement(session, lists).await?;
+    await_agreement(session).await
+}
+
+/// Version 10: the result of a group's parent (`group_members.parent_result`, static, beside
+/// `parent`): the parent's own result, which the join of its sub-tasks records in the parent's
+/// place in its own group. Null in groups written before: no result.
+async fn migrate_v10(session: &Session, ks: &str) -> StoreResult<()> {
+    add_column_if_absent(session, ks, "group_members", "parent_result", "text static").await?;
     await_agreement(session).await
 }
 

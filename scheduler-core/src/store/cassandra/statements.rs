@@ -512,8 +512,10 @@ pub(super) struct GroupStatements {
     /// The whole partition: the header and every member, paged.
     pub(super) select_group: PreparedStatement,
     pub(super) select_failed_by: PreparedStatement,
-    /// The task whose sub-tasks the group holds.
+    /// The task whose sub-tasks the group holds, and its result.
     pub(super) set_parent: PreparedStatement,
+    /// Those two: the header alone, one row.
+    pub(super) select_parent: PreparedStatement,
 }
 
 impl GroupStatements {
@@ -574,7 +576,13 @@ impl GroupStatements {
             .await?,
             // Only the header: a static column set by partition key alone.
             set_parent: prepare(format!(
-                "UPDATE {ks}.group_members SET parent = ? WHERE task_type = ? AND group_id = ?"
+                "UPDATE {ks}.group_members SET parent = ?, parent_result = ? WHERE task_type = ? \
+                 AND group_id = ?"
+            ))
+            .await?,
+            select_parent: prepare(format!(
+                "SELECT parent, parent_result FROM {ks}.group_members WHERE task_type = ? \
+                 AND group_id = ? LIMIT 1"
             ))
             .await?,
         })

@@ -65,6 +65,8 @@ struct State {
     dead_letters: BTreeMap<TaskKey, super::DeadLetter>,
     /// Groups, by key.
     groups: BTreeMap<super::GroupKey, super::GroupState>,
+    /// The result of each group's parent (`group_members.parent_result`, beside `parent`).
+    parent_results: BTreeMap<super::GroupKey, serde_json::Value>,
     /// Jobs, by id.
     jobs: BTreeMap<String, super::JobRecord>,
     /// Buckets' progress, by group and bucket.

@@ -21,7 +21,7 @@ use crate::store::{
 use crate::store::{BucketProgress, JobRecord, JobStore};
 use crate::store::{DeadLetter, DeadLetterFilter, DeadLetterStore, IdentityRecord, IdentityStore};
 use crate::store::{FireRecord, RecurringStore, ScheduleRecord};
-use crate::store::{GroupKey, GroupState, GroupStore, MemberOutcome};
+use crate::store::{GroupKey, GroupState, GroupStore, MemberOutcome, ParentRecord};
 use crate::store::{Suspension, SuspensionStore, SuspensionTarget};
 use scheduler_client::TaskIdentity;
 
@@ -397,9 +397,28 @@ impl GroupStore for MemoryStore {
         self.run("group read", move |s| s.groups.get(&group).cloned())
     }
 
-    fn record_parent(&self, group: GroupKey, parent: Task) -> BoxFuture<'static, StoreResult<()>> {
+    fn record_parent(
+        &self,
+        group: GroupKey,
+        parent: ParentRecord,
+    ) -> BoxFuture<'static, StoreResult<()>> {
         self.run("group write", move |s| {
-            s.groups.entry(group).or_default().parent = Some(parent);
+            match parent.result {
+                Some(result) => s.parent_results.insert(group.clone(), result),
+                None => s.parent_results.remove(&group),
+            };
+            s.groups.entry(group).or_default().parent = Some(parent.task);
+        })
+    }
+
+    fn group_parent(
+        &self,
+        group: GroupKey,
+    ) -> BoxFuture<'static, StoreResult<Option<ParentRecord>>> {
+        self.run("group read", move |s| {
+            let task = s.groups.get(&group)?.parent.clone()?;
+            let result = s.parent_results.get(&group).cloned();
+            Some(ParentRecord { task, result })
         })
     }
 

@@ -4,7 +4,7 @@ use chrono::{DateTime, Utc};
 use scheduler_client::TaskKey;
 
 use super::MemoryStore;
-use crate::store::{GroupKey, GroupStore, MemberOutcome, StoreError, TaskStatus};
+use crate::store::{GroupKey, GroupStore, MemberOutcome, ParentRecord, StoreError, TaskStatus};
 
 fn outcome(index: u32) -> MemberOutcome {
     let at = DateTime::<Utc>::UNIX_EPOCH;
@@ -48,6 +48,29 @@ async fn group_numbers_past_an_int_column_are_refused_as_cassandra_refuses_them(
         .record_member(group.clone(), outcome(largest), Some(largest), false)
         .await;
     assert!(written.is_ok(), "{written:?}");
+}
+
+/// A group's parent is read back with its result; written again without one, it has none.
+#[tokio::test]
+async fn a_groups_parent_is_read_back_with_the_result_of_its_last_write() {
+    let store = MemoryStore::new();
+    let group = GroupKey {
+        task_type: "t".into(),
+        id: "children:1".into(),
+    };
+    assert_eq!(store.group_parent(group.clone()).await.ok(), Some(None));
+    let at = DateTime::<Utc>::UNIX_EPOCH;
+    let task = scheduler_client::Task::new("p", at, "u", Default::default());
+    for result in [Some(serde_json::json!({ "n": 1 })), None] {
+        let parent = ParentRecord {
+            task: task.clone(),
+            result,
+        };
+        let written = store.record_parent(group.clone(), parent.clone()).await;
+        assert!(written.is_ok(), "{written:?}");
+        let read = store.group_parent(group.clone()).await.ok();
+        assert_eq!(read, Some(Some(parent)));
+    }
 }
 
 /// Every time a record may carry (`wire::check_time`) is one a load reaches: a partition with
