@@ -74,6 +74,14 @@ fn every_2s() -> ScheduleSpec {
     ScheduleSpec::every("s", Duration::from_secs(2), "report", TaskData::new())
 }
 
+fn every_10s() -> ScheduleSpec {
+    ScheduleSpec::every("s", Duration::from_secs(10), "report", TaskData::new())
+}
+
+fn fire_times(runs: &[Task]) -> Vec<DateTime<Utc>> {
+    runs.iter().map(|r| r.scheduled_time).collect()
+}
+
 impl Rig {
     /// Runs `tick` at `now` (first attempt); what it enqueued: (runs, ticks).
     async fn tick(&self, tick: &Task, now: DateTime<Utc>) -> (Vec<Task>, Vec<Task>) {
@@ -92,6 +100,47 @@ impl Rig {
         let mut enqueued = self.outbox.take();
         assert_eq!(enqueued.len(), 1, "{enqueued:?}");
         enqueued.remove(0)
+    }
+
+    /// Runs every tick of `ticks` due by `until`, and those they enqueue that are due by then,
+    /// one at a time in key order (as the owner of their orderingId does), each at its time or
+    /// at `from` if later (the node was down until then); what they enqueued: (runs, the ticks
+    /// not yet due, one per key).
+    async fn run_due(
+        &self,
+        mut ticks: Vec<Task>,
+        from: DateTime<Utc>,
+        until: DateTime<Utc>,
+    ) -> (Vec<Task>, Vec<Task>) {
+        let mut runs = Vec::new();
+        loop {
+            ticks.sort_by_key(Task::key);
+            ticks.dedup_by_key(|t| t.key());
+            if ticks.first().is_none_or(|t| t.scheduled_time > until) {
+                return (runs, ticks);
+            }
+            let tick = ticks.remove(0);
+            let (more, next) = self.tick(&tick, tick.scheduled_time.max(from)).await;
+            runs.extend(more);
+            ticks.extend(next);
+        }
+    }
+
+    /// The schedule's fires, oldest first: (fire time, outcome, the last time of a passed-over
+    /// range).
+    async fn fire_outcomes(&self) -> Vec<(DateTime<Utc>, &'static str, Option<DateTime<Utc>>)> {
+        let mut fires = self.schedules.fires("s", 1000).await.expect("fires");
+        fires.reverse();
+        fires
+            .iter()
+            .map(|f| {
+                let last = match f.outcome {
+                    FireOutcome::Missed { last, .. } => Some(last),
+                    _ => None,
+                };
+                (f.fire_time, f.outcome.as_str(), last)
+            })
+            .collect()
     }
 
     async fn complete(&self, run: &Task) {
@@ -310,15 +359,21 @@ async fn create_is_idempotent_and_a_new_definition_starts_a_new_chain() {
     assert!(redefined.revision > first.revision);
     assert_eq!(redefined.created_at, first.created_at);
     assert_eq!(rig.only_tick().scheduled_time, at(2));
-    // A stalled chain (its pending tick a minute overdue) restarts on the same definition.
+    // Its pending tick a minute overdue (every node down, or the chain stalled), the same
+    // definition enqueues that tick again, due now, in the same chain.
     rig.clock.set(at(120));
-    let restarted = rig
+    let again = rig
         .schedules
         .create(redefined.spec.clone())
         .await
-        .expect("restarted");
-    assert!(restarted.revision > redefined.revision);
-    assert_eq!(rig.only_tick().scheduled_time, at(122));
+        .expect("declared again");
+    assert_eq!(again, redefined);
+    let tick = rig.only_tick();
+    assert_eq!(tick.scheduled_time, at(120));
+    assert_eq!(
+        tick.uniqueness_key,
+        format!("tick:{}@{}", redefined.revision, at(2).timestamp_millis())
+    );
 }
 
 #[tokio::test]
@@ -348,4 +403,124 @@ async fn jittered_runs_are_due_after_their_fire_time_with_one_key() {
     let (runs, _) = rig.tick(&tick, at(2)).await;
     assert_eq!(runs, vec![spec.run(at(2))]);
     assert!(runs[0].scheduled_time >= at(2) && runs[0].scheduled_time < at(3));
+}
+
+#[tokio::test]
+async fn an_unchanged_schedule_declared_again_after_downtime_keeps_its_chain_and_catch_up() {
+    // Every 10 s; every node down from 25 s to 115 s (the tick of 30 s waits in the store); a
+    // node starting at 115 s declares the schedule again, or does not: the same either way.
+    for catch_up in [CatchUp::All, CatchUp::Once, CatchUp::Skip] {
+        let mut outcomes = Vec::new();
+        for declared_again in [false, true] {
+            let rig = rig();
+            let spec = every_10s().overlap(Overlap::Allow).catch_up(catch_up, None);
+            let created = rig.schedules.create(spec.clone()).await.expect("created");
+            let tick = rig.only_tick();
+            let (mut runs, mut pending) = rig.run_due(vec![tick], at(0), at(20)).await;
+            assert_eq!(fire_times(&runs), vec![at(10), at(20)]);
+            rig.clock.set(at(115));
+            let mut revision = created.revision;
+            if declared_again {
+                let again = rig.schedules.create(spec).await.expect("declared again");
+                revision = again.revision;
+                pending.extend(rig.outbox.take());
+            }
+            let (caught_up, next) = rig.run_due(pending, at(115), at(115)).await;
+            if catch_up == CatchUp::All {
+                let every: Vec<_> = (1..=11).map(|n| at(10 * n)).collect();
+                let ran = [fire_times(&runs), fire_times(&caught_up)].concat();
+                assert_eq!(ran, every, "catch-up all, declared again: {declared_again}");
+            }
+            assert_eq!(
+                revision, created.revision,
+                "{catch_up:?}: the same definition keeps its chain"
+            );
+            runs.extend(caught_up);
+            let next: Vec<_> = next.iter().map(|t| t.scheduled_time).collect();
+            assert_eq!(next, vec![at(120)], "{catch_up:?}: one chain goes on");
+            outcomes.push((runs, rig.fire_outcomes().await));
+        }
+        assert_eq!(
+            outcomes[1], outcomes[0],
+            "{catch_up:?}: declared again after downtime (left) or not (right)"
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_stalled_chain_restarted_by_a_create_catches_up_from_its_lost_tick() {
+    // Every 10 s; the tick of 20 s is lost (dead-lettered); the schedule is declared again at
+    // 115 s: the fire times from 20 s on go by the catch-up policy, none silently dropped.
+    let since_20: Vec<_> = (2..=11).map(|n| at(10 * n)).collect();
+    for (catch_up, ran) in [
+        (CatchUp::Skip, vec![]),
+        (CatchUp::Once, vec![at(110)]),
+        (CatchUp::All, since_20.clone()),
+    ] {
+        let rig = rig();
+        let spec = every_10s().overlap(Overlap::Allow).catch_up(catch_up, None);
+        let created = rig.schedules.create(spec.clone()).await.expect("created");
+        let tick = rig.only_tick();
+        let (runs, lost) = rig.run_due(vec![tick], at(0), at(10)).await;
+        assert_eq!((fire_times(&runs), lost.len()), (vec![at(10)], 1));
+        rig.clock.set(at(115));
+        let again = rig.schedules.create(spec).await.expect("declared again");
+        let (runs, next) = rig.run_due(rig.outbox.take(), at(115), at(115)).await;
+        assert_eq!(fire_times(&runs), ran, "{catch_up:?}");
+        let next: Vec<_> = next.iter().map(|t| t.scheduled_time).collect();
+        assert_eq!(next, vec![at(120)], "{catch_up:?}");
+        // Every fire time since the lost tick's is a run or within the passed-over range.
+        let fires = rig.fire_outcomes().await;
+        for t in &since_20 {
+            let accounted = fires.iter().any(|(fire, outcome, last)| match last {
+                Some(last) => fire <= t && t <= last,
+                None => fire == t && *outcome == "enqueued",
+            });
+            assert!(accounted, "{catch_up:?}: {t} unaccounted for in {fires:?}");
+        }
+        assert_eq!(again.revision, created.revision, "{catch_up:?}");
+    }
+}
+
+#[tokio::test]
+async fn a_redriven_dead_lettered_tick_fires_its_own_time_on_the_cadence() {
+    // The tick of 4 s was dead-lettered; an operator redrives it (enqueued again, due then).
+    for (redriven_at, ran, missed, next) in [
+        // Within the misfire threshold of 4 s: on time, it fires 4 s.
+        (
+            at(5) + TimeDelta::milliseconds(250),
+            vec![at(4)],
+            None,
+            at(6),
+        ),
+        // Late: catch-up once, the latest fire time; 4 s to 28 s passed over.
+        (
+            at(30) + TimeDelta::milliseconds(500),
+            vec![at(30)],
+            Some((at(4), at(28))),
+            at(32),
+        ),
+    ] {
+        let rig = rig();
+        let spec = every_2s();
+        rig.schedules.create(spec.clone()).await.expect("created");
+        let tick = rig.only_tick();
+        let (runs, mut ticks) = rig.tick(&tick, at(2)).await;
+        rig.complete(&runs[0]).await;
+        let dead_lettered = ticks.remove(0);
+        assert_eq!(dead_lettered.scheduled_time, at(4));
+        let redriven = Task {
+            scheduled_time: redriven_at,
+            enqueue_offset: None,
+            ..dead_lettered
+        };
+        let (runs, ticks) = rig.tick(&redriven, redriven_at).await;
+        assert_eq!(fire_times(&runs), ran, "redriven at {redriven_at}");
+        assert_eq!(runs, ran.iter().map(|t| spec.run(*t)).collect::<Vec<_>>());
+        assert_eq!(fire_times(&ticks), vec![next], "redriven at {redriven_at}");
+        let passed_over = (rig.fire_outcomes().await)
+            .into_iter()
+            .find_map(|(fire, _, last)| last.map(|last| (fire, last)));
+        assert_eq!(passed_over, missed, "redriven at {redriven_at}");
+    }
 }

@@ -10,9 +10,11 @@ use super::{InvalidSchedule, ScheduleSpec};
 use crate::clock::Clock;
 use crate::enqueue::{EnqueueError, Enqueuer};
 use crate::store::{FireRecord, RecurringStore, ScheduleRecord, StoreError};
+use scheduler_client::{truncate_to_millis, Task};
 
-/// A chain whose pending tick is this far overdue is restarted by a create of the same
-/// definition (its ticks were dead-lettered, or its first tick was never enqueued).
+/// A chain whose pending tick is this far overdue is overdue for a create of the same
+/// definition: every node was down, or the chain stalled (its tick was dead-lettered, or its
+/// first tick was never enqueued). The create enqueues that tick again.
 const STALLED_AFTER: TimeDelta = TimeDelta::minutes(1);
 
 /// A schedule could not be created or changed.
@@ -33,9 +35,10 @@ pub enum ScheduleError {
     /// The node stopped during the call.
     #[error("the node stopped: {0}")]
     Stopped(String),
-    /// The first tick could not be enqueued: the schedule is recorded; creating it again
-    /// (the same definition) starts its chain.
-    #[error("schedule {id} is recorded but its first tick was not enqueued; create it again")]
+    /// A tick could not be enqueued (a new chain's first, or an overdue chain's pending one
+    /// again): the schedule is recorded; creating it again (the same definition) once its
+    /// pending fire time is over a minute past enqueues that tick.
+    #[error("schedule {id} is recorded but its tick was not enqueued; create it again")]
     Enqueue {
         /// The schedule.
         id: String,
@@ -99,9 +102,11 @@ impl Schedules {
     }
 
     /// Creates the schedule, or redefines the one of its id. Idempotent: the same definition
-    /// again changes nothing (so a service may declare its schedules at every start), unless
-    /// its chain stalled, which starts again. A new definition starts a new chain from now
-    /// (a paused schedule stays paused).
+    /// again changes nothing (so a service may declare its schedules at every start); if its
+    /// pending fire time is over a minute past (every node was down, or its chain stalled), its
+    /// tick is enqueued again, due now, and the catch-up policy decides about the fire times
+    /// since, as for any late tick. A new definition starts a new chain from now (a paused
+    /// schedule stays paused).
     pub async fn create(&self, spec: ScheduleSpec) -> Result<ScheduleRecord, ScheduleError> {
         self.on_runtime(move |s| async move { s.create_here(spec).await })
             .await
@@ -154,13 +159,17 @@ impl Schedules {
         let cadence = spec.validate()?;
         let now = self.clock.now();
         let existing = self.store.recurring_schedule(spec.id.clone()).await?;
-        if let Some(existing) = &existing {
-            let stalled = !existing.paused
-                && existing
-                    .next_fire
-                    .is_none_or(|next| next + STALLED_AFTER < now);
-            if existing.spec == spec && !stalled {
-                return Ok(existing.clone());
+        if let Some(existing) = existing.as_ref().filter(|e| e.spec == spec) {
+            match (existing.paused, existing.next_fire) {
+                (true, _) => return Ok(existing.clone()),
+                (false, Some(pending)) => {
+                    if pending + STALLED_AFTER < now {
+                        self.enqueue_again(existing, pending, now).await?;
+                    }
+                    return Ok(existing.clone());
+                }
+                // No pending fire time (none was left): from now, if there is one now.
+                (false, None) => {}
             }
         }
         let Some(next) = cadence.next_after(now) else {
@@ -248,6 +257,29 @@ impl Schedules {
             .recurring_schedule(id.to_string())
             .await?
             .ok_or_else(|| ScheduleError::NotFound(id.to_string()))
+    }
+
+    /// Enqueues again the tick of `existing`'s overdue pending fire time, due `now` (a new task:
+    /// the first may have a final status, dead-lettered), keeping the chain and its revision.
+    /// If the first is still pending (every node was down), it runs first and moves the chain
+    /// on, and this one then does nothing; else this one goes on with the chain: late, its
+    /// catch-up policy decides about every fire time since (see `ticker`).
+    async fn enqueue_again(
+        &self,
+        existing: &ScheduleRecord,
+        pending: DateTime<Utc>,
+        now: DateTime<Utc>,
+    ) -> Result<(), ScheduleError> {
+        let id = &existing.spec.id;
+        let tick = Task {
+            scheduled_time: truncate_to_millis(now),
+            ..tick_task(id, existing.revision, pending)
+        };
+        tracing::info!(schedule = %id, %pending, "its pending fire time is overdue: its tick enqueued again");
+        (self.enqueuer.enqueue(tick).await).map_err(|source| ScheduleError::Enqueue {
+            id: id.clone(),
+            source,
+        })
     }
 
     async fn start_chain(

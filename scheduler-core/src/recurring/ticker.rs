@@ -1,8 +1,11 @@
 //! The handler of a schedule's ticks, which every node registers for [`TICK_TYPE`].
 //!
-//! A tick of fire time `T` reads its schedule and:
+//! A tick of fire time `T` (named by its key: a tick enqueued again later, by a create that found
+//! its chain overdue or redriven from the dead letters, still stands for `T`) reads its schedule
+//! and:
 //! 1. ends the chain if the schedule was deleted, paused, or created or resumed again since
-//!    (the tick carries the revision it was enqueued under);
+//!    (the tick carries the revision it was enqueued under); a tick enqueued again does nothing
+//!    if its chain went on past `T`;
 //! 2. plans what to fire ([`super::plan`]): `T` when on time, else the catch-up policy's pick
 //!    of the fire times that passed;
 //! 3. skips them if overlap is `skip` and the previous run has no final status yet;
@@ -42,7 +45,8 @@ pub(crate) struct Ticker {
 }
 
 /// The tick of schedule `id` (under `revision`) for `fire`: due at `fire`, in the schedule's
-/// own orderingId (so a long run never delays it), ahead of every other due task.
+/// own orderingId (so a long run never delays it), ahead of every other due task. Its
+/// uniquenessKey names its fire time (see [`tick_of`]).
 pub(crate) fn tick_task(id: &str, revision: i64, fire: DateTime<Utc>) -> Task {
     let mut data = TaskData::new();
     data.insert("schedule".into(), id.into());
@@ -57,11 +61,19 @@ pub(crate) fn tick_task(id: &str, revision: i64, fire: DateTime<Utc>) -> Task {
     .with_priority(i32::MAX)
 }
 
-/// The schedule and revision a tick names.
-fn tick_of(task: &Task) -> Option<(String, i64)> {
+/// The schedule, revision and fire time a tick names. The fire time is the one its
+/// uniquenessKey carries (`tick:<revision>@<fire ms>`), not its due time: a tick enqueued again
+/// after its fire time (by a create that found its chain overdue, or redriven from the dead
+/// letters) is due when it was enqueued and still stands for its own fire time.
+fn tick_of(task: &Task) -> Option<(String, i64, DateTime<Utc>)> {
     let id = task.task_data.get("schedule")?.as_str()?;
     let revision = task.task_data.get("revision")?.as_i64()?;
-    Some((id.to_string(), revision))
+    let (_, fire_ms) = task
+        .uniqueness_key
+        .strip_prefix("tick:")?
+        .rsplit_once('@')?;
+    let fire = DateTime::from_timestamp_millis(fire_ms.parse().ok()?)?;
+    Some((id.to_string(), revision, fire))
 }
 
 impl Ticker {
@@ -95,7 +107,15 @@ impl Ticker {
         Ok(fires.into_iter().filter(|f| f.fire_time >= fire).collect())
     }
 
-    async fn tick(&self, id: String, revision: i64, fire: DateTime<Utc>) -> Result<(), TaskError> {
+    /// The tick of `fire`; `again`: enqueued again after its fire time (by a create that found
+    /// its chain overdue, or redriven from the dead letters).
+    async fn tick(
+        &self,
+        id: String,
+        revision: i64,
+        fire: DateTime<Utc>,
+        again: bool,
+    ) -> Result<(), TaskError> {
         let record = (self.schedules.recurring_schedule(id.clone()).await)
             .map_err(|e| TaskError::retry(format!("reading schedule {id}: {e}")))?;
         let Some(record) = record else {
@@ -108,6 +128,12 @@ impl Ticker {
             // An earlier attempt's recorded runs still go out (enqueued once however often).
             self.enqueue_runs(spec, &enqueued(&recorded)).await?;
             debug!("the schedule was paused or redefined: this chain ends");
+            return Ok(());
+        }
+        if again && record.next_fire.is_some_and(|next| next > fire) {
+            // Its chain went on past it (it was alive: every node had been down): the tick that
+            // moved it on sent the runs from this fire time on before recording where it stands.
+            debug!("a tick enqueued again after its chain went on: nothing to do");
             return Ok(());
         }
         let cadence = spec
@@ -234,13 +260,13 @@ fn reach(fire: &FireRecord) -> DateTime<Utc> {
 
 impl TaskExecutor for Ticker {
     async fn execute(&self, task: &Task, _: &TaskContext) -> Result<(), TaskError> {
-        let Some((id, revision)) = tick_of(task) else {
+        let Some((id, revision, fire)) = tick_of(task) else {
             return Err(TaskError::invalid(
-                "a tick's data names its schedule and revision",
+                "a tick's data names its schedule and revision, its key its fire time",
             ));
         };
-        let fire = task.scheduled_time;
-        let span = tracing::info_span!("tick", schedule = %id, revision, %fire);
-        self.tick(id, revision, fire).instrument(span).await
+        let again = task.scheduled_time.timestamp_millis() != fire.timestamp_millis();
+        let span = tracing::info_span!("tick", schedule = %id, revision, %fire, again);
+        self.tick(id, revision, fire, again).instrument(span).await
     }
 }

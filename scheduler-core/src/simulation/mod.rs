@@ -31,7 +31,9 @@
 //!   each one's outcome and result; a fail-fast group's members may end cancelled once a member
 //!   failed;
 //! - each recurring schedule fires each fire time once (one run, finished) or accounts for it
-//!   (an overlap skip, a late tick's catch-up), from its creation to its pause at the heal;
+//!   (an overlap skip, a late tick's catch-up), from its creation to its pause after the heal,
+//!   also when the whole cluster was down for over a minute at the heal and its nodes declared
+//!   the schedules again at their start;
 //! - at a calm end, one orderingId stuck on failing tasks does not hold up another of its
 //!   partition (its tasks start within a second of their time).
 //!
@@ -462,6 +464,9 @@ impl World {
             self.add_node();
         }
         self.rebalance().await;
+        if self.rng.bool() {
+            self.restart_cluster().await;
+        }
         let quiet_end = Instant::now() + QUIET_PHASE;
         let mut steps = 0u32;
         while Instant::now() < quiet_end {
