@@ -155,7 +155,9 @@ fn create_says_whether_the_schedule_is_new_unchanged_redefined_or_restarted() {
                        "priority": 0, "overlap": "skip", "catchUp": "once"},
         "revision": 1795337000000_i64,
     }));
-    let stalled = heartbeat(json!({"revision": 1795337000000_i64, "stalled": true}));
+    // Overdue: the node enqueues its tick again and keeps the chain (the same revision).
+    let stalled = heartbeat(json!({"stalled": true}));
+    let ended = heartbeat(json!({"revision": 1795337000000_i64, "nextFire": null}));
     let paused = heartbeat(json!({"paused": true, "nextFire": null}));
     for (before, after, says) in [
         (
@@ -175,9 +177,15 @@ fn create_says_whether_the_schedule_is_new_unchanged_redefined_or_restarted() {
             "redefined schedule heartbeat: every 2s, next fire 2026-11-22T09:00:02.000Z",
         ),
         (
-            Some(stalled),
+            Some(stalled.clone()),
+            stalled,
+            "schedule heartbeat unchanged, its overdue tick enqueued again: every 2s, stalled \
+             since 2026-11-22T09:00:02.000Z",
+        ),
+        (
+            Some(ended),
             heartbeat(json!({})),
-            "restarted schedule heartbeat (it had stalled): every 2s, next fire \
+            "started schedule heartbeat again (it had no next fire): every 2s, next fire \
              2026-11-22T09:00:02.000Z",
         ),
         (

@@ -47,12 +47,16 @@ fn create(args: ScheduleCreateArgs, json: bool, out: &mut dyn Write) -> Outcome 
     let id = &after.definition.id;
     let line = match before {
         None => format!("created schedule {id}"),
+        // The same definition of an overdue chain: its pending tick is enqueued again.
+        Some(before) if before.revision == after.revision && before.stalled && !before.paused => {
+            format!("schedule {id} unchanged, its overdue tick enqueued again")
+        }
         Some(before) if before.revision == after.revision => format!("schedule {id} unchanged"),
         Some(before) if before.definition != after.definition => {
             format!("redefined schedule {id}")
         }
-        // The same definition, a new chain: the one before had stalled.
-        Some(_) => format!("restarted schedule {id} (it had stalled)"),
+        // The same definition, a new chain: the one before had no pending fire time left.
+        Some(_) => format!("started schedule {id} again (it had no next fire)"),
     };
     writeln!(out, "{line}: {}", summary(&after)).map_err(io_failure)
 }
