@@ -16,7 +16,8 @@ use scheduler_core::store::{
     DeadLetterStore, DeadReason, DeferralList, DeferredStore, FireOutcome, FireRecord, GroupKey,
     GroupStore, IdentityRecord, IdentityStore, MemberOutcome, OwnershipStore, ParentRecord,
     PartitionOwner, ReadCursor, RecurringStore, ScheduleRecord, ScheduleStore, StatusRecord,
-    StatusStore, StoreError, StoreLevels, Suspension, SuspensionStore, SuspensionTarget, TaskStatus,
+    StatusStore, StoreError, StoreLevels, Suspension, SuspensionStore, SuspensionTarget,
+    TaskStatus,
 };
 use scheduler_core::{Task, TaskKey};
 
@@ -591,7 +592,7 @@ async fn grouped_and_join_tasks_keep_their_group_everywhere_a_task_is_stored_and
     // Identities.
     for task in [&identity_member, &plain] {
         let record = IdentityRecord {
-            task: task.clone(),
+            task: task.clone().enqueued_at(17),
             first_time: at,
             offset: 17,
         };
