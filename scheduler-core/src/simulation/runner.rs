@@ -3,8 +3,9 @@
 
 use super::*;
 
-/// Runs one seed; returns its violations (empty: it passed) and how many calls it made.
-pub(super) fn run_seed(seed: u64) -> (Vec<String>, usize) {
+/// Runs one seed; returns its violations (empty: it passed) and what it read beside the calls
+/// it made.
+pub(super) fn run_seed(seed: u64) -> (Vec<String>, checks::Reads) {
     // SIM_LOG=debug (an env filter) shows the engine's logs of a replayed seed.
     if let Ok(filter) = std::env::var("SIM_LOG") {
         let _ = tracing_subscriber::fmt()
@@ -26,9 +27,10 @@ pub(super) fn run_seed(seed: u64) -> (Vec<String>, usize) {
         let mut world = World::new(seed);
         world.run().await;
         world.check();
+        let reads = world.reads();
         let mut violations = world.violations;
         violations.dedup();
-        (violations, world.shared.calls().len())
+        (violations, reads)
     })
 }
 
@@ -91,9 +93,15 @@ fn simulation_of_seeded_faults_keeps_every_promise() {
     let mut results = results.into_inner().unwrap_or_else(PoisonError::into_inner);
     results.sort_by_key(|(seed, _)| *seed);
     let mut failed = Vec::new();
-    let mut calls = 0;
-    for (seed, (violations, n)) in results {
-        calls += n;
+    let (mut calls, mut rows, mut tombstones) = (0, 0, 0);
+    let mut most_read: Option<(u64, checks::Reads)> = None;
+    for (seed, (violations, reads)) in results {
+        calls += reads.calls;
+        rows += reads.rows;
+        tombstones += reads.tombstones;
+        if most_read.is_none_or(|(_, most)| reads.rows_per_call() > most.rows_per_call()) {
+            most_read = Some((seed, reads));
+        }
         if !violations.is_empty() {
             eprintln!(
                 "simulation seed {seed} failed ({} violations; replay with SIM_SEED={seed}):",
@@ -111,6 +119,14 @@ fn simulation_of_seeded_faults_keeps_every_promise() {
         failed.len(),
         started.elapsed().as_secs_f64()
     );
+    if let Some((seed, most)) = most_read {
+        eprintln!(
+            "simulation: {rows} rows read ({:.1} per call; at most {:.1}, seed {seed}, bound {}), {tombstones} tombstones stepped over",
+            rows as f64 / calls.max(1) as f64,
+            most.rows_per_call(),
+            checks::ROWS_READ_PER_CALL
+        );
+    }
     assert!(failed.is_empty(), "failing seeds: {failed:?}");
 }
 
