@@ -260,7 +260,7 @@ pub(super) async fn redrive(
     State(state): State<Arc<AdminState>>,
     body: Result<Json<DeadLetterSelection>, JsonRejection>,
 ) -> Result<Json<RedriveResponse>, ApiError> {
-    let Json(body) = body.map_err(|e| ApiError::bad_request(e.body_text()))?;
+    let Json(body) = body?;
     let selection = selected(body, false)?;
     let (redriven, tasks) = apply_to_selected(&state, selection, Action::Redrive).await?;
     Ok(Json(RedriveResponse { redriven, tasks }))
@@ -270,7 +270,7 @@ pub(super) async fn purge(
     State(state): State<Arc<AdminState>>,
     body: Result<Json<DeadLetterSelection>, JsonRejection>,
 ) -> Result<Json<PurgeResponse>, ApiError> {
-    let Json(body) = body.map_err(|e| ApiError::bad_request(e.body_text()))?;
+    let Json(body) = body?;
     let selection = selected(body, true)?;
     let (purged, _) = apply_to_selected(&state, selection, Action::Purge).await?;
     state.metrics.purged(purged);

@@ -1,7 +1,9 @@
 //! Errors as the API's JSON on every route: axum answers a method a path does not take (405)
 //! with an empty body and a body over the limit (413) in plain text; this layer rewrites such
 //! an answer, and any other error without a type or in plain text, as `{"error": "..."}`,
-//! keeping its status and headers (`Allow`). The dashboard's HTML errors stay HTML.
+//! keeping its status and headers (`Allow`). A 413 always names the listener's limit (a route
+//! reading its body as JSON answers one as JSON already). The dashboard's HTML errors stay
+//! HTML.
 
 use axum::extract::{Request, State};
 use axum::http::{header, HeaderValue, StatusCode};
@@ -23,9 +25,10 @@ pub(crate) async fn as_json(State(limit): State<usize>, request: Request, next: 
         .and_then(|v| v.to_str().ok())
         .unwrap_or_default()
         .to_ascii_lowercase();
-    if !(status.is_client_error() || status.is_server_error())
-        || !(content_type.is_empty() || content_type.starts_with("text/plain"))
-    {
+    let rewritten = status == StatusCode::PAYLOAD_TOO_LARGE
+        || content_type.is_empty()
+        || content_type.starts_with("text/plain");
+    if !(status.is_client_error() || status.is_server_error()) || !rewritten {
         return response;
     }
     let (mut parts, body) = response.into_parts();

@@ -375,7 +375,7 @@ async fn cancel(
     State(state): State<Arc<AdminState>>,
     body: Result<Json<TaskKeyBody>, JsonRejection>,
 ) -> Result<(StatusCode, Json<CancelResponse>), ApiError> {
-    let Json(body) = body.map_err(|e| ApiError::bad_request(e.body_text()))?;
+    let Json(body) = body?;
     let (sent, task, ordering_id) = match body.scheduled_time.filter(|t| !t.is_empty()) {
         Some(time) => {
             let key = parse_key(body.ordering_id, Some(time), body.uniqueness_key)?;
@@ -421,7 +421,7 @@ async fn reschedule(
     State(state): State<Arc<AdminState>>,
     body: Result<Json<TaskKeyBody>, JsonRejection>,
 ) -> Result<(StatusCode, Json<CancelResponse>), ApiError> {
-    let Json(body) = body.map_err(|e| ApiError::bad_request(e.body_text()))?;
+    let Json(body) = body?;
     let key = parse_key(body.ordering_id, body.scheduled_time, body.uniqueness_key)?;
     let identity = TaskIdentity::new(key.ordering_id.clone(), key.uniqueness_key.clone());
     state

@@ -461,11 +461,15 @@ pub(super) fn document() -> Value {
             })
             .into_generator(),
     );
+    let error = answers.of::<ErrorResponse>();
     let mut paths = Map::new();
     for operation in operations(&mut answers) {
         let entry = paths.entry(operation.path).or_insert_with(|| json!({}));
         if let Some(methods) = entry.as_object_mut() {
-            methods.insert(operation.method.to_string(), describe(operation));
+            methods.insert(
+                operation.method.to_string(),
+                describe(operation, error.as_ref()),
+            );
         }
     }
     json!({
@@ -487,8 +491,33 @@ pub(super) fn document() -> Value {
     })
 }
 
-/// One operation as OpenAPI describes it.
-fn describe(operation: Operation) -> Value {
+/// What the listener answers before any route does (`admin::access`, `json_errors`), on every
+/// operation, and on those that take a body.
+fn listener_answers(takes_body: bool) -> Vec<(u16, String)> {
+    let mut answers =
+        vec![
+        (401, "No token, or a wrong one (a node with an admin token)".to_string()),
+        (
+            403,
+            "A Host the listener does not answer to, or a state-changing request from another site"
+                .to_string(),
+        ),
+    ];
+    if takes_body {
+        answers.push((
+            413,
+            format!(
+                "The body is over the listener's limit ({} bytes, or a queue's largest task and 64 KiB more when that is more)",
+                super::REQUEST_BODY_LIMIT
+            ),
+        ));
+        answers.push((415, "A body that is not application/json".to_string()));
+    }
+    answers
+}
+
+/// One operation as OpenAPI describes it; `error` is the schema of an error's answer.
+fn describe(operation: Operation, error: Option<&Value>) -> Value {
     let mut parameters: Vec<Value> = operation
         .path
         .split('/')
@@ -523,6 +552,13 @@ fn describe(operation: Operation) -> Value {
             response["content"] = json!({"application/json": {"schema": schema}});
         }
         responses.insert(code.to_string(), response);
+    }
+    for (code, description) in listener_answers(operation.body.is_some()) {
+        let mut response = json!({ "description": description });
+        if let Some(schema) = error {
+            response["content"] = json!({"application/json": {"schema": schema}});
+        }
+        responses.entry(code.to_string()).or_insert(response);
     }
     let mut described = json!({
         "summary": operation.summary,

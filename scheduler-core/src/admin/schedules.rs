@@ -107,7 +107,7 @@ pub(super) async fn create(
     State(state): State<Arc<AdminState>>,
     body: Result<Json<ScheduleSpec>, JsonRejection>,
 ) -> Result<(StatusCode, Json<ScheduleView>), ApiError> {
-    let Json(spec) = body.map_err(|e| ApiError::bad_request(e.body_text()))?;
+    let Json(spec) = body?;
     let existed = (state.schedules.get(&spec.id).await)
         .map_err(schedule_error)?
         .is_some();
@@ -179,7 +179,7 @@ pub(super) async fn preview(
     body: Result<Json<ScheduleSpec>, JsonRejection>,
 ) -> Result<Json<PreviewResponse>, ApiError> {
     let count = count(query)?;
-    let Json(mut spec) = body.map_err(|e| ApiError::bad_request(e.body_text()))?;
+    let Json(mut spec) = body?;
     // Nothing is created: an id is not needed.
     if spec.id.is_empty() {
         spec.id = "preview".to_string();

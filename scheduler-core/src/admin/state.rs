@@ -3,6 +3,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
+use axum::extract::rejection::JsonRejection;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
@@ -74,6 +75,21 @@ impl ApiError {
         ApiError {
             status: StatusCode::NOT_FOUND,
             message: message.into(),
+        }
+    }
+}
+
+/// A JSON body a route could not take: over the listener's limit, 413 (the JSON errors layer
+/// names the limit); else 400, saying what was wrong with it.
+impl From<JsonRejection> for ApiError {
+    fn from(rejection: JsonRejection) -> Self {
+        let status = match rejection.status() {
+            StatusCode::PAYLOAD_TOO_LARGE => StatusCode::PAYLOAD_TOO_LARGE,
+            _ => StatusCode::BAD_REQUEST,
+        };
+        ApiError {
+            status,
+            message: rejection.body_text(),
         }
     }
 }

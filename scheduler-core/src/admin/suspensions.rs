@@ -102,7 +102,7 @@ pub(super) async fn suspend(
     State(state): State<Arc<AdminState>>,
     body: Result<Json<SuspendRequest>, JsonRejection>,
 ) -> Result<(StatusCode, Json<SuspensionView>), ApiError> {
-    let Json(body) = body.map_err(|e| ApiError::bad_request(e.body_text()))?;
+    let Json(body) = body?;
     let target = checked_target(body.kind, body.target)?;
     let reason = body.reason.filter(|r| !r.is_empty());
     if let Some(reason) = &reason {

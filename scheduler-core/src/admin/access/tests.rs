@@ -549,6 +549,33 @@ async fn errors_are_json_on_every_route() {
     .await;
     assert_eq!(too_big.status, StatusCode::PAYLOAD_TOO_LARGE);
     assert!(too_big.error().contains("bytes"), "{}", too_big.body);
+    // The routes whose body is read as JSON answer the same (they answered 400, "Failed to
+    // buffer the request body").
+    for path in [
+        "/api/v1/task/cancel",
+        "/api/v1/task/reschedule",
+        "/api/v1/dead-letters/redrive",
+        "/api/v1/dead-letters/purge",
+        "/api/v1/suspensions",
+        "/api/v1/schedules",
+        "/api/v1/schedules/preview",
+    ] {
+        let too_big = send(
+            &app,
+            Method::POST,
+            path,
+            &[("content-type", "application/json")],
+            &big,
+        )
+        .await;
+        assert_eq!(too_big.status, StatusCode::PAYLOAD_TOO_LARGE, "{path}");
+        assert!(
+            too_big.error().contains("limit of"),
+            "{path}: {}",
+            too_big.body
+        );
+        assert_eq!(too_big.header(header::CONTENT_TYPE), "application/json");
+    }
     let unknown = send(&app, Method::GET, "/api/v2/nothing", &[], "").await;
     assert_eq!(unknown.status, StatusCode::NOT_FOUND);
     assert!(!unknown.error().is_empty());

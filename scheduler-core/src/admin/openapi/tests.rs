@@ -95,6 +95,34 @@ fn the_document_is_openapi_3_1_with_resolvable_references() {
     assert_eq!(ids.len(), count, "operation ids are unique");
 }
 
+/// The answers the listener gives before any route (a token, a Host, a cross-site request,
+/// a body over the limit or not JSON) are documented on the operations they can come from.
+#[test]
+fn the_listeners_own_refusals_are_documented_on_every_operation() {
+    let doc = document();
+    for (path, methods) in doc["paths"].as_object().expect("paths") {
+        for (method, operation) in methods.as_object().expect("methods") {
+            let responses = operation["responses"].as_object().expect("responses");
+            for code in ["401", "403"] {
+                assert!(responses.contains_key(code), "{method} {path}: {code}");
+            }
+            let takes_body = operation.get("requestBody").is_some();
+            for code in ["413", "415"] {
+                assert_eq!(
+                    responses.contains_key(code),
+                    takes_body,
+                    "{method} {path}: {code}"
+                );
+            }
+            let schema = &responses["403"]["content"]["application/json"]["schema"]["$ref"];
+            assert_eq!(
+                schema, "#/components/schemas/ErrorResponse",
+                "{method} {path}"
+            );
+        }
+    }
+}
+
 #[test]
 fn answers_are_described_by_the_fields_they_serialize() {
     let doc = document();
