@@ -144,6 +144,30 @@ impl LeaseHold {
         live && self.inner.lock().durable.get(&self.ordering_id) == Some(&self.durable_since)
     }
 
+    /// Once the entry broke (see [`Self::unbroken`]), waits until it is written again and live
+    /// and answers with a stamp taken then: an ownership read that begins after it confirms the
+    /// tree again (a newer tree claiming later finds the entry and waits for it). `None` at
+    /// once if the entry never broke: the checks made before still hold.
+    pub async fn renewed(&mut self) -> Option<Stamp> {
+        if self.unbroken() {
+            return None;
+        }
+        loop {
+            let updated = self.inner.updated.notified();
+            let live = self
+                .state
+                .borrow()
+                .valid_until
+                .is_some_and(|until| Instant::now() < until);
+            let durable = self.inner.lock().durable.get(&self.ordering_id).copied();
+            if let (true, Some(since)) = (live, durable) {
+                self.durable_since = since;
+                return Some(Stamp::now());
+            }
+            updated.await;
+        }
+    }
+
     /// What the call sees of the lease.
     pub fn watch(&self) -> watch::Receiver<LeaseState> {
         self.state.clone()

@@ -144,6 +144,7 @@ pub(crate) async fn run_task(
         store_failures: 0,
         handler_waits: 0,
         membership_deferred: false,
+        outcome_hold: None,
         rng: fastrand::Rng::new(),
         span: span.clone(),
     };
@@ -151,6 +152,8 @@ pub(crate) async fn run_task(
         Ok(outcome) => outcome,
         Err(halt) => halt.into(),
     };
+    // The outcome is recorded: the orderingId leaves the lease.
+    drop(run.outcome_hold.take());
     run.deps.metrics.executed(partition, outcome);
     debug!(partition, task = %run.key, ?outcome, attempts = run.attempts, "task done");
     outcome
@@ -173,6 +176,9 @@ struct TaskRun {
     handler_waits: u32,
     /// The task spawned sub-tasks: their join records it in its group, not its own status.
     membership_deferred: bool,
+    /// The lease entry of the call whose outcome is being recorded (see `owner_of_outcome`);
+    /// released once it is recorded, or when the task is to be retried.
+    outcome_hold: Option<LeaseHold>,
     rng: fastrand::Rng,
     span: tracing::Span,
 }
@@ -350,6 +356,7 @@ impl TaskRun {
                 }
             };
             self.called = true;
+            self.outcome_hold = hold;
             let delay = started_at - self.key.scheduled_time;
             debug!(partition, task = %self.key, attempt = self.attempts, epoch,
                 delay_ms = delay.num_milliseconds(), "task called");
@@ -431,7 +438,7 @@ impl TaskRun {
                 .retry_scheduled(partition, &self.key, self.attempts, &reason, delay);
             self.called = false;
             // (The retry checks again: an update meanwhile gives it its new data.)
-            drop((hold, call));
+            drop((self.outcome_hold.take(), call));
             self.unless_stopped(tokio::time::sleep(delay)).await?;
         }
     }
@@ -554,7 +561,7 @@ impl TaskRun {
         result: Option<serde_json::Value>,
     ) -> Result<(), Halt> {
         let (group, children) = groups::as_children(task, children);
-        self.owner(None).await?;
+        self.owner_of_outcome().await?;
         let store = self.deps.store.clone();
         let parent = ParentRecord {
             task: task.clone(),
@@ -604,7 +611,7 @@ impl TaskRun {
         };
         let in_place_of = self.joined_parent(task, &member).await?;
         let outcome = groups::member_outcome(&member, task, record, in_place_of);
-        self.owner(None).await?;
+        self.owner_of_outcome().await?;
         let (store, enqueuer, now) = (
             self.deps.store.clone(),
             self.deps.enqueuer.clone(),
@@ -648,6 +655,28 @@ impl TaskRun {
                 Err(Halt::Fenced)
             }
         }
+    }
+
+    /// The tree's epoch, before a write of what the call did. If the call's lease entry broke
+    /// since the checks before the call (a pause of the process, renewals that failed), a newer
+    /// tree may have found no entry and taken the task over: the entry is written again first,
+    /// and ownership confirmed by a read begun after that. Either this tree records (a newer
+    /// tree claims later, finds the entry and waits for it) or it is fenced and records nothing
+    /// (the newer tree runs the task). A tree told to stop meanwhile records nothing either.
+    async fn owner_of_outcome(&mut self) -> Result<u64, Halt> {
+        let mut read_after = None;
+        if let Some(mut hold) = self.outcome_hold.take() {
+            if !hold.unbroken() {
+                debug!(partition = self.partition, task = %self.key,
+                    "the call's lease entry broke; confirming ownership before recording");
+                let renewed = self.unless_stopped(hold.renewed()).await;
+                self.outcome_hold = Some(hold);
+                read_after = renewed?;
+            } else {
+                self.outcome_hold = Some(hold);
+            }
+        }
+        self.owner(read_after).await
     }
 
     /// No handler on this node runs the task's type (a rolling deploy that adds a type): the
@@ -720,10 +749,10 @@ impl TaskRun {
             redriven_at: None,
             redrives: 0,
         };
-        self.owner(None).await?;
+        self.owner_of_outcome().await?;
         self.deps.pool.dead_lettered(letter.clone()).await;
         loop {
-            self.owner(None).await?;
+            self.owner_of_outcome().await?;
             match self.deps.store.add_dead_letter(letter.clone()).await {
                 Ok(()) => break,
                 Err(e) => self.store_failed("dead-letter write", &e.into()).await?,
@@ -744,7 +773,7 @@ impl TaskRun {
     /// Appends the attempt to the task's history, as owner (best effort: a failed write is
     /// logged, the history is not what keeps a task from being lost).
     async fn record_attempt(&mut self, attempt: AttemptRecord) -> Result<(), Halt> {
-        self.owner(None).await?;
+        self.owner_of_outcome().await?;
         if let Err(e) = self
             .deps
             .store
@@ -775,7 +804,7 @@ impl TaskRun {
         };
         self.record_in_group(task, &record).await?;
         loop {
-            self.owner(None).await?;
+            self.owner_of_outcome().await?;
             match self
                 .deps
                 .store

@@ -219,8 +219,12 @@ impl World {
             if let Some((first, at)) = first_final.get(&call.key) {
                 if call.started > *at {
                     v.push(format!(
-                        "after final: {} started after it was {:?}",
-                        call.key, first.status
+                        "after final: {} started on node {} ({}) after it was {:?} at {:.3}s",
+                        call.key,
+                        call.node,
+                        span(self.origin, call),
+                        first.status,
+                        (*at - self.origin).as_secs_f64()
                     ));
                 }
             }

@@ -315,6 +315,51 @@ fn a_task_whose_lease_lapsed_while_its_status_was_read_checks_ownership_again_be
 }
 
 #[test]
+fn a_call_whose_lease_broke_records_nothing_once_a_newer_tree_has_taken_its_task_over() {
+    run_paused(|| async {
+        // Lease TTL 6 s (renewed every 2 s); every call takes 10 s.
+        let h = Harness::new(SchedulingSettings::default(), Duration::from_secs(10), &[]);
+        let other = h.second_node(SchedulingSettings::default());
+        h.assign().await;
+        let t = task("a", t0(), "1");
+        h.enqueue(vec![t.clone()]).await;
+        advance(Duration::from_millis(500)).await;
+        // The call runs. Now lease writes take 20 s: the renewal begun at 2 s lands at 22 s, so
+        // the call's entry lapses at 6 s, as if the process paused.
+        h.store.set_latency("lease write", Duration::from_secs(20));
+        advance(Duration::from_millis(8_600)).await;
+        // Epoch reads begun from 9.1 s on answer 5 s late: this tree's background read begun at
+        // 9 s still vouches for it at 10 s, when its call ends.
+        h.store.set_latency("epoch read", Duration::from_secs(5));
+        advance(Duration::from_millis(400)).await;
+        // Another node claims the partition at 9.5 s, finds no live entry for the orderingId
+        // and reads the task pending: it runs it.
+        other.assign().await;
+        advance(Duration::from_millis(2_500)).await;
+        h.store.set_latency("lease write", Duration::ZERO);
+        h.store.set_latency("epoch read", Duration::ZERO);
+        advance(Duration::from_secs(120)).await;
+        assert_eq!(
+            h.recorder.call_times("a").len(),
+            2,
+            "the new owner ran it again"
+        );
+        let writes: Vec<_> = h
+            .store
+            .status_writes()
+            .into_iter()
+            .filter(|(key, _, _)| *key == t.key())
+            .collect();
+        assert_eq!(
+            writes.len(),
+            1,
+            "only the tree that took the task over records it (a record of the first call would \
+             come before the second call, which then runs a task already completed): {writes:?}"
+        );
+    });
+}
+
+#[test]
 fn a_revoke_during_a_rebuild_waits_for_its_drain_so_the_call_is_recorded_before_the_next_owner_claims(
 ) {
     run_paused(|| async {
