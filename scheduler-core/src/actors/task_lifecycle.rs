@@ -5,7 +5,11 @@
 //!    earlier tree of the partition still runs a call of this orderingId (its lease entry is
 //!    gone: see [`crate::lease`]).
 //! 2. **Lease.** The orderingId's entry in the tree's running-task lease is durable.
-//! 3. **Ownership, read after the lease.** A stale tree is fenced here; a newer one waits at 1.
+//! 3. **Ownership, read after the lease** entry was durable and after the task entered the tree.
+//!    A stale tree is fenced here; a newer one waits at 1. (An entry may have been durable since
+//!    an earlier task of the orderingId: a read begun before this task was loaded could predate
+//!    a newer tree's claim, and that tree may hold earlier tasks of the orderingId this one
+//!    never saw, persisted from the broker after the claim; they must run first.)
 //! 4. **Status**, read while 2 and 3 are under way. A task with a final status (completed,
 //!    failed, dropped, cancelled) is not run. Earlier trees recorded their outcomes before 1
 //!    let the task on, and a newer tree's fences this one at 3. The task arms the tree's
@@ -52,6 +56,7 @@ use tracing_opentelemetry::OpenTelemetrySpanExt;
 use super::partition_ownership::{CheckOwnership, Ownership, PartitionOwnership};
 use super::{PartitionDeps, TreeError};
 use crate::cancel_gate::{Armed, CancelGate};
+use crate::clock::Stamp;
 use crate::executor::{
     Called, ExecutionOutcome, GroupOutcome, ProgressReporter, StopReason, TaskContext, TaskError,
 };
@@ -139,6 +144,7 @@ pub(crate) async fn run_task(
         deps,
         links,
         attempts: 0,
+        entered: Stamp::now(),
         _pin: pin,
         called: false,
         store_failures: 0,
@@ -166,6 +172,8 @@ struct TaskRun {
     links: ExecutionLinks,
     stop: watch::Receiver<Option<StopReason>>,
     attempts: u32,
+    /// When the task entered the tree (loaded or persisted, then dispatched): see step 3.
+    entered: Stamp,
     /// Keeps the low-water mark at or before the task (unless the mark lists it) until the
     /// task is final.
     _pin: Option<Pin>,
@@ -211,7 +219,8 @@ impl TaskRun {
                 let hold = self
                     .unless_stopped(lease.hold(&ordering_id, &task_text))
                     .await?;
-                let epoch = self.owner(Some(hold.durable_since())).await?;
+                let read_after = hold.durable_since().max(self.entered);
+                let epoch = self.owner(Some(read_after)).await?;
                 Ok::<_, Halt>((hold, epoch))
             };
             let (held, status) = futures::future::join(lease_and_owner, status_read).await;

@@ -332,3 +332,50 @@ fn a_task_that_waited_long_for_an_executor_slot_reads_its_status_again_in_it() {
         assert_eq!(h.recorder.call_times("b"), [t0() + ms(12_200)]);
     });
 }
+
+#[test]
+fn a_stale_tree_does_not_run_a_task_it_loaded_after_a_newer_tree_wrote_earlier_ones() {
+    run_paused(|| async {
+        let settings = SchedulingSettings {
+            max_look_ahead: Duration::from_secs(2),
+            prefetch_window: Duration::from_secs(1),
+            ..SchedulingSettings::default()
+        };
+        // Every call takes 2.2 s: the call of "a"/1 keeps the orderingId's lease entry from 0 s
+        // to 2.2 s, and the next task of "a" takes it over at once.
+        let h = Harness::new(settings.clone(), Duration::from_millis(2_200), &[]);
+        let other = h.second_node(settings);
+        h.assign().await;
+        h.enqueue(vec![task("a", t0(), "1")]).await;
+        advance(Duration::from_millis(1_050)).await;
+        // The first tree's background read begun at 1 s vouches for it until 3 s; the reads it
+        // begins from now on answer late, so it does not learn of the claim below.
+        h.store.set_latency("epoch read", Duration::from_secs(10));
+        advance(Duration::from_millis(50)).await;
+        // Another node claims the partition at 1.1 s and persists the next two tasks of "a":
+        // the first behind the first tree's loading (loaded to 3 s), the second ahead of it
+        // (the first tree loads it at 2 s).
+        other.assign().await;
+        other
+            .enqueue(vec![
+                task("a", t0() + ms(1_500), "2"),
+                task("a", t0() + ms(3_100), "3"),
+            ])
+            .await;
+        advance(Duration::from_secs(20)).await;
+        h.store.set_latency("epoch read", Duration::ZERO);
+        advance(Duration::from_secs(60)).await;
+        let calls = h.recorder.calls();
+        let mut firsts: Vec<&str> = Vec::new();
+        for (key, _) in &calls {
+            if !firsts.contains(&key.uniqueness_key.as_str()) {
+                firsts.push(key.uniqueness_key.as_str());
+            }
+        }
+        assert_eq!(
+            firsts,
+            ["1", "2", "3"],
+            "the first tree loaded 3 after the claim and must not run it before 2: {calls:?}"
+        );
+    });
+}
