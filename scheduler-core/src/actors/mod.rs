@@ -67,6 +67,30 @@ pub struct PolledTasks {
 }
 
 impl PolledTasks {
+    /// The earliest time a record of the batch schedules a task at, and the last offset of a
+    /// record that carries one: what a failed write of the batch may have left half written.
+    pub(crate) fn extent(&self) -> Option<(chrono::DateTime<chrono::Utc>, i64)> {
+        let mut extent: Option<(chrono::DateTime<chrono::Utc>, i64)> = None;
+        let mut add = |at: chrono::DateTime<chrono::Utc>, offset: Option<i64>| {
+            let offset = offset.unwrap_or(-1);
+            extent = Some(match extent {
+                Some((earliest, last)) => (earliest.min(at), last.max(offset)),
+                None => (at, offset),
+            });
+        };
+        for task in &self.tasks {
+            add(task.scheduled_time, task.enqueue_offset);
+        }
+        for op in &self.by_identity {
+            match op {
+                IdentityOp::Schedule(task) => add(task.scheduled_time, task.enqueue_offset),
+                IdentityOp::Reschedule { to, offset, .. } => add(*to, Some(*offset)),
+                IdentityOp::Cancel { .. } => {}
+            }
+        }
+        extent
+    }
+
     /// Adds a decoded record of `partition` at `offset`, as the poll loop hands records over:
     /// a task stamped with its offset (one with a conflict mode acts on its identity), a
     /// cancellation, an identity's cancellation or reschedule.

@@ -129,6 +129,11 @@ pub struct TaskPersistence {
     cursor: ReadCursor,
     /// Set while loading a group of ties too large for one page (the cursor is before it).
     ties: Option<TieCursor>,
+    /// The earliest time and the last offset of polled batches whose persisting failed: some
+    /// of their rows may be in Cassandra already. Loading stops short of that time until a
+    /// batch through that offset is persisted; else a row that landed could run before an
+    /// earlier task of its orderingId whose write failed (pushed when the batch comes again).
+    unacknowledged: Option<(DateTime<Utc>, i64)>,
     persist_timeout: Duration,
     /// Raised when the tree winds down.
     stop: tokio::sync::watch::Receiver<Option<StopReason>>,
@@ -192,6 +197,7 @@ impl TaskPersistence {
             clock: links.clock,
             cursor: ReadCursor::From(start),
             ties: None,
+            unacknowledged: None,
             persist_timeout,
             stop: links.stop,
             ownership: links.ownership,
@@ -516,6 +522,7 @@ impl Handler<PersistTasks> for TaskPersistence {
                 doing: "persisting a polled batch",
             }))));
         }
+        let extent = msg.polled.extent();
         let PolledTasks {
             tasks,
             cancels,
@@ -598,7 +605,24 @@ impl Handler<PersistTasks> for TaskPersistence {
         let started_work = actix::fut::ready(())
             .then(move |(), act: &mut Self, _| bounded(act.low_water).into_actor(act));
         AtomicResponse::new(Box::pin(started_work.map(move |result, act, ctx| {
-            let (tasks, refused, cancelled, lower, deferred) = result?;
+            let (tasks, refused, cancelled, lower, deferred) = match result {
+                Ok(done) => done,
+                Err(e) => {
+                    if let Some((earliest, last)) = extent {
+                        act.unacknowledged = Some(match act.unacknowledged {
+                            Some((at, offset)) => (at.min(earliest), offset.max(last)),
+                            None => (earliest, last),
+                        });
+                    }
+                    return Err(e);
+                }
+            };
+            if let (Some((_, failed)), Some((_, last))) = (act.unacknowledged, extent) {
+                if last >= failed {
+                    act.unacknowledged = None;
+                    act.controller.do_send(LoadMore);
+                }
+            }
             if let Some(at) = lower {
                 act.low_water = at;
                 act.in_flight.set_low_water(at);
@@ -699,6 +723,11 @@ impl Handler<LoadTasks> for TaskPersistence {
                 cursor_at,
             }))));
         }
+        // Not past a batch that may be half written (see `unacknowledged`).
+        let until = match self.unacknowledged {
+            Some((earliest, _)) => msg.until.min(earliest),
+            None => msg.until,
+        };
         // Reserved while the load runs, so a read-back elsewhere in the tree cannot take it.
         let reserved = self.in_flight.reserve(limit);
         let load = load_whole_ties(
@@ -706,7 +735,7 @@ impl Handler<LoadTasks> for TaskPersistence {
             self.partition,
             self.cursor.clone(),
             self.ties.clone(),
-            msg.until,
+            until,
             limit,
         );
         AtomicResponse::new(Box::pin(load.into_actor(self).map(
@@ -719,16 +748,22 @@ impl Handler<LoadTasks> for TaskPersistence {
                     Some(next) => (act.cursor, act.ties) = (next.cursor, next.ties),
                     // Everything before `until` has been read.
                     None => {
-                        act.cursor = ReadCursor::From(msg.until.max(act.cursor.time()));
+                        act.cursor = ReadCursor::From(until.max(act.cursor.time()));
                         act.ties = None;
                     }
                 }
                 debug!(partition = act.partition, count, caught_up, "tasks loaded");
                 act.in_flight.mark_loaded();
                 act.send_to_scheduler(tasks);
+                // Held short of the horizon by a half-written batch: the controller is told
+                // when that batch is persisted, and meanwhile asks again as if caught up.
+                let cursor_at = match caught_up && until < msg.until {
+                    true => msg.until,
+                    false => act.cursor.time(),
+                };
                 Ok(TasksLoaded {
                     caught_up,
-                    cursor_at: act.cursor.time(),
+                    cursor_at,
                 })
             },
         )))

@@ -334,6 +334,48 @@ fn a_task_that_waited_long_for_an_executor_slot_reads_its_status_again_in_it() {
 }
 
 #[test]
+fn a_batch_whose_write_failed_halfway_runs_in_order_when_it_comes_again() {
+    run_paused(|| async {
+        let settings = SchedulingSettings {
+            max_look_ahead: Duration::from_secs(2),
+            prefetch_window: Duration::from_secs(1),
+            ..SchedulingSettings::default()
+        };
+        let h = Harness::new(settings, Duration::ZERO, &[]);
+        h.assign().await;
+        advance(Duration::from_secs(4)).await;
+        // Loading has passed 5 s. A batch with a task of "a" there and its next one at 6.5 s is
+        // written, then its cancel fails: the batch fails, its rows are in the store.
+        let first = h.enqueued(task("a", t0() + ms(5_000), "1"));
+        let second = h.enqueued(task("a", t0() + ms(6_500), "2"));
+        let batch = || PolledTasks {
+            tasks: vec![first.clone(), second.clone()],
+            cancels: vec![task("z", t0() + ms(60_000), "1").key()],
+            ..PolledTasks::default()
+        };
+        h.store.fail_op("cancel", 1);
+        let reply = h.offer(batch()).await;
+        assert!(reply.persisted.is_empty(), "the cancel failed");
+        // Loading goes on meanwhile; the consumer offers the batch again at 6 s.
+        advance(Duration::from_secs(2)).await;
+        let reply = h.offer(batch()).await;
+        assert_eq!(reply.persisted, vec![P], "{:?}", reply.failed);
+        advance(Duration::from_secs(30)).await;
+        let calls = h.recorder.calls();
+        let got: Vec<&str> = calls
+            .iter()
+            .filter(|(k, _)| k.ordering_id == "a")
+            .map(|(k, _)| k.uniqueness_key.as_str())
+            .collect();
+        assert_eq!(
+            got,
+            ["1", "2"],
+            "the row of the second task, loaded before the batch came again, waits for the first"
+        );
+    });
+}
+
+#[test]
 fn a_stale_tree_does_not_run_a_task_it_loaded_after_a_newer_tree_wrote_earlier_ones() {
     run_paused(|| async {
         let settings = SchedulingSettings {
