@@ -678,7 +678,13 @@ impl TaskRun {
             if !hold.unbroken() {
                 debug!(partition = self.partition, task = %self.key,
                     "the call's lease entry broke; confirming ownership before recording");
-                let renewed = self.unless_stopped(hold.renewed()).await;
+                // A newer tree that claimed meanwhile fences this one at once (counted, as any
+                // fenced record); else the entry is written again and ownership read after it.
+                let now = self.owner(Some(Stamp::now())).await;
+                let renewed = match now {
+                    Ok(_) => self.unless_stopped(hold.renewed()).await,
+                    Err(halt) => Err(halt),
+                };
                 self.outcome_hold = Some(hold);
                 read_after = renewed?;
             } else {
