@@ -644,7 +644,7 @@ impl TaskRun {
     }
 
     /// The tree's epoch, if it still owns the partition (by a read begun after `read_after`).
-    async fn owner(&mut self, read_after: Option<crate::clock::Stamp>) -> Result<u64, Halt> {
+    async fn owner(&mut self, read_after: Option<Stamp>) -> Result<u64, Halt> {
         let ownership: Addr<PartitionOwnership> = self.links.ownership.clone();
         let answer = self
             .store_step("ownership check", || {
@@ -668,30 +668,26 @@ impl TaskRun {
 
     /// The tree's epoch, before a write of what the call did. If the call's lease entry broke
     /// since the checks before the call (a pause of the process, renewals that failed), a newer
-    /// tree may have found no entry and taken the task over: the entry is written again first,
-    /// and ownership confirmed by a read begun after that. Either this tree records (a newer
-    /// tree claims later, finds the entry and waits for it) or it is fenced and records nothing
-    /// (the newer tree runs the task). A tree told to stop meanwhile records nothing either.
+    /// tree may have found no entry and taken the task over: ownership is read at once (a newer
+    /// tree's claim fences this one there), then the entry is written again and ownership
+    /// confirmed by a read begun after that. Either this tree records (a newer tree claims
+    /// later, finds the entry and waits for it) or it is fenced and records nothing (the newer
+    /// tree runs the task). A tree told to stop meanwhile records nothing either.
     async fn owner_of_outcome(&mut self) -> Result<u64, Halt> {
-        let mut read_after = None;
-        if let Some(mut hold) = self.outcome_hold.take() {
-            if !hold.unbroken() {
-                debug!(partition = self.partition, task = %self.key,
-                    "the call's lease entry broke; confirming ownership before recording");
-                // A newer tree that claimed meanwhile fences this one at once (counted, as any
-                // fenced record); else the entry is written again and ownership read after it.
-                let now = self.owner(Some(Stamp::now())).await;
-                let renewed = match now {
-                    Ok(_) => self.unless_stopped(hold.renewed()).await,
-                    Err(halt) => Err(halt),
-                };
-                self.outcome_hold = Some(hold);
-                read_after = renewed?;
-            } else {
-                self.outcome_hold = Some(hold);
-            }
+        let Some(mut hold) = self.outcome_hold.take() else {
+            return self.owner(None).await;
+        };
+        let mut read_after = Ok(None);
+        if !hold.unbroken() {
+            debug!(partition = self.partition, task = %self.key,
+                "the call's lease entry broke; confirming ownership before recording");
+            read_after = match self.owner(Some(Stamp::now())).await {
+                Ok(_) => self.unless_stopped(hold.renewed()).await,
+                Err(halt) => Err(halt),
+            };
         }
-        self.owner(read_after).await
+        self.outcome_hold = Some(hold);
+        self.owner(read_after?).await
     }
 
     /// No handler on this node runs the task's type (a rolling deploy that adds a type): the
