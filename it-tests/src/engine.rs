@@ -16,9 +16,11 @@ use scheduler_core::settings::{
 use scheduler_core::store::CassandraStore;
 use scheduler_core::{SchedulerNode, TaskContext, TaskError, TaskExecutor};
 
+use crate::teardown::Teardown;
 use crate::{unique_name, Stack};
 
-/// One test's slice of the stack: its own topic, consumer group and keyspace.
+/// One test's slice of the stack: its own topic, consumer group and keyspace, dropped with the
+/// last clone of it (the keyspaces and topics of its queues too).
 #[derive(Debug, Clone)]
 pub struct TestEnv {
     /// The stack's addresses.
@@ -31,6 +33,7 @@ pub struct TestEnv {
     pub group: String,
     /// The Cassandra keyspace.
     pub keyspace: String,
+    teardown: Arc<Teardown>,
 }
 
 impl TestEnv {
@@ -39,19 +42,26 @@ impl TestEnv {
         let stack = Stack::from_env();
         stack.require_kafka().await;
         drop(stack.require_cassandra().await);
+        let topic = unique_name(&format!("{prefix}_topic"));
+        let keyspace = unique_name(prefix);
+        let teardown = Teardown::new(stack.clone())
+            .keyspace(&keyspace)
+            .topic(&topic);
         let env = TestEnv {
-            topic: unique_name(&format!("{prefix}_topic")),
+            topic,
             group: unique_name(&format!("{prefix}_group")),
-            keyspace: unique_name(prefix),
+            keyspace,
             partitions,
             stack,
+            teardown: Arc::new(teardown),
         };
         env.create_topic(&env.topic, partitions).await;
         env
     }
 
-    /// Creates a topic on the stack's broker.
+    /// Creates a topic on the stack's broker, deleted when the test ends.
     pub async fn create_topic(&self, name: &str, partitions: u32) {
+        self.teardown.add_topic(name);
         let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
             .set("bootstrap.servers", &self.stack.kafka_bootstrap)
             .create()
@@ -138,15 +148,6 @@ impl TestEnv {
         )
         .await;
         node
-    }
-
-    /// Drops this environment's keyspace (best effort), for runs that create many.
-    pub async fn drop_keyspace(&self) {
-        if let Ok(session) = self.stack.cassandra_session().await {
-            let _ = session
-                .query_unpaged(format!("DROP KEYSPACE IF EXISTS {}", self.keyspace), &[])
-                .await;
-        }
     }
 
     /// A store handle on this environment's keyspace, to read task status.

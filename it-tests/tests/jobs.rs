@@ -170,5 +170,4 @@ async fn a_job_of_64_buckets_on_three_nodes_shows_progress_suspends_resumes_and_
     }
     assert_eq!(joins.len(), 1, "{joins:?}");
     assert_eq!(joins[0]["members"], 64);
-    env.drop_keyspace().await;
 }

@@ -38,7 +38,6 @@ async fn a_task_written_three_hours_ago_while_no_node_ran_runs_within_ten_second
         started.elapsed()
     );
     node.shutdown().await.expect("shutdown");
-    env.drop_keyspace().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -93,5 +92,4 @@ async fn a_task_still_retrying_survives_a_restart_keeps_its_attempts_and_finishe
     let ran_on: Vec<String> = executions(&log).into_iter().map(|e| e.node).collect();
     assert_eq!(ran_on.last().map(String::as_str), Some("n2"));
     second.shutdown().await.expect("shutdown");
-    env.drop_keyspace().await;
 }

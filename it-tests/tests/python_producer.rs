@@ -532,7 +532,6 @@ async fn the_python_producer_places_and_encodes_tasks_as_the_engine_expects() {
         test_started.elapsed().as_secs_f64()
     );
     node.shutdown().await.expect("clean shutdown");
-    env.drop_keyspace().await;
 }
 
 /// produce.py refuses exactly the table's invalid tasks (exit 2, nothing sent), as the Rust

@@ -274,5 +274,4 @@ async fn schedules_fire_once_per_tick_on_three_nodes_pause_resume_and_catch_up()
     assert!(listed
         .iter()
         .all(|s| !s.paused && s.next_fire.is_some_and(|n| n > end - TimeDelta::seconds(4))));
-    env.drop_keyspace().await;
 }

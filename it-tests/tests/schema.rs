@@ -3,6 +3,7 @@
 //! keyspace, and a node refuses a keyspace behind its version (without `auto_migrate`) or ahead
 //! of it, with one line saying what to do.
 
+use it_tests::teardown::Teardown;
 use it_tests::{unique_name, Stack};
 use scheduler_core::settings::CassandraSettings;
 use scheduler_core::store::{CassandraStore, StoreError, META_KEYSPACE, SCHEMA_VERSION};
@@ -23,6 +24,7 @@ async fn three_migrations_at_once_apply_it_once_and_a_second_migrate_is_a_no_op(
     let stack = Stack::from_env();
     let session = stack.require_cassandra().await;
     let keyspace = unique_name("it_schema");
+    let _teardown = Teardown::new(Stack::from_env()).keyspace(&keyspace);
     let s = settings(&keyspace, false);
     let (a, b, c) = tokio::join!(
         CassandraStore::migrate(&s),
@@ -71,6 +73,7 @@ async fn three_migrations_at_once_apply_it_once_and_a_second_migrate_is_a_no_op(
 async fn three_nodes_starting_together_with_auto_migrate_all_start() {
     Stack::from_env().require_cassandra().await;
     let keyspace = unique_name("it_schema_auto");
+    let _teardown = Teardown::new(Stack::from_env()).keyspace(&keyspace);
     let s = settings(&keyspace, true);
     let (a, b, c) = tokio::join!(
         CassandraStore::connect(&s),
@@ -89,6 +92,7 @@ async fn a_node_refuses_a_keyspace_behind_or_ahead_of_its_schema_with_one_clear_
     let stack = Stack::from_env();
     let session = stack.require_cassandra().await;
     let keyspace = unique_name("it_schema_none");
+    let _teardown = Teardown::new(Stack::from_env()).keyspace(&keyspace);
     let behind = match CassandraStore::connect(&settings(&keyspace, false)).await {
         Err(e) => e,
         Ok(_) => panic!("a node started on a keyspace without the schema"),

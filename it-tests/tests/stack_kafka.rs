@@ -4,6 +4,7 @@
 use std::collections::{BTreeSet, HashSet};
 use std::time::{Duration, Instant};
 
+use it_tests::teardown::Teardown;
 use it_tests::{unique_name, Stack};
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
@@ -129,6 +130,7 @@ async fn consumer_group_splits_takes_over_and_resumes_from_committed_offsets() {
     let stack = Stack::from_env();
     stack.require_kafka().await;
     let topic = unique_name("it_stack_kafka");
+    let _teardown = Teardown::new(stack.clone()).topic(&topic);
     let group = unique_name("it_stack_group");
 
     let admin: AdminClient<DefaultClientContext> = ClientConfig::new()

@@ -183,7 +183,6 @@ async fn insert_rate(env: &TestEnv, inserts: usize) -> Result<f64, BenchError> {
         .count()
         .await;
     let took = started.elapsed();
-    env.drop_keyspace().await;
     if failures > 0 {
         return Err(BenchError::Insane(format!(
             "{failures} of {inserts} raw inserts failed"

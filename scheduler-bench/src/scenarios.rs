@@ -241,7 +241,6 @@ pub async fn throughput_and_punctuality(
     )
     .await?;
     node.shutdown().await.map_err(node_error)?;
-    env.drop_keyspace().await;
     Ok((throughput, punctuality))
 }
 
@@ -404,7 +403,6 @@ pub async fn handoff(leave: Leave, window: Duration) -> Result<Handoff, BenchErr
         node.wait_exit(Duration::from_secs(30)).await?;
     }
     staying.shutdown().await.map_err(node_error)?;
-    env.drop_keyspace().await;
     Ok(Handoff {
         leave,
         partitions_moved: moved.len(),
@@ -457,7 +455,6 @@ pub async fn cold_load(tasks: usize) -> Result<ColdLoad, BenchError> {
     let peak_rss_bytes = node.peak_rss_bytes()?;
     let loaded_at = Utc::now();
     node.stop(Duration::from_secs(30)).await?;
-    env.drop_keyspace().await;
     let assigned = DateTime::from_timestamp_millis(loaded.assigned_ms).unwrap_or(loaded_at);
     let first = DateTime::from_timestamp_millis(loaded.first_ms).unwrap_or(loaded_at);
     Ok(ColdLoad {
@@ -491,7 +488,6 @@ pub async fn backlog(tasks: usize) -> Result<Backlog, BenchError> {
         .await?;
     let peak_rss_bytes = node.peak_rss_bytes()?;
     node.stop(Duration::from_secs(30)).await?;
-    env.drop_keyspace().await;
     let assigned = DateTime::from_timestamp_millis(done.assigned_ms).unwrap_or(started);
     let last = DateTime::from_timestamp_millis(done.last_ms).unwrap_or(started);
     let drain_s = seconds_between(assigned, last);
@@ -540,7 +536,6 @@ pub async fn busy_partition(
         })
         .await?;
     node.stop(Duration::from_secs(30)).await?;
-    env.drop_keyspace().await;
     let now = Utc::now();
     let assigned = DateTime::from_timestamp_millis(done.assigned_ms).unwrap_or(now);
     let last = DateTime::from_timestamp_millis(done.last_ms).unwrap_or(now);

@@ -95,7 +95,6 @@ pub async fn tombstones(finished: usize) -> Result<Tombstones, BenchError> {
         })
         .await?;
     node.stop(Duration::from_secs(30)).await?;
-    env.drop_keyspace().await;
     let first_run = chrono::DateTime::from_timestamp_millis(ran.first_ms).unwrap_or(enqueued);
     Ok(Tombstones {
         finished,

@@ -24,6 +24,36 @@ fn node(env: &[(&str, &str)]) -> (Output, Duration) {
     (output, started.elapsed())
 }
 
+/// Drops the keyspace `0` names when dropped: the test ends, passed or failed.
+struct DropKeyspace(String);
+
+impl Drop for DropKeyspace {
+    fn drop(&mut self) {
+        let dropped = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| e.to_string())
+            .and_then(|runtime| {
+                runtime.block_on(async {
+                    let session = scylla::client::session_builder::SessionBuilder::new()
+                        .known_node(cql_contact_point())
+                        .fetch_schema_metadata(false)
+                        .build()
+                        .await
+                        .map_err(|e| e.to_string())?;
+                    session
+                        .query_unpaged(format!("DROP KEYSPACE IF EXISTS {}", self.0), &[])
+                        .await
+                        .map(|_| ())
+                        .map_err(|e| e.to_string())
+                })
+            });
+        if let Err(e) = dropped {
+            eprintln!("keyspace {} not dropped: {e}", self.0);
+        }
+    }
+}
+
 /// The one line the node printed, after checking it printed exactly one and did not panic.
 fn one_line(output: &Output) -> String {
     let stderr = String::from_utf8_lossy(&output.stderr);
@@ -89,6 +119,7 @@ fn a_keyspace_without_the_schema_fails_the_start_with_one_line_until_migrate_run
         .map(|d| d.as_nanos())
         .unwrap_or_default();
     let keyspace = format!("cli_migrate_{nanos}");
+    let _drop = DropKeyspace(keyspace.clone());
     let env = [
         ("SCHEDULER__CASSANDRA__CONTACT_POINTS", cql.as_str()),
         ("SCHEDULER__CASSANDRA__KEYSPACE", keyspace.as_str()),

@@ -1,8 +1,9 @@
 //! Drops the keyspaces earlier test runs left in the dev stack's Cassandra: those named as
-//! [`it_tests::unique_name`] names them (`<prefix>_<pid>_<digits>`) whose process is gone. Most
-//! tests never drop theirs, and Cassandra 2.1's 1 GB heap runs out once some hundreds of
-//! keyspaces pile up (every table's metadata stays in memory), after which every test times
-//! out. `dev/test` runs it first; a running test's keyspace (its process alive) is kept.
+//! [`it_tests::unique_name`] names them (`<prefix>_<pid>_<digits>`) whose process is gone. Tests
+//! drop theirs as they end ([`it_tests::teardown`]), but a test killed, a teardown that failed or
+//! a benchmark run leaves some, and Cassandra 2.1 slows with every live table (each schema change
+//! recomputes a digest over them all) until its 1 GB heap runs out. `dev/test` runs it first; a
+//! running test's keyspace (its process alive) is kept.
 
 use std::process::ExitCode;
 
@@ -43,26 +44,13 @@ async fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    // Cassandra 2.1 lists keyspaces in system.schema_keyspaces, later versions in system_schema.
-    let mut names = Vec::new();
-    for table in ["system_schema.keyspaces", "system.schema_keyspaces"] {
-        let listed = session
-            .query_unpaged(format!("SELECT keyspace_name FROM {table}"), &[])
-            .await
-            .ok()
-            .and_then(|r| r.into_rows_result().ok())
-            .and_then(|rows| {
-                (rows.rows::<(String,)>().ok()).map(|rows| {
-                    rows.filter_map(Result::ok)
-                        .map(|(n,)| n)
-                        .collect::<Vec<_>>()
-                })
-            });
-        if let Some(listed) = listed {
-            names = listed;
-            break;
+    let names = match it_tests::teardown::list_keyspaces(&session).await {
+        Ok(names) => names,
+        Err(e) => {
+            eprintln!("drop-stale-keyspaces: {e}");
+            return ExitCode::FAILURE;
         }
-    }
+    };
     let stale: Vec<String> = names.into_iter().filter(|n| stale(n, alive)).collect();
     for name in &stale {
         if let Err(e) = session
