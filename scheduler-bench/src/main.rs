@@ -112,16 +112,18 @@ struct Sizes {
 impl Sizes {
     fn new(quick: bool) -> Sizes {
         if quick {
+            // Half of what it ran until issue 30: a smoke run in every CI run (dev/test), each
+            // scenario still in the shape the full run measures.
             Sizes {
-                kafka_records: 20_000,
-                cassandra_inserts: 10_000,
-                throughput_tasks: 10_000,
-                ordering_ids: 1_000,
+                kafka_records: 10_000,
+                cassandra_inserts: 5_000,
+                throughput_tasks: 5_000,
+                ordering_ids: 500,
                 punctual_for: Duration::from_secs(5),
                 handoff_window: Duration::from_secs(20),
-                cold_tasks: 10_000,
-                backlog_tasks: 20_000,
-                busy_tasks: 12_000,
+                cold_tasks: 5_000,
+                backlog_tasks: 10_000,
+                busy_tasks: 6_000,
                 busy_ordering_ids: 50,
                 finished_tasks: 20_000,
             }
