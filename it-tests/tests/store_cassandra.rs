@@ -13,11 +13,11 @@ use scheduler_core::recurring::{CatchUp, Overlap, ScheduleSpec};
 use scheduler_core::settings::{CassandraSettings, ConsistencyLevel, SerialConsistencyLevel};
 use scheduler_core::store::{
     AttemptOutcome, AttemptRecord, AttemptStore, CassandraStore, DeadLetter, DeadLetterFilter,
-    DeadLetterStore, DeadReason, DeferralList, DeferredStore, FireOutcome, FireRecord, GroupKey,
-    GroupStore, IdentityRecord, IdentityStore, MemberOutcome, OwnershipStore, ParentRecord,
-    PartitionOwner, ReadCursor, RecurringStore, ScheduleRecord, ScheduleStore, StatusRecord,
-    StatusStore, StoreError, StoreLevels, Suspension, SuspensionStore, SuspensionTarget,
-    TaskStatus,
+    DeadLetterStore, DeadReason, DeferralList, DeferredIdentityRecord, DeferredStore, FireOutcome,
+    FireRecord, GroupKey, GroupStore, IdentityRecord, IdentityStore, MemberOutcome, OwnershipStore,
+    ParentRecord, PartitionOwner, ReadCursor, RecurringStore, ScheduleRecord, ScheduleStore,
+    StatusRecord, StatusStore, StoreError, StoreLevels, Suspension, SuspensionStore,
+    SuspensionTarget, TaskStatus,
 };
 use scheduler_core::{Task, TaskKey};
 
@@ -447,6 +447,56 @@ async fn consistency_and_retention_settings_reach_the_driver_and_the_schema() {
         vec![(key("b"), at(21))]
     );
     assert_eq!(store.deferred_cancels(1).await.expect("read").len(), 1);
+
+    // Deferred identity records round trip, per partition, by orderingId and offset, with
+    // their value and trace context as they were polled.
+    let record = |o: &str, offset: i64, trace: Option<&str>| DeferredIdentityRecord {
+        ordering_id: o.into(),
+        offset,
+        record: format!(
+            r#"{{"version":1,"type":"cancel","orderingId":"{o}","uniquenessKey":"é"}}"#
+        ),
+        trace_parent: trace.map(String::from),
+    };
+    let kept = [
+        record(
+            "a",
+            7,
+            Some("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"),
+        ),
+        record("a", 9, None),
+        record("b", 8, None),
+    ];
+    for r in &kept {
+        store
+            .defer_identity_record(3, r.clone())
+            .await
+            .expect("deferred");
+    }
+    store
+        .defer_identity_record(1, record("a", 7, None))
+        .await
+        .expect("deferred");
+    assert_eq!(
+        store.deferred_identity_records(3).await.expect("read"),
+        kept.to_vec()
+    );
+    store
+        .forget_deferred_identity_record(3, "a".into(), 7)
+        .await
+        .expect("forgotten");
+    assert_eq!(
+        store.deferred_identity_records(3).await.expect("read"),
+        kept[1..].to_vec()
+    );
+    assert_eq!(
+        store
+            .deferred_identity_records(1)
+            .await
+            .expect("read")
+            .len(),
+        1
+    );
 
     // The schema keeps the retention (Cassandra 2.1 lists tables in system.schema_columnfamilies,
     // later versions in system_schema.tables).

@@ -32,15 +32,17 @@ use futures::{StreamExt, TryStreamExt};
 
 use actix::{
     Actor, ActorContext, ActorFutureExt, Addr, AsyncContext, AtomicResponse, Context, Handler,
-    Message, Recipient, WrapFuture,
+    Message, Recipient, ResponseActFuture, WrapFuture,
 };
 use chrono::{DateTime, TimeDelta, Utc};
 use scheduler_client::{Task, TaskKey};
 use tracing::{debug, info, warn};
 
 mod cancels;
+mod identity_deferral;
 
 use self::cancels::{Canceller, Deferred};
+use self::identity_deferral::{Deferral, IdentityDeferrer, WaitingRecords};
 use super::partition_ownership::{CheckOwnership, Ownership, PartitionOwnership};
 use super::partition_scheduler::{PartitionScheduler, ScheduleTasks, UnscheduleTasks};
 use super::{PolledTasks, StopActor, TreeError, TreeResult};
@@ -148,6 +150,8 @@ pub struct TaskPersistence {
     low_water: DateTime<Utc>,
     /// Enqueues a group's join when a cancel finishes the group.
     enqueuer: Arc<dyn Enqueuer>,
+    /// Identity records waiting for an earlier tree's calls of their orderingId.
+    waiting_records: WaitingRecords,
 }
 
 /// Where a partition's persistence sends tasks, and the limit on what it may hold in memory.
@@ -206,6 +210,7 @@ impl TaskPersistence {
             epoch: 0,
             low_water: start,
             enqueuer: links.enqueuer,
+            waiting_records: WaitingRecords::default(),
         }
     }
 
@@ -259,6 +264,43 @@ impl TaskPersistence {
         }
     }
 
+    /// What deferring identity records needs.
+    fn identity_deferrer(&self) -> IdentityDeferrer {
+        IdentityDeferrer {
+            partition: self.partition,
+            store: Arc::clone(&self.store),
+            lease: self.lease.clone(),
+            gate: self.cancels.clone(),
+        }
+    }
+
+    /// Queues identity records deferred (by this tree or an earlier one) behind those of their
+    /// orderingId; for an orderingId that had none waiting, waits for the earlier trees' calls of
+    /// it to end, then applies its records (see [`identity_deferral`]).
+    fn defer_identity_records(&mut self, deferral: Deferral, ctx: &mut Context<Self>) {
+        for ordering_id in self.waiting_records.add(deferral) {
+            let lease = self.lease.clone();
+            let partition = self.partition;
+            let waited = async move {
+                let mut failures = 0;
+                while let Err(e) = lease.wait_for_predecessors(&ordering_id).await {
+                    failures += 1;
+                    let wait = exponential_period(failures, START_RETRY, START_RETRY_MAX);
+                    warn!(partition, ordering_id, error = %e, retry_in = ?wait,
+                        "reading earlier trees' leases failed; trying again");
+                    tokio::time::sleep(wait).await;
+                }
+                ordering_id
+            };
+            ctx.spawn(waited.into_actor(self).map(|ordering_id, _, ctx| {
+                ctx.notify(ApplyDeferredIdentityRecords {
+                    ordering_id,
+                    failures: 0,
+                });
+            }));
+        }
+    }
+
     /// Applies a deferred cancel once no earlier tree may call a task of its orderingId (see
     /// [`cancels`]), then takes the task out of memory.
     fn spawn_deferred(&self, deferred: Deferred, ctx: &mut Context<Self>) {
@@ -297,10 +339,8 @@ impl TaskPersistence {
     /// good never holds a batch longer than that (it is refused as `Starting`, polled again).
     fn try_start(&mut self, failures: u32, ctx: &mut Context<Self>) {
         let reads = start_reads(
-            self.partition,
             self.ownership.clone(),
-            Arc::clone(&self.store),
-            self.lease.clone(),
+            self.identity_deferrer(),
             self.clock.now(),
         );
         let timeout = self.persist_timeout;
@@ -339,6 +379,7 @@ impl TaskPersistence {
             low_water,
             mut behind,
             deferred_cancels,
+            deferred_identity,
         } = start;
         let from = low_water.unwrap_or_else(schedule_start);
         self.epoch = epoch;
@@ -359,28 +400,35 @@ impl TaskPersistence {
             let deferred = self.canceller().deferred(key, at);
             self.spawn_deferred(deferred, ctx);
         }
+        // Identity records an earlier tree deferred: applied, in partition order, once its
+        // calls of their orderingIds end; any this tree polls of those orderingIds wait behind.
+        self.defer_identity_records(deferred_identity, ctx);
     }
 }
 
 /// Where a tree starts: its epoch, the partition's low-water mark, the tasks not final that are
-/// due before the mark, and the cancels earlier trees deferred.
+/// due before the mark, and the cancels and identity records earlier trees deferred.
 struct Start {
     epoch: u64,
     low_water: Option<DateTime<Utc>>,
     behind: Vec<Task>,
     deferred_cancels: Vec<DeferredCancel>,
+    deferred_identity: Deferral,
 }
 
 /// Waits for the tree's claim, then reads earlier trees' leases, the partition's low-water mark
 /// and the tasks listed behind it (the leases first, see [`TreeLease::may_have_earlier_attempts`]);
 /// `None` if the tree is fenced first.
 async fn start_reads(
-    partition: PartitionId,
     ownership: Addr<PartitionOwnership>,
-    store: Arc<dyn TaskStore>,
-    lease: TreeLease,
+    deferrer: IdentityDeferrer,
     started_at: DateTime<Utc>,
 ) -> StoreResult<Option<Start>> {
+    let (partition, store, lease) = (
+        deferrer.partition,
+        Arc::clone(&deferrer.store),
+        deferrer.lease.clone(),
+    );
     let epoch = match ownership.send(CheckOwnership { read_after: None }).await {
         Ok(Ok(Ownership::Owner(epoch))) => epoch,
         Ok(Ok(Ownership::Fenced)) | Ok(Err(_)) | Err(_) => return Ok(None),
@@ -388,12 +436,16 @@ async fn start_reads(
     lease.read_predecessors_once().await?;
     let (low_water, behind) = read_start(partition, &store).await?;
     let deferred_cancels = store.deferred_cancels(partition).await?;
+    let deferred_identity = deferrer
+        .restore(store.deferred_identity_records(partition).await?)
+        .await?;
     lease.started_at(started_at);
     Ok(Some(Start {
         epoch,
         low_water,
         behind,
         deferred_cancels,
+        deferred_identity,
     }))
 }
 
@@ -506,28 +558,108 @@ impl Handler<PersistTasks> for TaskPersistence {
     type Result = AtomicResponse<Self, TreeResult<()>>;
 
     fn handle(&mut self, msg: PersistTasks, _: &mut Context<Self>) -> Self::Result {
+        AtomicResponse::new(self.persist(msg.polled, msg.answer_by, Polled::FromKafka))
+    }
+}
+
+/// To itself: the records of an orderingId deferred while an earlier tree could call a task of
+/// it may be applied now (no earlier tree lists it any more; see [`identity_deferral`]).
+#[derive(Debug, Message)]
+#[rtype(result = "()")]
+struct ApplyDeferredIdentityRecords {
+    ordering_id: String,
+    /// Failed attempts so far: the next waits longer.
+    failures: u32,
+}
+
+impl Handler<ApplyDeferredIdentityRecords> for TaskPersistence {
+    type Result = AtomicResponse<Self, ()>;
+
+    fn handle(&mut self, msg: ApplyDeferredIdentityRecords, _: &mut Context<Self>) -> Self::Result {
+        let ApplyDeferredIdentityRecords {
+            ordering_id,
+            failures,
+        } = msg;
+        let (ops, holds) = self.waiting_records.take(&ordering_id);
+        if ops.is_empty() || self.stop.borrow().is_some() {
+            return AtomicResponse::new(Box::pin(actix::fut::ready(())));
+        }
+        let polled = PolledTasks {
+            by_identity: ops.clone(),
+            ..PolledTasks::default()
+        };
+        let answer_by = tokio::time::Instant::now() + self.persist_timeout;
+        let applied = self.persist(polled, answer_by, Polled::Deferred);
+        AtomicResponse::new(Box::pin(applied.map(move |result, act, ctx| {
+            let Err(e) = result else {
+                // Applied: the tasks they held may take their checks again.
+                drop(holds);
+                debug!(
+                    partition = act.partition,
+                    ordering_id, "deferred identity records applied"
+                );
+                return;
+            };
+            let failures = failures.saturating_add(1);
+            let wait = exponential_period(failures, START_RETRY, START_RETRY_MAX);
+            warn!(partition = act.partition, ordering_id, error = %e, retry_in = ?wait,
+                "deferred identity records not applied yet; trying again");
+            act.waiting_records
+                .put_back(ordering_id.clone(), ops, holds);
+            ctx.run_later(wait, move |act, ctx| {
+                if act.stop.borrow().is_none() {
+                    ctx.notify(ApplyDeferredIdentityRecords {
+                        ordering_id,
+                        failures,
+                    });
+                }
+            });
+        })))
+    }
+}
+
+/// Where records being persisted come from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Polled {
+    /// A batch just polled from Kafka: its acknowledgement lets the offset past it be committed.
+    FromKafka,
+    /// Identity records deferred before (written to `deferred_identity_records`): forgotten
+    /// there once applied.
+    Deferred,
+}
+
+impl TaskPersistence {
+    /// Writes `polled` (see [`PersistTasks`]), serialised with loads and other writes.
+    fn persist(
+        &mut self,
+        polled: PolledTasks,
+        answer_by: tokio::time::Instant,
+        source: Polled,
+    ) -> ResponseActFuture<Self, TreeResult<()>> {
         if self.stop.borrow().is_some() {
-            return AtomicResponse::new(Box::pin(actix::fut::ready(Err(TreeError::Stopping {
+            return Box::pin(actix::fut::ready(Err(TreeError::Stopping {
                 doing: "persisting a polled batch",
-            }))));
+            })));
         }
         if self.epoch == 0 {
-            return AtomicResponse::new(Box::pin(actix::fut::ready(Err(TreeError::Starting {
+            return Box::pin(actix::fut::ready(Err(TreeError::Starting {
                 doing: "persisting a polled batch",
-            }))));
+            })));
         }
-        let answer_by = msg.answer_by;
         if tokio::time::Instant::now() >= answer_by {
-            return AtomicResponse::new(Box::pin(actix::fut::ready(Err(TreeError::Late {
+            return Box::pin(actix::fut::ready(Err(TreeError::Late {
                 doing: "persisting a polled batch",
-            }))));
+            })));
         }
-        let extent = msg.polled.extent();
+        let extent = match source {
+            Polled::FromKafka => polled.extent(),
+            Polled::Deferred => None,
+        };
         let PolledTasks {
             tasks,
             cancels,
             by_identity,
-        } = msg.polled;
+        } = polled;
         // Of several records of one key in a batch, the last in partition order wins, in the
         // store and in memory alike.
         let tasks = last_of_each_key(tasks);
@@ -539,10 +671,23 @@ impl Handler<PersistTasks> for TaskPersistence {
         let cancelled_at = self.clock.now();
         let timeout = self.persist_timeout;
         let canceller = self.canceller();
+        let deferrer = self.identity_deferrer();
+        let waiting = self.waiting_records.ordering_ids();
         // Given the low-water mark as the work starts, not as the message arrives: a mark
         // advance queued meanwhile runs first (the context runs its latest wait first), and a
         // task due before the mark it wrote must still lower it.
         let work = move |low_water: DateTime<Utc>| async move {
+            // A record acting on an identity that an earlier tree's call could defeat waits for
+            // that call, and later ones of its orderingId behind it (`identity_deferral`).
+            let (by_identity, deferred_records) =
+                deferrer.defer_where_needed(by_identity, &waiting).await?;
+            let applied: Vec<(String, i64)> = match source {
+                Polled::Deferred => by_identity
+                    .iter()
+                    .map(|op| (op.identity().ordering_id, op.offset()))
+                    .collect(),
+                Polled::FromKafka => Vec::new(),
+            };
             // Records acting on identities come to tasks, superseded tasks and cancels.
             let resolved =
                 identity::resolve(&store, partition, by_identity, &gate, &metrics).await?;
@@ -592,7 +737,13 @@ impl Handler<PersistTasks> for TaskPersistence {
                 let _ = store.remove_scheduled(partition, key).await;
             }
             cancelled.extend(resolved.superseded);
-            Ok((tasks, refused, cancelled, lower, deferred))
+            // Deferred records applied are forgotten last: applied again after a failure, each
+            // is a duplicate of its identity's record (at or before its offset).
+            write_all(applied, |(ordering_id, offset)| {
+                store.forget_deferred_identity_record(partition, ordering_id, offset)
+            })
+            .await?;
+            Ok((tasks, refused, cancelled, lower, deferred, deferred_records))
         };
         let bounded = move |low_water| async move {
             tokio::time::timeout_at(answer_by, work(low_water))
@@ -604,8 +755,8 @@ impl Handler<PersistTasks> for TaskPersistence {
         };
         let started_work = actix::fut::ready(())
             .then(move |(), act: &mut Self, _| bounded(act.low_water).into_actor(act));
-        AtomicResponse::new(Box::pin(started_work.map(move |result, act, ctx| {
-            let (tasks, refused, cancelled, lower, deferred) = match result {
+        Box::pin(started_work.map(move |result, act, ctx| {
+            let (tasks, refused, cancelled, lower, deferred, deferred_records) = match result {
                 Ok(done) => done,
                 Err(e) => {
                     if let Some((earliest, last)) = extent {
@@ -654,8 +805,9 @@ impl Handler<PersistTasks> for TaskPersistence {
             for deferred in deferred {
                 act.spawn_deferred(deferred, ctx);
             }
+            act.defer_identity_records(deferred_records, ctx);
             Ok(())
-        })))
+        }))
     }
 }
 

@@ -411,8 +411,8 @@ impl World {
             }
         }
         // A task superseded by a newer one of its identity never starts once the newer one's
-        // record is written, whatever the store did (unless its node was out of the group then:
-        // a tree that does not know yet that it was fenced, see design.md's zombie window).
+        // record is written, whatever the store or the nodes did: a record an earlier tree's
+        // call could defeat waits for that call (`identity_deferral`).
         let mut current: BTreeMap<scheduler_client::TaskIdentity, TaskKey> = BTreeMap::new();
         let mut superseded_at: BTreeMap<TaskKey, Instant> = BTreeMap::new();
         for (record, at) in self.store.identity_writes() {
@@ -429,12 +429,7 @@ impl World {
             let Some(at) = superseded_at.get(&call.key) else {
                 continue;
             };
-            let disturbed = self.disturbances.iter().any(|d| {
-                d.node == Some(call.node)
-                    && d.until.is_none_or(|until| until >= *at)
-                    && d.from <= call.started
-            });
-            if call.started > *at && !disturbed {
+            if call.started > *at {
                 self.violations.push(format!(
                     "superseded: {} started on node {} ({}) after a newer task of its identity was recorded",
                     call.key,

@@ -15,9 +15,9 @@ use tokio::time::Instant;
 
 use crate::store::memory::MemoryStore;
 use crate::store::{
-    AttemptRecord, AttemptStore, DeferredCancel, LeaseRecord, LeaseStore, LowWater, OwnershipStore,
-    PartitionId, PartitionOwner, ReadCursor, RefusedTask, ScheduleStore, StatusRecord, StatusStore,
-    StoreError, StoreResult, WriteStamp,
+    AttemptRecord, AttemptStore, DeferredCancel, DeferredIdentityRecord, LeaseRecord, LeaseStore,
+    LowWater, OwnershipStore, PartitionId, PartitionOwner, ReadCursor, RefusedTask, ScheduleStore,
+    StatusRecord, StatusStore, StoreError, StoreResult, WriteStamp,
 };
 use crate::store::{BucketProgress, JobRecord, JobStore};
 use crate::store::{DeadLetter, DeadLetterFilter, DeadLetterStore, IdentityRecord, IdentityStore};
@@ -227,6 +227,36 @@ impl ScheduleStore for PausableStore {
         partition: PartitionId,
     ) -> BoxFuture<'static, StoreResult<Vec<DeferredCancel>>> {
         self.send("deferred cancels read", |s| s.deferred_cancels(partition))
+    }
+
+    fn defer_identity_record(
+        &self,
+        partition: PartitionId,
+        record: DeferredIdentityRecord,
+    ) -> BoxFuture<'static, StoreResult<()>> {
+        self.send("deferred identity record write", |s| {
+            s.defer_identity_record(partition, record)
+        })
+    }
+
+    fn forget_deferred_identity_record(
+        &self,
+        partition: PartitionId,
+        ordering_id: String,
+        offset: i64,
+    ) -> BoxFuture<'static, StoreResult<()>> {
+        self.send("deferred identity record delete", move |s| {
+            s.forget_deferred_identity_record(partition, ordering_id, offset)
+        })
+    }
+
+    fn deferred_identity_records(
+        &self,
+        partition: PartitionId,
+    ) -> BoxFuture<'static, StoreResult<Vec<DeferredIdentityRecord>>> {
+        self.send("deferred identity records read", |s| {
+            s.deferred_identity_records(partition)
+        })
     }
 
     fn write_stamp(&self) -> WriteStamp {

@@ -390,6 +390,31 @@ pub trait ScheduleStore: Send + Sync + 'static {
         partition: PartitionId,
     ) -> BoxFuture<'static, StoreResult<Vec<DeferredCancel>>>;
 
+    /// Records an identity record (a task with a conflict mode, a reschedule or a cancel by
+    /// identity) that waits for an earlier tree's call of its orderingId to end
+    /// (`deferred_identity_records`; see `actors::task_persistence::identity_deferral`): it is
+    /// applied then, by this tree or, if this one stops first, by the next, which reads them as
+    /// it starts.
+    fn defer_identity_record(
+        &self,
+        partition: PartitionId,
+        record: DeferredIdentityRecord,
+    ) -> BoxFuture<'static, StoreResult<()>>;
+
+    /// Forgets a deferred identity record once it is applied.
+    fn forget_deferred_identity_record(
+        &self,
+        partition: PartitionId,
+        ordering_id: String,
+        offset: i64,
+    ) -> BoxFuture<'static, StoreResult<()>>;
+
+    /// The partition's deferred identity records, by orderingId and offset.
+    fn deferred_identity_records(
+        &self,
+        partition: PartitionId,
+    ) -> BoxFuture<'static, StoreResult<Vec<DeferredIdentityRecord>>>;
+
     /// A stamp of now, for [`ScheduleStore::forget_buckets`].
     fn write_stamp(&self) -> WriteStamp;
 
@@ -524,6 +549,20 @@ pub struct LowWater {
 /// A cancellation waiting for an earlier tree's calls ([`ScheduleStore::defer_cancel`]): the
 /// task's key and when the cancel was polled.
 pub type DeferredCancel = (TaskKey, DateTime<Utc>);
+
+/// An identity record deferred while an earlier tree of its partition may still call a task of
+/// its orderingId: the record as it was polled.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeferredIdentityRecord {
+    /// The orderingId it acts on.
+    pub ordering_id: String,
+    /// Its offset in the partition.
+    pub offset: i64,
+    /// Its value, as the wire format encodes it (`scheduler_client::wire`).
+    pub record: String,
+    /// The W3C `traceparent` it carried, if any.
+    pub trace_parent: Option<String>,
+}
 
 /// A partition's row of `partition_owners`: its last claim.
 #[derive(Debug, Clone, PartialEq, Eq)]

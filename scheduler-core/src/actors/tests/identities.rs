@@ -465,3 +465,129 @@ fn a_keep_time_arriving_while_its_task_queues_behind_its_ordering_id_runs_the_ne
         );
     });
 }
+
+/// A first tree dispatches identity `d`'s task (due at 3.5 s, a 5 s call) at 2.5 s: its lease
+/// entry, ownership and status checks are done. At 3.1 s, just after that tree's periodic epoch
+/// read, a second node claims the partition and polls a replace of `d` (due at 20 s). The first
+/// tree's call of the replaced task starts at 3.5 s, before it learns of the claim: the newer
+/// task's record must not be written before that call (issue 30, defect 3: it was written at
+/// 3.1 s, and the replaced task ran after it was superseded). The replace waits, durably, for
+/// the earlier tree's call to end.
+#[test]
+fn a_replace_an_earlier_trees_call_could_defeat_is_applied_only_after_that_call() {
+    run_paused(|| async {
+        let h = Harness::new(SchedulingSettings::default(), Duration::from_secs(5), &[]);
+        let other = h.second_node(SchedulingSettings::default());
+        h.assign().await;
+        h.by_identity(vec![schedule(
+            "d",
+            t0() + ms(3_500),
+            1,
+            OnConflict::Replace,
+        )])
+        .await;
+        advance(Duration::from_millis(3_100)).await;
+        other.assign().await;
+        other
+            .by_identity(vec![schedule(
+                "d",
+                t0() + ms(20_000),
+                2,
+                OnConflict::Replace,
+            )])
+            .await;
+        advance(Duration::from_millis(2_500)).await;
+        assert_eq!(
+            h.recorder.call_times("d"),
+            [t0() + ms(3_500)],
+            "the earlier tree called the task it had checked"
+        );
+        let newer_written = |h: &Harness| {
+            h.store
+                .identity_writes()
+                .iter()
+                .any(|(record, _)| record.task.scheduled_time == t0() + ms(20_000))
+        };
+        assert!(
+            !newer_written(&h),
+            "the newer task's record is not written while a call of the task it replaces, \
+             started after the replace was polled, runs"
+        );
+        assert_eq!(
+            h.store
+                .deferred_identity_records(P)
+                .await
+                .expect("read")
+                .len(),
+            1,
+            "deferred, durably (the batch was acknowledged)"
+        );
+        advance(Duration::from_secs(60)).await;
+        assert!(newer_written(&h), "written once the earlier call ended");
+        assert_eq!(h.recorder.data_versions("d"), [1, 2]);
+        assert_eq!(
+            h.recorder.call_times("d"),
+            [t0() + ms(3_500), t0() + ms(20_000)]
+        );
+        assert!(h
+            .store
+            .deferred_identity_records(P)
+            .await
+            .expect("read")
+            .is_empty());
+    });
+}
+
+/// Deferred identity records outlive the tree that deferred them, and keep their order: the
+/// next tree applies them, and a record of their orderingId it polls waits behind them.
+#[test]
+fn deferred_identity_records_left_by_a_stopped_tree_are_applied_by_the_next_in_order() {
+    run_paused(|| async {
+        let h = Harness::new(SchedulingSettings::default(), Duration::from_secs(5), &[]);
+        let other = h.second_node(SchedulingSettings::default());
+        let third = h.second_node(SchedulingSettings::default());
+        h.assign().await;
+        h.by_identity(vec![schedule(
+            "d",
+            t0() + ms(3_500),
+            1,
+            OnConflict::Replace,
+        )])
+        .await;
+        advance(Duration::from_millis(3_100)).await;
+        other.assign().await;
+        other
+            .by_identity(vec![schedule(
+                "d",
+                t0() + ms(20_000),
+                2,
+                OnConflict::Replace,
+            )])
+            .await;
+        advance(Duration::from_millis(1_000)).await;
+        // The tree that deferred it goes before the earlier call ends; a third takes over and
+        // polls a keepTime of the identity: it applies after the replace, at the replace's time.
+        other.topic.send(RevokePartitions).await.expect("revoke");
+        third.assign().await;
+        third
+            .by_identity(vec![schedule(
+                "d",
+                t0() + ms(30_000),
+                3,
+                OnConflict::KeepTime,
+            )])
+            .await;
+        advance(Duration::from_secs(60)).await;
+        assert_eq!(h.recorder.data_versions("d"), [1, 3]);
+        assert_eq!(
+            h.recorder.call_times("d"),
+            [t0() + ms(3_500), t0() + ms(20_000)]
+        );
+        assert!(h
+            .store
+            .deferred_identity_records(P)
+            .await
+            .expect("read")
+            .is_empty());
+    });
+}

@@ -24,9 +24,9 @@ use scylla::statement::prepared::PreparedStatement;
 
 use super::{
     hour_bucket, last_of_each_key, AttemptOutcome, AttemptRecord, AttemptStore, DeferredCancel,
-    LeaseRecord, LeaseStore, LowWater, OwnershipStore, PartitionId, PartitionOwner, ReadCursor,
-    RefusedTask, ScheduleStore, StatusRecord, StatusStore, StoreError, StoreResult, TaskStatus,
-    WriteStamp,
+    DeferredIdentityRecord, LeaseRecord, LeaseStore, LowWater, OwnershipStore, PartitionId,
+    PartitionOwner, ReadCursor, RefusedTask, ScheduleStore, StatusRecord, StatusStore, StoreError,
+    StoreResult, TaskStatus, WriteStamp,
 };
 use crate::settings::CassandraSettings;
 
@@ -527,6 +527,80 @@ impl ScheduleStore for CassandraStore {
                     };
                     (key, at)
                 })
+                .collect())
+        }
+        .boxed()
+    }
+
+    fn defer_identity_record(
+        &self,
+        partition: PartitionId,
+        record: DeferredIdentityRecord,
+    ) -> BoxFuture<'static, StoreResult<()>> {
+        let inner = Arc::clone(&self.inner);
+        async move {
+            let values = (
+                partition,
+                &record.ordering_id,
+                record.offset,
+                &record.record,
+                &record.trace_parent,
+            );
+            let statement = &inner.statements.insert_deferred_identity;
+            inner
+                .run(statement, values, "deferred identity record write")
+                .await?;
+            Ok(())
+        }
+        .boxed()
+    }
+
+    fn forget_deferred_identity_record(
+        &self,
+        partition: PartitionId,
+        ordering_id: String,
+        offset: i64,
+    ) -> BoxFuture<'static, StoreResult<()>> {
+        let inner = Arc::clone(&self.inner);
+        async move {
+            let statement = &inner.statements.delete_deferred_identity;
+            inner
+                .run(
+                    statement,
+                    (partition, &ordering_id, offset),
+                    "deferred identity record delete",
+                )
+                .await?;
+            Ok(())
+        }
+        .boxed()
+    }
+
+    fn deferred_identity_records(
+        &self,
+        partition: PartitionId,
+    ) -> BoxFuture<'static, StoreResult<Vec<DeferredIdentityRecord>>> {
+        let inner = Arc::clone(&self.inner);
+        async move {
+            type Row = (String, i64, String, Option<String>);
+            let statement = &inner.statements.select_deferred_identity;
+            let rows: Vec<Row> = inner
+                .run_paged(
+                    statement,
+                    (partition,),
+                    "deferred identity records read",
+                    "deferred identity record",
+                )
+                .await?;
+            Ok((rows.into_iter())
+                .map(
+                    |(ordering_id, offset, record, trace_parent)| DeferredIdentityRecord {
+                        ordering_id,
+                        offset,
+                        record,
+                        trace_parent,
+                    },
+                )
                 .collect())
         }
         .boxed()

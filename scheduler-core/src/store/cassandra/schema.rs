@@ -24,7 +24,7 @@ use crate::store::ttl::last_expiry;
 use crate::store::{StoreError, StoreResult};
 
 /// The schema version this release runs on.
-pub const SCHEMA_VERSION: u32 = 10;
+pub const SCHEMA_VERSION: u32 = 11;
 
 /// Where every keyspace's schema version and migration lock are kept.
 pub const META_KEYSPACE: &str = "scheduler_meta";
@@ -258,6 +258,9 @@ async fn apply_migrations(
     }
     if at < 10 {
         migrate_v10(session, ks).await?;
+    }
+    if at < 11 {
+        migrate_v11(session, ks).await?;
     }
     session
         .query_unpaged(
@@ -600,6 +603,19 @@ async fn migrate_v9(session: &Session, ks: &str) -> StoreResult<()> {
 /// place in its own group. Null in groups written before: no result.
 async fn migrate_v10(session: &Session, ks: &str) -> StoreResult<()> {
     add_column_if_absent(session, ks, "group_members", "parent_result", "text static").await?;
+    await_agreement(session).await
+}
+
+/// Version 11: identity records deferred while an earlier tree of the partition may still call
+/// a task of their orderingId (`deferred_identity_records`, one partition per Kafka partition,
+/// read whole as a tree starts, like `deferred_cancels`), each as it was polled.
+async fn migrate_v11(session: &Session, ks: &str) -> StoreResult<()> {
+    let records = format!(
+        "CREATE TABLE IF NOT EXISTS {ks}.deferred_identity_records (partition_id int, \
+         ordering_id text, record_offset bigint, record text, trace_parent text, \
+         PRIMARY KEY ((partition_id), ordering_id, record_offset))"
+    );
+    run_schema_statement(session, records).await?;
     await_agreement(session).await
 }
 

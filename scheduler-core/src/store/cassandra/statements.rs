@@ -21,6 +21,9 @@ pub(super) struct Statements {
     pub(super) insert_deferred_cancel: PreparedStatement,
     pub(super) delete_deferred_cancel: PreparedStatement,
     pub(super) select_deferred_cancels: PreparedStatement,
+    pub(super) insert_deferred_identity: PreparedStatement,
+    pub(super) delete_deferred_identity: PreparedStatement,
+    pub(super) select_deferred_identity: PreparedStatement,
     pub(super) set_low_water: PreparedStatement,
     pub(super) advance_low_water: PreparedStatement,
     pub(super) load_from: PreparedStatement,
@@ -201,6 +204,30 @@ impl Statements {
                      WHERE partition_id = ?"
                 ),
                 "prepare deferred cancels read",
+            )
+            .await?,
+            insert_deferred_identity: prepare(
+                format!(
+                    "INSERT INTO {ks}.deferred_identity_records (partition_id, ordering_id, \
+                     record_offset, record, trace_parent) VALUES (?, ?, ?, ?, ?)"
+                ),
+                "prepare deferred identity record write",
+            )
+            .await?,
+            delete_deferred_identity: prepare(
+                format!(
+                    "DELETE FROM {ks}.deferred_identity_records WHERE partition_id = ? \
+                     AND ordering_id = ? AND record_offset = ?"
+                ),
+                "prepare deferred identity record delete",
+            )
+            .await?,
+            select_deferred_identity: prepare(
+                format!(
+                    "SELECT ordering_id, record_offset, record, trace_parent \
+                     FROM {ks}.deferred_identity_records WHERE partition_id = ?"
+                ),
+                "prepare deferred identity records read",
             )
             .await?,
             select_low_water: prepare(

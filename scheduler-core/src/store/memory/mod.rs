@@ -44,6 +44,10 @@ struct State {
     deferred_cancels: BTreeMap<(PartitionId, TaskKey), DateTime<Utc>>,
     /// Deleted rows of `deferred_cancels`: its reads step over them.
     deferred_cancel_tombstones: std::collections::BTreeSet<(PartitionId, TaskKey)>,
+    /// Identity records deferred, by partition, orderingId and offset.
+    deferred_identity: BTreeMap<(PartitionId, String, i64), super::DeferredIdentityRecord>,
+    /// Deleted rows of `deferred_identity_records`: its reads step over them.
+    deferred_identity_tombstones: std::collections::BTreeSet<(PartitionId, String, i64)>,
     /// Deferred-task lists' rows (`deferred_tasks`).
     deferred:
         std::collections::BTreeSet<(super::deferred::DeferralList, scheduler_client::RunOrder)>,

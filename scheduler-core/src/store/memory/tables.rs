@@ -14,9 +14,9 @@ use super::{MemoryStore, CLUSTERING_KEY_LIMIT};
 use crate::store::groups::stored_group_number;
 use crate::store::hour_bucket;
 use crate::store::{
-    AttemptRecord, AttemptStore, DeferredCancel, LeaseRecord, LeaseStore, LowWater, OwnershipStore,
-    PartitionId, PartitionOwner, ReadCursor, RefusedTask, ScheduleStore, StatusRecord, StatusStore,
-    StoreResult, WriteStamp,
+    AttemptRecord, AttemptStore, DeferredCancel, DeferredIdentityRecord, LeaseRecord, LeaseStore,
+    LowWater, OwnershipStore, PartitionId, PartitionOwner, ReadCursor, RefusedTask, ScheduleStore,
+    StatusRecord, StatusStore, StoreResult, WriteStamp,
 };
 use crate::store::{BucketProgress, JobRecord, JobStore};
 use crate::store::{DeadLetter, DeadLetterFilter, DeadLetterStore, IdentityRecord, IdentityStore};
@@ -216,6 +216,50 @@ impl ScheduleStore for MemoryStore {
                 .collect())
         })
         .map(|result| result.and_then(|cancels| cancels))
+        .boxed()
+    }
+
+    fn defer_identity_record(
+        &self,
+        partition: PartitionId,
+        record: DeferredIdentityRecord,
+    ) -> BoxFuture<'static, StoreResult<()>> {
+        self.run("deferred identity record write", move |s| {
+            let row = (partition, record.ordering_id.clone(), record.offset);
+            s.deferred_identity_tombstones.remove(&row);
+            s.deferred_identity.insert(row, record);
+        })
+    }
+
+    fn forget_deferred_identity_record(
+        &self,
+        partition: PartitionId,
+        ordering_id: String,
+        offset: i64,
+    ) -> BoxFuture<'static, StoreResult<()>> {
+        self.run("deferred identity record delete", move |s| {
+            let row = (partition, ordering_id, offset);
+            s.deferred_identity.remove(&row);
+            s.deferred_identity_tombstones.insert(row);
+        })
+    }
+
+    fn deferred_identity_records(
+        &self,
+        partition: PartitionId,
+    ) -> BoxFuture<'static, StoreResult<Vec<DeferredIdentityRecord>>> {
+        self.run("deferred identity records read", move |s| {
+            // The whole partition: every tombstone in it is stepped over.
+            let stepped_over = (s.deferred_identity_tombstones.iter())
+                .filter(|(p, _, _)| *p == partition)
+                .count();
+            s.step_over_tombstones("deferred identity records read", stepped_over)?;
+            Ok((s.deferred_identity.iter())
+                .filter(|((p, _, _), _)| *p == partition)
+                .map(|(_, record)| record.clone())
+                .collect())
+        })
+        .map(|result| result.and_then(|records| records))
         .boxed()
     }
 
