@@ -468,34 +468,40 @@ fn a_keep_time_arriving_while_its_task_queues_behind_its_ordering_id_runs_the_ne
 
 /// A first tree dispatches identity `d`'s task (due at 3.5 s, a 5 s call) at 2.5 s: its lease
 /// entry, ownership and status checks are done. At 3.1 s, just after that tree's periodic epoch
-/// read, a second node claims the partition and polls a replace of `d` (due at 20 s). The first
-/// tree's call of the replaced task starts at 3.5 s, before it learns of the claim: the newer
-/// task's record must not be written before that call (issue 30, defect 3: it was written at
-/// 3.1 s, and the replaced task ran after it was superseded). The replace waits, durably, for
-/// the earlier tree's call to end.
-#[test]
-fn a_replace_an_earlier_trees_call_could_defeat_is_applied_only_after_that_call() {
-    run_paused(|| async {
-        let h = Harness::new(SchedulingSettings::default(), Duration::from_secs(5), &[]);
-        let other = h.second_node(SchedulingSettings::default());
-        h.assign().await;
-        h.by_identity(vec![schedule(
+/// read, a second node claims the partition and polls a replace of `d` (due at 20 s). Returns
+/// both nodes.
+async fn a_newer_tree_polls_a_replace() -> (Harness, Harness) {
+    let h = Harness::new(SchedulingSettings::default(), Duration::from_secs(5), &[]);
+    let other = h.second_node(SchedulingSettings::default());
+    h.assign().await;
+    h.by_identity(vec![schedule(
+        "d",
+        t0() + ms(3_500),
+        1,
+        OnConflict::Replace,
+    )])
+    .await;
+    advance(Duration::from_millis(3_100)).await;
+    other.assign().await;
+    other
+        .by_identity(vec![schedule(
             "d",
-            t0() + ms(3_500),
-            1,
+            t0() + ms(20_000),
+            2,
             OnConflict::Replace,
         )])
         .await;
-        advance(Duration::from_millis(3_100)).await;
-        other.assign().await;
-        other
-            .by_identity(vec![schedule(
-                "d",
-                t0() + ms(20_000),
-                2,
-                OnConflict::Replace,
-            )])
-            .await;
+    (h, other)
+}
+
+/// The first tree's call of the replaced task starts at 3.5 s, before it learns of the claim:
+/// the newer task's record must not be written before that call (issue 30, defect 3: it was
+/// written at 3.1 s, and the replaced task ran after it was superseded). The replace waits,
+/// durably, for the earlier tree's call to end.
+#[test]
+fn a_replace_an_earlier_trees_call_could_defeat_is_applied_only_after_that_call() {
+    run_paused(|| async {
+        let (h, _other) = a_newer_tree_polls_a_replace().await;
         advance(Duration::from_millis(2_500)).await;
         assert_eq!(
             h.recorder.call_times("d"),
@@ -543,27 +549,8 @@ fn a_replace_an_earlier_trees_call_could_defeat_is_applied_only_after_that_call(
 #[test]
 fn deferred_identity_records_left_by_a_stopped_tree_are_applied_by_the_next_in_order() {
     run_paused(|| async {
-        let h = Harness::new(SchedulingSettings::default(), Duration::from_secs(5), &[]);
-        let other = h.second_node(SchedulingSettings::default());
+        let (h, other) = a_newer_tree_polls_a_replace().await;
         let third = h.second_node(SchedulingSettings::default());
-        h.assign().await;
-        h.by_identity(vec![schedule(
-            "d",
-            t0() + ms(3_500),
-            1,
-            OnConflict::Replace,
-        )])
-        .await;
-        advance(Duration::from_millis(3_100)).await;
-        other.assign().await;
-        other
-            .by_identity(vec![schedule(
-                "d",
-                t0() + ms(20_000),
-                2,
-                OnConflict::Replace,
-            )])
-            .await;
         advance(Duration::from_millis(1_000)).await;
         // The tree that deferred it goes before the earlier call ends; a third takes over and
         // polls a keepTime of the identity: it applies after the replace, at the replace's time.
