@@ -56,8 +56,8 @@ MAX_TASK_TYPE_BYTES = 128
 MAX_TASK_DATA_DEPTH = 64  # taskData itself is level 1
 MAX_RECORD_BYTES = 512 * 1024  # the nodes' default scheduling.max_task_data_bytes
 MAX_GROUP_ID_BYTES = 1024
-# A group's index and total: the group table keeps them in Cassandra `int` columns.
-MAX_GROUP_NUMBER = 2**31 - 1
+# A group's index and total: at most the largest group (its join holds every outcome).
+MAX_GROUP_NUMBER = 10_000
 # The times the wire format carries and the engine holds (UTC): 1900-01-01 to 9999-12-31.
 EARLIEST_TIME = datetime(1900, 1, 1, tzinfo=timezone.utc)
 # The longest debounce wait: the span of those times (a longer one could never cap a time).

@@ -800,7 +800,10 @@ async fn group_members_and_headers_round_trip_and_the_first_failure_of_a_fail_fa
     // All members finish: the total comes with member 2 only.
     let g = group("all");
     assert_eq!(store.group(g.clone()).await.expect("read"), None);
-    assert_eq!(store.group_failed_by(g.clone()).await.expect("read"), None);
+    assert_eq!(
+        store.group_header(g.clone()).await.expect("read").failed_by,
+        None
+    );
     let two = outcome(2, TaskStatus::Completed, 2);
     store
         .record_member(g.clone(), two.clone(), Some(3), false)
@@ -845,7 +848,7 @@ async fn group_members_and_headers_round_trip_and_the_first_failure_of_a_fail_fa
         state.failed_by, None,
         "not fail-fast: a failure is an outcome"
     );
-    assert_eq!(store.group_failed_by(g).await.expect("read"), None);
+    assert_eq!(store.group_header(g).await.expect("read").failed_by, None);
 
     // Fail fast: a cancelled member is no failure, the first failure stays.
     let g = group("fast");
@@ -858,7 +861,10 @@ async fn group_members_and_headers_round_trip_and_the_first_failure_of_a_fail_fa
         )
         .await
         .expect("member write");
-    assert_eq!(store.group_failed_by(g.clone()).await.expect("read"), None);
+    assert_eq!(
+        store.group_header(g.clone()).await.expect("read").failed_by,
+        None
+    );
     let state = store.group(g.clone()).await.expect("read").expect("group");
     assert!(state.fail_fast && !state.is_finished());
     store
@@ -866,7 +872,7 @@ async fn group_members_and_headers_round_trip_and_the_first_failure_of_a_fail_fa
         .await
         .expect("member write");
     assert_eq!(
-        store.group_failed_by(g.clone()).await.expect("read"),
+        store.group_header(g.clone()).await.expect("read").failed_by,
         Some(4)
     );
     store
@@ -874,7 +880,7 @@ async fn group_members_and_headers_round_trip_and_the_first_failure_of_a_fail_fa
         .await
         .expect("member write");
     assert_eq!(
-        store.group_failed_by(g.clone()).await.expect("read"),
+        store.group_header(g.clone()).await.expect("read").failed_by,
         Some(4),
         "a second failure does not replace the first"
     );

@@ -55,8 +55,8 @@
 //!   loading a partition with no low-water mark starts before it) to [`latest_time`]
 //!   (9999-12-31T23:59:59.999Z: RFC 3339 has four-digit years, so the engine can write any time
 //!   it holds back to the wire), in tasks and control records alike ([`check_time`]).
-//! - A group's `index` and `total` are at most [`MAX_GROUP_NUMBER`] (`i32::MAX`): the group
-//!   table keeps them in `int` columns, which Cassandra refuses past that on every retry.
+//! - A group's `index` and `total` are at most [`MAX_GROUP_NUMBER`] (10,000): the largest group,
+//!   whose join holds every member's outcome.
 //! - `debounce`'s `maxWaitMs` is at most [`MAX_DEBOUNCE_WAIT_MS`], the span from the earliest time
 //!   to the latest: the engine adds it to a time, and a longer wait could never cap one.
 //! - `taskData` is a JSON object nested at most [`MAX_TASK_DATA_DEPTH`] (64) levels deep, the
@@ -97,10 +97,11 @@ pub const MAX_GROUP_ID_BYTES: usize = MAX_ORDERING_ID_BYTES;
 /// The longest `taskType`, in bytes.
 pub const MAX_TASK_TYPE_BYTES: usize = 128;
 
-/// The highest group `index` and `total`: the group table (`group_members`) keeps them in CQL
-/// `int` columns, and Cassandra refuses a larger number on every retry of the member's final
-/// step, which would leave the member without a final status and its orderingId stalled.
-pub const MAX_GROUP_NUMBER: u32 = i32::MAX as u32;
+/// The highest group `index` and `total`: the largest group. Its join is given every member's
+/// outcome in memory (each result up to 16 KiB: at most 160 MiB), and its members' numbers fit
+/// the group table's CQL `int` columns, which Cassandra would refuse on every retry of the
+/// member's final step (the member then never finished and its orderingId stalled).
+pub const MAX_GROUP_NUMBER: u32 = 10_000;
 
 /// [`earliest_time`] in milliseconds since the Unix epoch: 1900-01-01T00:00:00.000Z.
 const EARLIEST_TIME_MS: i64 = -2_208_988_800_000;
@@ -181,7 +182,7 @@ pub fn check_group(
             match number {
                 Some(n) if n > MAX_GROUP_NUMBER => {
                     return bad(format!(
-                        "{field} {n} is over {MAX_GROUP_NUMBER}, the most the group table holds"
+                        "{field} {n} is over {MAX_GROUP_NUMBER}, the largest group"
                     ))
                 }
                 _ => {}

@@ -256,12 +256,15 @@ proptest! {
     }
 }
 
-/// Group numbers around the edges: 0, 1, the group table's `int` limit and `u32::MAX`.
+/// Group numbers around the edges: 0, 1, the largest group, the group table's `int` limit and
+/// `u32::MAX`.
 fn group_number() -> impl Strategy<Value = u32> {
-    let limit = i32::MAX as u32;
+    let limit = scheduler_client::wire::MAX_GROUP_NUMBER;
+    let int = i32::MAX as u32;
     prop_oneof![
         0u32..4,
         (limit - 2)..=(limit + 2),
+        (int - 2)..=(int + 2),
         (u32::MAX - 2)..=u32::MAX,
         any::<u32>()
     ]
@@ -271,14 +274,15 @@ proptest! {
     #![proptest_config(ProptestConfig::with_cases(500))]
 
     /// The client and the node refuse the same group numbers: from 1, at most the total, and
-    /// within the group table's `int` columns (Cassandra refuses more on every retry).
+    /// at most the largest group (within the group table's `int` columns, which Cassandra
+    /// refuses past on every retry).
     #[test]
     fn client_and_node_agree_on_group_numbers(
         index in group_number(),
         total in prop::option::of(group_number()),
     ) {
         let time = DateTime::from_timestamp_millis(1_795_327_200_000).unwrap_or_default();
-        let limit = i32::MAX as u32;
+        let limit = scheduler_client::wire::MAX_GROUP_NUMBER;
         let fits = (1..=limit).contains(&index)
             && total.is_none_or(|total| (index..=limit).contains(&total));
         let mut member = GroupMember::new("g", index);

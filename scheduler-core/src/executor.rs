@@ -314,8 +314,9 @@ impl TaskContext {
     }
 }
 
-/// The most sub-tasks one attempt may spawn (they are enqueued before its status is recorded).
-pub const MAX_SUB_TASKS: usize = 10_000;
+/// The most sub-tasks one attempt may spawn (they are enqueued before its status is recorded):
+/// the largest group ([`scheduler_client::wire::MAX_GROUP_NUMBER`]), as they are one.
+pub const MAX_SUB_TASKS: usize = scheduler_client::wire::MAX_GROUP_NUMBER as usize;
 
 /// A sub-task could not be spawned.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -207,11 +207,12 @@ fn validation_names_the_problem() {
     ));
 }
 
-/// The client refuses a group number that the group table cannot hold (a CQL `int`), before
-/// sending: the node would park it (issue 30, defect 6).
+/// The client refuses a group number past the largest group's, before sending: the node would
+/// park it (issue 30, defects 6 and 9).
 #[test]
-fn a_group_index_or_total_past_i32_is_refused_before_sending() {
-    let over = i32::MAX as u32 + 1;
+fn a_group_index_or_total_past_the_largest_group_is_refused_before_sending() {
+    let max = crate::wire::MAX_GROUP_NUMBER;
+    let over = max + 1;
     let due = Utc::now() + TimeDelta::minutes(5);
     for member in [
         crate::GroupMember::new("g", over),
@@ -225,7 +226,7 @@ fn a_group_index_or_total_past_i32_is_refused_before_sending() {
         );
         assert!(error.is_rejection());
     }
-    let largest = crate::GroupMember::new("g", i32::MAX as u32).of(i32::MAX as u32);
+    let largest = crate::GroupMember::new("g", max).of(max);
     let task = Task::new("o", due, "u", Default::default()).in_group(largest);
     assert!(validate(&task, Utc::now(), Duration::from_secs(10)).is_ok());
 }

@@ -417,24 +417,22 @@ fn a_group_member_with_a_conflict_mode_is_refused_but_a_join_is_not() {
     assert_eq!(decode(Some(&encode(&join)), 1 << 20).unwrap(), join);
 }
 
-/// The group table keeps a member's number and the total in CQL `int` columns, which Cassandra
-/// refuses past `i32::MAX` on every retry: a member beyond them ran, then never finished, and
-/// its orderingId stalled (issue 30, defect 6).
+/// A member's number and the total are at most the largest group's (10,000), well within the
+/// group table's CQL `int` columns, which Cassandra refuses past `i32::MAX` on every retry: a
+/// member beyond them ran, then never finished, and its orderingId stalled (issue 30, defects 6
+/// and 9).
 #[test]
-fn group_numbers_past_the_group_tables_int_columns_are_refused_by_client_check_and_decoder_alike() {
-    let over = i32::MAX as u32 + 1;
+fn group_numbers_past_the_largest_group_are_refused_by_client_check_and_decoder_alike() {
+    let over = MAX_GROUP_NUMBER + 1;
     for (member, why) in [
-        (
-            GroupMember::new("g", over),
-            "index 2147483648 is over 2147483647",
-        ),
+        (GroupMember::new("g", over), "index 10001 is over 10000"),
         (
             GroupMember::new("g", 1).of(over),
-            "total 2147483648 is over 2147483647",
+            "total 10001 is over 10000",
         ),
         (
             GroupMember::new("g", u32::MAX).of(u32::MAX),
-            "index 4294967295 is over 2147483647",
+            "index 4294967295 is over 10000",
         ),
     ] {
         let task = sample().in_group(member);
@@ -444,7 +442,7 @@ fn group_numbers_past_the_group_tables_int_columns_are_refused_by_client_check_a
         assert_eq!(decoded.reason(), "group", "{decoded}");
         assert!(decoded.to_string().contains(why), "{decoded}");
     }
-    let largest = sample().in_group(GroupMember::new("g", i32::MAX as u32).of(i32::MAX as u32));
+    let largest = sample().in_group(GroupMember::new("g", MAX_GROUP_NUMBER).of(MAX_GROUP_NUMBER));
     check_task(&largest).unwrap();
     assert_eq!(decode(Some(&encode(&largest)), 1 << 20).unwrap(), largest);
 }

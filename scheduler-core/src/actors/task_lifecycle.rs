@@ -520,10 +520,10 @@ impl TaskRun {
             return Ok(None);
         };
         let (store, group) = (self.deps.store.clone(), groups::group_of(task, member));
-        let failed_by = self
-            .store_step("group read", || store.group_failed_by(group.clone()))
+        let header = self
+            .store_step("group read", || store.group_header(group.clone()))
             .await?;
-        Ok(failed_by.filter(|by| *by != member.index))
+        Ok(header.failed_by.filter(|by| *by != member.index))
     }
 
     /// For a join: its group as stored now (empty if nothing was stored, e.g. past retention).

@@ -23,7 +23,10 @@ use crate::store::{BucketProgress, JobRecord, JobStore};
 use crate::store::{DeadLetter, DeadLetterFilter, DeadLetterStore, IdentityRecord, IdentityStore};
 use crate::store::{DeferralList, DeferredStore};
 use crate::store::{FireRecord, RecurringStore, ScheduleRecord};
-use crate::store::{GroupKey, GroupState, GroupStore, MemberOutcome, ParentRecord};
+use crate::store::{
+    GroupHeader, GroupKey, GroupMark, GroupState, GroupStore, MemberOutcome, ParentRecord,
+    TaskStatus,
+};
 use crate::store::{Suspension, SuspensionStore, SuspensionTarget};
 
 /// Whether a node's process is paused (and how many pauses began so far): shared by its store
@@ -400,8 +403,41 @@ impl GroupStore for PausableStore {
         self.send("group read", |s| s.group_parent(group))
     }
 
-    fn group_failed_by(&self, group: GroupKey) -> BoxFuture<'static, StoreResult<Option<u32>>> {
-        self.send("group read", |s| s.group_failed_by(group))
+    fn group_header(&self, group: GroupKey) -> BoxFuture<'static, StoreResult<GroupHeader>> {
+        self.send("group read", |s| s.group_header(group))
+    }
+
+    fn finished_members(
+        &self,
+        group: GroupKey,
+        first: u32,
+        last: u32,
+    ) -> BoxFuture<'static, StoreResult<Vec<(u32, TaskStatus)>>> {
+        self.send("group read", move |s| {
+            s.finished_members(group, first, last)
+        })
+    }
+
+    fn record_group_mark(
+        &self,
+        group: GroupKey,
+        mark: GroupMark,
+    ) -> BoxFuture<'static, StoreResult<()>> {
+        self.send("group mark write", move |s| {
+            s.record_group_mark(group, mark)
+        })
+    }
+
+    fn group_marks(
+        &self,
+        group: GroupKey,
+        level: u8,
+        first: u32,
+        last: u32,
+    ) -> BoxFuture<'static, StoreResult<Vec<GroupMark>>> {
+        self.send("group read", move |s| {
+            s.group_marks(group, level, first, last)
+        })
     }
 }
 

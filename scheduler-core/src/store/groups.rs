@@ -1,8 +1,11 @@
-//! Groups (`group_members`): one Cassandra partition per group (its task type and id), a row per
-//! member that has a final outcome, and the group's header as static columns (its total once a
-//! member carried it, whether it fails fast, and the first member seen failing). A member writes
-//! its outcome before its own final status, then reads the group: the reader that finds every
-//! member finished (or a failure, for a fail-fast group) enqueues the join.
+//! Groups (`group_members`, `group_marks`): one Cassandra partition per group (its task type and
+//! id) in each. `group_members` holds a row per member that has a final outcome, and the
+//! group's header as static columns (its total once a member carried it, whether it fails fast,
+//! and the first member seen failing). `group_marks` holds the group's completion tree
+//! ([`crate::groups::completion`]): a row per node of it whose members have all finished, with
+//! how they finished. A member writes its outcome before its own final status, then reads the
+//! few rows its place in the tree needs: whoever finishes the root (or a failure, for a
+//! fail-fast group) enqueues the join, which alone reads every member.
 
 use chrono::{DateTime, Utc};
 use futures::future::BoxFuture;
@@ -71,6 +74,72 @@ pub struct ParentRecord {
     pub result: Option<Value>,
 }
 
+/// A group's header: its partition's static columns, one row whatever the group's size.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct GroupHeader {
+    /// How many members the group has, once a member that knows it has finished.
+    pub total: Option<u32>,
+    /// Whether the group fails fast.
+    pub fail_fast: bool,
+    /// A failed member of a fail-fast group (the first one seen), which finishes the group.
+    pub failed_by: Option<u32>,
+}
+
+/// How the members under a node of a group's completion tree finished.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct GroupTally {
+    /// Members completed.
+    pub completed: u32,
+    /// Members failed or dropped.
+    pub failed: u32,
+    /// Members cancelled.
+    pub cancelled: u32,
+}
+
+impl GroupTally {
+    /// One member that finished with `status`.
+    pub fn of(status: TaskStatus) -> GroupTally {
+        let mut tally = GroupTally::default();
+        match status {
+            TaskStatus::Failed | TaskStatus::Dropped => tally.failed = 1,
+            TaskStatus::Cancelled => tally.cancelled = 1,
+            _ => tally.completed = 1,
+        }
+        tally
+    }
+
+    /// Members finished.
+    pub fn finished(&self) -> u32 {
+        self.completed
+            .saturating_add(self.failed)
+            .saturating_add(self.cancelled)
+    }
+}
+
+impl std::ops::Add for GroupTally {
+    type Output = GroupTally;
+
+    fn add(self, other: GroupTally) -> GroupTally {
+        GroupTally {
+            completed: self.completed.saturating_add(other.completed),
+            failed: self.failed.saturating_add(other.failed),
+            cancelled: self.cancelled.saturating_add(other.cancelled),
+        }
+    }
+}
+
+/// A node of a group's completion tree whose members have all finished: node `node` of
+/// `level` (from 1) covers members `node * FANOUT^level + 1` to `(node + 1) * FANOUT^level`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GroupMark {
+    /// The node's level, from 1 (its children are members at level 1).
+    pub level: u8,
+    /// The node's number in its level, from 0.
+    pub node: u32,
+    /// How the members under it finished.
+    pub tally: GroupTally,
+}
+
 /// What the store knows of a group.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct GroupState {
@@ -117,9 +186,38 @@ pub trait GroupStore: Send + Sync + 'static {
         fail_fast: bool,
     ) -> BoxFuture<'static, StoreResult<()>>;
 
-    /// The group, read at the level that sees every member's completed write; `None` when no
-    /// member has finished.
+    /// The group, read at the level that sees every member's completed write, a page at a
+    /// time; `None` when no member has finished. Every member: only a join reads it (and the
+    /// admin API, for one group).
     fn group(&self, group: GroupKey) -> BoxFuture<'static, StoreResult<Option<GroupState>>>;
+
+    /// The group's header (one row); the default when nothing is stored.
+    fn group_header(&self, group: GroupKey) -> BoxFuture<'static, StoreResult<GroupHeader>>;
+
+    /// The members numbered `first` to `last` that have finished, with their status: at most
+    /// `last - first + 1` rows.
+    fn finished_members(
+        &self,
+        group: GroupKey,
+        first: u32,
+        last: u32,
+    ) -> BoxFuture<'static, StoreResult<Vec<(u32, TaskStatus)>>>;
+
+    /// Records a node of the group's completion tree as finished (again: overwritten).
+    fn record_group_mark(
+        &self,
+        group: GroupKey,
+        mark: GroupMark,
+    ) -> BoxFuture<'static, StoreResult<()>>;
+
+    /// The finished nodes `first` to `last` of `level`: at most `last - first + 1` rows.
+    fn group_marks(
+        &self,
+        group: GroupKey,
+        level: u8,
+        first: u32,
+        last: u32,
+    ) -> BoxFuture<'static, StoreResult<Vec<GroupMark>>>;
 
     /// Records the task whose sub-tasks the group holds, and its result (again: overwritten).
     fn record_parent(
@@ -134,8 +232,4 @@ pub trait GroupStore: Send + Sync + 'static {
         &self,
         group: GroupKey,
     ) -> BoxFuture<'static, StoreResult<Option<ParentRecord>>>;
-
-    /// The failed member of a fail-fast group, if one failed (the header only: a member about to
-    /// run checks it).
-    fn group_failed_by(&self, group: GroupKey) -> BoxFuture<'static, StoreResult<Option<u32>>>;
 }

@@ -26,7 +26,10 @@ use scheduler_client::{Task, TaskKey};
 
 pub use dead_letters::{DeadLetter, DeadLetterFilter, DeadLetterStore, DeadReason};
 pub use deferred::{DeferralList, DeferredStore};
-pub use groups::{GroupKey, GroupState, GroupStore, MemberOutcome, ParentRecord};
+pub use groups::{
+    GroupHeader, GroupKey, GroupMark, GroupState, GroupStore, GroupTally, MemberOutcome,
+    ParentRecord,
+};
 pub use identities::{IdentityRecord, IdentityStore};
 pub use jobs::{BucketProgress, JobRecord, JobStore};
 pub use recurring::{FireOutcome, FireRecord, RecurringStore, ScheduleRecord};

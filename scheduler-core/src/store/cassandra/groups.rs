@@ -10,16 +10,16 @@ use futures::future::BoxFuture;
 use futures::FutureExt;
 use scheduler_client::TaskKey;
 
-use super::rows::first_row_of;
+use super::rows::{first_row_of, rows_of};
 use super::CassandraStore;
 use crate::store::groups::stored_group_number;
 use crate::store::{
-    GroupKey, GroupState, GroupStore, MemberOutcome, ParentRecord, StoreError, StoreResult,
-    TaskStatus,
+    GroupHeader, GroupKey, GroupMark, GroupState, GroupStore, GroupTally, MemberOutcome,
+    ParentRecord, StoreError, StoreResult, TaskStatus,
 };
 
 /// A `group_members` row: the statics (`total`, `fail_fast`, `failed_by`), then the member's
-/// columns, all null in a partition that holds only its header, then the static `parent`.
+/// columns, all null in a partition that holds only its header.
 type MemberRow = (
     Option<i32>,
     Option<bool>,
@@ -32,8 +32,44 @@ type MemberRow = (
     Option<String>,
     Option<String>,
     Option<DateTime<Utc>>,
-    Option<String>,
 );
+
+/// A `group_marks` row: level, node, completed, failed, cancelled.
+type MarkRow = (i32, i32, i32, i32, i32);
+
+fn mark_from_row((level, node, completed, failed, cancelled): MarkRow) -> StoreResult<GroupMark> {
+    let count = |n: i32, column: &str| {
+        u32::try_from(n).map_err(|_| StoreError::Corrupt {
+            what: "group mark",
+            reason: format!("negative {column} {n}"),
+        })
+    };
+    Ok(GroupMark {
+        level: u8::try_from(level).map_err(|_| StoreError::Corrupt {
+            what: "group mark",
+            reason: format!("level {level}"),
+        })?,
+        node: count(node, "node")?,
+        tally: GroupTally {
+            completed: count(completed, "completed")?,
+            failed: count(failed, "failed")?,
+            cancelled: count(cancelled, "cancelled")?,
+        },
+    })
+}
+
+/// The header of a row's static columns.
+fn header_from(
+    total: Option<i32>,
+    fail_fast: Option<bool>,
+    failed_by: Option<i32>,
+) -> StoreResult<GroupHeader> {
+    Ok(GroupHeader {
+        total: total.map(|t| read_number(t, "total")).transpose()?,
+        fail_fast: fail_fast.unwrap_or(false),
+        failed_by: failed_by.map(|n| read_number(n, "failed_by")).transpose()?,
+    })
+}
 
 fn corrupt(reason: String) -> StoreError {
     StoreError::Corrupt {
@@ -158,14 +194,14 @@ impl GroupStore for CassandraStore {
                 if let (None, Some(failed_by)) = (state.failed_by, row.2) {
                     state.failed_by = Some(read_number(failed_by, "failed_by")?);
                 }
-                if let (None, Some(text)) = (&state.parent, row.11.take()) {
-                    let parent = scheduler_client::wire::decode(Some(text.as_bytes()), usize::MAX)
-                        .map_err(|e| corrupt(format!("parent: {e}")))?;
-                    state.parent = Some(parent);
-                }
                 state.members.extend(member_from_row(&mut row)?);
             }
-            // The members came in clustering order: by number.
+            // The members came in clustering order: by number. The parent, once.
+            if let Some(text) = parent_of(&inner, &group).await?.0 {
+                let parent = scheduler_client::wire::decode(Some(text.as_bytes()), usize::MAX)
+                    .map_err(|e| corrupt(format!("parent: {e}")))?;
+                state.parent = Some(parent);
+            }
             Ok(Some(state))
         }
         .boxed()
@@ -202,15 +238,7 @@ impl GroupStore for CassandraStore {
     ) -> BoxFuture<'static, StoreResult<Option<ParentRecord>>> {
         let inner = Arc::clone(&self.inner);
         async move {
-            let read = inner
-                .run(
-                    &inner.statements.groups.select_parent,
-                    (group.task_type.as_str(), group.id.as_str()),
-                    "group parent read",
-                )
-                .await?;
-            let row = first_row_of::<(Option<String>, Option<String>)>(read, "group member")?;
-            let Some((Some(task), result)) = row else {
+            let (Some(task), result) = parent_of(&inner, &group).await? else {
                 return Ok(None);
             };
             let task = scheduler_client::wire::decode(Some(task.as_bytes()), usize::MAX)
@@ -224,21 +252,129 @@ impl GroupStore for CassandraStore {
         .boxed()
     }
 
-    fn group_failed_by(&self, group: GroupKey) -> BoxFuture<'static, StoreResult<Option<u32>>> {
+    fn group_header(&self, group: GroupKey) -> BoxFuture<'static, StoreResult<GroupHeader>> {
         let inner = Arc::clone(&self.inner);
         async move {
             let result = inner
                 .run(
-                    &inner.statements.groups.select_failed_by,
+                    &inner.statements.groups.select_header,
                     (group.task_type.as_str(), group.id.as_str()),
                     "group read",
                 )
                 .await?;
-            first_row_of::<(Option<i32>,)>(result, "group member")?
-                .and_then(|(failed_by,)| failed_by)
-                .map(|n| read_number(n, "failed_by"))
-                .transpose()
+            type Header = (Option<i32>, Option<bool>, Option<i32>);
+            match first_row_of::<Header>(result, "group member")? {
+                Some((total, fail_fast, failed_by)) => header_from(total, fail_fast, failed_by),
+                None => Ok(GroupHeader::default()),
+            }
         }
         .boxed()
     }
+
+    fn finished_members(
+        &self,
+        group: GroupKey,
+        first: u32,
+        last: u32,
+    ) -> BoxFuture<'static, StoreResult<Vec<(u32, TaskStatus)>>> {
+        let inner = Arc::clone(&self.inner);
+        async move {
+            // Numbers past the column's range hold no member.
+            let first = i32::try_from(first).unwrap_or(i32::MAX);
+            let last = i32::try_from(last).unwrap_or(i32::MAX);
+            let values = (group.task_type.as_str(), group.id.as_str(), first, last);
+            let result = inner
+                .run(
+                    &inner.statements.groups.select_members_in,
+                    values,
+                    "group read",
+                )
+                .await?;
+            let rows = rows_of::<(i32, Option<String>)>(result, "group member")?;
+            let mut members = Vec::with_capacity(rows.len());
+            for (member, status) in rows {
+                let status = status.unwrap_or_default();
+                let status = TaskStatus::parse(&status).ok_or_else(|| {
+                    corrupt(format!("member {member}: unknown status {status:?}"))
+                })?;
+                members.push((read_number(member, "member")?, status));
+            }
+            Ok(members)
+        }
+        .boxed()
+    }
+
+    fn record_group_mark(
+        &self,
+        group: GroupKey,
+        mark: GroupMark,
+    ) -> BoxFuture<'static, StoreResult<()>> {
+        let inner = Arc::clone(&self.inner);
+        async move {
+            let operation = "group mark write";
+            let number = |n: u32| stored_group_number(n, operation);
+            let tally = mark.tally;
+            let values = (
+                group.task_type.as_str(),
+                group.id.as_str(),
+                i32::from(mark.level),
+                number(mark.node)?,
+                number(tally.completed)?,
+                number(tally.failed)?,
+                number(tally.cancelled)?,
+            );
+            inner
+                .run(&inner.statements.groups.insert_mark, values, operation)
+                .await?;
+            Ok(())
+        }
+        .boxed()
+    }
+
+    fn group_marks(
+        &self,
+        group: GroupKey,
+        level: u8,
+        first: u32,
+        last: u32,
+    ) -> BoxFuture<'static, StoreResult<Vec<GroupMark>>> {
+        let inner = Arc::clone(&self.inner);
+        async move {
+            let first = i32::try_from(first).unwrap_or(i32::MAX);
+            let last = i32::try_from(last).unwrap_or(i32::MAX);
+            let values = (
+                group.task_type.as_str(),
+                group.id.as_str(),
+                i32::from(level),
+                first,
+                last,
+            );
+            let result = inner
+                .run(
+                    &inner.statements.groups.select_marks_in,
+                    values,
+                    "group read",
+                )
+                .await?;
+            (rows_of::<MarkRow>(result, "group mark")?.into_iter())
+                .map(mark_from_row)
+                .collect()
+        }
+        .boxed()
+    }
+}
+
+/// The group's `parent` and `parent_result` (the header alone, one row).
+async fn parent_of(
+    inner: &super::Inner,
+    group: &GroupKey,
+) -> StoreResult<(Option<String>, Option<String>)> {
+    let read = inner
+        .run(
+            &inner.statements.groups.select_parent,
+            (group.task_type.as_str(), group.id.as_str()),
+            "group parent read",
+        )
+        .await?;
+    Ok(first_row_of::<(Option<String>, Option<String>)>(read, "group member")?.unwrap_or_default())
 }

@@ -21,10 +21,10 @@ use super::query_error;
 use super::rows::{applied, first_row_of};
 use crate::settings::CassandraSettings;
 use crate::store::ttl::last_expiry;
-use crate::store::{StoreError, StoreResult};
+use crate::store::{StoreError, StoreResult, TaskStatus};
 
 /// The schema version this release runs on.
-pub const SCHEMA_VERSION: u32 = 11;
+pub const SCHEMA_VERSION: u32 = 12;
 
 /// Where every keyspace's schema version and migration lock are kept.
 pub const META_KEYSPACE: &str = "scheduler_meta";
@@ -262,6 +262,9 @@ async fn apply_migrations(
     if at < 11 {
         migrate_v11(session, ks).await?;
     }
+    if at < 12 {
+        migrate_v12(session, settings).await?;
+    }
     session
         .query_unpaged(
             format!(
@@ -287,6 +290,7 @@ async fn apply_retention(session: &Session, settings: &CassandraSettings) -> Sto
         ("task_status", settings.status_ttl),
         ("task_attempts", settings.attempts_ttl),
         ("group_members", settings.status_ttl),
+        ("group_marks", settings.status_ttl),
         ("jobs", settings.status_ttl),
         ("group_progress", settings.status_ttl),
         ("schedule_fires", settings.status_ttl),
@@ -617,6 +621,92 @@ async fn migrate_v11(session: &Session, ks: &str) -> StoreResult<()> {
     );
     run_schema_statement(session, records).await?;
     await_agreement(session).await
+}
+
+/// Version 12: each group's completion tree (`group_marks`, one partition per group beside its
+/// `group_members` one): a row per node whose members have all finished, with how many
+/// completed, failed and were cancelled. A member reads a few of them instead of the whole
+/// group. The groups already stored get the marks their members' climbs would have written
+/// (each group read once), so a group part-finished before the upgrade is joined after it.
+async fn migrate_v12(session: &Session, settings: &CassandraSettings) -> StoreResult<()> {
+    let ks = &settings.keyspace;
+    let marks = format!(
+        "CREATE TABLE IF NOT EXISTS {ks}.group_marks (task_type text, group_id text, \
+         level int, node int, completed int, failed int, cancelled int, \
+         PRIMARY KEY ((task_type, group_id), level, node))"
+    );
+    run_schema_statement(session, marks).await?;
+    await_agreement(session).await?;
+    backfill_group_marks(session, settings).await
+}
+
+/// Writes the marks of every group in `group_members` (see [`migrate_v12`]), with the status
+/// retention's TTL, as the table's default will be.
+async fn backfill_group_marks(session: &Session, settings: &CassandraSettings) -> StoreResult<()> {
+    use futures::TryStreamExt;
+    let ks = &settings.keyspace;
+    let failed = |e: &dyn std::fmt::Display| migration_error(format!("group marks: {e}"));
+    let mut groups_query = scylla::statement::Statement::new(format!(
+        "SELECT DISTINCT task_type, group_id FROM {ks}.group_members"
+    ));
+    groups_query.set_page_size(1000);
+    let groups: Vec<(String, String)> = session
+        .query_iter(groups_query, ())
+        .await
+        .map_err(|e| failed(&e))?
+        .rows_stream::<(String, String)>()
+        .map_err(|e| failed(&e))?
+        .try_collect()
+        .await
+        .map_err(|e| failed(&e))?;
+    let mut members_query = scylla::statement::Statement::new(format!(
+        "SELECT total, member, status FROM {ks}.group_members WHERE task_type = ? AND group_id = ?"
+    ));
+    members_query.set_page_size(1000);
+    let ttl = table_default_ttl(settings.status_ttl, Utc::now());
+    let insert = format!(
+        "INSERT INTO {ks}.group_marks (task_type, group_id, level, node, completed, failed, \
+         cancelled) VALUES (?, ?, ?, ?, ?, ?, ?) USING TTL {ttl}"
+    );
+    let insert = session.prepare(insert).await.map_err(|e| failed(&e))?;
+    for (task_type, group_id) in groups {
+        let rows: Vec<(Option<i32>, Option<i32>, Option<String>)> = session
+            .query_iter(members_query.clone(), (&task_type, &group_id))
+            .await
+            .map_err(|e| failed(&e))?
+            .rows_stream()
+            .map_err(|e| failed(&e))?
+            .try_collect()
+            .await
+            .map_err(|e| failed(&e))?;
+        let total = rows
+            .iter()
+            .find_map(|(total, _, _)| *total)
+            .and_then(|t| u32::try_from(t).ok());
+        let members: Vec<(u32, TaskStatus)> = (rows.iter())
+            .filter_map(|(_, member, status)| {
+                let member = u32::try_from((*member)?).ok()?;
+                Some((member, TaskStatus::parse(status.as_deref()?)?))
+            })
+            .collect();
+        for mark in crate::groups::completion::marks_of(&members, total) {
+            let number = |n: u32| i32::try_from(n).unwrap_or(i32::MAX);
+            let values = (
+                &task_type,
+                &group_id,
+                i32::from(mark.level),
+                number(mark.node),
+                number(mark.tally.completed),
+                number(mark.tally.failed),
+                number(mark.tally.cancelled),
+            );
+            session
+                .execute_unpaged(&insert, values)
+                .await
+                .map_err(|e| failed(&e))?;
+        }
+    }
+    Ok(())
 }
 
 /// Waits until every node of the cluster knows the schema changes made so far.

@@ -526,8 +526,9 @@ impl SuspensionStatements {
     }
 }
 
-/// Rows read per page of a group: a group may have thousands of members.
-const GROUP_PAGE: i32 = 1000;
+/// Rows read per page of a group: a group may have thousands of members, each with a result of
+/// up to `MAX_RESULT_BYTES` (16 KiB): a page is at most 1.6 MiB.
+const GROUP_PAGE: i32 = 100;
 
 /// The statements of `group_members`.
 pub(super) struct GroupStatements {
@@ -536,9 +537,18 @@ pub(super) struct GroupStatements {
     pub(super) insert_member: [PreparedStatement; 4],
     /// `failed_by`, unless a failure set it first.
     pub(super) set_failed_by: PreparedStatement,
-    /// The whole partition: the header and every member, paged.
+    /// The whole partition: the header and every member, paged (not the parent: a static
+    /// column would come with every row).
     pub(super) select_group: PreparedStatement,
-    pub(super) select_failed_by: PreparedStatement,
+    /// The header alone, one row.
+    pub(super) select_header: PreparedStatement,
+    /// The members in a range of numbers, their status only.
+    pub(super) select_members_in: PreparedStatement,
+    /// A node of the completion tree as finished.
+    pub(super) insert_mark: PreparedStatement,
+    /// The finished nodes in a range of one level.
+    pub(super) select_marks_in: PreparedStatement,
+
     /// The task whose sub-tasks the group holds, and its result.
     pub(super) set_parent: PreparedStatement,
     /// Those two: the header alone, one row.
@@ -572,7 +582,7 @@ impl GroupStatements {
         };
         let mut select_group = prepare(format!(
             "SELECT total, fail_fast, failed_by, member, ordering_id, scheduled_time, \
-             uniqueness_key, status, error, result, finished_at, parent FROM {ks}.group_members \
+             uniqueness_key, status, error, result, finished_at FROM {ks}.group_members \
              WHERE task_type = ? AND group_id = ?"
         ))
         .await?;
@@ -596,9 +606,25 @@ impl GroupStatements {
             // transaction completed was committed at that level, so a read that begins after it
             // sees it; one still in progress may be missed, as if the member had started just
             // before it. One round trip instead of a Paxos round before every member runs.
-            select_failed_by: prepare(format!(
-                "SELECT failed_by FROM {ks}.group_members WHERE task_type = ? AND group_id = ? \
-                 LIMIT 1"
+            select_header: prepare(format!(
+                "SELECT total, fail_fast, failed_by FROM {ks}.group_members \
+                 WHERE task_type = ? AND group_id = ? LIMIT 1"
+            ))
+            .await?,
+            // A slice of the clustering order: at most `last - first + 1` rows.
+            select_members_in: prepare(format!(
+                "SELECT member, status FROM {ks}.group_members WHERE task_type = ? \
+                 AND group_id = ? AND member >= ? AND member <= ?"
+            ))
+            .await?,
+            insert_mark: prepare(format!(
+                "INSERT INTO {ks}.group_marks (task_type, group_id, level, node, completed, \
+                 failed, cancelled) VALUES (?, ?, ?, ?, ?, ?, ?)"
+            ))
+            .await?,
+            select_marks_in: prepare(format!(
+                "SELECT level, node, completed, failed, cancelled FROM {ks}.group_marks \
+                 WHERE task_type = ? AND group_id = ? AND level = ? AND node >= ? AND node <= ?"
             ))
             .await?,
             // Only the header: a static column set by partition key alone.

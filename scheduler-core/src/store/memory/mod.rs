@@ -58,6 +58,9 @@ struct State {
     tombstone_failure_threshold: Option<usize>,
     /// Tombstones loads have stepped over.
     tombstones_read: usize,
+    /// Rows of the groups' tables (`group_members`, `group_marks`) reads have returned, the
+    /// header counted as a row.
+    group_rows_read: usize,
     /// Every status write, in order, with when it was applied (the simulation checks that a
     /// final status never changes and that nothing starts after it).
     status_writes: Vec<(TaskKey, StatusRecord, tokio::time::Instant)>,
@@ -69,6 +72,8 @@ struct State {
     dead_letters: BTreeMap<TaskKey, super::DeadLetter>,
     /// Groups, by key.
     groups: BTreeMap<super::GroupKey, super::GroupState>,
+    /// The groups' completion trees' finished nodes, by group, level and node.
+    group_marks: BTreeMap<(super::GroupKey, u8, u32), super::GroupTally>,
     /// The result of each group's parent (`group_members.parent_result`, beside `parent`).
     parent_results: BTreeMap<super::GroupKey, serde_json::Value>,
     /// Jobs, by id.
@@ -285,6 +290,11 @@ impl MemoryStore {
     /// Every dead letter, by task key.
     pub fn all_dead_letters(&self) -> BTreeMap<TaskKey, super::DeadLetter> {
         self.lock().dead_letters.clone()
+    }
+
+    /// Rows of the groups' tables read so far (members, marks, and each header read as one).
+    pub fn group_rows_read(&self) -> usize {
+        self.lock().group_rows_read
     }
 
     /// Every group the store holds.

@@ -21,7 +21,10 @@ use crate::store::{
 use crate::store::{BucketProgress, JobRecord, JobStore};
 use crate::store::{DeadLetter, DeadLetterFilter, DeadLetterStore, IdentityRecord, IdentityStore};
 use crate::store::{FireRecord, RecurringStore, ScheduleRecord};
-use crate::store::{GroupKey, GroupState, GroupStore, MemberOutcome, ParentRecord};
+use crate::store::{
+    GroupHeader, GroupKey, GroupMark, GroupState, GroupStore, MemberOutcome, ParentRecord,
+    TaskStatus,
+};
 use crate::store::{Suspension, SuspensionStore, SuspensionTarget};
 use scheduler_client::TaskIdentity;
 
@@ -438,7 +441,12 @@ impl GroupStore for MemoryStore {
     }
 
     fn group(&self, group: GroupKey) -> BoxFuture<'static, StoreResult<Option<GroupState>>> {
-        self.run("group read", move |s| s.groups.get(&group).cloned())
+        self.run("group read", move |s| {
+            let state = s.groups.get(&group).cloned();
+            // The header, then a row per member.
+            s.group_rows_read += 1 + state.as_ref().map_or(0, |g| g.members.len());
+            state
+        })
     }
 
     fn record_parent(
@@ -466,9 +474,72 @@ impl GroupStore for MemoryStore {
         })
     }
 
-    fn group_failed_by(&self, group: GroupKey) -> BoxFuture<'static, StoreResult<Option<u32>>> {
+    fn group_header(&self, group: GroupKey) -> BoxFuture<'static, StoreResult<GroupHeader>> {
         self.run("group read", move |s| {
-            s.groups.get(&group).and_then(|state| state.failed_by)
+            s.group_rows_read += 1;
+            s.groups
+                .get(&group)
+                .map(|state| GroupHeader {
+                    total: state.total,
+                    fail_fast: state.fail_fast,
+                    failed_by: state.failed_by,
+                })
+                .unwrap_or_default()
+        })
+    }
+
+    fn finished_members(
+        &self,
+        group: GroupKey,
+        first: u32,
+        last: u32,
+    ) -> BoxFuture<'static, StoreResult<Vec<(u32, TaskStatus)>>> {
+        self.run("group read", move |s| {
+            let members: Vec<(u32, TaskStatus)> = (s.groups.get(&group).into_iter())
+                .flat_map(|state| &state.members)
+                .filter(|m| (first..=last).contains(&m.index))
+                .map(|m| (m.index, m.status))
+                .collect();
+            s.group_rows_read += members.len();
+            members
+        })
+    }
+
+    fn record_group_mark(
+        &self,
+        group: GroupKey,
+        mark: GroupMark,
+    ) -> BoxFuture<'static, StoreResult<()>> {
+        self.run("group mark write", move |s| {
+            // Cassandra's `int` columns.
+            stored_group_number(mark.node, "group mark write")?;
+            s.group_marks
+                .insert((group, mark.level, mark.node), mark.tally);
+            Ok(())
+        })
+        .map(Result::flatten)
+        .boxed()
+    }
+
+    fn group_marks(
+        &self,
+        group: GroupKey,
+        level: u8,
+        first: u32,
+        last: u32,
+    ) -> BoxFuture<'static, StoreResult<Vec<GroupMark>>> {
+        self.run("group read", move |s| {
+            let marks: Vec<GroupMark> = s
+                .group_marks
+                .range((group.clone(), level, first)..=(group, level, last))
+                .map(|((_, level, node), tally)| GroupMark {
+                    level: *level,
+                    node: *node,
+                    tally: *tally,
+                })
+                .collect();
+            s.group_rows_read += marks.len();
+            marks
         })
     }
 }

@@ -1,0 +1,184 @@
+//! When a group finishes, found in a few reads per member (design.md "Groups"): a tree of marks
+//! over the members, [`FANOUT`] children a node. A member writes its outcome, then reads its
+//! siblings (the members of its node, at most [`FANOUT`] rows): if all have finished, it marks
+//! their node finished (`group_marks`, with how they finished) and reads that node's siblings,
+//! and so on up. Whoever marks the root has found the group finished.
+//!
+//! Each climber writes before it reads, so of the members (or nodes) that finish a node last,
+//! concurrently or not, at least one sees all of them: no node is left unmarked once its
+//! children have all finished, and marks are idempotent (a node marked twice is marked once).
+//! A member run again climbs again, rewriting the marks with what it finds.
+//!
+//! A node is finished when every child it has is: a group of `total` members has fewer
+//! children in the last node of each level, so climbing needs the total. A member that does not
+//! carry it reads the group's header after its write; without a total known it climbs only
+//! through full nodes. The member that records the total first (it read the header before its
+//! write and found none) then also climbs from the group's last member: the nodes of that path
+//! are the only ones a climber without the total could not finish, and of that member and one
+//! that stopped there, at least one sees the other's write.
+
+use scheduler_client::wire::MAX_GROUP_NUMBER;
+
+use crate::store::{GroupKey, GroupMark, GroupTally, StoreResult, TaskStatus, TaskStore};
+
+/// Children of a node of the completion tree: the rows a member reads at each level it climbs.
+pub const FANOUT: u32 = 32;
+
+/// How many members a node of `level` covers: `FANOUT^level` (saturated).
+fn span(level: u8) -> u32 {
+    FANOUT.saturating_pow(u32::from(level))
+}
+
+/// The level of the root of a group of `total` members: the least level from 1 whose one node
+/// covers them all.
+pub(crate) fn root_level(total: u32) -> u8 {
+    (1..=u8::MAX)
+        .find(|&level| span(level) >= total)
+        .unwrap_or(u8::MAX)
+}
+
+/// How many children node `node` of `level` (from 1) has in a group of `total`, or
+/// [`FANOUT`] when the total is not known (then only a full node can be found finished).
+fn children(level: u8, node: u32, total: Option<u32>) -> u32 {
+    let Some(total) = total else {
+        return FANOUT;
+    };
+    let child_span = span(level - 1);
+    let in_level = total.div_ceil(child_span);
+    in_level
+        .saturating_sub(node.saturating_mul(FANOUT))
+        .min(FANOUT)
+}
+
+/// Whether the group finished, as far as a climb could tell.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Climb {
+    /// The climb marked the root: every member has finished, and finished so.
+    Finished(GroupTally),
+    /// A node on the way has a child not finished yet (or the total is not known).
+    NotYet,
+}
+
+/// Climbs the completion tree of `group` from member `index` (whose outcome is written), with
+/// the group's `total` if known: marks each node found finished, and says whether the root was.
+pub(crate) async fn climb(
+    store: &dyn TaskStore,
+    group: &GroupKey,
+    index: u32,
+    total: Option<u32>,
+) -> StoreResult<Climb> {
+    // A member beyond the total is none of the group's (as the join counts them).
+    if index == 0 || total.is_some_and(|t| index > t) {
+        return Ok(Climb::NotYet);
+    }
+    // The highest level a climb without the total may reach: the largest group's root.
+    let top = total.map_or_else(|| root_level(MAX_GROUP_NUMBER), root_level);
+    let mut position = index - 1;
+    for level in 0..top {
+        let node = position / FANOUT;
+        let first = node.saturating_mul(FANOUT);
+        let last = first.saturating_add(FANOUT - 1);
+        let tallies: Vec<GroupTally> = if level == 0 {
+            let members = store
+                .finished_members(group.clone(), first + 1, last.saturating_add(1))
+                .await?;
+            (members.into_iter())
+                .filter(|(member, _)| total.is_none_or(|t| *member <= t))
+                .map(|(_, status)| GroupTally::of(status))
+                .collect()
+        } else {
+            let marks = store.group_marks(group.clone(), level, first, last).await?;
+            marks.into_iter().map(|mark| mark.tally).collect()
+        };
+        let expected = children(level + 1, node, total);
+        if tallies.len() < expected as usize {
+            return Ok(Climb::NotYet);
+        }
+        let tally = tallies
+            .into_iter()
+            .fold(GroupTally::default(), |a, b| a + b);
+        let mark = GroupMark {
+            level: level + 1,
+            node,
+            tally,
+        };
+        store.record_group_mark(group.clone(), mark).await?;
+        if total.is_some() && level + 1 == top {
+            return Ok(Climb::Finished(tally));
+        }
+        position = node;
+    }
+    Ok(Climb::NotYet)
+}
+
+/// The marks of every finished node of a group whose finished members are `members` (numbers
+/// and statuses), with its `total` if known, level by level: what the climbs of those members
+/// would have written. For a group whose members finished before its tree existed (schema
+/// version 12's migration writes them).
+pub(crate) fn marks_of(members: &[(u32, TaskStatus)], total: Option<u32>) -> Vec<GroupMark> {
+    let mut below: std::collections::BTreeMap<u32, GroupTally> = (members.iter())
+        .filter(|(index, _)| *index >= 1 && total.is_none_or(|t| *index <= t))
+        .map(|(index, status)| (index - 1, GroupTally::of(*status)))
+        .collect();
+    let top = total.map_or_else(|| root_level(MAX_GROUP_NUMBER), root_level);
+    let mut marks = Vec::new();
+    for level in 1..=top {
+        let mut nodes: std::collections::BTreeMap<u32, (u32, GroupTally)> = Default::default();
+        for (position, tally) in &below {
+            let entry = nodes.entry(position / FANOUT).or_default();
+            entry.0 += 1;
+            entry.1 = entry.1 + *tally;
+        }
+        below = nodes
+            .into_iter()
+            .filter(|(node, (count, _))| *count >= children(level, *node, total))
+            .map(|(node, (_, tally))| (node, tally))
+            .collect();
+        marks.extend(below.iter().map(|(node, tally)| GroupMark {
+            level,
+            node: *node,
+            tally: *tally,
+        }));
+    }
+    marks
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_tree_has_the_levels_and_children_its_total_needs() {
+        assert_eq!(
+            [1, 32, 33, 1024, 1025, 10_000].map(root_level),
+            [1, 1, 2, 2, 3, 3]
+        );
+        // 33 members: the level-1 nodes have 32 and 1; the root has 2.
+        assert_eq!(children(1, 0, Some(33)), 32);
+        assert_eq!(children(1, 1, Some(33)), 1);
+        assert_eq!(children(2, 0, Some(33)), 2);
+        assert_eq!(children(1, 0, None), FANOUT);
+        assert_eq!(children(3, 0, Some(10_000)), 10);
+    }
+
+    #[test]
+    fn marks_of_a_group_are_what_its_members_climbs_would_write() {
+        use crate::store::TaskStatus::{Completed, Failed};
+        // 40 of 40 finished: 32 and 8 at level 1 (one failed), the root at level 2.
+        let members: Vec<(u32, TaskStatus)> = (1..=40)
+            .map(|i| (i, if i == 7 { Failed } else { Completed }))
+            .collect();
+        let marks = marks_of(&members, Some(40));
+        let levels: Vec<(u8, u32, u32)> = marks
+            .iter()
+            .map(|m| (m.level, m.node, m.tally.finished()))
+            .collect();
+        assert_eq!(levels, [(1, 0, 32), (1, 1, 8), (2, 0, 40)]);
+        assert_eq!(marks[2].tally.failed, 1);
+        // Member 35 not finished: the second node and the root are not.
+        let some: Vec<_> = members.iter().copied().filter(|(i, _)| *i != 35).collect();
+        assert_eq!(marks_of(&some, Some(40)).len(), 1);
+        // Without the total, only the full node.
+        assert_eq!(marks_of(&members, None).len(), 1);
+    }
+}
