@@ -101,3 +101,88 @@ async fn view(
             .collect(),
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use axum::extract::State;
+    use chrono::Utc;
+    use scheduler_client::{GroupMember, Task, TaskData};
+
+    use crate::admin::test_app::state;
+    use crate::enqueue::{Enqueuer, Outbox};
+    use crate::store::memory::MemoryStore;
+    use crate::store::{
+        BucketProgress, JobRecord, JobStore, MemberOutcome, TaskStatus, TaskStore,
+    };
+
+    /// A job of 2,000 buckets, every one finished (bucket 7 failed) after reporting 10 items:
+    /// the list reads about one row per 32 buckets, not every bucket (issue 30, defect 9).
+    #[tokio::test]
+    async fn the_job_list_reads_a_row_per_32_buckets_not_every_bucket() {
+        let store = Arc::new(MemoryStore::new());
+        let now = Utc::now();
+        let buckets = 2_000;
+        let coordinator = Task::new("c", now, "run", TaskData::new()).of_type("job");
+        let group = crate::groups::children_of(&coordinator);
+        store
+            .record_job(JobRecord {
+                id: "big".into(),
+                coordinator: coordinator.key(),
+                group: group.clone(),
+                buckets,
+                started_at: now,
+            })
+            .await
+            .expect("job");
+        for index in 1..=buckets {
+            let member = GroupMember::new(group.id.clone(), index)
+                .of(buckets)
+                .joined_by("job");
+            let task = Task::new(format!("b{index}"), now, "bucket", TaskData::new())
+                .of_type("bucket")
+                .in_group(member.clone());
+            let progress = BucketProgress {
+                bucket: index,
+                items: 10,
+                at: now,
+            };
+            store
+                .record_progress(group.clone(), progress)
+                .await
+                .expect("progress");
+            let status = if index == 7 {
+                TaskStatus::Failed
+            } else {
+                TaskStatus::Completed
+            };
+            let outcome = MemberOutcome {
+                index,
+                key: task.key(),
+                status,
+                error: (index == 7).then(|| "asked to fail".to_string()),
+                result: None,
+                finished_at: now,
+            };
+            let shared: Arc<dyn TaskStore> = store.clone();
+            let enqueuer: Arc<dyn Enqueuer> = Arc::new(Outbox::default());
+            crate::groups::member_finished(shared, enqueuer, task, member, outcome, now)
+                .await
+                .expect("finished");
+        }
+        let before = store.group_rows_read();
+        let answer = super::list(State(Arc::new(state(store.clone()))))
+            .await
+            .expect("listed")
+            .0;
+        let read = store.group_rows_read() - before;
+        let job = &answer.jobs[0];
+        assert_eq!(
+            (job.completed, job.failed, job.pending, job.items),
+            (1_999, 1, 0, 20_000)
+        );
+        assert_eq!(job.state, "failed");
+        assert!(read <= 80, "{read} rows read to list a job of {buckets} buckets");
+    }
+}

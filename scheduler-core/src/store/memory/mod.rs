@@ -58,8 +58,8 @@ struct State {
     tombstone_failure_threshold: Option<usize>,
     /// Tombstones loads have stepped over.
     tombstones_read: usize,
-    /// Rows of the groups' tables (`group_members`, `group_marks`) reads have returned, the
-    /// header counted as a row.
+    /// Rows of the groups' tables (`group_members`, `group_marks`, `group_progress`) reads
+    /// have returned, the header counted as a row.
     group_rows_read: usize,
     /// Every status write, in order, with when it was applied (the simulation checks that a
     /// final status never changes and that nothing starts after it).

@@ -667,10 +667,12 @@ impl JobStore for MemoryStore {
 
     fn progress(&self, group: GroupKey) -> BoxFuture<'static, StoreResult<Vec<BucketProgress>>> {
         self.run("progress read", move |s| {
-            (s.progress.iter())
+            let progress: Vec<BucketProgress> = (s.progress.iter())
                 .filter(|((g, _), _)| *g == group)
                 .map(|(_, p)| p.clone())
-                .collect()
+                .collect();
+            s.group_rows_read += progress.len();
+            progress
         })
     }
 }
