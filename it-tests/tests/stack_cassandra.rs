@@ -5,6 +5,7 @@ use std::collections::HashSet;
 
 use chrono::{DateTime, Duration, TimeZone, Utc};
 use futures::TryStreamExt;
+use it_tests::teardown::Teardown;
 use it_tests::{unique_name, Stack};
 use scylla::value::Row;
 
@@ -12,6 +13,7 @@ use scylla::value::Row;
 async fn driver_through_bridge_handles_wide_rows_paging_deletes_and_lwt() {
     let session = Stack::from_env().require_cassandra().await;
     let keyspace = unique_name("it_stack");
+    let _teardown = Teardown::new(Stack::from_env()).keyspace(&keyspace);
     session
         .query_unpaged(
             format!(

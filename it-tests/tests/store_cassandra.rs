@@ -4,6 +4,7 @@
 //! suspensions, recurring schedules and their fires, and deferred-task lists.
 
 use chrono::{DateTime, TimeDelta, TimeZone, Utc};
+use it_tests::teardown::Teardown;
 use it_tests::{unique_name, Stack};
 use std::time::Duration;
 
@@ -12,12 +13,13 @@ use scheduler_client::{GroupMember, OnConflict, RunOrder};
 use scheduler_core::recurring::{CatchUp, Overlap, ScheduleSpec};
 use scheduler_core::settings::{CassandraSettings, ConsistencyLevel, SerialConsistencyLevel};
 use scheduler_core::store::{
-    AttemptOutcome, AttemptRecord, AttemptStore, CassandraStore, DeadLetter, DeadLetterFilter,
-    DeadLetterStore, DeadReason, DeferralList, DeferredIdentityRecord, DeferredStore, FireOutcome,
-    FireRecord, GroupKey, GroupStore, IdentityRecord, IdentityStore, MemberOutcome, OwnershipStore,
-    ParentRecord, PartitionOwner, ReadCursor, RecurringStore, ScheduleRecord, ScheduleStore,
-    StatusRecord, StatusStore, StoreError, StoreLevels, Suspension, SuspensionStore,
-    SuspensionTarget, TaskStatus,
+    AttemptOutcome, AttemptRecord, AttemptStore, BucketProgress, CassandraStore, DeadLetter,
+    DeadLetterFilter, DeadLetterStore, DeadReason, DeferralList, DeferredIdentityRecord,
+    DeferredStore, FireOutcome, FireRecord, GroupKey, GroupMark, GroupStore, GroupTally,
+    IdentityRecord, IdentityStore, JobStore, MemberOutcome, OwnershipStore, ParentRecord,
+    PartitionOwner, ReadCursor, RecurringStore, ScheduleRecord, ScheduleStore, StatusRecord,
+    StatusStore, StoreError, StoreLevels, Suspension, SuspensionStore, SuspensionTarget,
+    TaskStatus,
 };
 use scheduler_core::{Task, TaskKey};
 
@@ -47,6 +49,7 @@ async fn schedule_loads_in_key_order_across_hour_buckets_and_records_outcomes() 
     // Fail with the service's name, not a driver error, when the stack is down.
     Stack::from_env().require_cassandra().await;
     let keyspace = unique_name("it_store");
+    let _teardown = Teardown::new(Stack::from_env()).keyspace(&keyspace);
     let store = CassandraStore::connect(&settings(&keyspace))
         .await
         .expect("connect and create schema");
@@ -235,6 +238,7 @@ async fn schedule_loads_in_key_order_across_hour_buckets_and_records_outcomes() 
 async fn of_many_records_of_one_key_in_a_batch_the_last_is_kept_and_a_refused_one_is_reported() {
     Stack::from_env().require_cassandra().await;
     let keyspace = unique_name("it_store_last");
+    let _teardown = Teardown::new(Stack::from_env()).keyspace(&keyspace);
     let store = CassandraStore::connect(&settings(&keyspace))
         .await
         .expect("connect and create schema");
@@ -284,6 +288,7 @@ async fn a_keyspace_from_before_enqueue_offsets_is_migrated_and_its_rows_still_l
     let stack = Stack::from_env();
     stack.require_cassandra().await;
     let keyspace = unique_name("it_migrate");
+    let _teardown = Teardown::new(Stack::from_env()).keyspace(&keyspace);
     // The schedule table as the first release created it: no enqueue_offset column.
     let session = stack.cassandra_session().await.expect("session");
     for cql in [
@@ -360,7 +365,9 @@ async fn consistency_and_retention_settings_reach_the_driver_and_the_schema() {
     let stack = Stack::from_env();
     let session = stack.require_cassandra().await;
 
-    let defaults = CassandraStore::connect(&settings(&unique_name("it_levels_default")))
+    let default_keyspace = unique_name("it_levels_default");
+    let _teardown_defaults = Teardown::new(Stack::from_env()).keyspace(&default_keyspace);
+    let defaults = CassandraStore::connect(&settings(&default_keyspace))
         .await
         .expect("connect");
     assert_eq!(
@@ -375,6 +382,8 @@ async fn consistency_and_retention_settings_reach_the_driver_and_the_schema() {
     );
 
     let keyspace = unique_name("it_levels");
+
+    let _teardown = Teardown::new(Stack::from_env()).keyspace(&keyspace);
     let chosen = CassandraSettings {
         consistency: ConsistencyLevel::One,
         serial_consistency: SerialConsistencyLevel::Serial,
@@ -591,6 +600,7 @@ async fn grouped_and_join_tasks_keep_their_group_everywhere_a_task_is_stored_and
 ) {
     Stack::from_env().require_cassandra().await;
     let keyspace = unique_name("it_store_grouping");
+    let _teardown = Teardown::new(Stack::from_env()).keyspace(&keyspace);
     let store = CassandraStore::connect(&settings(&keyspace))
         .await
         .expect("connect and create schema");
@@ -789,6 +799,7 @@ async fn group_members_and_headers_round_trip_and_the_first_failure_of_a_fail_fa
     let stack = Stack::from_env();
     let session = stack.require_cassandra().await;
     let keyspace = unique_name("it_store_groups");
+    let _teardown = Teardown::new(Stack::from_env()).keyspace(&keyspace);
     let store = CassandraStore::connect(&settings(&keyspace))
         .await
         .expect("connect and create schema");
@@ -957,6 +968,7 @@ async fn a_groups_parent_round_trips_with_its_result() {
     let stack = Stack::from_env();
     let session = stack.require_cassandra().await;
     let keyspace = unique_name("it_store_group_parents");
+    let _teardown = Teardown::new(Stack::from_env()).keyspace(&keyspace);
     let store = CassandraStore::connect(&settings(&keyspace))
         .await
         .expect("connect and create schema");
@@ -1050,6 +1062,7 @@ async fn a_groups_parent_round_trips_with_its_result() {
 async fn suspensions_of_every_kind_round_trip_are_replaced_and_lifted() {
     let session = Stack::from_env().require_cassandra().await;
     let keyspace = unique_name("it_store_suspensions");
+    let _teardown = Teardown::new(Stack::from_env()).keyspace(&keyspace);
     let store = CassandraStore::connect(&settings(&keyspace))
         .await
         .expect("connect and create schema");
@@ -1163,6 +1176,7 @@ fn every_minute(id: &str) -> ScheduleRecord {
 async fn recurring_schedules_round_trip_are_overwritten_ticked_and_listed_by_id() {
     let session = Stack::from_env().require_cassandra().await;
     let keyspace = unique_name("it_store_recurring");
+    let _teardown = Teardown::new(Stack::from_env()).keyspace(&keyspace);
     let store = CassandraStore::connect(&settings(&keyspace))
         .await
         .expect("connect and create schema");
@@ -1327,6 +1341,7 @@ async fn recurring_schedules_round_trip_are_overwritten_ticked_and_listed_by_id(
 async fn recurring_schedule_fires_of_every_outcome_read_newest_first_within_the_limit() {
     let session = Stack::from_env().require_cassandra().await;
     let keyspace = unique_name("it_store_recurring_fires");
+    let _teardown = Teardown::new(Stack::from_env()).keyspace(&keyspace);
     let store = CassandraStore::connect(&CassandraSettings {
         status_ttl: Duration::from_secs(3600),
         ..settings(&keyspace)
@@ -1492,6 +1507,7 @@ async fn recurring_schedule_fires_of_every_outcome_read_newest_first_within_the_
 async fn a_deleted_recurring_schedule_loses_its_fires_and_a_late_tick_does_not_bring_it_back() {
     let session = Stack::from_env().require_cassandra().await;
     let keyspace = unique_name("it_store_recurring_delete");
+    let _teardown = Teardown::new(Stack::from_env()).keyspace(&keyspace);
     let store = CassandraStore::connect(&settings(&keyspace))
         .await
         .expect("connect and create schema");
@@ -1596,6 +1612,7 @@ async fn a_deleted_recurring_schedule_loses_its_fires_and_a_late_tick_does_not_b
 async fn identity_records_outlive_their_task_with_a_zero_retention_and_for_a_task_after_2038() {
     Stack::from_env().require_cassandra().await;
     let keyspace = unique_name("it_identity_ttl");
+    let _teardown = Teardown::new(Stack::from_env()).keyspace(&keyspace);
     let forever = CassandraSettings {
         status_ttl: Duration::ZERO,
         ..settings(&keyspace)
@@ -1676,6 +1693,7 @@ async fn identity_records_outlive_their_task_with_a_zero_retention_and_for_a_tas
 async fn the_low_water_mark_and_its_list_round_trip_and_a_stale_epoch_moves_neither() {
     Stack::from_env().require_cassandra().await;
     let keyspace = unique_name("it_low_water");
+    let _teardown = Teardown::new(Stack::from_env()).keyspace(&keyspace);
     let store = CassandraStore::connect(&settings(&keyspace))
         .await
         .expect("connect and create schema");
@@ -1737,6 +1755,7 @@ async fn the_low_water_mark_and_its_list_round_trip_and_a_stale_epoch_moves_neit
 async fn deferred_task_lists_read_one_ordering_ids_slice_in_run_order_and_drop_by_tree() {
     Stack::from_env().require_cassandra().await;
     let keyspace = unique_name("it_deferred");
+    let _teardown = Teardown::new(Stack::from_env()).keyspace(&keyspace);
     let store = CassandraStore::connect(&settings(&keyspace))
         .await
         .expect("connect and create schema");
@@ -1806,4 +1825,178 @@ async fn deferred_task_lists_read_one_ordering_ids_slice_in_run_order_and_drop_b
         "another tree's list is left"
     );
     drop_keyspace(&keyspace).await;
+}
+
+/// `group_marks` and the bounded reads of a member's climb: a range of members (number and
+/// status), a range of buckets' progress, a range of one level's marks, and every mark.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_groups_marks_and_the_ranges_a_climb_reads_round_trip() {
+    let stack = Stack::from_env();
+    stack.require_cassandra().await;
+    let keyspace = unique_name("it_group_marks");
+    let _teardown = Teardown::new(Stack::from_env()).keyspace(&keyspace);
+    let store = CassandraStore::connect(&settings(&keyspace))
+        .await
+        .expect("connect and create schema");
+    let g = GroupKey {
+        task_type: "bucket".into(),
+        id: "job-1".into(),
+    };
+    for index in 1..=40 {
+        let status = if index == 7 {
+            TaskStatus::Failed
+        } else {
+            TaskStatus::Completed
+        };
+        (store.record_member(g.clone(), outcome(index, status, 1), Some(40), false))
+            .await
+            .expect("member");
+        let progress = BucketProgress {
+            bucket: index,
+            items: 10,
+            at: Utc::now(),
+        };
+        (store.record_progress(g.clone(), progress))
+            .await
+            .expect("progress");
+    }
+    let members = (store.finished_members(g.clone(), 33, 64))
+        .await
+        .expect("members");
+    assert_eq!(
+        members.iter().map(|(i, _)| *i).collect::<Vec<_>>(),
+        (33..=40).collect::<Vec<_>>()
+    );
+    let node = (store.finished_members(g.clone(), 1, 32))
+        .await
+        .expect("members");
+    assert_eq!(node.len(), 32);
+    assert_eq!(node[6], (7, TaskStatus::Failed));
+    let reported = (store.progress_in(g.clone(), 33, 64))
+        .await
+        .expect("progress");
+    assert_eq!(reported.len(), 8);
+    let header = store.group_header(g.clone()).await.expect("header");
+    assert_eq!((header.total, header.failed_by), (Some(40), None));
+
+    let mark = |level, node, completed, failed, items| GroupMark {
+        level,
+        node,
+        tally: GroupTally {
+            completed,
+            failed,
+            cancelled: 0,
+            items,
+        },
+    };
+    for m in [
+        mark(1, 0, 31, 1, 320),
+        mark(1, 1, 8, 0, 80),
+        mark(2, 0, 39, 1, 400),
+    ] {
+        store.record_group_mark(g.clone(), m).await.expect("mark");
+    }
+    // Written again: one row.
+    (store.record_group_mark(g.clone(), mark(1, 1, 8, 0, 80)))
+        .await
+        .expect("mark");
+    let level_one = store.group_marks(g.clone(), 1, 0, 31).await.expect("marks");
+    assert_eq!(level_one, [mark(1, 0, 31, 1, 320), mark(1, 1, 8, 0, 80)]);
+    assert_eq!(
+        store.group_marks(g.clone(), 1, 1, 1).await.expect("marks"),
+        [mark(1, 1, 8, 0, 80)]
+    );
+    assert_eq!(
+        store.all_group_marks(g.clone()).await.expect("marks"),
+        [
+            mark(1, 0, 31, 1, 320),
+            mark(1, 1, 8, 0, 80),
+            mark(2, 0, 39, 1, 400)
+        ]
+    );
+}
+
+/// Schema version 12 writes the marks of the groups already stored: a group part-finished
+/// before the upgrade gets the marks its members' climbs would have written, with their items,
+/// so its join still comes once its last members finish.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_upgrade_to_group_marks_marks_the_finished_nodes_of_stored_groups() {
+    let stack = Stack::from_env();
+    let session = stack.require_cassandra().await;
+    let keyspace = unique_name("it_marks_backfill");
+    let _teardown = Teardown::new(Stack::from_env()).keyspace(&keyspace);
+    // `group_members` and `group_progress` as version 11 had them, with a group of 40 whose
+    // member 35 has not finished, and one of 3 all finished.
+    for cql in [
+        format!(
+            "CREATE KEYSPACE {keyspace} WITH replication = \
+             {{'class': 'SimpleStrategy', 'replication_factor': 1}}"
+        ),
+        format!(
+            "CREATE TABLE {keyspace}.group_members (task_type text, group_id text, member int, \
+             total int static, fail_fast boolean static, failed_by int static, \
+             ordering_id text, scheduled_time timestamp, uniqueness_key text, status text, \
+             error text, result text, finished_at timestamp, parent text static, \
+             parent_result text static, PRIMARY KEY ((task_type, group_id), member))"
+        ),
+        format!(
+            "CREATE TABLE {keyspace}.group_progress (task_type text, group_id text, \
+             member int, items bigint, updated_at timestamp, \
+             PRIMARY KEY ((task_type, group_id), member))"
+        ),
+    ] {
+        session.query_unpaged(cql, &[]).await.expect("old schema");
+    }
+    let insert = format!(
+        "INSERT INTO {keyspace}.group_members (task_type, group_id, member, total, status) \
+         VALUES ('bucket', ?, ?, ?, ?)"
+    );
+    let progress = format!(
+        "INSERT INTO {keyspace}.group_progress (task_type, group_id, member, items) \
+         VALUES ('bucket', ?, ?, 10)"
+    );
+    for (group, total) in [("big", 40), ("small", 3)] {
+        for member in (1..=total).filter(|m| !(group == "big" && *m == 35)) {
+            let status = if member == 7 { "failed" } else { "completed" };
+            (session.query_unpaged(insert.clone(), (group, member, total, status)))
+                .await
+                .expect("old member");
+            (session.query_unpaged(progress.clone(), (group, member)))
+                .await
+                .expect("old progress");
+        }
+    }
+    let store = CassandraStore::connect(&settings(&keyspace))
+        .await
+        .expect("migrated");
+    let key = |id: &str| GroupKey {
+        task_type: "bucket".into(),
+        id: id.into(),
+    };
+    let marks = |completed, failed, items| GroupTally {
+        completed,
+        failed,
+        cancelled: 0,
+        items,
+    };
+    // The big group: its first node of 32 is finished, the second (33-40) waits for 35.
+    let big = store.all_group_marks(key("big")).await.expect("marks");
+    assert_eq!(
+        big,
+        [GroupMark {
+            level: 1,
+            node: 0,
+            tally: marks(31, 1, 320)
+        }]
+    );
+    // The small group: its node, which is its root.
+    let small = store.all_group_marks(key("small")).await.expect("marks");
+    assert_eq!(
+        small,
+        [GroupMark {
+            level: 1,
+            node: 0,
+            tally: marks(3, 0, 30)
+        }]
+    );
 }

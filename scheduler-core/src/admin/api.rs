@@ -493,7 +493,10 @@ pub struct SuspensionQuery {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct JobsResponse {
-    /// The queue's jobs (within the status retention), newest first.
+    /// The queue's jobs (within the status retention), newest first. Each is read from its
+    /// completion marks, not its buckets: its counts and items are those of the buckets of
+    /// finished nodes of 32 (a bucket whose node has one still running counts as pending), and
+    /// `errors` is empty (`GET /api/v1/jobs/{id}` reads every bucket and lists them).
     pub jobs: Vec<JobView>,
 }
 
@@ -524,11 +527,12 @@ pub struct JobView {
     pub cancelled: usize,
     /// Buckets not finished yet (running or waiting).
     pub pending: usize,
-    /// Items the buckets reported processed so far.
+    /// Items the buckets reported processed so far (in a list: those of finished nodes of 32
+    /// buckets).
     pub items: u64,
     /// Whether the job is suspended (its buckets not yet running wait).
     pub suspended: bool,
-    /// The failed buckets and why (at most 100).
+    /// The failed buckets and why (at most 100; empty in a list).
     pub errors: Vec<BucketError>,
 }
 

@@ -25,7 +25,7 @@
 //! | `POST /api/v1/schedules/{id}/pause`, `/resume` | pause (its chain ends at its next tick) or resume from the next fire time |
 //! | `DELETE /api/v1/schedules/{id}` | delete a schedule (204; 404 if none) |
 //! | `POST /api/v1/schedules/preview?count=` with a definition | its next fire times, nothing created |
-//! | `GET /api/v1/jobs` | the queue's jobs with their progress: buckets done, failed, pending, items |
+//! | `GET /api/v1/jobs` | the queue's jobs with their progress: buckets done, failed, pending, items (by finished nodes of 32 buckets: no bucket's row read) |
 //! | `GET /api/v1/jobs/{id}` | one job, with its failed buckets and why |
 //! | `GET /api/v1/openapi.json` | this API as an OpenAPI 3.1 document |
 //! | `GET /metrics` | the node's metrics (OpenMetrics text) |

@@ -260,7 +260,11 @@ fn operations(a: &mut Answers) -> Vec<Operation> {
                 (200, "The queue's jobs", a.of::<JobsResponse>()),
                 store.clone(),
             ],
-            ..op("get", "/api/v1/jobs", "Jobs with their progress")
+            ..op(
+                "get",
+                "/api/v1/jobs",
+                "Jobs with their progress, by finished nodes of 32 buckets",
+            )
         },
         Operation {
             responses: vec![

@@ -94,9 +94,19 @@ pub(crate) async fn climb(
         if tallies.len() < expected as usize {
             return Ok(Climb::NotYet);
         }
-        let tally = tallies
+        let mut tally = tallies
             .into_iter()
             .fold(GroupTally::default(), |a, b| a + b);
+        if level == 0 {
+            // The items its members reported (a job's buckets), so that a node's mark says
+            // what its members did: a list of jobs reads the marks, never the members.
+            let reported = store
+                .progress_in(group.clone(), first + 1, last.saturating_add(1))
+                .await?;
+            tally.items = (reported.iter())
+                .filter(|p| total.is_none_or(|t| p.bucket <= t))
+                .fold(0u64, |sum, p| sum.saturating_add(p.items));
+        }
         let mark = GroupMark {
             level: level + 1,
             node,
@@ -111,14 +121,38 @@ pub(crate) async fn climb(
     Ok(Climb::NotYet)
 }
 
-/// The marks of every finished node of a group whose finished members are `members` (numbers
-/// and statuses), with its `total` if known, level by level: what the climbs of those members
-/// would have written. For a group whose members finished before its tree existed (schema
-/// version 12's migration writes them).
-pub(crate) fn marks_of(members: &[(u32, TaskStatus)], total: Option<u32>) -> Vec<GroupMark> {
+/// What the marks of a group say of its members: how many finished, how, and the items they
+/// reported, counting the members of finished nodes only (those of a node not finished yet are
+/// not counted). About one row per [`FANOUT`] members, never a member's row.
+pub(crate) fn tally_of_marks(marks: &[GroupMark]) -> GroupTally {
+    // Each member counted once, under its highest finished node: a mark with a marked
+    // ancestor is counted there.
+    let marked: std::collections::BTreeSet<(u8, u32)> =
+        marks.iter().map(|m| (m.level, m.node)).collect();
+    let top = marks.iter().map(|m| m.level).max().unwrap_or(0);
+    marks
+        .iter()
+        .filter(|m| {
+            !(m.level.saturating_add(1)..=top)
+                .any(|level| marked.contains(&(level, m.node / span(level - m.level))))
+        })
+        .fold(GroupTally::default(), |a, m| a + m.tally)
+}
+
+/// The marks of every finished node of a group whose finished members are `members` (numbers,
+/// statuses and the items they reported), with its `total` if known, level by level: what the
+/// climbs of those members would have written. For a group whose members finished before its
+/// tree existed (schema version 12's migration writes them).
+pub(crate) fn marks_of(members: &[(u32, TaskStatus, u64)], total: Option<u32>) -> Vec<GroupMark> {
     let mut below: std::collections::BTreeMap<u32, GroupTally> = (members.iter())
-        .filter(|(index, _)| *index >= 1 && total.is_none_or(|t| *index <= t))
-        .map(|(index, status)| (index - 1, GroupTally::of(*status)))
+        .filter(|(index, _, _)| *index >= 1 && total.is_none_or(|t| *index <= t))
+        .map(|(index, status, items)| {
+            let tally = GroupTally {
+                items: *items,
+                ..GroupTally::of(*status)
+            };
+            (index - 1, tally)
+        })
         .collect();
     let top = total.map_or_else(|| root_level(MAX_GROUP_NUMBER), root_level);
     let mut marks = Vec::new();
@@ -162,11 +196,33 @@ mod tests {
     }
 
     #[test]
+    fn marks_count_each_member_once_under_its_highest_finished_node() {
+        let mark = |level, node, completed| GroupMark {
+            level,
+            node,
+            tally: GroupTally {
+                completed,
+                ..GroupTally::default()
+            },
+        };
+        // Members 1-32 and 33-64 finished, and so did 1-1,024 (their level-2 node is marked,
+        // and so are its children), and 1,025-1,056 apart.
+        let marks = [
+            mark(1, 0, 32),
+            mark(1, 1, 32),
+            mark(1, 32, 32),
+            mark(2, 0, 1024),
+        ];
+        assert_eq!(tally_of_marks(&marks).completed, 1024 + 32);
+        assert_eq!(tally_of_marks(&marks[..2]).completed, 64);
+    }
+
+    #[test]
     fn marks_of_a_group_are_what_its_members_climbs_would_write() {
         use crate::store::TaskStatus::{Completed, Failed};
         // 40 of 40 finished: 32 and 8 at level 1 (one failed), the root at level 2.
-        let members: Vec<(u32, TaskStatus)> = (1..=40)
-            .map(|i| (i, if i == 7 { Failed } else { Completed }))
+        let members: Vec<(u32, TaskStatus, u64)> = (1..=40)
+            .map(|i| (i, if i == 7 { Failed } else { Completed }, 10))
             .collect();
         let marks = marks_of(&members, Some(40));
         let levels: Vec<(u8, u32, u32)> = marks
@@ -174,9 +230,13 @@ mod tests {
             .map(|m| (m.level, m.node, m.tally.finished()))
             .collect();
         assert_eq!(levels, [(1, 0, 32), (1, 1, 8), (2, 0, 40)]);
-        assert_eq!(marks[2].tally.failed, 1);
+        assert_eq!((marks[2].tally.failed, marks[2].tally.items), (1, 400));
         // Member 35 not finished: the second node and the root are not.
-        let some: Vec<_> = members.iter().copied().filter(|(i, _)| *i != 35).collect();
+        let some: Vec<_> = members
+            .iter()
+            .copied()
+            .filter(|(i, _, _)| *i != 35)
+            .collect();
         assert_eq!(marks_of(&some, Some(40)).len(), 1);
         // Without the total, only the full node.
         assert_eq!(marks_of(&members, None).len(), 1);

@@ -439,6 +439,10 @@ impl GroupStore for PausableStore {
             s.group_marks(group, level, first, last)
         })
     }
+
+    fn all_group_marks(&self, group: GroupKey) -> BoxFuture<'static, StoreResult<Vec<GroupMark>>> {
+        self.send("group read", |s| s.all_group_marks(group))
+    }
 }
 
 impl SuspensionStore for PausableStore {
@@ -525,6 +529,15 @@ impl JobStore for PausableStore {
 
     fn progress(&self, group: GroupKey) -> BoxFuture<'static, StoreResult<Vec<BucketProgress>>> {
         self.send("progress read", |s| s.progress(group))
+    }
+
+    fn progress_in(
+        &self,
+        group: GroupKey,
+        first: u32,
+        last: u32,
+    ) -> BoxFuture<'static, StoreResult<Vec<BucketProgress>>> {
+        self.send("progress read", move |s| s.progress_in(group, first, last))
     }
 }
 

@@ -94,6 +94,9 @@ pub struct GroupTally {
     pub failed: u32,
     /// Members cancelled.
     pub cancelled: u32,
+    /// Items the members reported processed (their last progress reports, for a job's
+    /// buckets: [`crate::TaskContext::report_progress`]).
+    pub items: u64,
 }
 
 impl GroupTally {
@@ -124,6 +127,7 @@ impl std::ops::Add for GroupTally {
             completed: self.completed.saturating_add(other.completed),
             failed: self.failed.saturating_add(other.failed),
             cancelled: self.cancelled.saturating_add(other.cancelled),
+            items: self.items.saturating_add(other.items),
         }
     }
 }
@@ -218,6 +222,10 @@ pub trait GroupStore: Send + Sync + 'static {
         first: u32,
         last: u32,
     ) -> BoxFuture<'static, StoreResult<Vec<GroupMark>>>;
+
+    /// Every finished node of the group's tree, by level and node, a page at a time: about one
+    /// row per [`crate::groups::completion::FANOUT`] members (a job's progress in a list).
+    fn all_group_marks(&self, group: GroupKey) -> BoxFuture<'static, StoreResult<Vec<GroupMark>>>;
 
     /// Records the task whose sub-tasks the group holds, and its result (again: overwritten).
     fn record_parent(

@@ -55,4 +55,13 @@ pub trait JobStore: Send + Sync + 'static {
 
     /// The progress every bucket of `group` reported, by number.
     fn progress(&self, group: GroupKey) -> BoxFuture<'static, StoreResult<Vec<BucketProgress>>>;
+
+    /// The progress the buckets numbered `first` to `last` reported: at most
+    /// `last - first + 1` rows.
+    fn progress_in(
+        &self,
+        group: GroupKey,
+        first: u32,
+        last: u32,
+    ) -> BoxFuture<'static, StoreResult<Vec<BucketProgress>>>;
 }

@@ -126,26 +126,20 @@ pub(crate) fn jobs_table(page: &Page, jobs: &[JobView]) -> String {
             id = escape(&job.id),
             s = escape(&job.state),
         );
-        if !job.errors.is_empty() {
-            let _ = write!(
+        if job.failed > 0 {
+            // The list counts them (by finished nodes of 32 buckets); their errors are the
+            // group's, shown below when asked for (the list reads no bucket's row).
+            let _ = writeln!(
                 html,
-                "<tr class=\"job-errors\"><td colspan=\"11\"><details><summary>{} failed \
-                 bucket{} ({finished} of {} finished)</summary><ul>",
-                job.errors.len(),
-                if job.errors.len() == 1 { "" } else { "s" },
-                job.buckets
+                "<tr class=\"job-errors\"><td colspan=\"11\">{} failed bucket{} ({finished} of \
+                 {} finished): their errors in <a href=\"{}\">its group</a> or \
+                 <code>scheduler jobs show {}</code></td></tr>",
+                job.failed,
+                if job.failed == 1 { "" } else { "s" },
+                job.buckets,
+                escape(&group),
+                escape(&job.id),
             );
-            for e in &job.errors {
-                let _ = write!(
-                    html,
-                    "<li>bucket {} <code>{}</code> {}: {}</li>",
-                    e.bucket,
-                    escape(&e.task),
-                    escape(&e.status),
-                    escape(&e.error)
-                );
-            }
-            html.push_str("</ul></details></td></tr>\n");
         }
     }
     html.push_str("</tbody></table>\n");

@@ -34,10 +34,12 @@ type MemberRow = (
     Option<DateTime<Utc>>,
 );
 
-/// A `group_marks` row: level, node, completed, failed, cancelled.
-type MarkRow = (i32, i32, i32, i32, i32);
+/// A `group_marks` row: level, node, completed, failed, cancelled, items.
+type MarkRow = (i32, i32, i32, i32, i32, Option<i64>);
 
-fn mark_from_row((level, node, completed, failed, cancelled): MarkRow) -> StoreResult<GroupMark> {
+fn mark_from_row(
+    (level, node, completed, failed, cancelled, items): MarkRow,
+) -> StoreResult<GroupMark> {
     let count = |n: i32, column: &str| {
         u32::try_from(n).map_err(|_| StoreError::Corrupt {
             what: "group mark",
@@ -54,6 +56,10 @@ fn mark_from_row((level, node, completed, failed, cancelled): MarkRow) -> StoreR
             completed: count(completed, "completed")?,
             failed: count(failed, "failed")?,
             cancelled: count(cancelled, "cancelled")?,
+            items: u64::try_from(items.unwrap_or(0)).map_err(|_| StoreError::Corrupt {
+                what: "group mark",
+                reason: format!("negative items {items:?}"),
+            })?,
         },
     })
 }
@@ -322,6 +328,7 @@ impl GroupStore for CassandraStore {
                 number(tally.completed)?,
                 number(tally.failed)?,
                 number(tally.cancelled)?,
+                i64::try_from(tally.items).unwrap_or(i64::MAX),
             );
             inner
                 .run(&inner.statements.groups.insert_mark, values, operation)
@@ -359,6 +366,22 @@ impl GroupStore for CassandraStore {
             (rows_of::<MarkRow>(result, "group mark")?.into_iter())
                 .map(mark_from_row)
                 .collect()
+        }
+        .boxed()
+    }
+
+    fn all_group_marks(&self, group: GroupKey) -> BoxFuture<'static, StoreResult<Vec<GroupMark>>> {
+        let inner = Arc::clone(&self.inner);
+        async move {
+            let rows: Vec<MarkRow> = inner
+                .run_paged(
+                    &inner.statements.groups.select_marks,
+                    (group.task_type.as_str(), group.id.as_str()),
+                    "group read",
+                    "group mark",
+                )
+                .await?;
+            rows.into_iter().map(mark_from_row).collect()
         }
         .boxed()
     }

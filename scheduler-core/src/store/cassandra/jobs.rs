@@ -147,19 +147,47 @@ impl JobStore for CassandraStore {
                     "progress read",
                 )
                 .await?;
-            rows_of::<(i32, i64, DateTime<Utc>)>(result, "bucket progress")?
-                .into_iter()
-                .map(|(member, items, at)| {
-                    Ok(BucketProgress {
-                        bucket: u32::try_from(member)
-                            .map_err(|_| corrupt(format!("bucket {member}")))?,
-                        items: u64::try_from(items)
-                            .map_err(|_| corrupt(format!("{items} items")))?,
-                        at,
-                    })
-                })
-                .collect()
+            progress_rows(result)
         }
         .boxed()
     }
+
+    fn progress_in(
+        &self,
+        group: GroupKey,
+        first: u32,
+        last: u32,
+    ) -> BoxFuture<'static, StoreResult<Vec<BucketProgress>>> {
+        let inner = Arc::clone(&self.inner);
+        async move {
+            // Numbers past the column's range hold no bucket.
+            let first = i32::try_from(first).unwrap_or(i32::MAX);
+            let last = i32::try_from(last).unwrap_or(i32::MAX);
+            let result = inner
+                .run(
+                    &inner.statements.jobs.select_progress_in,
+                    (group.task_type, group.id, first, last),
+                    "progress read",
+                )
+                .await?;
+            progress_rows(result)
+        }
+        .boxed()
+    }
+}
+
+/// The buckets' progress in `result`'s rows.
+fn progress_rows(
+    result: scylla::response::query_result::QueryResult,
+) -> StoreResult<Vec<BucketProgress>> {
+    rows_of::<(i32, i64, DateTime<Utc>)>(result, "bucket progress")?
+        .into_iter()
+        .map(|(member, items, at)| {
+            Ok(BucketProgress {
+                bucket: u32::try_from(member).map_err(|_| corrupt(format!("bucket {member}")))?,
+                items: u64::try_from(items).map_err(|_| corrupt(format!("{items} items")))?,
+                at,
+            })
+        })
+        .collect()
 }

@@ -632,7 +632,7 @@ async fn migrate_v12(session: &Session, settings: &CassandraSettings) -> StoreRe
     let ks = &settings.keyspace;
     let marks = format!(
         "CREATE TABLE IF NOT EXISTS {ks}.group_marks (task_type text, group_id text, \
-         level int, node int, completed int, failed int, cancelled int, \
+         level int, node int, completed int, failed int, cancelled int, items bigint, \
          PRIMARY KEY ((task_type, group_id), level, node))"
     );
     run_schema_statement(session, marks).await?;
@@ -663,10 +663,14 @@ async fn backfill_group_marks(session: &Session, settings: &CassandraSettings) -
         "SELECT total, member, status FROM {ks}.group_members WHERE task_type = ? AND group_id = ?"
     ));
     members_query.set_page_size(1000);
+    let mut progress_query = scylla::statement::Statement::new(format!(
+        "SELECT member, items FROM {ks}.group_progress WHERE task_type = ? AND group_id = ?"
+    ));
+    progress_query.set_page_size(1000);
     let ttl = table_default_ttl(settings.status_ttl, Utc::now());
     let insert = format!(
         "INSERT INTO {ks}.group_marks (task_type, group_id, level, node, completed, failed, \
-         cancelled) VALUES (?, ?, ?, ?, ?, ?, ?) USING TTL {ttl}"
+         cancelled, items) VALUES (?, ?, ?, ?, ?, ?, ?, ?) USING TTL {ttl}"
     );
     let insert = session.prepare(insert).await.map_err(|e| failed(&e))?;
     for (task_type, group_id) in groups {
@@ -683,10 +687,22 @@ async fn backfill_group_marks(session: &Session, settings: &CassandraSettings) -
             .iter()
             .find_map(|(total, _, _)| *total)
             .and_then(|t| u32::try_from(t).ok());
-        let members: Vec<(u32, TaskStatus)> = (rows.iter())
+        let reported: std::collections::HashMap<i32, i64> = session
+            .query_iter(progress_query.clone(), (&task_type, &group_id))
+            .await
+            .map_err(|e| failed(&e))?
+            .rows_stream::<(i32, Option<i64>)>()
+            .map_err(|e| failed(&e))?
+            .map_ok(|(member, items)| (member, items.unwrap_or(0)))
+            .try_collect()
+            .await
+            .map_err(|e| failed(&e))?;
+        let members: Vec<(u32, TaskStatus, u64)> = (rows.iter())
             .filter_map(|(_, member, status)| {
+                let items = reported.get(&(*member)?).copied().unwrap_or(0);
                 let member = u32::try_from((*member)?).ok()?;
-                Some((member, TaskStatus::parse(status.as_deref()?)?))
+                let status = TaskStatus::parse(status.as_deref()?)?;
+                Some((member, status, u64::try_from(items).unwrap_or(0)))
             })
             .collect();
         for mark in crate::groups::completion::marks_of(&members, total) {
@@ -699,6 +715,7 @@ async fn backfill_group_marks(session: &Session, settings: &CassandraSettings) -
                 number(mark.tally.completed),
                 number(mark.tally.failed),
                 number(mark.tally.cancelled),
+                i64::try_from(mark.tally.items).unwrap_or(i64::MAX),
             );
             session
                 .execute_unpaged(&insert, values)

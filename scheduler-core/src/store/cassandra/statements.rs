@@ -530,6 +530,9 @@ impl SuspensionStatements {
 /// up to `MAX_RESULT_BYTES` (16 KiB): a page is at most 1.6 MiB.
 const GROUP_PAGE: i32 = 100;
 
+/// Marks read per page of a group's completion tree (a job's progress): small rows.
+const MARKS_PAGE: i32 = 1000;
+
 /// The statements of `group_members`.
 pub(super) struct GroupStatements {
     /// A member's row, by the header columns written with it (an absent value is left out,
@@ -548,6 +551,8 @@ pub(super) struct GroupStatements {
     pub(super) insert_mark: PreparedStatement,
     /// The finished nodes in a range of one level.
     pub(super) select_marks_in: PreparedStatement,
+    /// Every finished node, paged.
+    pub(super) select_marks: PreparedStatement,
 
     /// The task whose sub-tasks the group holds, and its result.
     pub(super) set_parent: PreparedStatement,
@@ -587,6 +592,12 @@ impl GroupStatements {
         ))
         .await?;
         select_group.set_page_size(GROUP_PAGE);
+        let mut select_marks = prepare(format!(
+            "SELECT level, node, completed, failed, cancelled, items FROM {ks}.group_marks \
+             WHERE task_type = ? AND group_id = ?"
+        ))
+        .await?;
+        select_marks.set_page_size(MARKS_PAGE);
         Ok(GroupStatements {
             insert_member: [
                 insert(false, false).await?,
@@ -619,14 +630,15 @@ impl GroupStatements {
             .await?,
             insert_mark: prepare(format!(
                 "INSERT INTO {ks}.group_marks (task_type, group_id, level, node, completed, \
-                 failed, cancelled) VALUES (?, ?, ?, ?, ?, ?, ?)"
+                 failed, cancelled, items) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
             ))
             .await?,
             select_marks_in: prepare(format!(
-                "SELECT level, node, completed, failed, cancelled FROM {ks}.group_marks \
+                "SELECT level, node, completed, failed, cancelled, items FROM {ks}.group_marks \
                  WHERE task_type = ? AND group_id = ? AND level = ? AND node >= ? AND node <= ?"
             ))
             .await?,
+            select_marks,
             // Only the header: a static column set by partition key alone.
             set_parent: prepare(format!(
                 "UPDATE {ks}.group_members SET parent = ?, parent_result = ? WHERE task_type = ? \
@@ -649,6 +661,8 @@ pub(super) struct JobStatements {
     pub(super) select_job: PreparedStatement,
     pub(super) insert_progress: PreparedStatement,
     pub(super) select_progress: PreparedStatement,
+    /// A range of buckets' progress: at most `last - first + 1` rows.
+    pub(super) select_progress_in: PreparedStatement,
 }
 
 const JOB_COLUMNS: &str = "job_id, ordering_id, scheduled_time, uniqueness_key, task_type, \
@@ -683,6 +697,11 @@ impl JobStatements {
             select_progress: prepare(format!(
                 "SELECT member, items, updated_at FROM {ks}.group_progress \
                  WHERE task_type = ? AND group_id = ?"
+            ))
+            .await?,
+            select_progress_in: prepare(format!(
+                "SELECT member, items, updated_at FROM {ks}.group_progress \
+                 WHERE task_type = ? AND group_id = ? AND member >= ? AND member <= ?"
             ))
             .await?,
         })

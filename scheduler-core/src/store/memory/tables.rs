@@ -542,6 +542,22 @@ impl GroupStore for MemoryStore {
             marks
         })
     }
+
+    fn all_group_marks(&self, group: GroupKey) -> BoxFuture<'static, StoreResult<Vec<GroupMark>>> {
+        self.run("group read", move |s| {
+            let marks: Vec<GroupMark> = s
+                .group_marks
+                .range((group.clone(), 0, 0)..=(group, u8::MAX, u32::MAX))
+                .map(|((_, level, node), tally)| GroupMark {
+                    level: *level,
+                    node: *node,
+                    tally: *tally,
+                })
+                .collect();
+            s.group_rows_read += marks.len();
+            marks
+        })
+    }
 }
 
 impl SuspensionStore for MemoryStore {
@@ -669,6 +685,22 @@ impl JobStore for MemoryStore {
         self.run("progress read", move |s| {
             let progress: Vec<BucketProgress> = (s.progress.iter())
                 .filter(|((g, _), _)| *g == group)
+                .map(|(_, p)| p.clone())
+                .collect();
+            s.group_rows_read += progress.len();
+            progress
+        })
+    }
+
+    fn progress_in(
+        &self,
+        group: GroupKey,
+        first: u32,
+        last: u32,
+    ) -> BoxFuture<'static, StoreResult<Vec<BucketProgress>>> {
+        self.run("progress read", move |s| {
+            let progress: Vec<BucketProgress> = (s.progress)
+                .range((group.clone(), first)..=(group, last))
                 .map(|(_, p)| p.clone())
                 .collect();
             s.group_rows_read += progress.len();
