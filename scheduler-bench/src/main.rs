@@ -2,7 +2,7 @@
 //! each figure beside the raw ceiling of the same services measured in the same run.
 //!
 //! ```text
-//! scheduler-bench run [--quick] [--out FILE] [--only ceilings,throughput,handoff,cold,backlog,busy,tombstones,peers]
+//! scheduler-bench run [--quick] [--out FILE] [--only ceilings,throughput,handoff,cold,backlog,busy,group,tombstones,peers]
 //! ```
 //!
 //! Prints a table and writes the figures as JSON. `--quick` runs every scenario small (under
@@ -87,6 +87,8 @@ enum Scenario {
     Backlog,
     /// One busy partition: its orderingIds' due tasks deferred and read back.
     Busy,
+    /// One group of the largest size, every member due now, then its join.
+    Group,
     /// Issue 12's baseline: a restart after many tasks finished in one partition (run only
     /// when named in `--only`).
     Tombstones,
@@ -106,6 +108,7 @@ struct Sizes {
     backlog_tasks: usize,
     busy_tasks: usize,
     busy_ordering_ids: usize,
+    group_members: u32,
     finished_tasks: usize,
 }
 
@@ -125,6 +128,7 @@ impl Sizes {
                 backlog_tasks: 10_000,
                 busy_tasks: 6_000,
                 busy_ordering_ids: 50,
+                group_members: 2_000,
                 finished_tasks: 20_000,
             }
         } else {
@@ -139,6 +143,7 @@ impl Sizes {
                 backlog_tasks: 1_000_000,
                 busy_tasks: 120_000,
                 busy_ordering_ids: 500,
+                group_members: scheduler_client::wire::MAX_GROUP_NUMBER,
                 finished_tasks: 300_000,
             }
         }
@@ -221,6 +226,10 @@ async fn run(args: RunArgs) -> Result<(), BenchError> {
         step("busy partition");
         figures.busy =
             Some(scenarios::busy_partition(sizes.busy_tasks, sizes.busy_ordering_ids).await?);
+    }
+    if wanted(Scenario::Group) {
+        step("one group of every member due now, then its join");
+        figures.group = Some(scenarios::big_group(sizes.group_members).await?);
     }
     if args.only.contains(&Scenario::Tombstones) {
         step("tombstones: a restart after many tasks finished in one partition");

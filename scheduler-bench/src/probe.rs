@@ -115,4 +115,14 @@ impl TaskExecutor for Probe {
         state.executed.fetch_add(1, Ordering::SeqCst);
         Ok(())
     }
+
+    /// A join counts as a task run, as a member does (the big group's drain ends with it).
+    async fn group_finished(
+        &self,
+        task: &Task,
+        _group: &scheduler_core::GroupOutcome,
+        ctx: &TaskContext,
+    ) -> Result<(), TaskError> {
+        self.execute(task, ctx).await
+    }
 }

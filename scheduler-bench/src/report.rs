@@ -5,7 +5,9 @@ use serde_json::{json, Value};
 
 use crate::ceilings::{Ceilings, CQL_WRITES_PER_TASK};
 use crate::peers::{self, Peers};
-use crate::scenarios::{Backlog, BusyPartition, ColdLoad, Handoff, Leave, Punctuality, Throughput};
+use crate::scenarios::{
+    Backlog, BigGroup, BusyPartition, ColdLoad, Handoff, Leave, Punctuality, Throughput,
+};
 use crate::tombstones::Tombstones;
 
 /// Seconds of the group session timeout (the node's consumer setting `session.timeout.ms`).
@@ -28,6 +30,8 @@ pub struct Figures {
     pub backlog: Option<Backlog>,
     /// One busy partition's drain.
     pub busy: Option<BusyPartition>,
+    /// One group of every member due at once, and its join.
+    pub group: Option<BigGroup>,
     /// A restart among many finished tasks.
     pub tombstones: Option<Tombstones>,
     /// The same workload on peer libraries (or why it could not run).
@@ -161,6 +165,15 @@ impl Figures {
                 problems.push(format!(
                     "the busy partition ran {} tasks twice",
                     b.duplicates
+                ));
+            }
+        }
+        if let Some(g) = &self.group {
+            check(&mut problems, "group drain rate", g.members_per_s);
+            if g.duplicates > 0 {
+                problems.push(format!(
+                    "the group's members and join ran {} times more than once each",
+                    g.duplicates
                 ));
             }
         }
@@ -300,6 +313,13 @@ impl Figures {
                 ),
                 rate(b.tasks_per_s, "tasks"),
                 format!("drained in {:.0} s{of_throughput}", b.drain_s),
+            );
+        }
+        if let Some(g) = &self.group {
+            row(
+                format!("one group of {} members, then its join", g.members),
+                rate(g.members_per_s, "members"),
+                format!("joined {:.1} s after assignment", g.drain_s),
             );
         }
         if let Some(t) = &self.tombstones {
@@ -495,6 +515,10 @@ impl Figures {
             "busy": self.busy.as_ref().map(|b| json!({
                 "tasks": b.tasks, "ordering_ids": b.ordering_ids, "drain_s": b.drain_s,
                 "tasks_per_s": b.tasks_per_s, "duplicates": b.duplicates,
+            })),
+            "group": self.group.as_ref().map(|g| json!({
+                "members": g.members, "drain_s": g.drain_s, "members_per_s": g.members_per_s,
+                "duplicates": g.duplicates,
             })),
             "tombstones": self.tombstones.as_ref().map(|t| json!({
                 "finished": t.finished, "first_node_s": t.first_node_s, "load_s": t.load_s,

@@ -132,6 +132,19 @@ pub struct BusyPartition {
     pub duplicates: u64,
 }
 
+/// One group finishing: every member due at once, then its join.
+#[derive(Debug, Clone)]
+pub struct BigGroup {
+    /// Members (each with the total).
+    pub members: u32,
+    /// Seconds from assignment until the join ran.
+    pub drain_s: f64,
+    /// Members per second over `drain_s`.
+    pub members_per_s: f64,
+    /// Executions beyond one per member and one join (at least).
+    pub duplicates: u64,
+}
+
 /// Schedules `tasks` with `make(i)`, `PRODUCE_CONCURRENCY` at a time; fails on any error.
 async fn enqueue(
     scheduler: &Scheduler,
@@ -546,6 +559,40 @@ pub async fn busy_partition(
         drain_s,
         tasks_per_s: tasks as f64 / drain_s,
         duplicates: done.executed.saturating_sub(tasks as u64),
+    })
+}
+
+/// One group of `members` tasks (each carrying the total, each its own orderingId), all due
+/// now, enqueued while no node runs; a node process then runs them and the join. Each member's
+/// final step finds out whether the group finished (issue 30, defect 9: it read the whole group,
+/// so a group's members read O(N²) rows; they climb the completion tree now).
+pub async fn big_group(members: u32) -> Result<BigGroup, BenchError> {
+    let env = TestEnv::new("bench_group", PARTITIONS).await;
+    let scheduler = Arc::new(env.scheduler(Duration::from_secs(10)));
+    let now = Utc::now();
+    enqueue(&scheduler, members as usize, |i| {
+        let index = u32::try_from(i).unwrap_or(u32::MAX).saturating_add(1);
+        bench_task(format!("member-{index}"), now, "m".into())
+            .in_group(scheduler_client::GroupMember::new("bench-group", index).of(members))
+    })
+    .await?;
+    let mut node = ChildNode::spawn(&env.settings(SchedulingSettings::default()), PARTITIONS)?;
+    let runs = u64::from(members) + 1;
+    let limit = Duration::from_secs(600);
+    let done = node
+        .wait_for(limit, "the group's members and its join", |p| {
+            p.executed >= runs
+        })
+        .await?;
+    node.stop(Duration::from_secs(30)).await?;
+    let assigned = DateTime::from_timestamp_millis(done.assigned_ms).unwrap_or(now);
+    let last = DateTime::from_timestamp_millis(done.last_ms).unwrap_or(now);
+    let drain_s = seconds_between(assigned, last);
+    Ok(BigGroup {
+        members,
+        drain_s,
+        members_per_s: f64::from(members) / drain_s,
+        duplicates: done.executed.saturating_sub(runs),
     })
 }
 
