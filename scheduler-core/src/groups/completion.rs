@@ -13,7 +13,8 @@
 //! children in the last node of each level, so climbing needs the total. A member that does not
 //! carry it reads the group's header after its write; without a total known it climbs only
 //! through full nodes. The member that records the total first (it read the header before its
-//! write and found none) then also climbs from the group's last member: the nodes of that path
+//! write and found none, or its own row: run again, it may have recorded the total itself) then
+//! also climbs from the group's last member: the nodes of that path
 //! are the only ones a climber without the total could not finish, and of that member and one
 //! that stopped there, at least one sees the other's write.
 

@@ -150,9 +150,15 @@ pub(crate) async fn member_finished(
 ) -> Result<bool, GroupStepError> {
     let group = group_of(&task, &member);
     let (index, failed_fast) = (outcome.index, member.fail_fast && outcome.is_failure());
-    // Whether this member may be the first to record the total (see `completion`).
+    // Whether this member may be the first to record the total (see `completion`): none is
+    // recorded, or its own row is (run again, after a failed try or a crash, it may have
+    // recorded the total itself).
     let first_total = match member.total {
-        Some(_) => store.group_header(group.clone()).await?.total.is_none(),
+        Some(_) => {
+            let header = store.group_header(group.clone()).await?;
+            header.total.is_none()
+                || !(store.finished_members(group.clone(), index, index).await?).is_empty()
+        }
         None => false,
     };
     store
@@ -276,6 +282,52 @@ mod tests {
                 "{per_member} rows read per member of {total}"
             );
         }
+    }
+
+    #[test]
+    fn the_member_that_records_the_total_walks_the_last_path_again_when_run_again() {
+        use crate::store::memory::MemoryStore;
+        use crate::store::TaskStatus;
+        // 70 members, only member 5 carrying the total and finishing last: the last node
+        // (65-70) is one the others could not finish. Member 5's first try fails after its
+        // write (at its first mark); tried again, it finds the total recorded, by itself.
+        let store = MemoryStore::default();
+        let outbox = crate::enqueue::Outbox::default();
+        let now = Utc::now();
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .expect("a runtime");
+        let finish = |index: u32| {
+            let mut member = GroupMember::new("g", index).joined_by("join");
+            if index == 5 {
+                member = member.of(70);
+            }
+            let task =
+                Task::new(format!("m{index}"), now, "u", TaskData::new()).in_group(member.clone());
+            let outcome = MemberOutcome {
+                index,
+                key: task.key(),
+                status: TaskStatus::Completed,
+                error: None,
+                result: None,
+                finished_at: now,
+            };
+            let shared: Arc<dyn TaskStore> = Arc::new(store.clone());
+            let enqueuer: Arc<dyn Enqueuer> = Arc::new(outbox.clone());
+            runtime.block_on(member_finished(
+                shared, enqueuer, task, member, outcome, now,
+            ))
+        };
+        for index in (1..=70).filter(|i| *i != 5) {
+            assert!(!finish(index).expect("recorded"), "member {index}");
+        }
+        store.fail_op("group mark write", 1);
+        assert!(finish(5).is_err(), "the first try fails");
+        assert!(
+            finish(5).expect("recorded"),
+            "tried again, it finds the group finished"
+        );
+        assert_eq!(outbox.take().len(), 1);
     }
 
     #[test]

@@ -529,35 +529,32 @@ impl GroupStore for MemoryStore {
         last: u32,
     ) -> BoxFuture<'static, StoreResult<Vec<GroupMark>>> {
         self.run("group read", move |s| {
-            let marks: Vec<GroupMark> = s
-                .group_marks
-                .range((group.clone(), level, first)..=(group, level, last))
-                .map(|((_, level, node), tally)| GroupMark {
-                    level: *level,
-                    node: *node,
-                    tally: *tally,
-                })
-                .collect();
-            s.group_rows_read += marks.len();
-            marks
+            marks_between(s, (group.clone(), level, first), (group, level, last))
         })
     }
 
     fn all_group_marks(&self, group: GroupKey) -> BoxFuture<'static, StoreResult<Vec<GroupMark>>> {
         self.run("group read", move |s| {
-            let marks: Vec<GroupMark> = s
-                .group_marks
-                .range((group.clone(), 0, 0)..=(group, u8::MAX, u32::MAX))
-                .map(|((_, level, node), tally)| GroupMark {
-                    level: *level,
-                    node: *node,
-                    tally: *tally,
-                })
-                .collect();
-            s.group_rows_read += marks.len();
-            marks
+            marks_between(s, (group.clone(), 0, 0), (group, u8::MAX, u32::MAX))
         })
     }
+}
+
+/// The marks from `first` to `last` (group, level, node), counted as rows read.
+fn marks_between(
+    s: &mut super::State,
+    first: (GroupKey, u8, u32),
+    last: (GroupKey, u8, u32),
+) -> Vec<GroupMark> {
+    let marks: Vec<GroupMark> = (s.group_marks.range(first..=last))
+        .map(|((_, level, node), tally)| GroupMark {
+            level: *level,
+            node: *node,
+            tally: *tally,
+        })
+        .collect();
+    s.group_rows_read += marks.len();
+    marks
 }
 
 impl SuspensionStore for MemoryStore {
