@@ -225,13 +225,40 @@ pub(crate) fn outcome_of(group: GroupKey, state: GroupState) -> GroupOutcome {
 mod tests {
     use super::*;
 
+    /// Finishes member `index` of group `g` (knowing `total` if given), completed, on `store`;
+    /// a join it enqueues goes to `outbox`.
+    fn finish_member(
+        runtime: &tokio::runtime::Runtime,
+        store: &crate::store::memory::MemoryStore,
+        outbox: &crate::enqueue::Outbox,
+        index: u32,
+        total: Option<u32>,
+        now: DateTime<Utc>,
+    ) -> Result<bool, GroupStepError> {
+        let mut member = GroupMember::new("g", index).joined_by("join");
+        member.total = total;
+        let task =
+            Task::new(format!("m{index}"), now, "u", TaskData::new()).in_group(member.clone());
+        let outcome = MemberOutcome {
+            index,
+            key: task.key(),
+            status: crate::store::TaskStatus::Completed,
+            error: None,
+            result: None,
+            finished_at: now,
+        };
+        let shared: Arc<dyn TaskStore> = Arc::new(store.clone());
+        let enqueuer: Arc<dyn Enqueuer> = Arc::new(outbox.clone());
+        runtime.block_on(member_finished(
+            shared, enqueuer, task, member, outcome, now,
+        ))
+    }
+
     /// Finishes every member of a group of `total` (those listed in `without_total` not knowing
     /// the total) in a shuffled order; returns the member after whose finish each join was
     /// enqueued, and the group rows read per member.
     fn finish_group(total: u32, without_total: &[u32], seed: u64) -> (Vec<u32>, f64) {
-        use crate::store::memory::MemoryStore;
-        use crate::store::TaskStatus;
-        let store = MemoryStore::default();
+        let store = crate::store::memory::MemoryStore::default();
         let outbox = crate::enqueue::Outbox::default();
         let mut order: Vec<u32> = (1..=total).collect();
         fastrand::Rng::with_seed(seed).shuffle(&mut order);
@@ -241,25 +268,8 @@ mod tests {
             .expect("a runtime");
         let mut joined_after = Vec::new();
         for index in order {
-            let mut member = GroupMember::new("g", index).joined_by("join");
-            if !without_total.contains(&index) {
-                member = member.of(total);
-            }
-            let task =
-                Task::new(format!("m{index}"), now, "u", TaskData::new()).in_group(member.clone());
-            let outcome = MemberOutcome {
-                index,
-                key: task.key(),
-                status: TaskStatus::Completed,
-                error: None,
-                result: None,
-                finished_at: now,
-            };
-            let store: Arc<dyn TaskStore> = Arc::new(store.clone());
-            let enqueuer: Arc<dyn Enqueuer> = Arc::new(outbox.clone());
-            runtime
-                .block_on(member_finished(store, enqueuer, task, member, outcome, now))
-                .expect("recorded");
+            let total = (!without_total.contains(&index)).then_some(total);
+            finish_member(&runtime, &store, &outbox, index, total, now).expect("recorded");
             joined_after.extend(outbox.take().iter().map(|_| index));
         }
         let per_member = store.group_rows_read() as f64 / f64::from(total);
@@ -286,37 +296,18 @@ mod tests {
 
     #[test]
     fn the_member_that_records_the_total_walks_the_last_path_again_when_run_again() {
-        use crate::store::memory::MemoryStore;
-        use crate::store::TaskStatus;
         // 70 members, only member 5 carrying the total and finishing last: the last node
         // (65-70) is one the others could not finish. Member 5's first try fails after its
         // write (at its first mark); tried again, it finds the total recorded, by itself.
-        let store = MemoryStore::default();
+        let store = crate::store::memory::MemoryStore::default();
         let outbox = crate::enqueue::Outbox::default();
         let now = Utc::now();
         let runtime = tokio::runtime::Builder::new_current_thread()
             .build()
             .expect("a runtime");
         let finish = |index: u32| {
-            let mut member = GroupMember::new("g", index).joined_by("join");
-            if index == 5 {
-                member = member.of(70);
-            }
-            let task =
-                Task::new(format!("m{index}"), now, "u", TaskData::new()).in_group(member.clone());
-            let outcome = MemberOutcome {
-                index,
-                key: task.key(),
-                status: TaskStatus::Completed,
-                error: None,
-                result: None,
-                finished_at: now,
-            };
-            let shared: Arc<dyn TaskStore> = Arc::new(store.clone());
-            let enqueuer: Arc<dyn Enqueuer> = Arc::new(outbox.clone());
-            runtime.block_on(member_finished(
-                shared, enqueuer, task, member, outcome, now,
-            ))
+            let total = (index == 5).then_some(70);
+            finish_member(&runtime, &store, &outbox, index, total, now)
         };
         for index in (1..=70).filter(|i| *i != 5) {
             assert!(!finish(index).expect("recorded"), "member {index}");
