@@ -16,10 +16,10 @@ use scheduler_core::store::{
     AttemptOutcome, AttemptRecord, AttemptStore, BucketProgress, CassandraStore, DeadLetter,
     DeadLetterFilter, DeadLetterStore, DeadReason, DeferralList, DeferredIdentityRecord,
     DeferredStore, FireOutcome, FireRecord, GroupKey, GroupMark, GroupStore, GroupTally,
-    IdentityRecord, IdentityStore, JobStore, MemberOutcome, OwnershipStore, ParentRecord,
-    PartitionOwner, ReadCursor, RecurringStore, ScheduleRecord, ScheduleStore, StatusRecord,
-    StatusStore, StoreError, StoreLevels, Suspension, SuspensionStore, SuspensionTarget,
-    TaskStatus,
+    IdentityRecord, IdentityStore, JobStore, ListBehind, MemberOutcome, OwnershipStore,
+    ParentRecord, PartitionOwner, ReadCursor, RecurringStore, ScheduleRecord, ScheduleStore,
+    StatusRecord, StatusStore, StoreError, StoreLevels, Suspension, SuspensionStore,
+    SuspensionTarget, TaskStatus,
 };
 use scheduler_core::{Task, TaskKey};
 
@@ -1688,7 +1688,8 @@ async fn identity_records_outlive_their_task_with_a_zero_retention_and_for_a_tas
 
 /// The low-water mark and the tasks listed behind it are one row, written together by a
 /// lightweight transaction on the epoch: a stale epoch moves neither; lowering the mark keeps
-/// the list; a mark written without a list (an older release's) reads as `None`.
+/// the list (and the deferred-task lists it names); a mark written without a list (an older
+/// release's) reads as `None`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_low_water_mark_and_its_list_round_trip_and_a_stale_epoch_moves_neither() {
     Stack::from_env().require_cassandra().await;
@@ -1710,17 +1711,29 @@ async fn the_low_water_mark_and_its_list_round_trip_and_a_stale_epoch_moves_neit
         .enumerate()
         .map(|(i, o)| task(at - TimeDelta::seconds(10 - i as i64), o, i as u64).key())
         .collect();
+    let lists = vec![ListBehind {
+        list: DeferralList {
+            partition: 5,
+            tree: "node-a-1-1893499200000000".into(),
+            ordering_id: "ü/\"d\"".into(),
+        },
+        from: RunOrder {
+            enqueue_offset: 42,
+            ..task(at - TimeDelta::seconds(30), "ü/\"d\"", 7).run_order()
+        },
+    }];
     let advanced = store
-        .advance_low_water(5, epoch, at, behind.clone())
+        .advance_low_water(5, epoch, at, behind.clone(), lists.clone())
         .await
         .expect("advance");
     assert!(advanced);
     let read = store.low_water(5).await.expect("read").expect("a mark");
-    assert_eq!((read.at, read.behind), (at, Some(behind.clone())));
+    assert_eq!((read.at, &read.behind), (at, &Some(behind.clone())));
+    assert_eq!(read.lists, lists);
     // A fenced tree moves nothing.
     let later = at + TimeDelta::hours(1);
     let stale = store
-        .advance_low_water(5, epoch - 1, later, Vec::new())
+        .advance_low_water(5, epoch - 1, later, Vec::new(), Vec::new())
         .await
         .expect("stale advance");
     assert!(!stale);
@@ -1728,7 +1741,10 @@ async fn the_low_water_mark_and_its_list_round_trip_and_a_stale_epoch_moves_neit
     let lower = at - TimeDelta::hours(1);
     assert!(store.set_low_water(5, epoch, lower).await.expect("lower"));
     let read = store.low_water(5).await.expect("read").expect("a mark");
-    assert_eq!((read.at, read.behind), (lower, Some(behind)));
+    assert_eq!(
+        (read.at, read.behind, read.lists),
+        (lower, Some(behind), lists)
+    );
     // An older release wrote the mark alone.
     let session = Stack::from_env().require_cassandra().await;
     session

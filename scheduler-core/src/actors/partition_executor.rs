@@ -11,6 +11,13 @@
 //! they are read back from that list, in run order (time, then enqueue order): see
 //! [`deferred`]. While an orderingId has deferred tasks, every later task of it is deferred too,
 //! so its order holds.
+//!
+//! Once its list holds every task deferred so far, the orderingId's deferral pins the low-water
+//! mark by naming the list, so the mark passes tasks deferred behind a head that waits for
+//! hours. A new tree takes over the lists its start's mark named ([`TakeOverLists`]): it copies
+//! their rows due before the mark into its own lists, then reads back as usual. A row read back
+//! is taken out of the list once no mark written or being written still names the list from an
+//! earlier row.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -20,16 +27,17 @@ use actix::{
     Actor, ActorContext, ActorFutureExt, Addr, AsyncContext, Context, Handler, Message, Recipient,
     ResponseFuture, WrapFuture,
 };
+use chrono::{DateTime, Utc};
 use scheduler_client::RunOrder;
-use tracing::{debug, warn};
+use tracing::{debug, info, warn};
 
 use super::ordering_executor::{
     DrainOrdering, ExecuteOrderingTask, OrderingExecutor, OrderingTaskDone,
 };
 use super::task_lifecycle::ExecutionLinks;
 use super::{PartitionDeps, StopActor};
-use crate::in_flight::{HeldTask, InFlight};
-use crate::store::{DeferralList, PartitionId};
+use crate::in_flight::{HeldTask, InFlight, Pin};
+use crate::store::{DeferralList, ListBehind, PartitionId};
 
 mod deferred;
 
@@ -55,6 +63,27 @@ pub struct DrainPartition {
     pub timeout: Duration,
 }
 
+/// From TaskPersistence at the tree's start: the deferred-task lists of earlier trees that the
+/// partition's low-water mark (`until`) passed, each pinned at its first run order. This tree
+/// copies their rows before the mark into its own lists and runs them in order.
+#[derive(Debug, Message)]
+#[rtype(result = "()")]
+pub struct TakeOverLists {
+    /// The lists, each with its pin.
+    pub lists: Vec<(ListBehind, Pin)>,
+    /// The mark the tree started from.
+    pub until: DateTime<Utc>,
+}
+
+/// From TaskPersistence, after [`TakeOverLists`]: the tasks listed behind the mark reached this
+/// actor (some of them run before the lists' tasks), so the lists may be read.
+#[derive(Debug, Message)]
+#[rtype(result = "()")]
+pub struct StartTakeOver;
+
+/// How often rows read back are considered for taking out of their lists.
+const UNLIST_INTERVAL: Duration = Duration::from_secs(5);
+
 /// Wait before reading deferred tasks back again after a failed read, or while the partition
 /// has no room.
 const READ_BACK_RETRY: Duration = Duration::from_secs(1);
@@ -74,6 +103,8 @@ pub struct PartitionExecutor {
     deferred: BTreeMap<String, Deferred>,
     /// The id the tree lists its deferred tasks under, from its first deferral on.
     tree: Option<String>,
+    /// Rows read back from each orderingId's list, not taken out of it yet.
+    read_rows: BTreeMap<String, Vec<RunOrder>>,
     in_flight: Arc<InFlight>,
     draining: bool,
 }
@@ -96,6 +127,7 @@ impl PartitionExecutor {
             queues: BTreeMap::new(),
             deferred: BTreeMap::new(),
             tree: None,
+            read_rows: BTreeMap::new(),
             in_flight,
             draining: false,
         }
@@ -123,10 +155,11 @@ impl PartitionExecutor {
                     deferred.missed = Some(key.clone());
                 }
                 if key < deferred.from {
-                    deferred.pin = self.in_flight.pin(key.scheduled_time);
                     deferred.from = key.clone();
                 }
                 deferred.unlisted.push(key);
+                // Not listed yet: the mark stops at the deferral's first task.
+                self.repin(&ordering_id);
             }
             None => {
                 debug!(partition = self.partition, %ordering_id,
@@ -139,6 +172,21 @@ impl PartitionExecutor {
         drop(task);
         self.capacity_listener.do_send(CapacityFreed);
         self.list(ordering_id, ctx);
+    }
+
+    /// Pins the low-water mark at `ordering_id`'s first deferred task: naming its list once the
+    /// list holds every task deferred so far, stopping the mark until then.
+    fn repin(&mut self, ordering_id: &str) {
+        let list = self.list_of(ordering_id);
+        let Some(deferred) = self.deferred.get_mut(ordering_id) else {
+            return;
+        };
+        deferred.pin = if deferred.complete() {
+            let from = deferred.from.clone();
+            self.in_flight.pin_list(ListBehind { list, from })
+        } else {
+            self.in_flight.pin(deferred.from.scheduled_time)
+        };
     }
 
     /// The list of `ordering_id`'s deferred tasks in this tree (whose id is fixed at its first
@@ -160,12 +208,19 @@ impl PartitionExecutor {
     }
 
     /// Lists `ordering_id`'s deferred tasks not listed yet, a batch at a time (not while its
-    /// tasks are read back: the read would race the write); then reads back if there is room.
+    /// tasks are read back: the read would race the write), and the rows of an earlier tree's
+    /// list it takes over; then reads back if there is room.
     fn list(&mut self, ordering_id: String, ctx: &mut Context<Self>) {
         let Some(deferred) = self.deferred.get(&ordering_id) else {
             return;
         };
-        if deferred.listing || deferred.reading || deferred.unlisted.is_empty() {
+        if deferred.listing || deferred.reading {
+            return;
+        }
+        if deferred.unlisted.is_empty() {
+            if deferred.taking_over.as_ref().is_some_and(|t| t.started) {
+                self.copy_taken_over(ordering_id, ctx);
+            }
             return;
         }
         let list = self.list_of(&ordering_id);
@@ -191,12 +246,95 @@ impl PartitionExecutor {
                 ctx.run_later(READ_BACK_RETRY, move |act, ctx| act.list(ordering_id, ctx));
                 return;
             }
-            if deferred.unlisted.is_empty() {
-                act.read_back_if_half_empty(ordering_id, ctx);
-            } else {
-                act.list(ordering_id, ctx);
-            }
+            act.listed(ordering_id, ctx);
         }));
+    }
+
+    /// After a listing write: lists on, or, with everything listed, names the list in the pin
+    /// and reads back if there is room.
+    fn listed(&mut self, ordering_id: String, ctx: &mut Context<Self>) {
+        let Some(deferred) = self.deferred.get(&ordering_id) else {
+            return;
+        };
+        if deferred.complete() {
+            self.repin(&ordering_id);
+            self.read_back_if_half_empty(ordering_id, ctx);
+        } else {
+            self.list(ordering_id, ctx);
+        }
+    }
+
+    /// Copies a batch of the rows of the earlier tree's list `ordering_id`'s deferral takes
+    /// over into this tree's list.
+    fn copy_taken_over(&mut self, ordering_id: String, ctx: &mut Context<Self>) {
+        let own = self.list_of(&ordering_id);
+        let Some(deferred) = self.deferred.get_mut(&ordering_id) else {
+            return;
+        };
+        let Some(take) = &deferred.taking_over else {
+            return;
+        };
+        let take = (take.list.clone(), take.next.clone(), take.until);
+        deferred.listing = true;
+        let store = Arc::clone(&self.deps.store);
+        let copy = deferred::copy_taken_over(store, take, own);
+        ctx.spawn(copy.into_actor(self).map(move |result, act, ctx| {
+            let Some(deferred) = act.deferred.get_mut(&ordering_id) else {
+                return;
+            };
+            deferred.listing = false;
+            match result {
+                Ok(Some(next)) => {
+                    if let Some(take) = deferred.taking_over.as_mut() {
+                        take.next = next;
+                    }
+                }
+                Ok(None) => {
+                    debug!(partition = act.partition, %ordering_id,
+                        "an earlier tree's deferred tasks taken over");
+                    deferred.taking_over = None;
+                }
+                Err(e) => {
+                    warn!(partition = act.partition, %ordering_id, error = %e,
+                        "an earlier tree's deferred tasks not taken over; trying again");
+                    ctx.run_later(READ_BACK_RETRY, move |act, ctx| act.list(ordering_id, ctx));
+                    return;
+                }
+            }
+            act.listed(ordering_id, ctx);
+        }));
+    }
+
+    /// Takes out of their lists the rows read back that no mark written or being written
+    /// names (see the module's doc); the others wait for a later mark.
+    fn unlist_read_rows(&mut self, ctx: &mut Context<Self>) {
+        let ordering_ids: Vec<String> = self.read_rows.keys().cloned().collect();
+        for ordering_id in ordering_ids {
+            let list = self.list_of(&ordering_id);
+            let keep_from = self.in_flight.keep_listed_from(&list);
+            let Some(rows) = self.read_rows.get_mut(&ordering_id) else {
+                continue;
+            };
+            let (done, kept): (Vec<RunOrder>, Vec<RunOrder>) = std::mem::take(rows)
+                .into_iter()
+                .partition(|row| keep_from.as_ref().is_none_or(|from| row < from));
+            if kept.is_empty() {
+                self.read_rows.remove(&ordering_id);
+            } else {
+                *rows = kept;
+            }
+            if done.is_empty() {
+                continue;
+            }
+            // The rows lie before where the next read starts: deleting them leaves tombstones
+            // no read steps over. A failed delete leaves rows that expire.
+            let unlist = self.deps.store.unlist_deferred(list, done);
+            ctx.spawn(unlist.into_actor(self).map(|result, act, _| {
+                if let Err(e) = result {
+                    debug!(partition = act.partition, error = %e, "deferred tasks read back not unlisted");
+                }
+            }));
+        }
     }
 
     /// Reads back `ordering_id`'s deferred tasks once its queue is half empty (until then, a
@@ -273,21 +411,15 @@ impl PartitionExecutor {
             let held = act.in_flight.hold(tasks);
             match next {
                 Some(from) => {
-                    deferred.pin = act.in_flight.pin(from.scheduled_time);
                     deferred.from = from;
+                    act.repin(&ordering_id);
                 }
                 None => {
                     act.deferred.remove(&ordering_id);
                 }
             }
-            // The rows read lie before where the next read starts: deleting them leaves
-            // tombstones no read steps over. A failed delete leaves rows the next tree drops.
-            let unlist = act.deps.store.unlist_deferred(list, rows);
-            ctx.spawn(unlist.into_actor(act).map(|result, act, _| {
-                if let Err(e) = result {
-                    debug!(partition = act.partition, error = %e, "deferred tasks read back not unlisted");
-                }
-            }));
+            (act.read_rows.entry(ordering_id.clone()).or_default()).extend(rows);
+            act.unlist_read_rows(ctx);
             if act.draining {
                 return;
             }
@@ -326,6 +458,46 @@ impl PartitionExecutor {
 
 impl Actor for PartitionExecutor {
     type Context = Context<Self>;
+
+    fn started(&mut self, ctx: &mut Context<Self>) {
+        ctx.run_interval(UNLIST_INTERVAL, |act, ctx| {
+            if !act.read_rows.is_empty() {
+                act.unlist_read_rows(ctx);
+            }
+        });
+    }
+}
+
+impl Handler<StartTakeOver> for PartitionExecutor {
+    type Result = ();
+
+    fn handle(&mut self, _: StartTakeOver, ctx: &mut Context<Self>) {
+        let taking_over: Vec<String> = (self.deferred.iter_mut())
+            .filter_map(|(ordering_id, deferred)| {
+                let take = deferred.taking_over.as_mut()?;
+                take.started = true;
+                Some(ordering_id.clone())
+            })
+            .collect();
+        for ordering_id in taking_over {
+            self.list(ordering_id, ctx);
+        }
+    }
+}
+
+impl Handler<TakeOverLists> for PartitionExecutor {
+    type Result = ();
+
+    fn handle(&mut self, msg: TakeOverLists, ctx: &mut Context<Self>) {
+        for (passed, pin) in msg.lists {
+            let ordering_id = passed.list.ordering_id.clone();
+            info!(partition = self.partition, %ordering_id, tree = %passed.list.tree,
+                "taking over an earlier tree's deferred tasks");
+            let deferred = Deferred::taken_over(passed, msg.until, pin);
+            self.deferred.insert(ordering_id.clone(), deferred);
+            self.list(ordering_id, ctx);
+        }
+    }
 }
 
 impl Handler<ExecutePartitionTask> for PartitionExecutor {
@@ -411,11 +583,16 @@ impl Handler<StopActor> for PartitionExecutor {
         for (_, queue) in std::mem::take(&mut self.queues) {
             queue.executor.do_send(StopActor);
         }
-        // Its deferred tasks stay in the schedule for the next tree, which loads from the
-        // low-water mark they pinned: their lists are read no more.
+        // Its deferred tasks stay in the schedule for the next tree, which loads them from the
+        // low-water mark they pinned, or takes over the lists a mark named (those are kept).
         if let Some(tree) = self.tree.take() {
-            let store = Arc::clone(&self.deps.store);
-            actix::spawn(deferred::drop_lists(store, self.partition, tree));
+            if self.in_flight.named_a_list() {
+                debug!(partition = self.partition, %tree,
+                    "the tree's deferred-task lists kept for the next tree; their rows expire");
+            } else {
+                let store = Arc::clone(&self.deps.store);
+                actix::spawn(deferred::drop_lists(store, self.partition, tree));
+            }
         }
         ctx.stop();
     }

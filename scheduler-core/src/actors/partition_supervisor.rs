@@ -242,6 +242,8 @@ impl Actor for PartitionSupervisor {
             deps.store.clone(),
             PersistenceLinks {
                 scheduler: scheduler.clone(),
+                deferred: executor.clone().recipient(),
+                start_take_over: executor.clone().recipient(),
                 controller: controller.clone().recipient(),
                 in_flight: in_flight.clone(),
                 max_in_flight: deps.settings.max_in_flight_tasks,

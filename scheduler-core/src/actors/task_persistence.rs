@@ -43,6 +43,7 @@ mod identity_deferral;
 
 use self::cancels::{Canceller, Deferred};
 use self::identity_deferral::{Deferral, IdentityDeferrer, WaitingRecords};
+use super::partition_executor::{StartTakeOver, TakeOverLists};
 use super::partition_ownership::{CheckOwnership, Ownership, PartitionOwnership};
 use super::partition_scheduler::{PartitionScheduler, ScheduleTasks, UnscheduleTasks};
 use super::{PolledTasks, StopActor, TreeError, TreeResult};
@@ -51,14 +52,14 @@ use crate::clock::Clock;
 use crate::enqueue::Enqueuer;
 use crate::executor::StopReason;
 use crate::identity;
-use crate::in_flight::InFlight;
+use crate::in_flight::{InFlight, Passed};
 use crate::lease::TreeLease;
 use crate::metrics::{Metrics, ParkReason, Parked};
 use crate::retry::exponential_period;
 use crate::store::pages::{load_whole_ties, TieCursor};
 use crate::store::{
-    last_of_each_key, schedule_start, DeferredCancel, LowWater, PartitionId, ReadCursor,
-    ScheduleStore, StoreError, StoreResult, TaskStore, WRITE_CONCURRENCY,
+    last_of_each_key, schedule_start, DeferredCancel, ListBehind, LowWater, PartitionId,
+    ReadCursor, ScheduleStore, StoreError, StoreResult, TaskStore, WRITE_CONCURRENCY,
 };
 
 /// How often the low-water mark is considered for advancing.
@@ -123,6 +124,9 @@ pub struct TaskPersistence {
     partition: PartitionId,
     store: Arc<dyn TaskStore>,
     scheduler: Addr<PartitionScheduler>,
+    /// Takes over the deferred-task lists earlier trees left.
+    deferred: Recipient<TakeOverLists>,
+    start_take_over: Recipient<StartTakeOver>,
     controller: Recipient<LoadMore>,
     in_flight: Arc<InFlight>,
     max_in_flight: usize,
@@ -158,6 +162,10 @@ pub struct TaskPersistence {
 pub struct PersistenceLinks {
     /// Receives pushed and loaded tasks.
     pub scheduler: Addr<PartitionScheduler>,
+    /// Takes over the deferred-task lists earlier trees left.
+    pub deferred: Recipient<TakeOverLists>,
+    /// Told once the tasks listed behind the mark reached the executor.
+    pub start_take_over: Recipient<StartTakeOver>,
     /// Told when the cursor moves back (there is more to load).
     pub controller: Recipient<LoadMore>,
     /// The partition's in-flight gauge; tasks sent to the scheduler are counted into it.
@@ -194,6 +202,8 @@ impl TaskPersistence {
             partition,
             store,
             scheduler: links.scheduler,
+            deferred: links.deferred,
+            start_take_over: links.start_take_over,
             controller: links.controller,
             in_flight: links.in_flight,
             max_in_flight: links.max_in_flight,
@@ -378,6 +388,7 @@ impl TaskPersistence {
             epoch,
             low_water,
             mut behind,
+            lists,
             deferred_cancels,
             deferred_identity,
         } = start;
@@ -386,7 +397,7 @@ impl TaskPersistence {
         (self.low_water, self.cursor) = (from, ReadCursor::From(from));
         self.in_flight.set_low_water(from);
         info!(partition = self.partition, epoch, low_water = ?low_water,
-            behind = behind.len(), "loading from the low-water mark");
+            behind = behind.len(), lists = lists.len(), "loading from the low-water mark");
         // Tasks not final from before the mark: as many as memory takes now; for the rest,
         // loading starts back at the first of them.
         behind.sort_by_cached_key(Task::run_order);
@@ -394,7 +405,34 @@ impl TaskPersistence {
             let left = behind.split_off(self.max_in_flight);
             self.cursor = ReadCursor::From(left[0].scheduled_time);
         }
-        self.send_to_scheduler(behind);
+        // Deferred tasks an earlier tree listed, due before where loading starts: taken over
+        // now (pinned before any mark this tree writes; later tasks of their orderingIds, loaded
+        // or pushed, wait behind them), and read once the tasks listed behind the mark reached
+        // the executor (due, they are dispatched at once), since some of them run first.
+        let until = self.cursor.time();
+        let lists: Vec<_> = (lists.into_iter())
+            .filter(|l| l.from.scheduled_time < until)
+            .map(|l| {
+                let pin = self.in_flight.pin(l.from.scheduled_time);
+                (l, pin)
+            })
+            .collect();
+        if lists.is_empty() {
+            self.send_to_scheduler(behind);
+        } else {
+            self.deferred.do_send(TakeOverLists { lists, until });
+            let scheduled = (self.scheduler).send(ScheduleTasks(self.in_flight.hold(behind)));
+            let start = self.start_take_over.clone();
+            ctx.spawn(
+                async move {
+                    // A scheduler gone is a tree stopping: nothing to take over then.
+                    if scheduled.await.is_ok() {
+                        start.do_send(StartTakeOver);
+                    }
+                }
+                .into_actor(self),
+            );
+        }
         // Cancels an earlier tree deferred: applied once its calls of their orderingIds end.
         for (key, at) in deferred_cancels {
             let deferred = self.canceller().deferred(key, at);
@@ -412,6 +450,7 @@ struct Start {
     epoch: u64,
     low_water: Option<DateTime<Utc>>,
     behind: Vec<Task>,
+    lists: Vec<ListBehind>,
     deferred_cancels: Vec<DeferredCancel>,
     deferred_identity: Deferral,
 }
@@ -434,7 +473,7 @@ async fn start_reads(
         Ok(Ok(Ownership::Fenced)) | Ok(Err(_)) | Err(_) => return Ok(None),
     };
     lease.read_predecessors_once().await?;
-    let (low_water, behind) = read_start(partition, &store).await?;
+    let (low_water, behind, lists) = read_start(partition, &store).await?;
     let deferred_cancels = store.deferred_cancels(partition).await?;
     let deferred_identity = deferrer
         .restore(store.deferred_identity_records(partition).await?)
@@ -444,6 +483,7 @@ async fn start_reads(
         epoch,
         low_water,
         behind,
+        lists,
         deferred_cancels,
         deferred_identity,
     }))
@@ -451,16 +491,23 @@ async fn start_reads(
 
 /// The partition's low-water mark and the tasks due before it that were not final when it was
 /// written: those listed with it (at most [`MAX_LISTED`]), each read by its key (one whose row is
-/// gone has finished since). A mark an older release wrote lists none: its tasks are in
+/// gone has finished since), and the earlier trees' deferred-task lists it names (taken over by
+/// the PartitionExecutor). A mark an older release wrote lists none: its tasks are in
 /// `retrying_tasks`.
 async fn read_start(
     partition: PartitionId,
     store: &Arc<dyn TaskStore>,
-) -> StoreResult<(Option<DateTime<Utc>>, Vec<Task>)> {
-    let Some(LowWater { at: mark, behind }) = store.low_water(partition).await? else {
+) -> StoreResult<(Option<DateTime<Utc>>, Vec<Task>, Vec<ListBehind>)> {
+    let Some(LowWater {
+        at: mark,
+        behind,
+        mut lists,
+    }) = store.low_water(partition).await?
+    else {
         // Loading starts at the first bucket: it finds every task.
-        return Ok((None, Vec::new()));
+        return Ok((None, Vec::new(), Vec::new()));
     };
+    lists.retain(|l| l.from.scheduled_time < mark);
     let keys = match behind {
         Some(keys) => keys,
         None => store.legacy_retrying(partition).await?,
@@ -473,7 +520,7 @@ async fn read_start(
         .try_filter_map(|task| futures::future::ready(Ok(task)))
         .try_collect()
         .await?;
-    Ok((Some(mark), tasks))
+    Ok((Some(mark), tasks, lists))
 }
 
 impl TaskPersistence {
@@ -487,7 +534,8 @@ impl TaskPersistence {
         // The tasks held in memory do not stop the mark: it lists those it passes (a head
         // retrying for hours, a suspended task, the tasks queued behind them), up to a bound.
         let up_to = self.cursor.time().min(now - LOW_WATER_MARGIN);
-        let (mark, behind) = self.in_flight.behind(up_to, MAX_LISTED, MAX_LISTED_BYTES);
+        let passed = self.in_flight.behind(up_to, MAX_LISTED, MAX_LISTED_BYTES);
+        let mark = passed.at;
         // Worth a write when a task done with lies at or after the mark (a new tree would read
         // its tombstone), or the mark lags far behind.
         let done_after_mark = self
@@ -503,10 +551,16 @@ impl TaskPersistence {
         // newer tree writes into one of them afterwards survives.
         let stamp = self.store.write_stamp();
         // Buckets of the tasks listed are kept: their rows are read by key.
-        let keep_from = behind.first().map_or(mark, |k| k.scheduled_time.min(mark));
+        let keep_from = (passed.keys.first().map(|k| k.scheduled_time))
+            .into_iter()
+            .chain(passed.lists.iter().map(|l| l.from.scheduled_time))
+            .fold(mark, DateTime::min);
+        let seq = self.in_flight.writing(&passed.lists);
+        let Passed { keys, lists, .. } = passed;
         let write = tokio::time::timeout(
             self.persist_timeout,
-            self.store.advance_low_water(partition, epoch, mark, behind),
+            self.store
+                .advance_low_water(partition, epoch, mark, keys, lists),
         );
         // Waited for: a batch persisted meanwhile compares its tasks with the new mark.
         ctx.wait(write.into_actor(self).map(move |result, act, ctx| {
@@ -517,6 +571,7 @@ impl TaskPersistence {
                         partition,
                         "low-water mark not moved: a newer tree claimed the partition"
                     );
+                    act.in_flight.refused(seq);
                     return;
                 }
                 // The write may still apply: later batches compare with the higher mark (a
@@ -536,7 +591,7 @@ impl TaskPersistence {
                 }
             }
             act.low_water = mark;
-            act.in_flight.set_low_water(mark);
+            act.in_flight.recorded(seq, mark);
             debug!(partition, %mark, "low-water mark advanced");
             let forget = act.store.forget_buckets(partition, keep_from, stamp);
             ctx.spawn(

@@ -625,9 +625,10 @@ impl OwnershipStore for PausableStore {
         epoch: u64,
         at: DateTime<Utc>,
         behind: Vec<TaskKey>,
+        lists: Vec<crate::store::ListBehind>,
     ) -> BoxFuture<'static, StoreResult<bool>> {
         self.send("low-water write", |s| {
-            s.advance_low_water(partition, epoch, at, behind)
+            s.advance_low_water(partition, epoch, at, behind, lists)
         })
     }
 

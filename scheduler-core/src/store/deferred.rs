@@ -3,10 +3,13 @@
 //! back reads that orderingId's rows only, in run order, never the partition's whole schedule.
 //!
 //! A tree lists its deferrals under its own id (one Cassandra partition per tree and partition:
-//! `(partition_id, tree)`, clustered by orderingId and run order), and no other tree reads or
-//! deletes them: a later tree loads from the low-water mark instead, and an earlier tree still
-//! finishing its calls keeps its own lists. A tree drops its lists when it stops; the rows of a
-//! tree that never stopped (its process died) expire ([`DEFERRED_LIST_RETENTION`]).
+//! `(partition_id, tree)`, clustered by orderingId and run order), and writes or deletes only its
+//! own rows. A later tree loads from the partition's low-water mark; the mark stays at a list's
+//! first task until the list holds every task deferred so far, and then passes it by naming it
+//! ([`ListBehind`]). A later tree copies the named lists' rows before the mark into its own
+//! lists and never deletes an earlier tree's rows. A tree drops its lists when it stops, unless a
+//! mark it wrote named one of them. Rows that are not dropped expire
+//! ([`DEFERRED_LIST_RETENTION`]).
 
 use futures::future::BoxFuture;
 use scheduler_client::RunOrder;
@@ -22,6 +25,17 @@ pub struct DeferralList {
     pub tree: String,
     /// The orderingId whose tasks are listed.
     pub ordering_id: String,
+}
+
+/// A list a partition's low-water mark passed ([`super::LowWater::lists`]): every task of its
+/// orderingId due from `from` up to the mark that is not final is listed in it, from `from` on.
+/// A new tree takes the list's rows before the mark over into its own list.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ListBehind {
+    /// The list (its tree and orderingId).
+    pub list: DeferralList,
+    /// Where its tasks not final begin.
+    pub from: RunOrder,
 }
 
 /// How long a listed row is kept: far longer than any tree keeps an orderingId's tasks

@@ -25,7 +25,7 @@ use futures::future::BoxFuture;
 use scheduler_client::{Task, TaskKey};
 
 pub use dead_letters::{DeadLetter, DeadLetterFilter, DeadLetterStore, DeadReason};
-pub use deferred::{DeferralList, DeferredStore};
+pub use deferred::{DeferralList, DeferredStore, ListBehind};
 pub use groups::{
     GroupHeader, GroupKey, GroupMark, GroupState, GroupStore, GroupTally, MemberOutcome,
     ParentRecord,
@@ -522,13 +522,15 @@ pub trait OwnershipStore: Send + Sync + 'static {
     ) -> BoxFuture<'static, StoreResult<bool>>;
 
     /// Moves the low-water mark to `at` with the tasks due before it that are not final
-    /// (`behind`), in one lightweight transaction on `epoch`. Returns whether it was recorded.
+    /// (`behind`, and the deferred tasks in `lists`), in one lightweight transaction on
+    /// `epoch`. Returns whether it was recorded.
     fn advance_low_water(
         &self,
         partition: PartitionId,
         epoch: u64,
         at: DateTime<Utc>,
         behind: Vec<TaskKey>,
+        lists: Vec<ListBehind>,
     ) -> BoxFuture<'static, StoreResult<bool>>;
 
     /// Every partition ever claimed, in partition order: who claimed it last and when, and its
@@ -547,6 +549,9 @@ pub struct LowWater {
     /// tree reads each by its key. `None` for a mark written by a release before schema
     /// version 8, which kept such tasks in `retrying_tasks`.
     pub behind: Option<Vec<TaskKey>>,
+    /// The deferred-task lists the mark passed: a new tree takes over their rows due before
+    /// the mark.
+    pub lists: Vec<ListBehind>,
 }
 
 /// A cancellation waiting for an earlier tree's calls ([`ScheduleStore::defer_cancel`]): the

@@ -11,7 +11,7 @@ use scheduler_client::{RunOrder, Task, TaskKey};
 use tracing::{debug, warn};
 
 use crate::in_flight::Pin;
-use crate::store::{DeferralList, PartitionId, StoreResult, TaskStore};
+use crate::store::{DeferralList, ListBehind, PartitionId, StoreResult, TaskStore};
 
 /// The most run orders one listing write carries.
 pub(super) const LIST_BATCH: usize = 500;
@@ -31,6 +31,24 @@ pub(super) struct Deferred {
     pub(super) unlisted: Vec<RunOrder>,
     /// A listing write is under way.
     pub(super) listing: bool,
+    /// An earlier tree's list whose rows this tree copies into its own before reading back.
+    pub(super) taking_over: Option<TakeOver>,
+}
+
+/// An earlier tree's deferred-task list of the orderingId that the partition's low-water mark
+/// passed ([`ListBehind`]): its rows due before the mark are copied into this tree's list, a
+/// batch at a time (the later ones are loaded from the schedule). Its rows are left as they are
+/// (the mark still names it until this tree writes one): they expire.
+pub(super) struct TakeOver {
+    /// The earlier tree's list.
+    pub(super) list: DeferralList,
+    /// Where the next batch is read from.
+    pub(super) next: RunOrder,
+    /// The low-water mark the tree started from: rows from there on are not copied.
+    pub(super) until: DateTime<Utc>,
+    /// Whether the tasks that run before the list's reached the PartitionExecutor (copying
+    /// waits until they did, and reading back until copying is done).
+    pub(super) started: bool,
 }
 
 impl Deferred {
@@ -42,12 +60,37 @@ impl Deferred {
             reading: false,
             missed: None,
             listing: false,
+            taking_over: None,
         }
+    }
+
+    /// The deferred tasks an earlier tree listed in `passed`, which the mark passed up to
+    /// `until`: this tree takes them over.
+    pub(super) fn taken_over(passed: ListBehind, until: DateTime<Utc>, pin: Pin) -> Self {
+        Deferred {
+            unlisted: Vec::new(),
+            from: passed.from.clone(),
+            pin,
+            reading: false,
+            missed: None,
+            listing: false,
+            taking_over: Some(TakeOver {
+                list: passed.list,
+                next: passed.from,
+                until,
+                started: false,
+            }),
+        }
+    }
+
+    /// Whether its list holds every task deferred so far (the mark may pass them, naming it).
+    pub(super) fn complete(&self) -> bool {
+        !self.listing && self.unlisted.is_empty() && self.taking_over.is_none()
     }
 
     /// Whether its list holds every task deferred so far and nothing reads or writes it.
     pub(super) fn settled(&self) -> bool {
-        !self.reading && !self.listing && self.unlisted.is_empty()
+        !self.reading && self.complete()
     }
 }
 
@@ -66,6 +109,28 @@ pub(super) async fn drop_lists(store: Arc<dyn TaskStore>, partition: PartitionId
             warn!(partition, %tree, error = %e, "the tree's deferred-task lists not dropped; their rows expire")
         }
     }
+}
+
+/// Copies a batch of the rows of `take.list` from `take.next`, the ones before `take.until`,
+/// into `own`. Returns where the next batch starts (`None`: every row is copied).
+pub(super) async fn copy_taken_over(
+    store: Arc<dyn TaskStore>,
+    take: (DeferralList, RunOrder, DateTime<Utc>),
+    own: DeferralList,
+) -> StoreResult<Option<RunOrder>> {
+    let (list, next, until) = take;
+    let rows = store.listed_deferred(list, next, LIST_BATCH).await?;
+    let last_batch = rows.len() < LIST_BATCH;
+    let before: Vec<RunOrder> = (rows.iter())
+        .take_while(|run| run.scheduled_time < until)
+        .cloned()
+        .collect();
+    let done = last_batch || before.len() < rows.len();
+    let next = before.last().map(RunOrder::successor);
+    if !before.is_empty() {
+        store.list_deferred(own, before).await?;
+    }
+    Ok(if done { None } else { next })
 }
 
 /// What one read-back found: the rows it read from the list (in run order) and the tasks they

@@ -223,6 +223,76 @@ fn tasks_queued_behind_a_stuck_head_do_not_hold_the_mark_back_and_run_in_order_a
     });
 }
 
+/// The tasks of a stuck orderingId beyond its share of memory are deferred to Cassandra, and
+/// their pin stopped the mark: it stayed at the first deferred task while thousands of the
+/// partition's other tasks finished. Now the mark names the tree's list of them once every one
+/// is listed, and a new tree takes that list over and runs them in order.
+#[test]
+fn tasks_deferred_behind_a_stuck_head_do_not_hold_the_mark_back_and_run_in_order_after_a_restart() {
+    run_paused(|| async {
+        let settings = SchedulingSettings {
+            backoff_factor: Duration::from_secs(100),
+            max_backoff: Duration::from_secs(100),
+            ..SchedulingSettings::default()
+        };
+        let bound = settings.max_queued_per_ordering;
+        let h = Harness::new(
+            settings,
+            Duration::ZERO,
+            &[("stuck", Behaviour::FailTimes(1))],
+        );
+        h.assign().await;
+        // The last few are due after the mark: a new tree loads them from the schedule while
+        // it takes the earlier ones over.
+        let stuck: Vec<Task> = (0..3 * bound as i64)
+            .map(|i| match i < 3 * bound as i64 - 5 {
+                true => task("stuck", t0() + ms(1 + i), &format!("{i:03}")),
+                false => task("stuck", t0() + ms(55_000 + i), &format!("{i:03}")),
+            })
+            .collect();
+        h.enqueue(stuck.clone()).await;
+        let others: Vec<Task> = (0..2_000)
+            .map(|i| task(&format!("o{}", i % 50), t0() + ms(i), &format!("{i}")))
+            .collect();
+        for chunk in others.chunks(500) {
+            h.enqueue(chunk.to_vec()).await;
+        }
+        advance(Duration::from_secs(60)).await;
+        let others_ran = h.recorder.calls().len() - ran(&h, "stuck").len();
+        assert_eq!(others_ran, 2_000, "all but the stuck orderingId ran");
+        let mark = h.store.low_water_of(P).expect("a mark is recorded");
+        assert!(
+            mark > t0() + ms(2_000),
+            "the stuck orderingId's deferred tasks hold the mark at {mark}"
+        );
+        let lists = h.store.lists_behind_low_water(P);
+        let named: Vec<&str> = lists.iter().map(|l| l.list.ordering_id.as_str()).collect();
+        assert_eq!(
+            named,
+            vec!["stuck"],
+            "the mark names the list of its deferred tasks"
+        );
+        h.topic.send(RevokePartitions).await.expect("revoke");
+        let before = h.store.tombstones_read();
+        h.assign().await;
+        // Each task of the orderingId fails once (a backoff of 100 s).
+        advance(Duration::from_secs(100 * 3 * bound as u64 + 600)).await;
+        let read = h.store.tombstones_read() - before;
+        assert!(read < 100, "the new tree read {read} tombstones");
+        let mut order = ran(&h, "stuck");
+        order.dedup();
+        let keys: Vec<TaskKey> = stuck.iter().map(Task::key).collect();
+        assert_eq!(order, keys, "each ran, in order");
+        for key in &keys {
+            assert_eq!(
+                h.store.status_of(P, key).map(|s| s.status),
+                Some(TaskStatus::Completed),
+                "{key}"
+            );
+        }
+    });
+}
+
 /// A mark written by a release before schema version 8 lists nothing: that release kept the
 /// tasks its mark passed in `retrying_tasks`, which a new tree then reads (once: its own mark
 /// lists them).

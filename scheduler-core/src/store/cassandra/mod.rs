@@ -14,7 +14,7 @@ use chrono::{DateTime, TimeDelta, Utc};
 use futures::future::BoxFuture;
 use futures::{FutureExt, StreamExt, TryStreamExt};
 use scheduler_client::wire::encode_grouping;
-use scheduler_client::{Task, TaskKey};
+use scheduler_client::{RunOrder, Task, TaskKey};
 use scylla::client::execution_profile::ExecutionProfile;
 use scylla::client::session::Session;
 use scylla::client::session_builder::SessionBuilder;
@@ -23,10 +23,10 @@ use scylla::serialize::row::SerializeRow;
 use scylla::statement::prepared::PreparedStatement;
 
 use super::{
-    hour_bucket, last_of_each_key, AttemptOutcome, AttemptRecord, AttemptStore, DeferredCancel,
-    DeferredIdentityRecord, LeaseRecord, LeaseStore, LowWater, OwnershipStore, PartitionId,
-    PartitionOwner, ReadCursor, RefusedTask, ScheduleStore, StatusRecord, StatusStore, StoreError,
-    StoreResult, TaskStatus, WriteStamp,
+    hour_bucket, last_of_each_key, AttemptOutcome, AttemptRecord, AttemptStore, DeferralList,
+    DeferredCancel, DeferredIdentityRecord, LeaseRecord, LeaseStore, ListBehind, LowWater,
+    OwnershipStore, PartitionId, PartitionOwner, ReadCursor, RefusedTask, ScheduleStore,
+    StatusRecord, StatusStore, StoreError, StoreResult, TaskStatus, WriteStamp,
 };
 use crate::settings::CassandraSettings;
 
@@ -938,8 +938,24 @@ impl OwnershipStore for CassandraStore {
             let Some((Some(at), behind)) = row else {
                 return Ok(None);
             };
-            let behind = behind.as_deref().map(decode_behind).transpose()?;
-            Ok(Some(LowWater { at, behind }))
+            let Some(listed) = behind
+                .as_deref()
+                .map(|t| decode_behind(t, partition))
+                .transpose()?
+            else {
+                let lists = Vec::new();
+                return Ok(Some(LowWater {
+                    at,
+                    behind: None,
+                    lists,
+                }));
+            };
+            let (keys, lists) = listed;
+            Ok(Some(LowWater {
+                at,
+                behind: Some(keys),
+                lists,
+            }))
         }
         .boxed()
     }
@@ -966,10 +982,12 @@ impl OwnershipStore for CassandraStore {
         epoch: u64,
         at: DateTime<Utc>,
         behind: Vec<TaskKey>,
+        lists: Vec<ListBehind>,
     ) -> BoxFuture<'static, StoreResult<bool>> {
         let inner = Arc::clone(&self.inner);
         async move {
-            let values = (at, encode_behind(&behind)?, partition, epoch_value(epoch));
+            let listed = encode_behind(&behind, &lists)?;
+            let values = (at, listed, partition, epoch_value(epoch));
             let statement = &inner.statements.advance_low_water;
             let result = inner.run(statement, values, "low-water write").await?;
             applied(result, "partition owner")
@@ -1012,40 +1030,79 @@ impl OwnershipStore for CassandraStore {
     }
 }
 
-/// The tasks listed behind a low-water mark, as stored (`behind_mark`): a JSON list of
-/// `[scheduled time in ms, orderingId, uniquenessKey]`.
-fn encode_behind(keys: &[TaskKey]) -> StoreResult<String> {
-    let list: Vec<(i64, &str, &str)> = keys
-        .iter()
-        .map(|k| {
-            let millis = k.scheduled_time.timestamp_millis();
-            (millis, k.ordering_id.as_str(), k.uniqueness_key.as_str())
-        })
-        .collect();
-    serde_json::to_string(&list).map_err(|e| StoreError::Query {
+/// One entry of a low-water mark's list (`behind_mark`, a JSON list): a task, as
+/// `[scheduled time in ms, orderingId, uniquenessKey]`, or a deferred-task list the mark passed,
+/// as `[from's time in ms, orderingId, from's uniquenessKey, from's enqueue offset, tree]`. A
+/// release that knows only tasks refuses a mark naming a list (its tree start fails and is
+/// tried again) rather than lose the list's tasks.
+#[derive(serde::Serialize, serde::Deserialize)]
+#[serde(untagged)]
+enum Listed {
+    Task(i64, String, String),
+    List(i64, String, String, i64, String),
+}
+
+/// The tasks and deferred-task lists behind a low-water mark, as stored.
+fn encode_behind(keys: &[TaskKey], lists: &[ListBehind]) -> StoreResult<String> {
+    let tasks = keys.iter().map(|k| {
+        let millis = k.scheduled_time.timestamp_millis();
+        Listed::Task(millis, k.ordering_id.clone(), k.uniqueness_key.clone())
+    });
+    let lists = lists.iter().map(|l| {
+        let from = &l.from;
+        Listed::List(
+            from.scheduled_time.timestamp_millis(),
+            l.list.ordering_id.clone(),
+            from.uniqueness_key.clone(),
+            from.enqueue_offset,
+            l.list.tree.clone(),
+        )
+    });
+    let listed: Vec<Listed> = tasks.chain(lists).collect();
+    serde_json::to_string(&listed).map_err(|e| StoreError::Query {
         operation: "low-water write",
         reason: e.to_string(),
     })
 }
 
-fn decode_behind(text: &str) -> StoreResult<Vec<TaskKey>> {
+fn decode_behind(
+    text: &str,
+    partition: PartitionId,
+) -> StoreResult<(Vec<TaskKey>, Vec<ListBehind>)> {
     let corrupt = |reason: String| StoreError::Corrupt {
         what: "low-water mark",
         reason,
     };
-    let list: Vec<(i64, String, String)> =
-        serde_json::from_str(text).map_err(|e| corrupt(e.to_string()))?;
-    list.into_iter()
-        .map(|(millis, ordering_id, uniqueness_key)| {
-            let scheduled_time = DateTime::<Utc>::from_timestamp_millis(millis)
-                .ok_or_else(|| corrupt(format!("time {millis} ms out of range")))?;
-            Ok(TaskKey {
-                scheduled_time,
+    let time = |millis: i64| {
+        DateTime::<Utc>::from_timestamp_millis(millis)
+            .ok_or_else(|| corrupt(format!("time {millis} ms out of range")))
+    };
+    let listed: Vec<Listed> = serde_json::from_str(text).map_err(|e| corrupt(e.to_string()))?;
+    let (mut keys, mut lists) = (Vec::new(), Vec::new());
+    for entry in listed {
+        match entry {
+            Listed::Task(millis, ordering_id, uniqueness_key) => keys.push(TaskKey {
+                scheduled_time: time(millis)?,
                 ordering_id,
                 uniqueness_key,
-            })
-        })
-        .collect()
+            }),
+            Listed::List(millis, ordering_id, uniqueness_key, enqueue_offset, tree) => {
+                lists.push(ListBehind {
+                    from: RunOrder {
+                        scheduled_time: time(millis)?,
+                        enqueue_offset,
+                        uniqueness_key,
+                    },
+                    list: DeferralList {
+                        partition,
+                        tree,
+                        ordering_id,
+                    },
+                })
+            }
+        }
+    }
+    Ok((keys, lists))
 }
 
 impl CassandraStore {

@@ -318,7 +318,11 @@ impl MemoryStore {
     /// Writes `partition`'s low-water mark as a node of a release before schema version 8 did
     /// (no list of the tasks behind it).
     pub fn set_legacy_low_water(&self, partition: PartitionId, at: DateTime<Utc>) {
-        let mark = super::LowWater { at, behind: None };
+        let mark = super::LowWater {
+            at,
+            behind: None,
+            lists: Vec::new(),
+        };
         self.lock().low_water.insert(partition, mark);
     }
 
@@ -356,6 +360,13 @@ impl MemoryStore {
         let state = self.lock();
         let mark = state.low_water.get(&partition);
         mark.and_then(|m| m.behind.clone()).unwrap_or_default()
+    }
+
+    /// The deferred-task lists named by `partition`'s low-water mark.
+    pub fn lists_behind_low_water(&self, partition: PartitionId) -> Vec<super::ListBehind> {
+        let state = self.lock();
+        let mark = state.low_water.get(&partition);
+        mark.map(|m| m.lists.clone()).unwrap_or_default()
     }
 
     /// Indexed hour buckets of `partition`.

@@ -835,12 +835,13 @@ impl OwnershipStore for MemoryStore {
         let current = state.epochs.get(&partition).copied().unwrap_or(0);
         let applied = current == epoch && epoch > 0;
         if applied {
-            // Only the mark: the list written with it stays, as in Cassandra.
-            let behind = state
-                .low_water
-                .get(&partition)
-                .and_then(|m| m.behind.clone());
-            state.low_water.insert(partition, LowWater { at, behind });
+            // Only the mark: the lists written with it stay, as in Cassandra.
+            let (behind, lists) = match state.low_water.get(&partition) {
+                Some(mark) => (mark.behind.clone(), mark.lists.clone()),
+                None => (None, Vec::new()),
+            };
+            let mark = LowWater { at, behind, lists };
+            state.low_water.insert(partition, mark);
         }
         drop(state);
         self.delayed("low-water write", Ok(applied))
@@ -852,13 +853,16 @@ impl OwnershipStore for MemoryStore {
         epoch: u64,
         at: DateTime<Utc>,
         behind: Vec<TaskKey>,
+        lists: Vec<crate::store::ListBehind>,
     ) -> BoxFuture<'static, StoreResult<bool>> {
         let mut state = self.lock();
         let current = state.epochs.get(&partition).copied().unwrap_or(0);
         let applied = current == epoch && epoch > 0;
         if applied {
             let behind = Some(behind);
-            state.low_water.insert(partition, LowWater { at, behind });
+            state
+                .low_water
+                .insert(partition, LowWater { at, behind, lists });
         }
         drop(state);
         self.delayed("low-water write", Ok(applied))
