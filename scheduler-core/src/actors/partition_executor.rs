@@ -380,7 +380,7 @@ impl PartitionExecutor {
         // Reserved now, so loads and pushes meanwhile cannot take the room.
         let reserved = self.in_flight.reserve(room);
         let store = Arc::clone(&self.deps.store);
-        let read = deferred::read_back(store, list.clone(), deferred.from.clone(), room);
+        let read = deferred::read_back(store, list, deferred.from.clone(), room);
         ctx.spawn(read.into_actor(self).map(move |result, act, ctx| {
             let Some(deferred) = act.deferred.get_mut(&ordering_id) else {
                 return;

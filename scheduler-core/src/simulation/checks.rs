@@ -54,6 +54,17 @@ impl World {
         }
     }
 
+    /// Long-run low water: `partition`'s mark has passed `finished_before` (tasks that finished
+    /// there), whatever is still held or deferred behind a stuck head.
+    pub(super) fn check_low_water(&mut self, partition: i32, finished_before: DateTime<Utc>) {
+        let mark = self.store.low_water_of(partition);
+        if mark.is_none_or(|mark| mark < finished_before) {
+            self.violations.push(format!(
+                "low water: {PROBE_MARK_AFTER:?} into the calm end, partition {partition}'s mark is at {mark:?}, before {finished_before}, where its free orderingId's tasks finished: the stuck orderingId holds it back"
+            ));
+        }
+    }
+
     pub(super) fn sample_memory(&mut self) {
         let max = settings().max_in_flight_tasks;
         for node in &self.nodes {

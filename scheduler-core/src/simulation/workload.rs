@@ -246,6 +246,9 @@ impl World {
 
     /// A calm end: one orderingId stuck on tasks that keep failing, more of them than a tree
     /// may hold, beside another orderingId of its partition whose tasks must start on time.
+    /// While the stuck one still has tasks deferred, the partition's low-water mark must have
+    /// passed the other's tasks ([`PROBE_MARK_AFTER`]): a stuck orderingId holds up neither
+    /// the others' tasks nor the mark.
     pub(super) async fn probe_a_stuck_ordering_id(&mut self) {
         let partition = self.rng.i32(0..PARTITIONS as i32);
         let mut names = (0..)
@@ -264,11 +267,16 @@ impl World {
             let key = self.produce_planned(&free, at, 1, plan);
             self.probes.push(key);
         }
-        let end = Instant::now() + PROBE_PHASE;
-        while Instant::now() < end {
+        let start = Instant::now();
+        let mut mark_checked = false;
+        while Instant::now() < start + PROBE_PHASE {
             self.poll().await;
             self.sample_memory();
             tokio::time::sleep(STEP).await;
+            if !mark_checked && Instant::now() >= start + PROBE_MARK_AFTER {
+                mark_checked = true;
+                self.check_low_water(partition, now + TimeDelta::seconds(3));
+            }
         }
     }
 }
