@@ -18,8 +18,9 @@
 //! task's call has begun, it took the data it had: for keepTime and debounce no task is
 //! pending any more, and the record is scheduled as if none were (a debounce starts a chain),
 //! as a new task that runs after the call (one call at a time per orderingId); and no record
-//! makes current the key of a call under way, whose outcome would finish it: its time moves
-//! 1 ms later.
+//! makes current the key of a call under way, whose outcome would finish it, or of a task that
+//! already ran to its end, which counts as finished: its time moves 1 ms later (a key
+//! cancelled before has its status cleared instead).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -237,15 +238,40 @@ pub(crate) async fn resolve(
             }
         }
     }
-    let mut current = Vec::new();
+    // A current task at the key of a task that ended: cancelled, its status is cleared; run
+    // to its end, the new one moves 1 ms later (at that key it would count as finished).
+    let made_current = |s: &&mut State| s.changed && s.standing == Standing::Pending;
+    let keys = states.values_mut().filter(made_current);
+    let keys: Vec<TaskKey> = keys.map(|s| s.record.task.key()).collect();
+    let mut ended = ended_at(store, partition, keys).await?;
+    for state in states.values_mut().filter(made_current) {
+        loop {
+            let key = state.record.task.key();
+            match ended.remove(&key) {
+                None => break,
+                Some(TaskStatus::Cancelled) => {
+                    resolved.revived.push(key);
+                    break;
+                }
+                Some(_) => {
+                    let record = &mut state.record;
+                    let Some((task, first)) = a_millisecond_later(&record.task, record.first_time)
+                    else {
+                        break;
+                    };
+                    let updating = &mut resolved.updating;
+                    (record.task, record.first_time) = clear_of_calls(gate, updating, task, first);
+                    ended.extend(ended_at(store, partition, vec![record.task.key()]).await?);
+                }
+            }
+        }
+    }
     for state in states.into_values().filter(|s| s.changed) {
         if state.standing == Standing::Pending {
-            current.push(state.record.task.clone());
+            resolved.tasks.push(state.record.task.clone());
         }
         resolved.records.push(state.record);
     }
-    resolved.revived = cancelled_before(store, partition, &current).await?;
-    resolved.tasks.extend(current);
     Ok(resolved)
 }
 
@@ -265,18 +291,26 @@ fn clear_of_calls(
         if !gate.began(&key) {
             return (task, first_time);
         }
-        // (Within the wire format's range a millisecond more always fits.)
-        let Some(later) = task
-            .scheduled_time
-            .checked_add_signed(TimeDelta::milliseconds(1))
-        else {
-            return (task, first_time);
-        };
-        if first_time == task.scheduled_time {
-            first_time = later;
+        match a_millisecond_later(&task, first_time) {
+            Some(later) => (task, first_time) = later,
+            None => return (task, first_time),
         }
-        task.scheduled_time = later;
     }
+}
+
+/// `task` 1 ms later, with its chain's first time (moved along when it is the task's).
+fn a_millisecond_later(task: &Task, first_time: DateTime<Utc>) -> Option<(Task, DateTime<Utc>)> {
+    // (Within the wire format's range a millisecond more always fits.)
+    let later = (task.scheduled_time).checked_add_signed(TimeDelta::milliseconds(1))?;
+    let first_time = match first_time == task.scheduled_time {
+        true => later,
+        false => first_time,
+    };
+    let task = Task {
+        scheduled_time: later,
+        ..task.clone()
+    };
+    Some((task, first_time))
 }
 
 fn op_name(op: &IdentityOp) -> &'static str {
@@ -326,25 +360,22 @@ async fn read_states(
         .await
 }
 
-/// Of `tasks`, the keys recorded as cancelled: a task scheduled again under a key its identity
-/// cancelled before runs, so their statuses are cleared.
-async fn cancelled_before(
+/// The final statuses of the tasks with `keys` that have one.
+async fn ended_at(
     store: &Arc<dyn TaskStore>,
     partition: PartitionId,
-    tasks: &[Task],
-) -> StoreResult<Vec<TaskKey>> {
-    futures::stream::iter(tasks.iter().map(Task::key))
+    keys: Vec<TaskKey>,
+) -> StoreResult<BTreeMap<TaskKey, TaskStatus>> {
+    futures::stream::iter(keys)
         .map(|key| {
             let store = Arc::clone(store);
             async move {
                 let status = store.status(partition, key.clone()).await?;
-                Ok(status
-                    .filter(|s| s.status == TaskStatus::Cancelled)
-                    .map(|_| key))
+                Ok(status.map(|s| (key, s.status)))
             }
         })
         .buffer_unordered(WRITE_CONCURRENCY)
-        .try_filter_map(|key| futures::future::ready(Ok(key)))
+        .try_filter_map(|ended| futures::future::ready(Ok(ended)))
         .try_collect()
         .await
 }

@@ -24,7 +24,8 @@
 //! - tasks of a type some nodes have no handler for (a rolling deploy adding it) wait on those
 //!   nodes and, once the deploy is over, run to their plan's status like any other;
 //! - of an identity's chain of records (Replace, KeepTime, Debounce, a reschedule, a cancel),
-//!   the last scheduled data is what its current task runs, or it is cancelled; of a burst of
+//!   the last scheduled data is what its current task runs, or it is cancelled (a keepTime or
+//!   debounce record arriving while its task's call runs included); of a burst of
 //!   IfAbsent records, only the first one's task ever runs;
 //! - every group's join (enqueued by the members that find it finished, consumed from the topic)
 //!   runs as one task however many members triggered it, after every member's outcome, given
@@ -216,6 +217,8 @@ struct World {
     outbox: crate::enqueue::Outbox,
     /// The recurring schedules' story.
     recurring: recurring::Recurring,
+    /// Records to produce once the clock reaches their time.
+    later: Vec<(DateTime<Utc>, Record)>,
 }
 
 impl World {
@@ -250,6 +253,7 @@ impl World {
             healed: false,
             outbox: crate::enqueue::Outbox::default(),
             recurring: recurring::Recurring::default(),
+            later: Vec::new(),
         };
         world.add_node();
         world.add_node();
@@ -379,6 +383,7 @@ impl World {
     /// Each member polls each of its partitions once and commits what became durable (after
     /// the joins and sub-tasks the nodes enqueued are appended to the topic).
     async fn poll(&mut self) {
+        self.release_later();
         for task in self.outbox.take() {
             if let Some(group) = &task.join_of {
                 let keys = self.produced.joins.entry(group.clone()).or_default();
@@ -506,7 +511,8 @@ impl World {
     }
 
     fn all_done(&self) -> bool {
-        let consumed = (0..PARTITIONS as usize).all(|p| self.committed[p] == self.logs[p].len());
+        let consumed = self.later.is_empty()
+            && (0..PARTITIONS as usize).all(|p| self.committed[p] == self.logs[p].len());
         let statuses: BTreeSet<TaskKey> = self
             .store
             .statuses()

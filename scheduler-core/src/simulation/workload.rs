@@ -145,6 +145,7 @@ impl World {
             430..=444 => self.produce_singleton(),
             445..=454 => self.produce_group(),
             455..=459 => self.produce_parent(),
+            460..=469 => self.produce_update_while_running(),
             80..=399 => {
                 let o = ordering(&mut self.rng);
                 let at = now + TimeDelta::milliseconds(self.rng.i64(-500..8_000));
@@ -219,6 +220,51 @@ impl World {
             self.append(Record::ByIdentity(op));
         }
         self.produced.chains.insert(identity, (version, cancelled));
+    }
+
+    /// An identity's task whose call lasts 3 s, and a keepTime or debounce record giving it new
+    /// data at its own time, produced a second into the call: the new data runs (issue 30,
+    /// defect 8: it was counted as applied to the running call and lost).
+    fn produce_update_while_running(&mut self) {
+        use scheduler_client::OnConflict;
+        self.next_unique += 1;
+        let identity = scheduler_client::TaskIdentity::new(
+            format!("upd{}", self.next_unique),
+            format!("c{:06}", self.next_unique),
+        );
+        let at = self.now() + TimeDelta::seconds(1);
+        let key = TaskKey {
+            scheduled_time: at,
+            ordering_id: identity.ordering_id.clone(),
+            uniqueness_key: identity.uniqueness_key.clone(),
+        };
+        self.plan(&key, Plan::Succeed(Duration::from_secs(3)));
+        let first = versioned(&key, 1).on_conflict(OnConflict::Replace);
+        self.append(Record::ByIdentity(crate::actors::IdentityOp::Schedule(
+            first,
+        )));
+        let mode = match self.rng.bool() {
+            true => OnConflict::KeepTime,
+            false => OnConflict::Debounce {
+                max_wait: Duration::from_secs(5),
+            },
+        };
+        let update = versioned(&key, 2).on_conflict(mode);
+        let record = Record::ByIdentity(crate::actors::IdentityOp::Schedule(update));
+        self.later.push((at + TimeDelta::seconds(1), record));
+        self.produced.chains.insert(identity, (2, false));
+    }
+
+    /// Appends the records produced for later whose time came.
+    pub(super) fn release_later(&mut self) {
+        let now = self.now();
+        let (due, later): (Vec<_>, Vec<_>) = std::mem::take(&mut self.later)
+            .into_iter()
+            .partition(|(at, _)| *at <= now);
+        self.later = later;
+        for (_, record) in due {
+            self.append(record);
+        }
     }
 
     /// Two to five IfAbsent records of one identity, later times each: only the first runs.
