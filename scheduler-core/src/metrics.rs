@@ -670,16 +670,39 @@ impl Metrics {
     }
 }
 
-/// The metrics of a node serving queues: one registry, each queue's metrics labelled with it.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ByLabel {
+    by: &'static str,
+}
+
+/// The metrics of a node serving queues: one registry, each queue's metrics labelled with it,
+/// and the node's own (its admin listener's).
+#[derive(Debug)]
 pub struct NodeMetrics {
     registry: Registry,
     queues: Vec<(Arc<Metrics>, InFlightGauges)>,
+    failed_logins: Family<ByLabel, Counter>,
 }
 
 impl NodeMetrics {
     /// The metrics of `queues`, all in `registry`.
-    pub fn new(registry: Registry, queues: Vec<(Arc<Metrics>, InFlightGauges)>) -> Self {
-        NodeMetrics { registry, queues }
+    pub fn new(mut registry: Registry, queues: Vec<(Arc<Metrics>, InFlightGauges)>) -> Self {
+        let failed_logins = Family::<ByLabel, Counter>::default();
+        registry.register(
+            "scheduler_admin_failed_logins",
+            "Wrong tokens presented to the admin listener, by where (authorization header, login form)",
+            failed_logins.clone(),
+        );
+        NodeMetrics {
+            registry,
+            queues,
+            failed_logins,
+        }
+    }
+
+    /// Counts a wrong token presented to the admin listener `by` a header or the login form.
+    pub fn failed_login(&self, by: &'static str) {
+        self.failed_logins.get_or_create(&ByLabel { by }).inc();
     }
 
     /// Every queue's metrics in the Prometheus text format.

@@ -107,6 +107,7 @@ pub fn router(queues: Vec<Arc<AdminState>>) -> Router {
     let credentials = Arc::new(access::Credentials {
         token: first.token.clone(),
         sessions: Arc::new(access::Sessions::default()),
+        metrics: Arc::clone(&first.node_metrics),
     });
     let limit = body_limit(&queues);
     let mut app = queue_routes().with_state(Arc::clone(&first));

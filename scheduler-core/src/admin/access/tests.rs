@@ -447,9 +447,9 @@ async fn the_bearer_scheme_is_case_insensitive() {
 }
 
 /// A wrong token, by header or through the login form, is answered after a pause (tokio's
-/// timer, here paused); a right one at once.
+/// timer, here paused) and counted where it was presented; a right one at once.
 #[tokio::test(start_paused = true)]
-async fn failed_logins_are_slowed() {
+async fn failed_logins_are_slowed_and_counted() {
     let app = app_with_token();
     let started = tokio::time::Instant::now();
     let wrong = send(
@@ -494,6 +494,20 @@ async fn failed_logins_are_slowed() {
     .await;
     assert_eq!(right.status, StatusCode::OK);
     assert!(started.elapsed() < super::FAILED_ATTEMPT_DELAY);
+
+    let metrics = send(
+        &app,
+        Method::GET,
+        "/metrics",
+        &[("authorization", "Bearer s3cret")],
+        "",
+    )
+    .await;
+    assert_eq!(metrics.status, StatusCode::OK);
+    for by in ["authorization header", "login form"] {
+        let line = format!("scheduler_admin_failed_logins_total{{by=\"{by}\"}} 1");
+        assert!(metrics.body.contains(&line), "{line} in:\n{}", metrics.body);
+    }
 }
 
 /// The login page shows a stranger the form and nothing of the node: no id, no queue, no

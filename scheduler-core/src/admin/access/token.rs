@@ -1,7 +1,8 @@
 //! The token check (`[admin] token`): every request carries `Authorization: Bearer <token>`
 //! (the scheme in any case, as RFC 9110 has it) or the cookie of a dashboard session. A wrong
 //! token, by header or through the login form, is logged (at warn, with the path and the
-//! peer's address, never what was sent) and answered after [`FAILED_ATTEMPT_DELAY`].
+//! peer's address, never what was sent), counted (`scheduler_admin_failed_logins_total`, by
+//! where it was presented) and answered after [`FAILED_ATTEMPT_DELAY`].
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -16,6 +17,7 @@ use subtle::ConstantTimeEq;
 use super::sessions::Sessions;
 use crate::admin::dashboard::login;
 use crate::admin::state::ApiError;
+use crate::metrics::NodeMetrics;
 
 /// How long the answer to a wrong token waits: guesses come one a second per connection, not
 /// as fast as the network carries them, and each leaves a line in the log.
@@ -28,6 +30,8 @@ pub(crate) struct Credentials {
     pub(crate) token: Option<String>,
     /// The dashboard's sessions.
     pub(crate) sessions: Arc<Sessions>,
+    /// Where wrong tokens are counted.
+    pub(crate) metrics: Arc<NodeMetrics>,
 }
 
 /// Where a wrong token was presented.
@@ -48,9 +52,15 @@ impl Attempt {
     }
 }
 
-/// Logs a wrong token and waits [`FAILED_ATTEMPT_DELAY`] (tokio's timer: a waiting answer
-/// holds no thread).
-pub(crate) async fn failed_attempt(attempt: Attempt, path: &str, peer: Option<SocketAddr>) {
+/// Logs and counts (`scheduler_admin_failed_logins_total`) a wrong token and waits
+/// [`FAILED_ATTEMPT_DELAY`] (tokio's timer: a waiting answer holds no thread).
+pub(crate) async fn failed_attempt(
+    metrics: &NodeMetrics,
+    attempt: Attempt,
+    path: &str,
+    peer: Option<SocketAddr>,
+) {
+    metrics.failed_login(attempt.as_str());
     tracing::warn!(
         by = attempt.as_str(),
         path,
@@ -86,7 +96,8 @@ pub(crate) async fn require_token(
     }
     let path = request.uri().path().to_string();
     if guessed {
-        failed_attempt(Attempt::Header, &path, peer(&request)).await;
+        let metrics = &credentials.metrics;
+        failed_attempt(metrics, Attempt::Header, &path, peer(&request)).await;
     }
     if login::is_login(&path) {
         return next.run(request).await;

@@ -114,7 +114,8 @@ pub(crate) async fn submit(
     let presented = form.token.unwrap_or_default();
     if !token_matches(&presented, expected) {
         let peer = peer.map(|Extension(ConnectInfo(peer))| peer);
-        failed_attempt(Attempt::LoginForm, &page.url("/login"), peer).await;
+        let metrics = &state.node_metrics;
+        failed_attempt(metrics, Attempt::LoginForm, &page.url("/login"), peer).await;
         return render(
             &page,
             false,
