@@ -420,30 +420,36 @@ fn operations(a: &mut Answers) -> Vec<Operation> {
 
 /// The wire format's task record (design.md "Wire format"), alone or in an array: what a
 /// producer writes to the topic. Written out here since the decoder's own type is private to
-/// the client crate; a test checks it against the encoder.
+/// the client crate; a test checks it against the encoder. Its bounds are the decoder's (a
+/// key's `maxLength` counts characters, the decoder bytes: the schema's bound is the looser).
 fn enqueue_body() -> Value {
+    use scheduler_client::wire::{
+        MAX_DEBOUNCE_WAIT_MS, MAX_GROUP_ID_BYTES, MAX_GROUP_NUMBER, MAX_ORDERING_ID_BYTES,
+        MAX_UNIQUENESS_KEY_BYTES,
+    };
+    let task_type = json!({"type": "string", "pattern": "^[A-Za-z0-9._:/-]{1,128}$"});
     let task = json!({
         "type": "object",
         "required": ["version", "orderingId", "scheduledTime", "uniquenessKey"],
         "properties": {
             "version": {"const": 1},
-            "orderingId": {"type": "string", "minLength": 1, "description": "Tasks of one orderingId run one at a time, in order; at most 1,024 bytes"},
+            "orderingId": {"type": "string", "minLength": 1, "maxLength": MAX_ORDERING_ID_BYTES, "description": "Tasks of one orderingId run one at a time, in order; at most 1,024 bytes"},
             "scheduledTime": {"type": "string", "format": "date-time", "description": "RFC 3339, e.g. 2026-11-22T06:00:00.000Z; at most the grace window in the past"},
-            "uniquenessKey": {"type": "string", "minLength": 1, "description": "With orderingId and scheduledTime, the task's key; at most 1,024 bytes"},
+            "uniquenessKey": {"type": "string", "minLength": 1, "maxLength": MAX_UNIQUENESS_KEY_BYTES, "description": "With orderingId and scheduledTime, the task's key; at most 1,024 bytes"},
             "taskData": {"type": "object", "description": "Handed to the handler; nested at most 64 levels"},
-            "taskType": {"type": "string", "pattern": "^[A-Za-z0-9._:/-]{1,128}$", "description": "Selects the handler (default \"default\")"},
+            "taskType": {"description": "Selects the handler (default \"default\")", "allOf": [task_type.clone()]},
             "priority": {"type": "integer", "format": "int32", "description": "Higher runs first among tasks due together (default 0)"},
             "onConflict": {"enum": ["replace", "keepTime", "debounce", "ifAbsent"], "description": "Applied to a pending task of the same identity (orderingId and uniquenessKey)"},
-            "maxWaitMs": {"type": "integer", "minimum": 0, "description": "With onConflict debounce: the longest a task is pushed back"},
+            "maxWaitMs": {"type": "integer", "minimum": 0, "maximum": MAX_DEBOUNCE_WAIT_MS, "description": "With onConflict debounce: the longest a task is pushed back"},
             "group": {
                 "type": "object",
                 "required": ["id", "index"],
                 "properties": {
-                    "id": {"type": "string"},
-                    "index": {"type": "integer", "minimum": 1},
-                    "total": {"type": "integer", "minimum": 1},
+                    "id": {"type": "string", "minLength": 1, "maxLength": MAX_GROUP_ID_BYTES, "description": "At most 1,024 bytes"},
+                    "index": {"type": "integer", "minimum": 1, "maximum": MAX_GROUP_NUMBER},
+                    "total": {"type": "integer", "minimum": 1, "maximum": MAX_GROUP_NUMBER, "description": "The number of members (the largest group is 10,000)"},
                     "failFast": {"type": "boolean"},
-                    "joinType": {"type": "string", "description": "The task type of the group's join task"}
+                    "joinType": {"description": "The task type of the group's join task", "allOf": [task_type]}
                 }
             },
             "type": {"const": "task", "description": "The record's type: tasks only here (cancel with /api/v1/task/cancel)"}

@@ -185,4 +185,18 @@ fn the_enqueue_body_has_every_field_the_encoder_writes() {
             }
         }
     }
+    // Every bounded field states its bound (the decoder refuses beyond it).
+    let group = &properties["group"]["properties"];
+    for (schema, bound) in [
+        (&properties["orderingId"], "maxLength"),
+        (&properties["uniquenessKey"], "maxLength"),
+        (&properties["maxWaitMs"], "maximum"),
+        (&group["id"], "maxLength"),
+        (&group["index"], "maximum"),
+        (&group["total"], "maximum"),
+    ] {
+        assert!(schema.get(bound).is_some(), "{schema} has no {bound}");
+    }
+    let largest = serde_json::json!(wire::MAX_GROUP_NUMBER);
+    assert_eq!(group["total"]["maximum"], largest);
 }
