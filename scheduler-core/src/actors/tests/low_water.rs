@@ -159,6 +159,21 @@ fn a_task_retrying_for_long_does_not_hold_the_mark_back_and_survives_a_restart()
     });
 }
 
+/// Enqueues the `stuck` orderingId's tasks and 2,000 others of 50 orderingIds, due at once,
+/// and runs for a minute: every other task runs meanwhile.
+async fn run_beside_2_000_others(h: &Harness, stuck: &[Task]) {
+    h.enqueue(stuck.to_vec()).await;
+    let others: Vec<Task> = (0..2_000)
+        .map(|i| task(&format!("o{}", i % 50), t0() + ms(i), &format!("{i}")))
+        .collect();
+    for chunk in others.chunks(500) {
+        h.enqueue(chunk.to_vec()).await;
+    }
+    advance(Duration::from_secs(60)).await;
+    let others_ran = h.recorder.calls().len() - ran(h, "stuck").len();
+    assert_eq!(others_ran, 2_000, "all but the stuck orderingId ran");
+}
+
 /// Every task held in memory pinned the mark, the successors of a head retrying for hours
 /// too: the mark stayed at a stuck orderingId's second task while thousands of the partition's
 /// other tasks finished, and a new tree then walked the tombstones of every one of them. Now
@@ -181,16 +196,7 @@ fn tasks_queued_behind_a_stuck_head_do_not_hold_the_mark_back_and_run_in_order_a
         let stuck: Vec<Task> = (0..10)
             .map(|i| task("stuck", t0() + ms(1 + i), &format!("{i}")))
             .collect();
-        h.enqueue(stuck.clone()).await;
-        let others: Vec<Task> = (0..2_000)
-            .map(|i| task(&format!("o{}", i % 50), t0() + ms(i), &format!("{i}")))
-            .collect();
-        for chunk in others.chunks(500) {
-            h.enqueue(chunk.to_vec()).await;
-        }
-        advance(Duration::from_secs(60)).await;
-        let others_ran = h.recorder.calls().len() - ran(&h, "stuck").len();
-        assert_eq!(others_ran, 2_000, "all but the stuck orderingId ran");
+        run_beside_2_000_others(&h, &stuck).await;
         assert!(
             ran(&h, "stuck").iter().all(|k| *k == stuck[0].key()),
             "only its head ran"
@@ -250,16 +256,7 @@ fn tasks_deferred_behind_a_stuck_head_do_not_hold_the_mark_back_and_run_in_order
                 false => task("stuck", t0() + ms(55_000 + i), &format!("{i:03}")),
             })
             .collect();
-        h.enqueue(stuck.clone()).await;
-        let others: Vec<Task> = (0..2_000)
-            .map(|i| task(&format!("o{}", i % 50), t0() + ms(i), &format!("{i}")))
-            .collect();
-        for chunk in others.chunks(500) {
-            h.enqueue(chunk.to_vec()).await;
-        }
-        advance(Duration::from_secs(60)).await;
-        let others_ran = h.recorder.calls().len() - ran(&h, "stuck").len();
-        assert_eq!(others_ran, 2_000, "all but the stuck orderingId ran");
+        run_beside_2_000_others(&h, &stuck).await;
         let mark = h.store.low_water_of(P).expect("a mark is recorded");
         assert!(
             mark > t0() + ms(2_000),
