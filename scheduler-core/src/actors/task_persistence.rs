@@ -126,6 +126,7 @@ pub struct TaskPersistence {
     scheduler: Addr<PartitionScheduler>,
     /// Takes over the deferred-task lists earlier trees left.
     deferred: Recipient<TakeOverLists>,
+    /// Told once the tasks listed behind the mark reached the executor.
     start_take_over: Recipient<StartTakeOver>,
     controller: Recipient<LoadMore>,
     in_flight: Arc<InFlight>,
@@ -501,13 +502,12 @@ async fn read_start(
     let Some(LowWater {
         at: mark,
         behind,
-        mut lists,
+        lists,
     }) = store.low_water(partition).await?
     else {
         // Loading starts at the first bucket: it finds every task.
         return Ok((None, Vec::new(), Vec::new()));
     };
-    lists.retain(|l| l.from.scheduled_time < mark);
     let keys = match behind {
         Some(keys) => keys,
         None => store.legacy_retrying(partition).await?,
