@@ -149,9 +149,10 @@ impl DeadLetterStore for CassandraStore {
                     "dead-letter read",
                 )
                 .await?;
+            // The read runs down from the key: a row of another key is a neighbour.
             match first_row_of::<LetterRow>(result, "dead letter")? {
-                Some(row) => letter_from_row(row),
-                None => Ok(None),
+                Some(row) if row.2 == key.uniqueness_key => letter_from_row(row),
+                _ => Ok(None),
             }
         }
         .boxed()

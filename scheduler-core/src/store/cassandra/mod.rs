@@ -416,6 +416,7 @@ impl ScheduleStore for CassandraStore {
                 .await?;
             type Row = (
                 String,
+                String,
                 Option<i64>,
                 Option<String>,
                 Option<i32>,
@@ -423,9 +424,11 @@ impl ScheduleStore for CassandraStore {
                 Option<i64>,
                 Option<String>,
             );
+            // The read runs down from the key: a row of another key is a neighbour.
             let row = first_row_of::<Row>(result, "schedule")?;
+            let row = row.filter(|row| row.0 == key.uniqueness_key);
             Ok(row.and_then(
-                |(data, offset, task_type, priority, on_conflict, wait, grouping)| {
+                |(_, data, offset, task_type, priority, on_conflict, wait, grouping)| {
                     task_from_row(
                         partition,
                         (
@@ -712,9 +715,18 @@ impl StatusStore for CassandraStore {
                 what: "status",
                 reason,
             };
-            type StatusRow = (String, i32, DateTime<Utc>, Option<String>, Option<String>);
+            type StatusRow = (
+                String,
+                String,
+                i32,
+                DateTime<Utc>,
+                Option<String>,
+                Option<String>,
+            );
+            // The read runs down from the key: a row of another key is a neighbour.
             let row = first_row_of::<StatusRow>(result, "status")?;
-            row.map(|(status, attempts, updated_at, last_error, result)| {
+            let row = row.filter(|row| row.0 == key.uniqueness_key);
+            row.map(|(_, status, attempts, updated_at, last_error, result)| {
                 Ok(StatusRecord {
                     status: TaskStatus::parse(&status)
                         .ok_or_else(|| corrupt(format!("unknown status {status:?}")))?,

@@ -17,7 +17,7 @@ use scylla::serialize::row::SerializeRow;
 use scylla::statement::batch::{Batch, BatchType};
 use scylla::statement::prepared::PreparedStatement;
 
-use super::rows::{limit_value, rows_of};
+use super::rows::{first_row_of, limit_value, rows_of};
 use super::statements::RecurringStatements;
 use super::CassandraStore;
 use crate::recurring::ScheduleSpec;
@@ -174,19 +174,19 @@ impl RecurringStore for CassandraStore {
     ) -> BoxFuture<'static, StoreResult<Option<ScheduleRecord>>> {
         let inner = Arc::clone(&self.inner);
         async move {
+            // The id without its last character: a lower bound below the id, never equal to it.
+            let below = id.char_indices().last().map_or("", |(at, _)| &id[..at]);
             let result = inner
                 .run(
                     &inner.statements.recurring.select_one,
-                    (SHARD, id),
+                    (SHARD, below, &id),
                     "schedules read",
                 )
                 .await?;
-            match rows_of::<ScheduleRow>(result, "recurring schedule")?
-                .into_iter()
-                .next()
-            {
-                Some(row) => schedule_from_row(row),
-                None => Ok(None),
+            // The read runs down from the id: a row of another id is a neighbour.
+            match first_row_of::<ScheduleRow>(result, "recurring schedule")? {
+                Some(row) if row.0 == id => schedule_from_row(row),
+                _ => Ok(None),
             }
         }
         .boxed()
