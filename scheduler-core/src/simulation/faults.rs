@@ -15,6 +15,13 @@ impl World {
             }
             // Enough failed loads in a row that a tree escalates and is rebuilt.
             12..=14 | 44..=50 => self.store.fail_op("schedule load", self.rng.usize(20..60)),
+            // A start-up read failing for a while (as one past Cassandra's tombstone threshold
+            // does): the trees starting meanwhile retry, the consumer polls on.
+            51..=54 => {
+                let failures = self.rng.usize(3..12);
+                self.store.fail_op("deferred cancels read", failures);
+                self.disturb(None, Instant::now(), Some(STORE_FAULT_REACH));
+            }
             15..=22 => {
                 // Not on lease writes beyond a renewal period: a lease lost to latency may
                 // legitimately let two calls overlap.

@@ -1,6 +1,6 @@
 //! A deterministic simulation of the node core: the real actors on a paused clock, the
 //! in-memory store (hour buckets, latency, unordered concurrent writes, tombstones, refused
-//! oversized keys), a simulated topic and consumer group of several nodes. Each seed draws a
+//! oversized keys, identity records' TTL), a simulated topic and consumer group of several nodes. Each seed draws a
 //! workload and faults: store errors and latency spikes, nodes joining, leaving, dropping out of
 //! the group past the session timeout, and pausing their whole process past the lease TTL
 //! ([`pausable_store`]; a pause may be set to spring on the node's next status or attempt
@@ -26,7 +26,10 @@
 //! - of an identity's chain of records (Replace, KeepTime, Debounce, a reschedule, a cancel),
 //!   the last scheduled data is what its current task runs, or it is cancelled (a keepTime or
 //!   debounce record arriving while its task's call runs included); of a burst of
-//!   IfAbsent records, only the first one's task ever runs;
+//!   IfAbsent records, only the first one's task ever runs, a record produced once it ran
+//!   included (every other seed keeps identity records with `status_ttl = "0s"`);
+//! - the consumer never waits on a tree longer than `persist_timeout` for a polled batch's
+//!   answer, a start-up read failing again and again included;
 //! - every group's join (enqueued by the members that find it finished, consumed from the topic)
 //!   runs as one task however many members triggered it, after every member's outcome, given
 //!   each one's outcome and result; a fail-fast group's members may end cancelled once a member
@@ -226,7 +229,14 @@ impl World {
         let clock = TokioClock::starting_at(
             DateTime::from_timestamp(1_900_000_000, 0).unwrap_or(DateTime::<Utc>::MIN_UTC),
         );
-        let store = MemoryStore::new().with_unordered_writes(seed);
+        // Every other seed keeps statuses and identity records forever (`status_ttl = "0s"`),
+        // the others for the default week.
+        let status_ttl = match seed % 2 {
+            0 => Duration::ZERO,
+            _ => crate::settings::CassandraSettings::default().status_ttl,
+        };
+        let store = (MemoryStore::new().with_unordered_writes(seed))
+            .with_status_ttl(status_ttl, Arc::new(clock.clone()));
         let shared = Arc::new(Shared {
             clock,
             plans: Mutex::default(),
@@ -418,9 +428,11 @@ impl World {
                         Record::ByIdentity(op) => batch.by_identity.push(op.at_offset(offset)),
                     }
                 }
+                let asked = Instant::now();
                 let reply = self
                     .ask(node, ProcessTaskBatch(BTreeMap::from([(partition, batch)])))
                     .await;
+                self.check_consumer_wait(node, partition, asked, reply.is_some());
                 let durable = reply.is_some_and(|r| r.persisted.contains(&partition));
                 if durable {
                     self.committed[p] = self.committed[p].max(to);

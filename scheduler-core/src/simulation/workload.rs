@@ -285,6 +285,20 @@ impl World {
                 task,
             )));
         }
+        // Half the time one more, produced once the first has run (its time is at most 4 s
+        // away): its identity's record still stands, whatever the status retention (issue 30,
+        // defect 4: with `status_ttl = "0s"` the record lived until the task's time).
+        if self.rng.bool() {
+            let asked = now + TimeDelta::milliseconds(self.rng.i64(7_000..9_000));
+            let key = TaskKey {
+                scheduled_time: self.identity_time(&identity.ordering_id, asked),
+                ordering_id: identity.ordering_id.clone(),
+                uniqueness_key: identity.uniqueness_key.clone(),
+            };
+            let task = versioned(&key, 9).on_conflict(scheduler_client::OnConflict::IfAbsent);
+            let record = Record::ByIdentity(crate::actors::IdentityOp::Schedule(task));
+            self.later.push((now + TimeDelta::seconds(6), record));
+        }
         if let Some(first) = first {
             self.produced.singletons.insert(identity, first);
         }

@@ -8,6 +8,7 @@ use chrono::{DateTime, Utc};
 use futures::future::BoxFuture;
 use scheduler_client::{Task, TaskIdentity};
 
+use super::ttl::Retention;
 use super::{PartitionId, StoreResult};
 
 /// An identity's current task.
@@ -40,6 +41,17 @@ impl IdentityRecord {
             offset,
         }
     }
+}
+
+/// How long an identity record is kept: the status retention after its task's time, or after
+/// `now` when that is later; a zero retention keeps it until it is deleted, as statuses are
+/// (`IfAbsent` must see a task that ran however long ago).
+pub(crate) fn identity_retention(
+    task_time: DateTime<Utc>,
+    now: DateTime<Utc>,
+    status_ttl: std::time::Duration,
+) -> Retention {
+    Retention::after(task_time.max(now), status_ttl)
 }
 
 /// The current task of each identity.

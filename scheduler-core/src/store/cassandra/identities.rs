@@ -12,7 +12,7 @@ use scheduler_client::{Task, TaskData, TaskIdentity};
 
 use super::rows::{first_row_of, with_stored_grouping, with_stored_kind};
 use super::CassandraStore;
-use crate::store::ttl::Retention;
+use crate::store::identities::identity_retention;
 use crate::store::{IdentityRecord, IdentityStore, PartitionId, StoreError, StoreResult};
 
 type IdentityRow = (
@@ -73,11 +73,8 @@ impl IdentityStore for CassandraStore {
         let inner = Arc::clone(&self.inner);
         async move {
             let task = &record.task;
-            // Kept for the status retention after the task's time (or now, if later); with a
-            // retention of 0, kept forever, as statuses are.
             let now = Utc::now();
-            let ttl =
-                Retention::after(task.scheduled_time.max(now), inner.status_ttl).ttl_secs(now);
+            let ttl = identity_retention(task.scheduled_time, now, inner.status_ttl).ttl_secs(now);
             let values = (
                 partition,
                 task.ordering_id.as_str(),

@@ -68,6 +68,10 @@ struct State {
     identity_writes: Vec<(super::IdentityRecord, tokio::time::Instant)>,
     /// Identities' current tasks.
     identities: HashMap<(PartitionId, scheduler_client::TaskIdentity), super::IdentityRecord>,
+    /// When set, the status retention and the clock identity records expire by (as
+    /// `task_identities`' TTL), with when each record expires (none: kept until deleted).
+    retention: Option<(std::time::Duration, Arc<dyn crate::clock::Clock>)>,
+    identity_expiry: HashMap<(PartitionId, scheduler_client::TaskIdentity), DateTime<Utc>>,
     /// Dead letters, by task key.
     dead_letters: BTreeMap<TaskKey, super::DeadLetter>,
     /// Groups, by key.
@@ -158,6 +162,18 @@ impl MemoryStore {
     /// Cassandra applying concurrent inserts (of one key, any of them may win).
     pub fn with_unordered_writes(self, seed: u64) -> Self {
         self.lock().write_order = Some(fastrand::Rng::with_seed(seed));
+        self
+    }
+
+    /// From now on, keeps identity records for `status_ttl` after their task's time, as the
+    /// Cassandra store's TTL does (`store::identities::identity_retention`, 0: until deleted),
+    /// by `clock`: a record past its expiry reads as none.
+    pub fn with_status_ttl(
+        self,
+        status_ttl: std::time::Duration,
+        clock: Arc<dyn crate::clock::Clock>,
+    ) -> Self {
+        self.lock().retention = Some((status_ttl, clock));
         self
     }
 

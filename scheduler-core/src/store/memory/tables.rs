@@ -13,6 +13,7 @@ use scheduler_client::{Task, TaskKey};
 use super::{MemoryStore, CLUSTERING_KEY_LIMIT};
 use crate::store::groups::stored_group_number;
 use crate::store::hour_bucket;
+use crate::store::identities::identity_retention;
 use crate::store::{
     AttemptRecord, AttemptStore, DeferredCancel, DeferredIdentityRecord, LeaseRecord, LeaseStore,
     LowWater, OwnershipStore, PartitionId, PartitionOwner, ReadCursor, RefusedTask, ScheduleStore,
@@ -387,8 +388,12 @@ impl IdentityStore for MemoryStore {
         identity: TaskIdentity,
     ) -> BoxFuture<'static, StoreResult<Option<IdentityRecord>>> {
         self.run("identity read", move |s| {
-            s.identities
-                .get(&(partition, identity))
+            let key = (partition, identity);
+            let expired = match (&s.retention, s.identity_expiry.get(&key)) {
+                (Some((_, clock)), Some(expiry)) => clock.now() >= *expiry,
+                _ => false,
+            };
+            (s.identities.get(&key).filter(|_| !expired))
                 .map(|r| IdentityRecord::read_back(r.task.clone(), r.first_time, r.offset))
         })
     }
@@ -404,8 +409,18 @@ impl IdentityStore for MemoryStore {
             // As `task_identities` does: the record's offset, not the task's field, is kept.
             let mut record = record;
             record.task.enqueue_offset = None;
-            s.identities
-                .insert((partition, record.task.identity()), record);
+            let key = (partition, record.task.identity());
+            if let Some((status_ttl, clock)) = &s.retention {
+                let now = clock.now();
+                let retention = identity_retention(record.task.scheduled_time, now, *status_ttl);
+                match retention.ttl_secs(now) {
+                    0 => s.identity_expiry.remove(&key),
+                    secs => s
+                        .identity_expiry
+                        .insert(key.clone(), now + chrono::TimeDelta::seconds(secs.into())),
+                };
+            }
+            s.identities.insert(key, record);
         })
     }
 }

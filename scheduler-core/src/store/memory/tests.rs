@@ -79,3 +79,37 @@ async fn a_groups_parent_is_read_back_with_the_result_of_its_last_write() {
 fn loading_starts_before_the_earliest_time_a_task_may_have() {
     assert!(crate::store::schedule_start() <= scheduler_client::wire::earliest_time());
 }
+
+/// Identity records expire as `task_identities` rows do: `status_ttl` after their task's time
+/// (whole seconds, rounded up), never with a zero `status_ttl` (issue 30, defect 4).
+#[tokio::test(start_paused = true)]
+async fn identity_records_expire_by_the_status_retention_and_never_with_a_zero_one() {
+    use crate::clock::{Clock, TokioClock};
+    use crate::store::{IdentityRecord, IdentityStore};
+    let start = DateTime::<Utc>::from_timestamp(1_900_000_000, 0).unwrap_or_default();
+    let clock = std::sync::Arc::new(TokioClock::starting_at(start));
+    let record = |uniqueness_key: &str| IdentityRecord {
+        task: scheduler_client::Task::new("o", start, uniqueness_key, Default::default()),
+        first_time: start,
+        offset: 1,
+    };
+    let read = |store: &MemoryStore, uniqueness_key: &str| {
+        let identity = scheduler_client::TaskIdentity::new("o", uniqueness_key);
+        store.identity(0, identity)
+    };
+    let kept_a_minute = MemoryStore::new().with_status_ttl(
+        std::time::Duration::from_secs(60),
+        clock.clone() as std::sync::Arc<dyn Clock>,
+    );
+    let kept_forever = MemoryStore::new().with_status_ttl(std::time::Duration::ZERO, clock.clone());
+    for store in [&kept_a_minute, &kept_forever] {
+        store.record_identity(0, record("u")).await.expect("write");
+    }
+    tokio::time::sleep(std::time::Duration::from_secs(59)).await;
+    assert!(read(&kept_a_minute, "u").await.expect("read").is_some());
+    tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+    assert_eq!(clock.now(), start + chrono::TimeDelta::seconds(60));
+    assert_eq!(read(&kept_a_minute, "u").await.expect("read"), None);
+    tokio::time::sleep(std::time::Duration::from_secs(86_400 * 365)).await;
+    assert!(read(&kept_forever, "u").await.expect("read").is_some());
+}
