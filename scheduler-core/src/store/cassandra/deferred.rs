@@ -26,7 +26,6 @@ const BATCH_ROWS: usize = 500;
 pub(super) struct DeferredStatements {
     insert: PreparedStatement,
     select_from: PreparedStatement,
-    select_after: PreparedStatement,
     delete: PreparedStatement,
     drop_lists: PreparedStatement,
 }
@@ -47,21 +46,16 @@ impl DeferredStatements {
                  USING TTL ?"
             ))
             .await?,
-            // One orderingId's rows from a run order's time and offset on (a bound the run order
-            // itself would be, on Cassandra 2.1.0, a deleted row's: see
-            // `statements::read_by_key`); the slice's bounds are tuples (Cassandra 2.1 cannot
-            // mix an equality on `ordering_id` with a tuple after it).
+            // One orderingId's rows from a run order on: the slice's bounds are tuples (Cassandra
+            // 2.1 cannot mix an equality on `ordering_id` with a tuple after it). The lower bound
+            // is a row's run order only for a row not read yet (later reads start at a
+            // successor); were that row deleted, Cassandra 2.1.0 could still return it (see
+            // `statements::read_by_key`), and the read-back, reading each listed task by key,
+            // finds no task for it.
             select_from: prepare(format!(
                 "SELECT scheduled_time, enqueue_offset, uniqueness_key FROM {ks}.deferred_tasks \
                  WHERE partition_id = ? AND tree = ? AND (ordering_id, scheduled_time, \
-                 enqueue_offset) >= (?, ?, ?) AND (ordering_id) <= (?) LIMIT ?"
-            ))
-            .await?,
-            // One orderingId's rows after a row read.
-            select_after: prepare(format!(
-                "SELECT scheduled_time, enqueue_offset, uniqueness_key FROM {ks}.deferred_tasks \
-                 WHERE partition_id = ? AND tree = ? AND (ordering_id, scheduled_time, \
-                 enqueue_offset, uniqueness_key) > (?, ?, ?, ?) AND (ordering_id) <= (?) LIMIT ?"
+                 enqueue_offset, uniqueness_key) >= (?, ?, ?, ?) AND (ordering_id) <= (?) LIMIT ?"
             ))
             .await?,
             delete: prepare(format!(
@@ -162,44 +156,35 @@ impl DeferredStore for CassandraStore {
             if limit == 0 {
                 return Ok(Vec::new());
             }
-            let (p, tree, ordering, time, offset, _) = row_values(&list, &from);
-            let statements = &inner.statements.deferred;
+            let (p, tree, ordering, time, offset, unique) = row_values(&list, &from);
             let values = (
                 p,
                 tree,
                 ordering,
                 time,
                 offset,
+                unique,
                 ordering,
                 limit_value(limit),
             );
-            let result = (inner.run(&statements.select_from, values, "deferred list read")).await?;
-            let mut rows = run_orders(result)?;
-            // The page's last row, when the page is full: more may follow.
-            let last = (rows.len() == limit)
-                .then(|| rows.last().cloned())
-                .flatten();
-            // The rows of `from`'s time and offset before it (rarely any): dropped, and as many
-            // read after the page.
-            rows.retain(|run| *run >= from);
-            let dropped = limit.saturating_sub(rows.len());
-            if let (Some(last), true) = (last, dropped > 0) {
-                let (p, tree, ordering, time, offset, unique) = row_values(&list, &last);
-                let values = (
-                    p,
-                    tree,
-                    ordering,
-                    time,
-                    offset,
-                    unique,
-                    ordering,
-                    limit_value(dropped),
-                );
-                let result =
-                    (inner.run(&statements.select_after, values, "deferred list read")).await?;
-                rows.extend(run_orders(result)?);
-            }
-            Ok(rows)
+            let result = inner
+                .run(
+                    &inner.statements.deferred.select_from,
+                    values,
+                    "deferred list read",
+                )
+                .await?;
+            type Row = (chrono::DateTime<chrono::Utc>, i64, String);
+            Ok(rows_of::<Row>(result, "deferred task")?
+                .into_iter()
+                .map(
+                    |(scheduled_time, enqueue_offset, uniqueness_key)| RunOrder {
+                        scheduled_time,
+                        enqueue_offset,
+                        uniqueness_key,
+                    },
+                )
+                .collect())
         }
         .boxed()
     }
@@ -245,19 +230,4 @@ impl DeferredStore for CassandraStore {
         }
         .boxed()
     }
-}
-
-/// The run orders of a read of a list's rows.
-fn run_orders(result: scylla::response::query_result::QueryResult) -> StoreResult<Vec<RunOrder>> {
-    type Row = (chrono::DateTime<chrono::Utc>, i64, String);
-    Ok(rows_of::<Row>(result, "deferred task")?
-        .into_iter()
-        .map(
-            |(scheduled_time, enqueue_offset, uniqueness_key)| RunOrder {
-                scheduled_time,
-                enqueue_offset,
-                uniqueness_key,
-            },
-        )
-        .collect())
 }
