@@ -1820,6 +1820,15 @@ async fn deferred_task_lists_read_one_ordering_ids_slice_in_run_order_and_drop_b
         "from right after a row"
     );
     assert!(read(run(0, 0, ""), 0).await.expect("read").is_empty());
+    // Rows of one time with no enqueue offset (-1: tasks written without one), read from the
+    // middle: from there on only (a bound on the time and offset alone read the ones before).
+    let flat: Vec<RunOrder> = (0..5).map(|i| run(4, -1, &format!("f{i}"))).collect();
+    store
+        .list_deferred(list("t1", "q"), flat.clone())
+        .await
+        .expect("listed");
+    let from_the_middle = store.listed_deferred(list("t1", "q"), flat[3].clone(), 2);
+    assert_eq!(from_the_middle.await.expect("read"), flat[3..]);
     store
         .unlist_deferred(list("t1", "o"), in_order[..3].to_vec())
         .await
