@@ -266,6 +266,16 @@ pub(crate) async fn resolve(
             }
         }
     }
+    // A task moved onto the key of the one it superseded (that one itself moved 1 ms after a
+    // finished task) is at that key now: its row and its copy are the current task's.
+    let current: BTreeSet<TaskKey> = (states.values())
+        .filter(|s| s.standing == Standing::Pending)
+        .map(|s| s.record.task.key())
+        .collect();
+    resolved.superseded.retain(|key| !current.contains(key));
+    resolved
+        .superseded_rows
+        .retain(|key| !current.contains(key));
     for state in states.into_values().filter(|s| s.changed) {
         if state.standing == Standing::Pending {
             resolved.tasks.push(state.record.task.clone());

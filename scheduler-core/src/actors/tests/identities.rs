@@ -370,6 +370,53 @@ fn a_record_at_the_time_of_its_finished_task_runs_the_new_data() {
     }
 }
 
+/// A record whose time is that of its identity's finished task moves 1 ms later, onto the key
+/// of the task it replaces (pending there, itself moved 1 ms after the finished one, and held
+/// behind another call of its orderingId): the new data takes that key, and its row is not
+/// deleted as a superseded one's. Until the simulation found it (seed 163, a debounce aimed at
+/// a rebalance) the supersede was decided before the move, and the current task was lost.
+#[test]
+fn a_record_moved_onto_the_key_of_the_task_it_replaces_is_not_deleted_with_it() {
+    for mode in [
+        OnConflict::Replace,
+        OnConflict::Debounce {
+            max_wait: Duration::from_secs(60),
+        },
+    ] {
+        run_paused(|| async {
+            let h = Harness::new(SchedulingSettings::default(), Duration::from_secs(2), &[]);
+            h.assign().await;
+            let at = t0() + ms(1_000);
+            h.by_identity(vec![schedule("k", at, 1, OnConflict::Replace)])
+                .await;
+            // Version 1 runs from 1 s to 3 s; another task of the orderingId from 3.5 s to 5.5 s.
+            advance(Duration::from_millis(3_500)).await;
+            h.enqueue(vec![task("k", t0() + ms(3_500), "other")]).await;
+            advance(Duration::from_millis(200)).await;
+            // Version 2 at the finished task's time: 1 ms later, pending behind the other call.
+            h.by_identity(vec![schedule("k", at, 2, OnConflict::Replace)])
+                .await;
+            advance(Duration::from_millis(200)).await;
+            // Version 3 at that time again, also moved 1 ms later: onto version 2's key.
+            h.by_identity(vec![schedule("k", at, 3, mode)]).await;
+            let key = with_data("k", at + ms(1), 3).key();
+            assert!(
+                h.store.scheduled(P).contains(&key),
+                "{mode:?}: its row is kept"
+            );
+            // The next tree, loading from the store, runs it.
+            h.topic.send(RevokePartitions).await.expect("revoke");
+            h.assign().await;
+            advance(Duration::from_secs(30)).await;
+            // (The other task's data has no version: -1.)
+            let versions = h.recorder.data_versions("k");
+            assert_eq!(versions, [1, -1, 3], "{mode:?}");
+            let status = h.store.status_of(P, &key).map(|s| s.status);
+            assert_eq!(status, Some(TaskStatus::Completed), "{mode:?}");
+        });
+    }
+}
+
 /// A keepTime record with new data arriving while its task's call runs (8 s calls): the call
 /// finishes with the data it was given, and the new data runs after it, as a new version of the
 /// task (1 ms after the running one's time), not lost under the finished key.
