@@ -261,14 +261,22 @@ impl TaskRun {
                 self.wait_while_suspended(&task).await?;
                 continue;
             }
-            // A member of a fail-fast group that failed meanwhile is cancelled, not run.
+            // A member of a fail-fast group that failed meanwhile is cancelled, not run: an
+            // outcome like a call's, so it begins as a call does. A cancel applied since the
+            // status read is its final status instead (checking again finds it).
             if let Some(failed_by) = self.group_failed_by(&task).await? {
-                drop((hold, armed));
+                drop(hold);
+                if !armed.begin() {
+                    debug!(partition, task = %self.key, "a cancel was applied after the status read; checking again once it is recorded");
+                    self.unless_stopped(armed.settled()).await?;
+                    continue;
+                }
                 let why = format!("its group failed fast: member {failed_by} failed");
                 debug!(partition, task = %self.key, failed_by, "cancelled by its fail-fast group");
-                return self
-                    .record_final(&task, TaskStatus::Cancelled, Some(why), None)
-                    .await;
+                let recorded =
+                    (self.record_final(&task, TaskStatus::Cancelled, Some(why), None)).await;
+                drop(armed);
+                return recorded;
             }
             // A join is called with its group as stored now (every member's outcome is there:
             // each was written before the read that triggered the join).

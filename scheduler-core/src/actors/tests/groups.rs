@@ -403,6 +403,45 @@ fn a_parents_join_sees_each_child_with_sub_tasks_by_its_own_key_status_and_resul
     });
 }
 
+/// A cancel applied while a member of a fail-fast group that failed reads its group (after its
+/// status read) is its final status, written once: the member does not then record itself
+/// cancelled by its group over it (found by the simulation, seed 228, with large groups).
+#[test]
+fn a_cancel_applied_while_a_member_reads_its_failed_group_is_its_only_final_status() {
+    run_paused(|| async {
+        let (handler, handlers) = grouped();
+        let h = node(handlers);
+        h.assign().await;
+        let group = |i| GroupMember::new("ff-cancel", i).of(3).fail_fast();
+        let bad = member("bad", t0() + ms(100), group(1));
+        h.enqueue(vec![bad.clone()]).await;
+        advance(Duration::from_secs(1)).await;
+        assert_eq!(
+            h.deliver_enqueued().await.len(),
+            1,
+            "the failure triggered the join"
+        );
+        // The next member's group read takes two seconds; its cancel arrives meanwhile.
+        h.store.set_latency("group read", Duration::from_secs(2));
+        let next = member("o2", t0() + ms(1_100), group(2));
+        h.enqueue(vec![next.clone()]).await;
+        advance(Duration::from_millis(500)).await;
+        h.cancel(vec![next.key()]).await;
+        advance(Duration::from_secs(5)).await;
+        h.store.set_latency("group read", Duration::ZERO);
+        let writes: Vec<_> = (h.store.status_writes().into_iter())
+            .filter(|(key, _, _)| *key == next.key())
+            .map(|(_, status, _)| (status.status, status.last_error))
+            .collect();
+        assert_eq!(
+            writes,
+            vec![(TaskStatus::Cancelled, None)],
+            "its status, written once"
+        );
+        assert_eq!(handler.calls.lock().expect("lock").clone(), vec![bad.key()]);
+    });
+}
+
 #[test]
 fn a_member_cancelled_before_it_reached_the_schedule_still_finishes_its_group() {
     run_paused(|| async {
