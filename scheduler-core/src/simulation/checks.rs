@@ -10,6 +10,12 @@ use super::*;
 /// `reading_deferred_tasks_back_reads_only_their_ordering_ids_rows`.
 pub(super) const ROWS_READ_PER_CALL: f64 = 12.0;
 
+/// The tombstones one read may step over, at most: Cassandra's `tombstone_warn_threshold`. A
+/// fresh tree's first load steps over the tasks finished since the partition's low-water mark,
+/// a lease read over every tree's released lease, the start-up reads over their tables' deleted
+/// rows: each must stay bounded whatever the seed did.
+pub(super) const TOMBSTONES_IN_A_READ: usize = 1_000;
+
 /// How much longer than `persist_timeout` the consumer may wait for a polled batch's answer
 /// (the actors' messages take no simulated time; the slack is for timers firing in turn).
 const CONSUMER_WAIT_SLACK: Duration = Duration::from_millis(100);
@@ -23,6 +29,8 @@ pub(super) struct Reads {
     pub(super) rows: usize,
     /// Tombstones the reads stepped over.
     pub(super) tombstones: usize,
+    /// The most one read stepped over, and its operation.
+    pub(super) most_tombstones: (usize, &'static str),
 }
 
 impl Reads {
@@ -39,6 +47,7 @@ impl World {
             calls: self.shared.calls().len(),
             rows: self.store.schedule_rows_read() + self.store.deferred_rows_read(),
             tombstones: self.store.tombstones_read(),
+            most_tombstones: self.store.most_tombstones_in_a_read(),
         }
     }
 
@@ -54,6 +63,12 @@ impl World {
                 reads.rows,
                 reads.calls,
                 reads.rows_per_call()
+            ));
+        }
+        let (most, operation) = reads.most_tombstones;
+        if most > TOMBSTONES_IN_A_READ {
+            self.violations.push(format!(
+                "tombstones: a {operation} stepped over {most} tombstones (at most {TOMBSTONES_IN_A_READ})"
             ));
         }
     }

@@ -95,10 +95,14 @@ fn simulation_of_seeded_faults_keeps_every_promise() {
     let mut failed = Vec::new();
     let (mut calls, mut rows, mut tombstones) = (0, 0, 0);
     let mut most_read: Option<(u64, checks::Reads)> = None;
+    let mut most_tombstones = (0, "", 0);
     for (seed, (violations, reads)) in results {
         calls += reads.calls;
         rows += reads.rows;
         tombstones += reads.tombstones;
+        if reads.most_tombstones.0 > most_tombstones.0 {
+            most_tombstones = (reads.most_tombstones.0, reads.most_tombstones.1, seed);
+        }
         if most_read.is_none_or(|(_, most)| reads.rows_per_call() > most.rows_per_call()) {
             most_read = Some((seed, reads));
         }
@@ -121,10 +125,14 @@ fn simulation_of_seeded_faults_keeps_every_promise() {
     );
     if let Some((seed, most)) = most_read {
         eprintln!(
-            "simulation: {rows} rows read ({:.1} per call; at most {:.1}, seed {seed}, bound {}), {tombstones} tombstones stepped over",
+            "simulation: {rows} rows read ({:.1} per call; at most {:.1}, seed {seed}, bound {}), {tombstones} tombstones stepped over (at most {} in one read, a {} of seed {}; bound {})",
             rows as f64 / calls.max(1) as f64,
             most.rows_per_call(),
-            checks::ROWS_READ_PER_CALL
+            checks::ROWS_READ_PER_CALL,
+            most_tombstones.0,
+            most_tombstones.1,
+            most_tombstones.2,
+            checks::TOMBSTONES_IN_A_READ
         );
     }
     assert!(failed.is_empty(), "failing seeds: {failed:?}");

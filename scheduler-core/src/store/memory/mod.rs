@@ -26,6 +26,10 @@ struct State {
     claims: HashMap<PartitionId, (String, DateTime<Utc>)>,
     /// Leases by partition and holder, with when they expire (tokio time, like Cassandra's TTL).
     leases: BTreeMap<(PartitionId, String), (LeaseRecord, tokio::time::Instant)>,
+    /// Released leases' rows: every read of the partition steps over them, and over the expired
+    /// ones (an expired cell is a tombstone until compaction purges it, after `gc_grace_seconds`:
+    /// longer than any simulated run).
+    lease_tombstones: std::collections::BTreeSet<(PartitionId, String)>,
     /// Deleted schedule rows: Cassandra keeps a tombstone a load must step over.
     tombstones: std::collections::BTreeSet<(PartitionId, TaskKey)>,
     /// The index of hour buckets in use, with when each index row was written.
@@ -56,8 +60,10 @@ struct State {
         std::collections::BTreeSet<(super::deferred::DeferralList, scheduler_client::RunOrder)>,
     /// Cassandra's `tombstone_failure_threshold` here, when not the default.
     tombstone_failure_threshold: Option<usize>,
-    /// Tombstones loads have stepped over.
+    /// Tombstones reads have stepped over.
     tombstones_read: usize,
+    /// The most tombstones one read stepped over, and its operation.
+    most_tombstones_in_a_read: (usize, &'static str),
     /// Rows of the groups' tables (`group_members`, `group_marks`, `group_progress`) reads
     /// have returned, the header counted as a row.
     group_rows_read: usize,
@@ -107,6 +113,9 @@ impl State {
         stepped_over: usize,
     ) -> StoreResult<()> {
         self.tombstones_read += stepped_over;
+        if stepped_over > self.most_tombstones_in_a_read.0 {
+            self.most_tombstones_in_a_read = (stepped_over, operation);
+        }
         let limit = self
             .tombstone_failure_threshold
             .unwrap_or(TOMBSTONE_FAILURE_THRESHOLD);
@@ -361,9 +370,14 @@ impl MemoryStore {
             .unwrap_or_default()
     }
 
-    /// Tombstones every load so far stepped over (what Cassandra would count).
+    /// Tombstones every read so far stepped over (what Cassandra would count).
     pub fn tombstones_read(&self) -> usize {
         self.lock().tombstones_read
+    }
+
+    /// The most tombstones one read stepped over so far, and the read's operation.
+    pub fn most_tombstones_in_a_read(&self) -> (usize, &'static str) {
+        self.lock().most_tombstones_in_a_read
     }
 
     /// The low-water mark recorded for `partition`.

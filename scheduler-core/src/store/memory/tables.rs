@@ -912,9 +912,10 @@ impl LeaseStore for MemoryStore {
     ) -> BoxFuture<'static, StoreResult<()>> {
         // Leases never take an injected failure: those are meant for the schedule and status.
         let expires = tokio::time::Instant::now() + ttl;
-        self.lock()
-            .leases
-            .insert((partition, holder), (lease, expires));
+        let mut s = self.lock();
+        s.lease_tombstones.remove(&(partition, holder.clone()));
+        s.leases.insert((partition, holder), (lease, expires));
+        drop(s);
         self.delayed("lease write", Ok(()))
     }
 
@@ -923,7 +924,10 @@ impl LeaseStore for MemoryStore {
         partition: PartitionId,
         holder: String,
     ) -> BoxFuture<'static, StoreResult<()>> {
-        self.lock().leases.remove(&(partition, holder));
+        let mut s = self.lock();
+        s.leases.remove(&(partition, holder.clone()));
+        s.lease_tombstones.insert((partition, holder));
+        drop(s);
         self.delayed("lease delete", Ok(()))
     }
 
@@ -932,13 +936,25 @@ impl LeaseStore for MemoryStore {
         partition: PartitionId,
     ) -> BoxFuture<'static, StoreResult<Vec<(String, LeaseRecord)>>> {
         let now = tokio::time::Instant::now();
-        let live = self
-            .lock()
-            .leases
-            .iter()
-            .filter(|((p, _), (_, expires))| *p == partition && *expires > now)
-            .map(|((_, holder), (lease, _))| (holder.clone(), lease.clone()))
-            .collect();
-        self.delayed("lease read", Ok(live))
+        let mut s = self.lock();
+        let mut live = Vec::new();
+        let mut expired = 0;
+        for ((p, holder), (lease, expires)) in &s.leases {
+            match (*p == partition, *expires > now) {
+                (true, true) => live.push((holder.clone(), lease.clone())),
+                (true, false) => expired += 1,
+                (false, _) => {}
+            }
+        }
+        // The whole partition: every released or expired holder's row is stepped over.
+        let released = (s.lease_tombstones.iter())
+            .filter(|(p, _)| *p == partition)
+            .count();
+        let stepped_over = expired + released;
+        let read = s
+            .step_over_tombstones("lease read", stepped_over)
+            .map(|()| live);
+        drop(s);
+        self.delayed("lease read", read)
     }
 }

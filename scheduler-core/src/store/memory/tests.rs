@@ -113,3 +113,56 @@ async fn identity_records_expire_by_the_status_retention_and_never_with_a_zero_o
     tokio::time::sleep(std::time::Duration::from_secs(86_400 * 365)).await;
     assert!(read(&kept_forever, "u").await.expect("read").is_some());
 }
+
+/// A lease's row is a tombstone once released or expired, and every read of the partition's
+/// leases steps over them all (`task_leases` is one Cassandra partition per Kafka partition,
+/// read whole), failing, as Cassandra does, past the tombstone failure threshold.
+#[tokio::test(start_paused = true)]
+async fn lease_reads_step_over_released_and_expired_leases_and_fail_past_the_threshold() {
+    use crate::store::{LeaseRecord, LeaseStore};
+    let store = MemoryStore::new();
+    let ttl = std::time::Duration::from_secs(6);
+    let lease = |epoch| LeaseRecord {
+        node: "n".into(),
+        epoch,
+        running: vec![("o".into(), "k".into())],
+    };
+    for tree in 0..6 {
+        let holder = format!("n#{tree}");
+        store
+            .write_lease(0, holder, lease(tree), ttl)
+            .await
+            .expect("write");
+    }
+    store
+        .write_lease(1, "n#9".into(), lease(9), ttl)
+        .await
+        .expect("write");
+    for tree in 0..3 {
+        store
+            .delete_lease(0, format!("n#{tree}"))
+            .await
+            .expect("delete");
+    }
+    let live = store.leases(0).await.expect("read");
+    assert_eq!(
+        live.iter().map(|(h, _)| h.as_str()).collect::<Vec<_>>(),
+        ["n#3", "n#4", "n#5"]
+    );
+    assert_eq!(store.tombstones_read(), 3);
+    // The others expire; one more tree writes its lease.
+    tokio::time::sleep(ttl).await;
+    store
+        .write_lease(0, "n#6".into(), lease(6), ttl)
+        .await
+        .expect("write");
+    assert_eq!(store.leases(0).await.expect("read").len(), 1);
+    assert_eq!(store.tombstones_read(), 3 + 6);
+    store.set_tombstone_failure_threshold(5);
+    match store.leases(0).await {
+        Err(StoreError::Query { operation, .. }) => assert_eq!(operation, "lease read"),
+        other => panic!("a read over 6 tombstones with a threshold of 5: {other:?}"),
+    }
+    // Another partition's leases are not stepped over.
+    assert_eq!(store.leases(2).await.expect("read"), vec![]);
+}
