@@ -47,6 +47,7 @@ impl World {
                     tracing::info!(node, "sim: consumer stalls past the session timeout");
                     self.disturb(Some(node), Instant::now(), None);
                     self.nodes[node].owned.clear();
+                    self.aim_identity_records_at(node);
                     self.rebalance().await;
                 }
             }
@@ -76,6 +77,7 @@ impl World {
                     self.nodes[node].pause.set(true);
                     self.nodes[node].pauses.push(from);
                     self.nodes[node].owned.clear();
+                    self.aim_identity_records_at(node);
                     self.rebalance().await;
                 }
             }
@@ -122,6 +124,7 @@ impl World {
                 Membership::Member => {
                     self.nodes[node].membership = Membership::Paused { until };
                     self.nodes[node].owned.clear();
+                    self.aim_identity_records_at(node);
                     sprung = true;
                 }
                 // Out of the group already: it wakes when that pause ends.

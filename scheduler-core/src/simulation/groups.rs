@@ -1,8 +1,9 @@
 //! Groups in the simulation: members spread over orderingIds with drawn plans (the total carried
-//! by the last member only, some groups failing fast), joins enqueued by the nodes and consumed
-//! from the topic like any record, and the checks: every group's join runs, as one task however
-//! many members triggered it, and is given every member's outcome (under the member's own key)
-//! and result.
+//! by the last member only, or in large groups by one or two members anywhere; some groups
+//! failing fast, among them some of the largest total with only a few members produced), joins
+//! enqueued by the nodes and consumed from the topic like any record, and the checks: every
+//! group's join runs, as one task however many members triggered it, and is given every
+//! member's outcome (under the member's own key) and result.
 
 use super::*;
 use scheduler_client::GroupMember;
@@ -32,7 +33,7 @@ impl World {
         let mut parent = workload::versioned(&key, 1);
         parent.task_data.insert("spawn".into(), count.into());
         let group = crate::groups::children_of(&parent);
-        let mut children = Vec::new();
+        let mut children = BTreeMap::new();
         for i in 1..=count {
             let child = child_of(&key, u64::from(i));
             let plan = self.draw_plan();
@@ -43,7 +44,7 @@ impl World {
                 .joined_by(group.task_type.clone());
             self.produced.members.insert(child.clone(), member);
             self.produced.parents.insert(child.clone(), key.clone());
-            children.push(child);
+            children.insert(i, child);
         }
         self.produced
             .group_parents
@@ -52,24 +53,73 @@ impl World {
         self.append(Record::Task(parent));
     }
 
-    /// Two to eight members of a new group, due within six seconds.
+    /// Two to eight members of a new group, due within six seconds, the last carrying the total.
     pub(super) fn produce_group(&mut self) {
-        self.next_unique += 1;
-        let id = format!("g{:06}", self.next_unique);
         let size = self.rng.u32(2..9);
         let fail_fast = self.rng.u32(0..3) == 0;
+        let members = (1..=size)
+            .map(|index| (index, index == size, None))
+            .collect();
+        self.produce_members(members, size, fail_fast);
+    }
+
+    /// A large group, one of two shapes (issue 30, defect 9). Either 33 to 100 members (more
+    /// than one node of the completion tree, `FANOUT`) whose total only one or two of them carry,
+    /// anywhere in the group: the others climb only through full nodes, and the first to record
+    /// the total walks the last path. Or a fail-fast group of the largest total
+    /// (`MAX_GROUP_NUMBER`) of which only a few of the highest numbers are produced, one of them
+    /// failing for good: its join runs on that failure.
+    pub(super) fn produce_large_group(&mut self) {
+        use scheduler_client::wire::MAX_GROUP_NUMBER;
+        if self.rng.bool() {
+            let size = self.rng.u32(33..101);
+            let carriers: BTreeSet<u32> = (0..self.rng.u32(1..3))
+                .map(|_| self.rng.u32(1..=size))
+                .collect();
+            let members = (1..=size)
+                .map(|index| (index, carriers.contains(&index), None))
+                .collect();
+            let fail_fast = self.rng.u32(0..4) == 0;
+            self.produce_members(members, size, fail_fast);
+        } else {
+            let count = self.rng.u32(2..6);
+            let failing = self.rng.u32(0..count);
+            let members = (0..count)
+                .map(|i| {
+                    let plan = (i == failing).then_some(Plan::FailAlways);
+                    (
+                        MAX_GROUP_NUMBER - i * 3,
+                        i == failing || self.rng.bool(),
+                        plan,
+                    )
+                })
+                .collect();
+            self.produce_members(members, MAX_GROUP_NUMBER, true);
+        }
+    }
+
+    /// A new group of `members` (number, whether it carries `total`, its plan: drawn if none),
+    /// due within six seconds on drawn orderingIds.
+    fn produce_members(
+        &mut self,
+        members: Vec<(u32, bool, Option<Plan>)>,
+        total: u32,
+        fail_fast: bool,
+    ) {
+        self.next_unique += 1;
+        let id = format!("g{:06}", self.next_unique);
         let now = self.now();
-        let mut keys = Vec::new();
-        for index in 1..=size {
+        let mut keys = BTreeMap::new();
+        for (index, carries_total, plan) in members {
             let ordering_id = format!("o{}", self.rng.usize(0..ORDERING_IDS));
             let at = now + TimeDelta::milliseconds(self.rng.i64(300..6_000));
-            let plan = self.draw_plan();
+            let plan = plan.unwrap_or_else(|| self.draw_plan());
             let key = self.new_key(&ordering_id, at);
             self.produced.sequence.insert(key.clone(), self.next_unique);
             self.plan(&key, plan);
             let mut member = GroupMember::new(id.clone(), index);
-            if index == size {
-                member = member.of(size);
+            if carries_total {
+                member = member.of(total);
             }
             if fail_fast {
                 member = member.fail_fast();
@@ -77,17 +127,32 @@ impl World {
             self.produced.members.insert(key.clone(), member.clone());
             self.append(Record::Task(workload::versioned(&key, 1).in_group(member)));
             self.produced.tasks.insert(key.clone(), (plan, 1));
-            keys.push(key);
+            keys.insert(index, key);
         }
         self.produced.groups.insert(id, (keys, fail_fast));
+    }
+
+    /// Whether group `id` can be joined: all its members were produced, or (a fail-fast group of
+    /// which only some members were produced) one of them ended failed or dropped. One whose
+    /// failing member was cancelled before its call never finishes, nor is it joined.
+    fn can_join(&self, id: &str) -> bool {
+        let Some((members, _)) = self.produced.groups.get(id) else {
+            return false;
+        };
+        let all_produced = members.keys().last().copied() == u32::try_from(members.len()).ok();
+        all_produced
+            || (self.store.statuses().iter()).any(|((_, k), s)| {
+                members.values().any(|m| m == k)
+                    && matches!(s.status, TaskStatus::Failed | TaskStatus::Dropped)
+            })
     }
 
     /// Whether a member may end cancelled by its group: it fails fast and a member's plan fails.
     pub(super) fn cancelled_by_its_group(&self, key: &TaskKey) -> bool {
         self.produced.groups.values().any(|(keys, fail_fast)| {
             *fail_fast
-                && keys.contains(key)
-                && keys.iter().any(|k| {
+                && keys.values().any(|k| k == key)
+                && keys.values().any(|k| {
                     self.produced
                         .tasks
                         .get(k)
@@ -114,7 +179,10 @@ impl World {
 
     /// Whether every group's join has its final status.
     pub(super) fn joins_done(&self, statuses: &BTreeSet<TaskKey>) -> bool {
-        self.produced.groups.keys().all(|id| {
+        self.produced.groups.iter().all(|(id, (members, _))| {
+            if !self.can_join(id) {
+                return members.values().all(|k| statuses.contains(k));
+            }
             if let Some(parent) = self.produced.group_parents.get(id) {
                 if self.parent_cancelled(parent) {
                     return true;
@@ -146,6 +214,10 @@ impl World {
             .filter(|(_, parent)| self.parent_cancelled(parent))
             .map(|(id, _)| id.clone())
             .collect();
+        let unjoinable: BTreeSet<String> = (self.produced.groups.keys())
+            .filter(|id| !self.can_join(id))
+            .cloned()
+            .collect();
         let cancellable_by_group: BTreeSet<TaskKey> = (self.produced.members.keys())
             .filter(|k| self.cancelled_by_its_group(k))
             .cloned()
@@ -161,6 +233,14 @@ impl World {
                 .map(|c| &c.key)
                 .filter(|k| k.ordering_id == *id && k.uniqueness_key == join_key)
                 .collect();
+            if unjoinable.contains(id) {
+                if !called.is_empty() {
+                    v.push(format!(
+                        "join: group {id}, which no member failed, was joined: {called:?}"
+                    ));
+                }
+                continue;
+            }
             if called.len() != 1 {
                 v.push(format!(
                     "join: group {id} had {} join tasks called: {called:?}",
@@ -187,7 +267,7 @@ impl World {
                     ));
                 }
                 for outcome in &group.members {
-                    let Some(key) = members.get(outcome.index as usize - 1) else {
+                    let Some(key) = members.get(&outcome.index) else {
                         v.push(format!(
                             "join: group {id} has an unknown member {}",
                             outcome.index

@@ -174,8 +174,8 @@ struct Produced {
     chains: BTreeMap<scheduler_client::TaskIdentity, (i64, bool)>,
     /// Identities given a burst of IfAbsent records: the first record's key.
     singletons: BTreeMap<scheduler_client::TaskIdentity, TaskKey>,
-    /// Groups by id: their members' keys (by number) and whether they fail fast.
-    groups: BTreeMap<String, (Vec<TaskKey>, bool)>,
+    /// Groups by id: their members' keys by number and whether they fail fast.
+    groups: BTreeMap<String, (BTreeMap<u32, TaskKey>, bool)>,
     /// Tasks that spawn sub-tasks, and how many (a duplicate delivery says so too).
     spawns: BTreeMap<TaskKey, u32>,
     /// Each sub-task's parent, and each sub-task group's (a cancelled parent spawns nothing).

@@ -146,6 +146,7 @@ impl World {
             445..=454 => self.produce_group(),
             455..=459 => self.produce_parent(),
             460..=469 => self.produce_update_while_running(),
+            470..=471 => self.produce_large_group(),
             80..=399 => {
                 let o = ordering(&mut self.rng);
                 let at = now + TimeDelta::milliseconds(self.rng.i64(-500..8_000));
@@ -196,6 +197,10 @@ impl World {
                 ordering_id: identity.ordering_id.clone(),
                 uniqueness_key: identity.uniqueness_key.clone(),
             };
+            // Calls long enough, at times, to be running as their node drops out of the group
+            // ([`Self::aim_identity_records_at`]).
+            let lasting = Duration::from_millis(self.rng.u64(5..2_500));
+            self.plan(&key, Plan::Succeed(lasting));
             let task = versioned(&key, version).on_conflict(mode);
             self.append(Record::ByIdentity(crate::actors::IdentityOp::Schedule(
                 task,
@@ -253,6 +258,67 @@ impl World {
         let record = Record::ByIdentity(crate::actors::IdentityOp::Schedule(update));
         self.later.push((at + TimeDelta::seconds(1), record));
         self.produced.chains.insert(identity, (2, false));
+    }
+
+    /// Identity records aimed at a rebalance (issue 30, defect 3): as `node` drops out of the
+    /// group, for up to two identities whose calls it is making, a record superseding the task
+    /// (a replace at a later time) or giving it new data (a keepTime or a debounce at its own
+    /// time). The partition's next tree polls it while the earlier tree's call may go on: it
+    /// must wait for that call, and the newest data must run once, after it.
+    pub(super) fn aim_identity_records_at(&mut self, node: usize) {
+        use scheduler_client::OnConflict;
+        let running: Vec<TaskKey> = (self.shared.calls.lock())
+            .unwrap_or_else(PoisonError::into_inner)
+            .iter()
+            .filter(|c| c.node == node && c.ended.is_none())
+            .map(|c| c.key.clone())
+            .collect();
+        let mut aimed = 0;
+        for key in running {
+            let identity = scheduler_client::TaskIdentity::new(
+                key.ordering_id.clone(),
+                key.uniqueness_key.clone(),
+            );
+            let Some((version, cancelled)) = self.produced.chains.get(&identity).copied() else {
+                continue;
+            };
+            // A record of the identity still to be produced would come after this one.
+            let pending_later = self.later.iter().any(
+                |(_, record)| matches!(record, Record::ByIdentity(op) if op.identity() == identity),
+            );
+            if pending_later {
+                continue;
+            }
+            if aimed == 2 {
+                break;
+            }
+            aimed += 1;
+            let (mode, asked) = match self.rng.u32(0..3) {
+                0 => (
+                    OnConflict::Replace,
+                    key.scheduled_time + TimeDelta::milliseconds(self.rng.i64(1..3_000)),
+                ),
+                1 => (OnConflict::KeepTime, key.scheduled_time),
+                _ => (
+                    OnConflict::Debounce {
+                        max_wait: Duration::from_secs(5),
+                    },
+                    key.scheduled_time,
+                ),
+            };
+            let at = self.identity_time(&identity.ordering_id, asked);
+            let next = TaskKey {
+                scheduled_time: at,
+                ..key.clone()
+            };
+            let task = versioned(&next, version + 1).on_conflict(mode);
+            tracing::info!(node, %identity, version = version + 1, ?mode, cancelled,
+                "sim: an identity record aimed at the rebalance");
+            self.append(Record::ByIdentity(crate::actors::IdentityOp::Schedule(
+                task,
+            )));
+            self.produced.chains.insert(identity, (version + 1, false));
+        }
     }
 
     /// Appends the records produced for later whose time came.
