@@ -235,6 +235,10 @@ impl World {
                 if tie && (produced.redelivered.contains(a) || produced.redelivered.contains(b)) {
                     continue;
                 }
+                // A redriven task is due when it was redriven, not enqueued in schedule order.
+                if produced.redriven.contains_key(a) || produced.redriven.contains_key(b) {
+                    continue;
+                }
                 if let (Some(ta), Some(tb)) = (first_start.get(a), first_start.get(b)) {
                     if tb < ta {
                         v.push(format!("order: {b} first started before {a}"));
@@ -331,6 +335,7 @@ impl World {
         self.check_identities(&statuses, &calls);
         self.check_schedules(&statuses, &calls);
         self.check_groups(&statuses, &calls);
+        self.check_suspensions(&calls);
         let v = &mut self.violations;
         // The last record of a key in one batch is what runs.
         for call in &calls {
@@ -345,7 +350,7 @@ impl World {
 }
 
 /// When `call` ran, in seconds since the seed began (as replayed logs stamp their lines).
-fn span(origin: Instant, call: &Call) -> String {
+pub(super) fn span(origin: Instant, call: &Call) -> String {
     let at = |t: Instant| format!("{:.3}s", (t - origin).as_secs_f64());
     match call.ended {
         Some(ended) => format!("{} to {}", at(call.started), at(ended)),

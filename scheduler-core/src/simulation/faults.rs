@@ -93,6 +93,10 @@ impl World {
                     tracing::info!(node, op, "sim: the process will pause at its next request");
                 }
             }
+            // The operator suspends an orderingId or a group for a few seconds.
+            55..=62 => self.suspend(),
+            // The operator redrives a dead letter.
+            63..=72 => self.redrive().await,
             31..=34 if self.members().len() < 3 => {
                 tracing::info!(node = self.nodes.len(), "sim: node joins");
                 self.add_node();

@@ -267,13 +267,16 @@ impl World {
                     ));
                 }
                 for outcome in &group.members {
-                    let Some(key) = members.get(&outcome.index) else {
+                    let Some(member_key) = members.get(&outcome.index) else {
                         v.push(format!(
                             "join: group {id} has an unknown member {}",
                             outcome.index
                         ));
                         continue;
                     };
+                    // A member redriven from the dead letters finishes under its new key.
+                    let redriven = self.produced.redriven.get(&outcome.key) == Some(member_key);
+                    let key = if redriven { &outcome.key } else { member_key };
                     if outcome.key != *key {
                         v.push(format!(
                             "join: group {id}'s member {} has the key {}, not {key}",

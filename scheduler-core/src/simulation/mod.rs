@@ -5,8 +5,10 @@
 //! the group past the session timeout, and pausing their whole process past the lease TTL
 //! ([`pausable_store`]; a pause may be set to spring on the node's next status or attempt
 //! write, and a woken node runs on briefly before it rejoins), executor errors, panics, hangs and calls longer than the drain,
-//! duplicate records, replaced records, cancels and floods. Then it heals everything, lets the
-//! nodes finish, and checks:
+//! duplicate records, replaced records, cancels and floods, identity records aimed at a node
+//! dropping out of the group, large groups, and an operator who suspends orderingIds and groups
+//! and redrives dead letters ([`operator`]). Then it heals everything, lets the nodes finish,
+//! and checks:
 //!
 //! - nothing accepted is lost: every task has the final status its plan leads to;
 //! - nothing starts before its time;
@@ -38,6 +40,9 @@
 //!   (an overlap skip, a late tick's catch-up), from its creation to its pause after the heal,
 //!   also when the whole cluster was down for over a minute at the heal and its nodes declared
 //!   the schedules again at their start;
+//! - no call of a suspended orderingId or group starts while it is suspended, and a redriven
+//!   dead letter runs to its end as a new task (a group member keeping its place);
+//! - no read steps over more than 1,000 tombstones, and the rows read per call stay bounded;
 //! - at a calm end, one orderingId stuck on failing tasks does not hold up another of its
 //!   partition (its tasks start within a second of their time), nor the partition's low-water
 //!   mark (it passes the other's tasks while the stuck one's are still deferred).
@@ -72,6 +77,7 @@ mod checks;
 mod executor;
 mod faults;
 mod groups;
+mod operator;
 mod pausable_store;
 mod recurring;
 mod runner;
@@ -185,6 +191,8 @@ struct Produced {
     members: BTreeMap<TaskKey, scheduler_client::GroupMember>,
     /// The join tasks the nodes enqueued, by group id.
     joins: BTreeMap<String, BTreeSet<TaskKey>>,
+    /// Dead letters redriven: the new task's key, and the dead one's.
+    redriven: BTreeMap<TaskKey, TaskKey>,
 }
 
 /// A time when a node (or, with no node, the store for every node) was disturbed by a fault:
@@ -222,6 +230,9 @@ struct World {
     recurring: recurring::Recurring,
     /// Records to produce once the clock reaches their time.
     later: Vec<(DateTime<Utc>, Record)>,
+    /// The suspensions the operator made, and the watch every node's trees read them from.
+    suspended: Vec<operator::Suspended>,
+    suspensions: tokio::sync::watch::Sender<Arc<crate::store::Suspensions>>,
 }
 
 impl World {
@@ -264,6 +275,8 @@ impl World {
             outbox: crate::enqueue::Outbox::default(),
             recurring: recurring::Recurring::default(),
             later: Vec::new(),
+            suspended: Vec::new(),
+            suspensions: tokio::sync::watch::channel(Arc::default()).0,
         };
         world.add_node();
         world.add_node();
@@ -321,8 +334,7 @@ impl World {
             metrics: Arc::new(crate::metrics::Metrics::new()),
             events: None,
             enqueuer: Arc::new(self.outbox.clone()),
-            // (The simulation suspends nothing.)
-            suspensions: tokio::sync::watch::channel(Arc::default()).1,
+            suspensions: self.suspensions.subscribe(),
             partitions: PARTITIONS,
         };
         let gauges = deps.in_flight.clone();
@@ -458,6 +470,7 @@ impl World {
             }
             self.notice_sprung_traps().await;
             self.wake_paused(false).await;
+            self.resume_due(false);
             if self.store.fail_next_remaining() > 0 || self.latency_until.is_some() {
                 self.disturb(None, Instant::now(), Some(STORE_FAULT_REACH));
             }
@@ -473,6 +486,7 @@ impl World {
         self.disarm_traps();
         self.notice_sprung_traps().await;
         self.wake_paused(true).await;
+        self.resume_due(true);
         // The rolling deploy completes: nodes without the late type's handler leave.
         self.healed = true;
         for node in self.members().into_iter().filter(|n| n % 2 == 1) {

@@ -293,7 +293,11 @@ impl World {
                 break;
             }
             aimed += 1;
-            let (mode, asked) = match self.rng.u32(0..3) {
+            // On an orderingId other identities share, only a replace at a later time keeps
+            // its tasks enqueued in schedule order (a keepTime or a debounce capped by its max
+            // wait would put new data at a time before tasks enqueued since).
+            let shared = !identity.ordering_id.starts_with("upd");
+            let (mode, asked) = match if shared { 0 } else { self.rng.u32(0..3) } {
                 0 => (
                     OnConflict::Replace,
                     key.scheduled_time + TimeDelta::milliseconds(self.rng.i64(1..3_000)),
