@@ -151,8 +151,12 @@ pub struct TaskPersistence {
     lease: TreeLease,
     /// The tree's epoch (0 until its claim completed: nothing is written or loaded before).
     epoch: u64,
-    /// The low-water mark as stored.
+    /// The low-water mark as stored, or as an advance that failed may have stored it.
     low_water: DateTime<Utc>,
+    /// The mark last known stored: below `low_water` after an advance that may not have
+    /// applied. A batch lowers the mark to no more than this, so that a lowering never raises
+    /// a mark the advance did not move past tasks it did not list.
+    low_water_stored: DateTime<Utc>,
     /// Enqueues a group's join when a cancel finishes the group.
     enqueuer: Arc<dyn Enqueuer>,
     /// Identity records waiting for an earlier tree's calls of their orderingId.
@@ -220,6 +224,7 @@ impl TaskPersistence {
             lease: links.lease,
             epoch: 0,
             low_water: start,
+            low_water_stored: start,
             enqueuer: links.enqueuer,
             waiting_records: WaitingRecords::default(),
         }
@@ -396,6 +401,7 @@ impl TaskPersistence {
         let from = low_water.unwrap_or_else(schedule_start);
         self.epoch = epoch;
         (self.low_water, self.cursor) = (from, ReadCursor::From(from));
+        self.low_water_stored = from;
         self.in_flight.set_low_water(from);
         info!(partition = self.partition, epoch, low_water = ?low_water,
             behind = behind.len(), lists = lists.len(), "loading from the low-water mark");
@@ -590,7 +596,7 @@ impl TaskPersistence {
                     return;
                 }
             }
-            act.low_water = mark;
+            (act.low_water, act.low_water_stored) = (mark, mark);
             act.in_flight.recorded(seq, mark);
             debug!(partition, %mark, "low-water mark advanced");
             let forget = act.store.forget_buckets(partition, keep_from, stamp);
@@ -731,7 +737,7 @@ impl TaskPersistence {
         // Given the low-water mark as the work starts, not as the message arrives: a mark
         // advance queued meanwhile runs first (the context runs its latest wait first), and a
         // task due before the mark it wrote must still lower it.
-        let work = move |low_water: DateTime<Utc>| async move {
+        let work = move |low_water: DateTime<Utc>, stored: DateTime<Utc>| async move {
             // A record acting on an identity that an earlier tree's call could defeat waits for
             // that call, and later ones of its orderingId behind it (`identity_deferral`).
             let (by_identity, deferred_records) =
@@ -764,12 +770,15 @@ impl TaskPersistence {
             // A cancel an earlier tree's call could defeat waits for that call (`cancels`).
             let (cancels, deferred) = canceller.defer_where_needed(cancels, cancelled_at).await?;
             // A task due before the low-water mark lowers it first: were the tree to stop
-            // before running it, the next tree must load it.
+            // before running it, the next tree must load it. Never above the mark last known
+            // stored: after an advance that may not have applied, the stored mark may be lower
+            // than the task, with tasks between them it does not list.
             let lower = tasks
                 .iter()
                 .map(|t| t.scheduled_time)
                 .min()
-                .filter(|earliest| *earliest < low_water);
+                .filter(|earliest| *earliest < low_water)
+                .map(|earliest| earliest.min(stored));
             if let Some(at) = lower {
                 if !store.set_low_water(partition, epoch, at).await? {
                     return Err(TreeError::Stopping {
@@ -800,16 +809,17 @@ impl TaskPersistence {
             .await?;
             Ok((tasks, refused, cancelled, lower, deferred, deferred_records))
         };
-        let bounded = move |low_water| async move {
-            tokio::time::timeout_at(answer_by, work(low_water))
+        let bounded = move |low_water, stored| async move {
+            tokio::time::timeout_at(answer_by, work(low_water, stored))
                 .await
                 .unwrap_or(Err(TreeError::Store(StoreError::Timeout {
                     operation: "persisting a polled batch",
                     after: timeout,
                 })))
         };
-        let started_work = actix::fut::ready(())
-            .then(move |(), act: &mut Self, _| bounded(act.low_water).into_actor(act));
+        let started_work = actix::fut::ready(()).then(move |(), act: &mut Self, _| {
+            bounded(act.low_water, act.low_water_stored).into_actor(act)
+        });
         Box::pin(started_work.map(move |result, act, ctx| {
             let (tasks, refused, cancelled, lower, deferred, deferred_records) = match result {
                 Ok(done) => done,
@@ -830,7 +840,7 @@ impl TaskPersistence {
                 }
             }
             if let Some(at) = lower {
-                act.low_water = at;
+                (act.low_water, act.low_water_stored) = (at, at);
                 act.in_flight.set_low_water(at);
             }
             if !tasks.is_empty() {

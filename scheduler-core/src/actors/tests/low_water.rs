@@ -76,6 +76,57 @@ fn a_task_due_long_before_the_mark_lowers_it_before_its_batch_is_acknowledged() 
     });
 }
 
+/// A mark advance that failed may or may not have applied, so the tree compares later batches
+/// with the higher mark; a batch with a task between the stored mark and that one then lowered
+/// the mark to the task, which, when the advance had not applied, *raised* the stored mark past
+/// a retrying task it did not list: the next tree never loaded it (found by the simulation,
+/// seed 2698 of a 3,000-seed run, the advance cut by a process pause).
+#[test]
+fn a_batch_lowering_the_mark_after_a_failed_advance_never_raises_it_past_a_retrying_task() {
+    run_paused(|| async {
+        let settings = SchedulingSettings {
+            backoff_factor: Duration::from_secs(100),
+            max_backoff: Duration::from_secs(200),
+            ..SchedulingSettings::default()
+        };
+        let h = Harness::new(
+            settings,
+            Duration::ZERO,
+            &[("held", Behaviour::FailTimes(1))],
+        );
+        h.assign().await;
+        let done: Vec<Task> = (0..10).map(|i| task("a", t0() + ms(i), "1")).collect();
+        h.enqueue(done).await;
+        advance(Duration::from_secs(30)).await;
+        let stored = h.store.low_water_of(P).expect("a mark is recorded");
+        // Every advance fails from now on, before it applies.
+        h.store.fail_op("low-water advance", 1_000);
+        let held = task("held", t0() + ms(31_000), "1");
+        h.enqueue(vec![held.clone(), task("d", t0() + ms(32_000), "1")])
+            .await;
+        advance(Duration::from_secs(40)).await;
+        assert_eq!(
+            h.recorder.call_times("held").len(),
+            1,
+            "waiting for its retry"
+        );
+        assert_eq!(h.store.low_water_of(P), Some(stored), "no advance applied");
+        // A task due after the held one, but before the mark the failed advances tried.
+        h.enqueue(vec![task("y", t0() + ms(33_500), "1")]).await;
+        let mark = h.store.low_water_of(P).expect("a mark is recorded");
+        assert!(
+            mark <= held.scheduled_time,
+            "the mark was raised past the held task: {mark}"
+        );
+        h.store.fail_op("low-water advance", 0);
+        h.topic.send(RevokePartitions).await.expect("revoke");
+        h.assign().await;
+        advance(Duration::from_secs(300)).await;
+        let status = h.store.status_of(P, &held.key()).map(|s| s.status);
+        assert_eq!(status, Some(TaskStatus::Completed));
+    });
+}
+
 #[test]
 fn a_task_written_hours_before_any_node_ran_is_loaded() {
     run_paused(|| async {

@@ -870,17 +870,18 @@ impl OwnershipStore for MemoryStore {
         behind: Vec<TaskKey>,
         lists: Vec<crate::store::ListBehind>,
     ) -> BoxFuture<'static, StoreResult<bool>> {
-        let mut state = self.lock();
-        let current = state.epochs.get(&partition).copied().unwrap_or(0);
-        let applied = current == epoch && epoch > 0;
-        if applied {
-            let behind = Some(behind);
-            state
-                .low_water
-                .insert(partition, LowWater { at, behind, lists });
-        }
-        drop(state);
-        self.delayed("low-water write", Ok(applied))
+        // An injected failure ("low-water advance") fails it before it applies.
+        self.run("low-water advance", move |state| {
+            let current = state.epochs.get(&partition).copied().unwrap_or(0);
+            let applied = current == epoch && epoch > 0;
+            if applied {
+                let behind = Some(behind);
+                state
+                    .low_water
+                    .insert(partition, LowWater { at, behind, lists });
+            }
+            applied
+        })
     }
 
     fn owners(&self) -> BoxFuture<'static, StoreResult<Vec<PartitionOwner>>> {
