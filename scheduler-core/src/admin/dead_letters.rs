@@ -10,7 +10,7 @@ use axum::extract::{Query, State};
 use axum::http::StatusCode;
 use axum::Json;
 use chrono::{DateTime, Utc};
-use scheduler_client::{truncate_to_millis, wire, Task, TaskKey};
+use scheduler_client::{truncate_to_millis, wire, TaskKey};
 
 use super::api::{
     DeadLetterCursor, DeadLetterQuery, DeadLetterSelection, DeadLetterView, DeadLettersResponse,
@@ -228,11 +228,7 @@ async fn apply(
         }
         Action::Redrive => {
             let now = truncate_to_millis(Utc::now());
-            let task = Task {
-                scheduled_time: now,
-                enqueue_offset: None,
-                ..letter.task
-            };
+            let task = letter.redriven(now);
             let new_key = task.key();
             let task_type = task.task_type.clone();
             state

@@ -57,6 +57,29 @@ pub struct DeadLetter {
     pub redrives: u32,
 }
 
+impl DeadLetter {
+    /// The task a redrive enqueues (the admin API's, the dashboard's, the CLI's): the dead one
+    /// again, with its type, data, priority, group and identity, due `at` (a new key), with no
+    /// enqueue offset. A task of an identity is made its identity's current task
+    /// (`replace`): an `ifAbsent` one would be ignored, since its own dead task counts as one
+    /// that finished within the status retention (a group's join is `ifAbsent`: until issue
+    /// 30's simulation redrove one, a redriven join never ran).
+    pub fn redriven(&self, at: DateTime<Utc>) -> Task {
+        let on_conflict = match self.task.on_conflict {
+            Some(scheduler_client::OnConflict::IfAbsent) => {
+                Some(scheduler_client::OnConflict::Replace)
+            }
+            mode => mode,
+        };
+        Task {
+            scheduled_time: at,
+            enqueue_offset: None,
+            on_conflict,
+            ..self.task.clone()
+        }
+    }
+}
+
 /// Which dead letters an operation covers: those of a task type (all when `None`) whose task
 /// was due in `[from, to)`.
 #[derive(Debug, Clone, PartialEq, Eq)]

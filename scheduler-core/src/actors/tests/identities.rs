@@ -656,3 +656,39 @@ fn deferred_identity_records_left_by_a_stopped_tree_are_applied_by_the_next_in_o
             .is_empty());
     });
 }
+
+/// A dead-lettered task of an `ifAbsent` identity (a group's join is one) redriven as the admin
+/// API redrives it runs again: its own dead task counts as one that finished within the status
+/// retention, so the redrive, were it `ifAbsent` too, would be ignored (until issue 30's
+/// simulation redrove dead letters, a redriven join never ran).
+#[test]
+fn a_redriven_dead_letter_of_an_if_absent_identity_runs_again() {
+    use crate::store::DeadLetterStore;
+    run_paused(|| async {
+        let h = Harness::new(
+            SchedulingSettings::default(),
+            Duration::ZERO,
+            &[("gives-up", Behaviour::GiveUp)],
+        );
+        h.assign().await;
+        let first = with_data("gives-up", t0() + ms(1_000), 1);
+        h.by_identity(vec![IdentityOp::Schedule(
+            first.clone().on_conflict(OnConflict::IfAbsent),
+        )])
+        .await;
+        advance(Duration::from_secs(5)).await;
+        assert_eq!(h.recorder.call_times("gives-up").len(), 1);
+        let letter = (h.store.dead_letter(first.key()).await)
+            .expect("read")
+            .expect("its dead letter");
+        let again = letter.redriven(t0() + ms(6_000));
+        h.by_identity(vec![IdentityOp::Schedule(again.clone())])
+            .await;
+        advance(Duration::from_secs(5)).await;
+        assert_eq!(
+            h.recorder.call_times("gives-up"),
+            [first.scheduled_time, again.scheduled_time],
+            "the redriven task ran"
+        );
+    });
+}
