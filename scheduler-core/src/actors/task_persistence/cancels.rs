@@ -145,6 +145,7 @@ impl Canceller {
     ) -> TreeResult<Vec<TaskKey>> {
         let (store, enqueuer, metrics, partition) =
             (&self.store, &self.enqueuer, &self.metrics, self.partition);
+        let gate = &self.gate;
         futures::stream::iter(cancels)
         .map(|key| {
             let store = Arc::clone(store);
@@ -165,10 +166,14 @@ impl Canceller {
                 };
                 // A task whose dead letter was recorded had failed already: the cancel came
                 // while its outcome was being recorded (a call is not interrupted by a cancel),
-                // so the outcome stands, as its tree would have written it.
+                // so the outcome stands, as its tree would have written it. Unless this tree's
+                // call of it is under way (an earlier tree's status write was cut off, and the
+                // task runs again): that call's outcome replaces the cancellation.
                 if let Some(failed) = failed_status(store.as_ref(), &key).await? {
                     info!(partition, task = %key, status = failed.status.as_str(), "cancel ignored: the task had failed (its dead letter is recorded)");
-                    store.record_status(partition, key.clone(), failed).await?;
+                    if !gate.began(&key) {
+                        store.record_status(partition, key.clone(), failed).await?;
+                    }
                     return Ok(None);
                 }
                 if cancelled {
