@@ -1,7 +1,7 @@
 //! The simulated user executor: each task's plan (succeed, fail, give up, panic, hang) and
 //! the log of every call, shared by all nodes.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -57,6 +57,8 @@ pub(super) struct Shared {
     pub(super) dead_lettered: Mutex<BTreeMap<TaskKey, usize>>,
     /// Each successful join call: the join task and the group it was given.
     pub(super) joins: Mutex<Vec<(TaskKey, GroupOutcome)>>,
+    /// Groups whose join's first call gives up (a dead letter for the operator to redrive).
+    pub(super) failing_joins: Mutex<BTreeSet<String>>,
 }
 
 impl Shared {
@@ -177,6 +179,16 @@ impl TaskExecutor for SimExecutor {
         group: &GroupOutcome,
         ctx: &TaskContext,
     ) -> Result<(), TaskError> {
+        let failing = (task.join_of.as_ref()).is_some_and(|id| {
+            (self.shared.failing_joins.lock())
+                .unwrap_or_else(PoisonError::into_inner)
+                .remove(id)
+        });
+        if failing {
+            (self.shared.plans.lock())
+                .unwrap_or_else(PoisonError::into_inner)
+                .insert(task.key(), Plan::GiveUp);
+        }
         self.execute(task, ctx).await?;
         self.shared
             .joins

@@ -129,6 +129,13 @@ impl World {
             self.produced.tasks.insert(key.clone(), (plan, 1));
             keys.insert(index, key);
         }
+        // One join in eight gives up on its first call: a dead letter the operator may redrive.
+        if self.rng.u32(0..8) == 0 {
+            self.produced.failing_joins.insert(id.clone());
+            (self.shared.failing_joins.lock())
+                .unwrap_or_else(PoisonError::into_inner)
+                .insert(id.clone());
+        }
         self.produced.groups.insert(id, (keys, fail_fast));
     }
 
@@ -241,7 +248,16 @@ impl World {
                 }
                 continue;
             }
-            if called.len() != 1 {
+            // A join that gave up on purpose, and its redrive (if the operator made one).
+            let failing = self.produced.failing_joins.contains(id);
+            let redrives = (called.iter())
+                .filter(|k| self.produced.redriven.contains_key(**k))
+                .count();
+            let expected = match failing {
+                true => 1 + redrives,
+                false => 1,
+            };
+            if called.len() != expected || (!failing && redrives > 0) {
                 v.push(format!(
                     "join: group {id} had {} join tasks called: {called:?}",
                     called.len()
@@ -249,7 +265,7 @@ impl World {
             }
             let given: Vec<&GroupOutcomeOf> =
                 joins.iter().filter(|(k, _)| k.ordering_id == *id).collect();
-            if given.is_empty() {
+            if given.is_empty() && !(failing && redrives == 0) {
                 let stored = self.store.groups();
                 let stored = stored.iter().find(|(k, _)| k.id == *id).map(|(_, g)| g);
                 v.push(format!(

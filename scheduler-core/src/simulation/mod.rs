@@ -193,6 +193,8 @@ struct Produced {
     joins: BTreeMap<String, BTreeSet<TaskKey>>,
     /// Dead letters redriven: the new task's key, and the dead one's.
     redriven: BTreeMap<TaskKey, TaskKey>,
+    /// Groups whose join's first call gives up.
+    failing_joins: BTreeSet<String>,
 }
 
 /// A time when a node (or, with no node, the store for every node) was disturbed by a fault:
@@ -254,6 +256,7 @@ impl World {
             calls: Mutex::default(),
             dead_lettered: Mutex::default(),
             joins: Mutex::default(),
+            failing_joins: Mutex::default(),
         });
         let mut world = World {
             rng: fastrand::Rng::with_seed(seed),
@@ -512,6 +515,9 @@ impl World {
             steps += 1;
             if steps == SCHEDULES_PAUSE_STEP {
                 self.pause_schedules().await;
+            }
+            if steps == SCHEDULES_PAUSE_STEP / 2 {
+                self.redrive_dead_joins().await;
             }
             // Done early once every task has its final status and every record is consumed
             // (then a few more seconds, so a wrong late run would still show).

@@ -80,26 +80,37 @@ impl World {
             .send_replace(Arc::new(Suspensions::new(in_force)));
     }
 
-    /// Redrives one dead letter not redriven yet, as the admin API does: the task again, due
-    /// now (a new key), then its letter marked redriven. A member of a group that does not fail
-    /// fast keeps its place in the group (its outcome is the redriven task's once that ends); a
-    /// tick is one of the schedules' (its chain goes on by its cadence, checked with them).
+    /// Redrives one dead letter not redriven yet, as the admin API does
+    /// ([`crate::store::DeadLetter::redriven`]: the task again, due now, a new key), then marks
+    /// its letter redriven. A member of a group that does not fail fast keeps its place in the
+    /// group (its outcome is the redriven task's once that ends); a join runs again, given the
+    /// group as stored; a tick is one of the schedules' (its chain goes on by its cadence,
+    /// checked with them).
     pub(super) async fn redrive(&mut self) {
         let letters: Vec<crate::store::DeadLetter> = (self.store.all_dead_letters().into_values())
             .filter(|l| l.redrives == 0)
             .filter(|l| l.task.group.as_ref().is_none_or(|m| !m.fail_fast))
-            .filter(|l| l.task.join_of.is_none())
             .collect();
         if letters.is_empty() {
             return;
         }
         let letter = letters[self.rng.usize(0..letters.len())].clone();
+        self.redrive_letter(letter).await;
+    }
+
+    /// Once the faults are over, the operator redrives every dead-lettered join.
+    pub(super) async fn redrive_dead_joins(&mut self) {
+        let joins: Vec<crate::store::DeadLetter> = (self.store.all_dead_letters().into_values())
+            .filter(|l| l.redrives == 0 && l.task.join_of.is_some())
+            .collect();
+        for letter in joins {
+            self.redrive_letter(letter).await;
+        }
+    }
+
+    async fn redrive_letter(&mut self, letter: crate::store::DeadLetter) {
         let now = self.now();
-        let task = Task {
-            scheduled_time: now,
-            enqueue_offset: None,
-            ..letter.task.clone()
-        };
+        let task = letter.redriven(now);
         let (old, new) = (letter.task.key(), task.key());
         if self.produced.tasks.contains_key(&new) || old == new {
             return;
@@ -117,7 +128,12 @@ impl World {
             }
             self.produced.redriven.insert(new.clone(), old.clone());
         }
-        self.append(Record::Task(task));
+        // A task of an identity (a join) acts on it, as the consumer decodes such a record.
+        let record = match task.on_conflict {
+            Some(_) => Record::ByIdentity(crate::actors::IdentityOp::Schedule(task)),
+            None => Record::Task(task),
+        };
+        self.append(record);
         // As the API does: marked once enqueued (the store takes no injected fault here).
         let _ = self.store.mark_redriven(old, 1, now).await;
     }
