@@ -84,11 +84,7 @@ fn a_task_due_long_before_the_mark_lowers_it_before_its_batch_is_acknowledged() 
 #[test]
 fn a_batch_lowering_the_mark_after_a_failed_advance_never_raises_it_past_a_retrying_task() {
     run_paused(|| async {
-        let settings = SchedulingSettings {
-            backoff_factor: Duration::from_secs(100),
-            max_backoff: Duration::from_secs(200),
-            ..SchedulingSettings::default()
-        };
+        let settings = slow_retries();
         let h = Harness::new(
             settings,
             Duration::ZERO,
@@ -166,11 +162,7 @@ fn finished_hour_buckets_are_forgotten_once_the_mark_passes_them() {
 #[test]
 fn a_task_retrying_for_long_does_not_hold_the_mark_back_and_survives_a_restart() {
     run_paused(|| async {
-        let settings = SchedulingSettings {
-            backoff_factor: Duration::from_secs(100),
-            max_backoff: Duration::from_secs(200),
-            ..SchedulingSettings::default()
-        };
+        let settings = slow_retries();
         let h = Harness::new(
             settings,
             Duration::ZERO,
@@ -233,11 +225,7 @@ async fn run_beside_2_000_others(h: &Harness, stuck: &[Task]) {
 #[test]
 fn tasks_queued_behind_a_stuck_head_do_not_hold_the_mark_back_and_run_in_order_after_a_restart() {
     run_paused(|| async {
-        let settings = SchedulingSettings {
-            backoff_factor: Duration::from_secs(100),
-            max_backoff: Duration::from_secs(200),
-            ..SchedulingSettings::default()
-        };
+        let settings = slow_retries();
         let h = Harness::new(
             settings,
             Duration::ZERO,
@@ -367,4 +355,13 @@ fn a_mark_an_older_release_wrote_finds_its_retrying_tasks_in_the_old_table() {
         assert!(mark.is_some_and(|mark| mark > t0()), "{mark:?}");
         assert_eq!(h.store.behind_low_water(P), Vec::<TaskKey>::new());
     });
+}
+
+/// Settings whose retries wait 100 s, then 200 s: a task that fails once is held for minutes.
+fn slow_retries() -> SchedulingSettings {
+    SchedulingSettings {
+        backoff_factor: Duration::from_secs(100),
+        max_backoff: Duration::from_secs(200),
+        ..SchedulingSettings::default()
+    }
 }
