@@ -139,19 +139,22 @@ impl World {
         self.produced.groups.insert(id, (keys, fail_fast));
     }
 
-    /// Whether group `id` can be joined: all its members were produced, or (a fail-fast group of
-    /// which only some members were produced) one of them ended failed or dropped. One whose
-    /// failing member was cancelled before its call never finishes, nor is it joined.
-    fn can_join(&self, id: &str) -> bool {
-        let Some((members, _)) = self.produced.groups.get(id) else {
-            return false;
-        };
-        let all_produced = members.keys().last().copied() == u32::try_from(members.len()).ok();
-        all_produced
-            || (self.store.statuses().iter()).any(|((_, k), s)| {
-                members.values().any(|m| m == k)
-                    && matches!(s.status, TaskStatus::Failed | TaskStatus::Dropped)
+    /// The groups that cannot be joined: fail-fast groups of which only some members were
+    /// produced, none of which ended failed or dropped (one whose failing member was cancelled
+    /// before its call never finishes, nor is it joined). Every other group can be.
+    fn unjoinable(&self) -> BTreeSet<String> {
+        let failed: BTreeSet<TaskKey> = (self.store.statuses().into_iter())
+            .filter(|(_, s)| matches!(s.status, TaskStatus::Failed | TaskStatus::Dropped))
+            .map(|((_, k), _)| k)
+            .collect();
+        (self.produced.groups.iter())
+            .filter(|(_, (members, _))| {
+                let all_produced =
+                    members.keys().last().copied() == u32::try_from(members.len()).ok();
+                !all_produced && !members.values().any(|k| failed.contains(k))
             })
+            .map(|(id, _)| id.clone())
+            .collect()
     }
 
     /// Whether a member may end cancelled by its group: it fails fast and a member's plan fails.
@@ -186,8 +189,9 @@ impl World {
 
     /// Whether every group's join has its final status.
     pub(super) fn joins_done(&self, statuses: &BTreeSet<TaskKey>) -> bool {
+        let unjoinable = self.unjoinable();
         self.produced.groups.iter().all(|(id, (members, _))| {
-            if !self.can_join(id) {
+            if unjoinable.contains(id) {
                 return members.values().all(|k| statuses.contains(k));
             }
             if let Some(parent) = self.produced.group_parents.get(id) {
@@ -221,10 +225,7 @@ impl World {
             .filter(|(_, parent)| self.parent_cancelled(parent))
             .map(|(id, _)| id.clone())
             .collect();
-        let unjoinable: BTreeSet<String> = (self.produced.groups.keys())
-            .filter(|id| !self.can_join(id))
-            .cloned()
-            .collect();
+        let unjoinable = self.unjoinable();
         let cancellable_by_group: BTreeSet<TaskKey> = (self.produced.members.keys())
             .filter(|k| self.cancelled_by_its_group(k))
             .cloned()
