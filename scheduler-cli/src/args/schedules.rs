@@ -150,7 +150,7 @@ pub(crate) struct ScheduleDefinitionArgs {
 /// `--overlap`: the engine's [`Overlap`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub(crate) enum OverlapPolicy {
-    /// Skip the fire time (recorded as skipped) while the previous run has not finished.
+    /// Skip an on-time fire time (recorded as skipped) while the previous run has not finished.
     Skip,
     /// Enqueue it anyway (runs of one orderingId still run one at a time, in order).
     Allow,

@@ -108,7 +108,9 @@ pub struct ScheduleSpec {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub enum Overlap {
-    /// Skip the fire (recorded as skipped) while the previous run has no final status.
+    /// Skip an on-time fire (recorded as skipped) while the previous run has no final status.
+    /// A late tick's fires follow the catch-up policy alone: the outage that made the tick late
+    /// most often held the previous run too.
     #[default]
     Skip,
     /// Enqueue it anyway (runs of one orderingId still run one at a time, in order).
@@ -419,6 +421,8 @@ pub fn run_key(id: &str, fire: DateTime<Utc>) -> String {
 /// What a tick for `fire`, running at `now`, does.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Plan {
+    /// Whether the tick runs past the misfire threshold: the catch-up policy picked `due`.
+    pub late: bool,
     /// The fire times to enqueue runs for, in order.
     pub due: Vec<DateTime<Utc>>,
     /// Fire times passed over by the catch-up policy: how many, the first and the last.
@@ -450,6 +454,7 @@ pub fn plan(
 ) -> Plan {
     if now - fire <= spec.misfire() {
         return Plan {
+            late: false,
             due: vec![fire],
             missed: None,
             next: cadence.next_after(fire),
@@ -487,6 +492,7 @@ pub fn plan(
         _ => None,
     };
     Plan {
+        late: true,
         due,
         missed,
         next: cadence.next_after(now),

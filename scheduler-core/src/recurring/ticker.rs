@@ -8,7 +8,9 @@
 //!    if its chain went on past `T`;
 //! 2. plans what to fire ([`super::plan`]): `T` when on time, else the catch-up policy's pick
 //!    of the fire times that passed;
-//! 3. skips them if overlap is `skip` and the previous run has no final status yet;
+//! 3. on time, skips the fire if overlap is `skip` and the previous run has no final status
+//!    yet (a late tick's catch-up policy alone decides: the outage that made it late most
+//!    often held the previous run too);
 //! 4. records the fires (one single-partition write), then enqueues the runs
 //!    (uniquenessKey `schedule:<id>@<fire ms>`, `IfAbsent`) and the next tick, then records
 //!    where the chain stands.
@@ -172,8 +174,10 @@ impl Ticker {
         let spec = &record.spec;
         let now = self.clock.now();
         let plan = plan(spec, cadence, fire, now);
+        // The overlap policy holds back an on-time fire; a late tick's catch-up policy alone
+        // decides, since the outage that made it late most often held the previous run too.
         let overlapping = match record.last_fire {
-            Some(previous) if spec.overlap == Overlap::Skip && previous < fire => {
+            Some(previous) if spec.overlap == Overlap::Skip && !plan.late && previous < fire => {
                 self.still_running(spec, previous).await?
             }
             _ => false,
