@@ -59,6 +59,8 @@ pub(super) struct Shared {
     pub(super) joins: Mutex<Vec<(TaskKey, GroupOutcome)>>,
     /// Groups whose join's first call gives up (a dead letter for the operator to redrive).
     pub(super) failing_joins: Mutex<BTreeSet<String>>,
+    /// Schedules whose next tick gives up (a dead letter for the operator to redrive).
+    pub(super) failing_ticks: Mutex<BTreeSet<String>>,
 }
 
 impl Shared {

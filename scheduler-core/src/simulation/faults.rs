@@ -97,6 +97,8 @@ impl World {
             55..=62 => self.suspend(),
             // The operator redrives a dead letter.
             63..=72 => self.redrive().await,
+            // A schedule's next tick gives up: a dead letter, its chain stalled until redriven.
+            73..=75 => self.fail_next_tick(),
             31..=34 if self.members().len() < 3 => {
                 tracing::info!(node = self.nodes.len(), "sim: node joins");
                 self.add_node();

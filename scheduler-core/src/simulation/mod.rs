@@ -6,8 +6,8 @@
 //! ([`pausable_store`]; a pause may be set to spring on the node's next status or attempt
 //! write, and a woken node runs on briefly before it rejoins), executor errors, panics, hangs and calls longer than the drain,
 //! duplicate records, replaced records, cancels and floods, identity records aimed at a node
-//! dropping out of the group, large groups, and an operator who suspends orderingIds and groups
-//! and redrives dead letters ([`operator`]). Then it heals everything, lets the nodes finish,
+//! dropping out of the group, large groups, joins and schedule ticks that give up, and an
+//! operator who suspends orderingIds and groups and redrives dead letters ([`operator`]). Then it heals everything, lets the nodes finish,
 //! and checks:
 //!
 //! - nothing accepted is lost: every task has the final status its plan leads to;
@@ -39,7 +39,8 @@
 //! - each recurring schedule fires each fire time once (one run, finished) or accounts for it
 //!   (an overlap skip, a late tick's catch-up), from its creation to its pause after the heal,
 //!   also when the whole cluster was down for over a minute at the heal and its nodes declared
-//!   the schedules again at their start;
+//!   the schedules again at their start, and when a tick gave up and the operator redrove it
+//!   (a redriven tick runs to its end);
 //! - no call of a suspended orderingId or group starts while it is suspended, and a redriven
 //!   dead letter runs to its end as a new task (a group member keeping its place);
 //! - no read steps over more than 1,000 tombstones, and the rows read per call stay bounded;
@@ -195,6 +196,8 @@ struct Produced {
     redriven: BTreeMap<TaskKey, TaskKey>,
     /// Groups whose join's first call gives up.
     failing_joins: BTreeSet<String>,
+    /// Dead-lettered ticks redriven: the new tick's key, and the dead one's.
+    redriven_ticks: BTreeMap<TaskKey, TaskKey>,
 }
 
 /// A time when a node (or, with no node, the store for every node) was disturbed by a fault:
@@ -257,6 +260,7 @@ impl World {
             dead_lettered: Mutex::default(),
             joins: Mutex::default(),
             failing_joins: Mutex::default(),
+            failing_ticks: Mutex::default(),
         });
         let mut world = World {
             rng: fastrand::Rng::with_seed(seed),
@@ -317,6 +321,10 @@ impl World {
             clock: clock.clone(),
             partitions: PARTITIONS,
             metrics: Arc::new(crate::metrics::Metrics::new()),
+        };
+        let ticker = recurring::SimTicker {
+            ticker,
+            shared: Arc::clone(&self.shared),
         };
         let handlers = handlers.handler(crate::recurring::TICK_TYPE, ticker);
         let pool = CallPool::with_handlers(
@@ -485,6 +493,9 @@ impl World {
         // schedules run on for a while, then pause, so that the work has an end).
         self.store.fail_next(0);
         self.store.fail_op("schedule load", 0);
+        (self.shared.failing_ticks.lock())
+            .unwrap_or_else(PoisonError::into_inner)
+            .clear();
         self.clear_latency();
         self.disarm_traps();
         self.notice_sprung_traps().await;
@@ -517,7 +528,7 @@ impl World {
                 self.pause_schedules().await;
             }
             if steps == SCHEDULES_PAUSE_STEP / 2 {
-                self.redrive_dead_joins().await;
+                self.redrive_dead_joins_and_ticks().await;
             }
             // Done early once every task has its final status and every record is consumed
             // (then a few more seconds, so a wrong late run would still show).
@@ -556,5 +567,6 @@ impl World {
                 .all(|k| statuses.contains(k) || self.never_spawned(k, &statuses))
             && self.identities_done(&statuses)
             && self.joins_done(&statuses)
+            && (self.produced.redriven_ticks.keys()).all(|k| statuses.contains(k))
     }
 }

@@ -98,12 +98,13 @@ impl World {
         self.redrive_letter(letter).await;
     }
 
-    /// Once the faults are over, the operator redrives every dead-lettered join.
-    pub(super) async fn redrive_dead_joins(&mut self) {
-        let joins: Vec<crate::store::DeadLetter> = (self.store.all_dead_letters().into_values())
-            .filter(|l| l.redrives == 0 && l.task.join_of.is_some())
+    /// Once the faults are over, the operator redrives every dead-lettered join and tick.
+    pub(super) async fn redrive_dead_joins_and_ticks(&mut self) {
+        let letters: Vec<crate::store::DeadLetter> = (self.store.all_dead_letters().into_values())
+            .filter(|l| l.redrives == 0)
+            .filter(|l| l.task.join_of.is_some() || l.task.task_type == crate::recurring::TICK_TYPE)
             .collect();
-        for letter in joins {
+        for letter in letters {
             self.redrive_letter(letter).await;
         }
     }
@@ -127,6 +128,10 @@ impl World {
                 self.produced.members.insert(new.clone(), member.clone());
             }
             self.produced.redriven.insert(new.clone(), old.clone());
+        } else {
+            self.produced
+                .redriven_ticks
+                .insert(new.clone(), old.clone());
         }
         // A task of an identity (a join) acts on it, as the consumer decodes such a record.
         let record = match task.on_conflict {

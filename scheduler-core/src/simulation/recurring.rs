@@ -6,18 +6,23 @@
 //! (unchanged) when they are back, as a service does at its start. Checked: each fire time's
 //! run is one task and reaches its final status; every fire time from the first to the chain's
 //! pending tick at the pause is accounted for (a run, an overlap skip, or a catch-up's
-//! passed-over range); nothing fires off its cadence or after the pause.
+//! passed-over range); nothing fires off its cadence or after the pause. During the faults a
+//! schedule's next tick now and then gives up (a dead letter: its chain stalls); the operator
+//! may redrive it then, and redrives every dead-lettered tick after the heal: a redriven tick
+//! runs to its end, and its chain goes on by the rules above (late, by its catch-up policy).
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::Arc;
+use std::sync::{Arc, PoisonError};
 use std::time::Duration;
 
 use chrono::{DateTime, TimeDelta, Utc};
-use scheduler_client::{TaskData, DEFAULT_TASK_TYPE};
+use scheduler_client::{Task, TaskData, DEFAULT_TASK_TYPE};
 
-use super::executor::Call;
+use super::executor::{Call, Shared};
 use super::World;
 use crate::actors::topic_supervisor::RevokePartitions;
+use crate::executor::{TaskContext, TaskError, TaskExecutor};
+use crate::recurring::ticker::Ticker;
 use crate::recurring::{CatchUp, Overlap, ScheduleSpec, Schedules};
 use crate::store::{FireOutcome, FireRecord, RecurringStore, TaskStatus};
 
@@ -43,6 +48,35 @@ fn data() -> TaskData {
     let mut data = TaskData::new();
     data.insert("recurring".into(), true.into());
     data
+}
+
+/// The nodes' ticker, but for a tick of a schedule marked failing, which gives up (once).
+pub(super) struct SimTicker {
+    pub(super) ticker: Ticker,
+    pub(super) shared: Arc<Shared>,
+}
+
+impl TaskExecutor for SimTicker {
+    async fn execute(&self, task: &Task, ctx: &TaskContext) -> Result<(), TaskError> {
+        let schedule = task.task_data.get("schedule").and_then(|s| s.as_str());
+        let failing = schedule.is_some_and(|id| {
+            (self.shared.failing_ticks.lock())
+                .unwrap_or_else(PoisonError::into_inner)
+                .remove(id)
+        });
+        match failing {
+            true => Err(TaskError::invalid("sim: the tick gives up")),
+            false => self.ticker.execute(task, ctx).await,
+        }
+    }
+
+    /// Heard as the simulated executor hears of its tasks' dead letters (checked alike).
+    async fn dead_lettered(&self, letter: &crate::store::DeadLetter) {
+        *(self.shared.dead_lettered.lock())
+            .unwrap_or_else(PoisonError::into_inner)
+            .entry(letter.task.key())
+            .or_default() += 1;
+    }
 }
 
 /// How long the whole cluster is down when it restarts: past the minute after which a create
@@ -98,6 +132,16 @@ impl World {
                     .push(format!("declaring a schedule again: {e}"));
             }
         }
+    }
+
+    /// A schedule's next tick gives up: a dead letter, its chain stalled until it is redriven.
+    pub(super) fn fail_next_tick(&mut self) {
+        let specs = specs();
+        let id = specs[self.rng.usize(0..specs.len())].id.clone();
+        tracing::info!(schedule = %id, "sim: the schedule's next tick will give up");
+        (self.shared.failing_ticks.lock())
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(id);
     }
 
     pub(super) async fn pause_schedules(&mut self) {
@@ -218,6 +262,19 @@ impl World {
                 self.violations.push(format!(
                     "schedule {}: a run no fire recorded: {key}",
                     spec.id
+                ));
+            }
+        }
+        // A redriven tick runs to its end (it does nothing if its chain went on meanwhile), or,
+        // redriven during the faults, gives up again and is redriven again.
+        let redriven_again: BTreeSet<_> = self.produced.redriven_ticks.values().collect();
+        for key in self.produced.redriven_ticks.keys() {
+            let status = statuses.get(key);
+            let again = status == Some(&TaskStatus::Dropped) && redriven_again.contains(key);
+            if status != Some(&TaskStatus::Completed) && !again {
+                self.violations.push(format!(
+                    "the redriven tick {key} has status {:?}",
+                    statuses.get(key)
                 ));
             }
         }
