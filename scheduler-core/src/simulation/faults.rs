@@ -103,6 +103,7 @@ impl World {
                 tracing::info!(node = self.nodes.len(), "sim: node joins");
                 self.add_node();
                 self.rebalance().await;
+                self.declare_schedules_again(true).await;
             }
             _ => {}
         }
