@@ -116,9 +116,13 @@ impl World {
                 let at = now + TimeDelta::milliseconds(self.rng.i64(1_000..5_000));
                 self.produce_task(&o, at, 2);
             }
-            // A duplicate delivery of an earlier record.
+            // A duplicate delivery of an earlier record (not of a redriven dead letter's: its
+            // record is the dead task's, a join's or an identity's, which this would not be).
             30..=59 => {
-                let keys: Vec<TaskKey> = self.produced.tasks.keys().cloned().collect();
+                let keys: Vec<TaskKey> = (self.produced.tasks.keys())
+                    .filter(|k| !self.produced.redriven.contains_key(*k))
+                    .cloned()
+                    .collect();
                 if !keys.is_empty() {
                     let key = keys[self.rng.usize(0..keys.len())].clone();
                     let version = self.produced.tasks.get(&key).map_or(1, |(_, v)| *v);
