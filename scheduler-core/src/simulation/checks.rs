@@ -45,9 +45,14 @@ impl World {
     pub(super) fn reads(&self) -> Reads {
         Reads {
             calls: self.shared.calls().len(),
-            rows: self.store.schedule_rows_read() + self.store.deferred_rows_read(),
-            tombstones: self.store.tombstones_read(),
-            most_tombstones: self.store.most_tombstones_in_a_read(),
+            rows: (self.keyspaces().iter())
+                .map(|s| s.schedule_rows_read() + s.deferred_rows_read())
+                .sum(),
+            tombstones: self.keyspaces().iter().map(|s| s.tombstones_read()).sum(),
+            most_tombstones: (self.keyspaces().iter())
+                .map(|s| s.most_tombstones_in_a_read())
+                .max_by_key(|(n, _)| *n)
+                .unwrap_or((0, "")),
         }
     }
 
@@ -106,15 +111,17 @@ impl World {
     }
 
     pub(super) fn sample_memory(&mut self) {
-        let max = settings().max_in_flight_tasks;
         for node in &self.nodes {
-            for (partition, gauge) in node.gauges.all() {
-                self.peak_in_flight = self.peak_in_flight.max(gauge.peak());
-                if gauge.peak() > max {
-                    self.violations.push(format!(
-                        "memory: a tree of partition {partition} held {} tasks (max {max})",
-                        gauge.peak()
-                    ));
+            for (queue, gauges) in node.gauges.iter().enumerate() {
+                let max = queues::max_in_flight(queue);
+                for (partition, gauge) in gauges.all() {
+                    self.peak_in_flight = self.peak_in_flight.max(gauge.peak());
+                    if gauge.peak() > max {
+                        self.violations.push(format!(
+                            "memory: a tree of queue {queue}'s partition {partition} held {} tasks (max {max})",
+                            gauge.peak()
+                        ));
+                    }
                 }
             }
         }
@@ -124,10 +131,12 @@ impl World {
     /// gave its count back.
     pub(super) fn check_nothing_left_in_memory(&mut self) {
         for node in self.members() {
-            for (partition, gauge) in self.nodes[node].gauges.all() {
+            let all = (self.nodes[node].gauges.iter().enumerate())
+                .flat_map(|(queue, gauges)| gauges.all().into_iter().map(move |g| (queue, g)));
+            for (queue, (partition, gauge)) in all.collect::<Vec<_>>() {
                 if gauge.current() != 0 {
                     self.violations.push(format!(
-                        "memory: with every task done, node {node}'s tree of partition {partition} counts {} tasks in memory",
+                        "memory: with every task done, node {node}'s tree of queue {queue}'s partition {partition} counts {} tasks in memory",
                         gauge.current()
                     ));
                 }
@@ -137,10 +146,7 @@ impl World {
 
     pub(super) fn check(&mut self) {
         let calls = self.shared.calls();
-        let statuses: BTreeMap<TaskKey, TaskStatus> = self
-            .store
-            .statuses()
-            .into_iter()
+        let statuses: BTreeMap<TaskKey, TaskStatus> = (self.all_statuses().into_iter())
             .map(|((_, k), s)| (k, s.status))
             .collect();
         let group_cancellable: BTreeSet<TaskKey> = (self.produced.tasks.keys())
@@ -249,7 +255,9 @@ impl World {
         // Nothing starts after its final status was stored; a final status is never written
         // again, except as the same record (a write retried by its own tree).
         let mut first_final: BTreeMap<TaskKey, (StatusRecord, Instant)> = BTreeMap::new();
-        for (key, record, at) in self.store.status_writes() {
+        // (The stores named field by field: `v` borrows the violations.)
+        let writes = [&self.store, &self.queue_store].map(MemoryStore::status_writes);
+        for (key, record, at) in writes.into_iter().flatten() {
             match first_final.get(&key) {
                 // A cancel does not interrupt a call already running: its outcome replaces the
                 // cancellation.
@@ -286,7 +294,8 @@ impl World {
         }
         // An attempt number is recorded once: a fenced tree records nothing (it would overwrite
         // the history of the call that took its place).
-        for (key, history) in self.store.attempt_histories() {
+        let histories = [&self.store, &self.queue_store].map(MemoryStore::attempt_histories);
+        for (key, history) in histories.into_iter().flatten() {
             let mut seen = BTreeSet::new();
             for attempt in &history {
                 if !seen.insert(attempt.attempt) {
@@ -404,7 +413,7 @@ impl World {
     /// handler heard of it; no other task is one.
     fn check_dead_letters(&mut self, statuses: &BTreeMap<TaskKey, TaskStatus>) {
         use crate::store::DeadReason;
-        let letters = self.store.all_dead_letters();
+        let letters = self.all_dead_letters();
         let heard = self
             .shared
             .dead_lettered

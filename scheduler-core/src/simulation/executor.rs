@@ -64,6 +64,14 @@ pub(super) struct Shared {
 }
 
 impl Shared {
+    /// A handler heard of the dead letter of `task`.
+    pub(super) fn heard_of_dead_letter(&self, task: TaskKey) {
+        *(self.dead_lettered.lock())
+            .unwrap_or_else(PoisonError::into_inner)
+            .entry(task)
+            .or_default() += 1;
+    }
+
     pub(super) fn calls(&self) -> Vec<Call> {
         self.calls
             .lock()
@@ -201,12 +209,6 @@ impl TaskExecutor for SimExecutor {
     }
 
     async fn dead_lettered(&self, letter: &crate::store::DeadLetter) {
-        *self
-            .shared
-            .dead_lettered
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .entry(letter.task.key())
-            .or_default() += 1;
+        self.shared.heard_of_dead_letter(letter.task.key());
     }
 }

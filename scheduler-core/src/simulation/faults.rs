@@ -9,8 +9,12 @@ const MAX_REJOIN: Duration = Duration::from_millis(1_500);
 impl World {
     pub(super) async fn inject_fault(&mut self) {
         match self.rng.u32(0..1000) {
+            // Store errors and latency reach every queue's keyspace (one Cassandra cluster).
             0..=11 => {
-                self.store.fail_next(self.rng.usize(1..5));
+                let failures = self.rng.usize(1..5);
+                for store in self.keyspaces() {
+                    store.fail_next(failures);
+                }
                 self.disturb(None, Instant::now(), Some(STORE_FAULT_REACH));
             }
             // Enough failed loads in a row that a tree escalates and is rebuilt.
@@ -33,8 +37,10 @@ impl World {
                     "cancel",
                 ];
                 let op = ops[self.rng.usize(0..ops.len())];
-                self.store
-                    .set_latency(op, Duration::from_millis(self.rng.u64(100..2_500)));
+                let latency = Duration::from_millis(self.rng.u64(100..2_500));
+                for store in self.keyspaces() {
+                    store.set_latency(op, latency);
+                }
                 self.latency_until = Some(Instant::now() + Duration::from_secs(3));
                 self.disturb(None, Instant::now(), Some(STORE_FAULT_REACH));
             }
@@ -57,7 +63,7 @@ impl World {
                     let node = members[self.rng.usize(0..members.len())];
                     tracing::info!(node, "sim: node leaves");
                     self.disturb(Some(node), Instant::now(), None);
-                    self.ask(node, RevokePartitions).await;
+                    self.revoke(node).await;
                     self.nodes[node].membership = Membership::Gone;
                     self.nodes[node].owned.clear();
                     self.rebalance().await;
@@ -177,7 +183,7 @@ impl World {
                 _ => continue,
             }
             tracing::info!(node, "sim: node rejoins the group");
-            self.ask(node, RevokePartitions).await;
+            self.revoke(node).await;
             self.nodes[node].membership = Membership::Member;
             self.rejoined(node);
             woke = true;
@@ -220,7 +226,9 @@ impl World {
             "epoch read",
             "cancel",
         ] {
-            self.store.set_latency(op, Duration::ZERO);
+            for store in self.keyspaces() {
+                store.set_latency(op, Duration::ZERO);
+            }
         }
         self.latency_until = None;
     }

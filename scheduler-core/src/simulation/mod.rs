@@ -6,9 +6,10 @@
 //! ([`pausable_store`]; a pause may be set to spring on the node's next status or attempt
 //! write, and a woken node runs on briefly before it rejoins), executor errors, panics, hangs and calls longer than the drain,
 //! duplicate records, replaced records, cancels and floods, identity records aimed at a node
-//! dropping out of the group, large groups, joins and schedule ticks that give up, and an
-//! operator who suspends orderingIds and groups and redrives dead letters ([`operator`]). Then it heals everything, lets the nodes finish,
-//! and checks:
+//! dropping out of the group, large groups, joins and schedule ticks that give up, an
+//! operator who suspends orderingIds and groups and redrives dead letters ([`operator`]), and
+//! a second queue every node serves beside the default one ([`queues`]). Then it heals
+//! everything, lets the nodes finish, and checks (in every queue):
 //!
 //! - nothing accepted is lost: every task has the final status its plan leads to;
 //! - nothing starts before its time;
@@ -80,11 +81,13 @@ mod faults;
 mod groups;
 mod operator;
 mod pausable_store;
+mod queues;
 mod recurring;
 mod runner;
 mod workload;
 use executor::{Call, Plan, Shared, SimExecutor};
 use pausable_store::{PausableClock, PausableStore, Pause};
+use queues::{of_slot, queue_of, slot, QUEUES};
 
 const PARTITIONS: u32 = 4;
 const ORDERING_IDS: usize = 8;
@@ -153,15 +156,18 @@ enum Membership {
 }
 
 struct Node {
-    topic: Addr<TopicSupervisor>,
+    /// Each queue's topic supervisor, the default queue's first.
+    topics: Vec<Addr<TopicSupervisor>>,
     /// Set while the whole process is paused (not only its consumer).
     pause: Pause,
     /// When its process paused (each pause lasts past the lease TTL).
     pauses: Vec<Instant>,
-    gauges: InFlightGauges,
+    /// Each queue's trees' in-memory counts.
+    gauges: Vec<InFlightGauges>,
     membership: Membership,
-    owned: Vec<PartitionId>,
-    positions: BTreeMap<PartitionId, usize>,
+    /// The log slots it owns (every queue's partitions: [`queues::slot`]).
+    owned: Vec<usize>,
+    positions: BTreeMap<usize, usize>,
 }
 
 /// What the workload produced, for the checks.
@@ -212,7 +218,10 @@ struct Disturbance {
 struct World {
     rng: fastrand::Rng,
     store: MemoryStore,
+    /// The second queue's keyspace ([`queues`]).
+    queue_store: MemoryStore,
     shared: Arc<Shared>,
+    /// Every queue's topic's partitions, by log slot ([`queues::slot`]).
     logs: Vec<Vec<Record>>,
     committed: Vec<usize>,
     nodes: Vec<Node>,
@@ -253,6 +262,8 @@ impl World {
         };
         let store = (MemoryStore::new().with_unordered_writes(seed))
             .with_status_ttl(status_ttl, Arc::new(clock.clone()));
+        let queue_store = (MemoryStore::new().with_unordered_writes(seed + 1))
+            .with_status_ttl(status_ttl, Arc::new(clock.clone()));
         let shared = Arc::new(Shared {
             clock,
             plans: Mutex::default(),
@@ -265,9 +276,12 @@ impl World {
         let mut world = World {
             rng: fastrand::Rng::with_seed(seed),
             store,
+            queue_store,
             shared,
-            logs: (0..PARTITIONS).map(|_| Vec::new()).collect(),
-            committed: vec![0; PARTITIONS as usize],
+            logs: (0..QUEUES * PARTITIONS as usize)
+                .map(|_| Vec::new())
+                .collect(),
+            committed: vec![0; QUEUES * PARTITIONS as usize],
             nodes: Vec::new(),
             produced: Produced::default(),
             next_unique: 0,
@@ -303,6 +317,7 @@ impl World {
             clock: self.shared.clock.clone(),
             pause: pause.clone(),
         });
+        let queue_clock = Arc::clone(&clock);
         let executor = SimExecutor {
             node: id,
             shared: Arc::clone(&self.shared),
@@ -349,11 +364,12 @@ impl World {
             partitions: PARTITIONS,
         };
         let gauges = deps.in_flight.clone();
+        let (queue_topic, queue_gauges) = self.start_queue_tree(id, &pause, queue_clock);
         self.nodes.push(Node {
-            topic: TopicSupervisor::new(deps).start(),
+            topics: vec![TopicSupervisor::new(deps).start(), queue_topic],
             pause,
             pauses: Vec::new(),
-            gauges,
+            gauges: vec![gauges, queue_gauges],
             membership: Membership::Member,
             owned: Vec::new(),
             positions: BTreeMap::new(),
@@ -369,14 +385,14 @@ impl World {
     /// Sends `message` to `node` and waits for the answer, unless the node's process pauses
     /// meanwhile (a trap sprang while it handled the message): the group does not wait for a
     /// paused member, it moves on once the session times out.
-    async fn ask<M>(&self, node: usize, message: M) -> Option<M::Result>
+    async fn ask<M>(&self, node: usize, queue: usize, message: M) -> Option<M::Result>
     where
         M: actix::Message + Send + 'static,
         M::Result: Send,
         TopicSupervisor: actix::Handler<M>,
     {
         let pause = self.nodes[node].pause.clone();
-        let reply = self.nodes[node].topic.send(message);
+        let reply = self.nodes[node].topics[queue].send(message);
         tokio::select! {
             biased;
             reply = reply => reply.ok(),
@@ -384,12 +400,20 @@ impl World {
         }
     }
 
-    /// An eager rebalance: every member's trees are revoked (drained), then the range assignor
-    /// splits the partitions among the members, which start from the committed offsets.
+    /// Revokes every partition of every queue `node` serves (its trees drain).
+    async fn revoke(&self, node: usize) {
+        for queue in 0..QUEUES {
+            self.ask(node, queue, RevokePartitions).await;
+        }
+    }
+
+    /// An eager rebalance of each queue's group (the same members): every member's trees are
+    /// revoked (drained), then the range assignor splits the partitions among the members,
+    /// which start from the committed offsets.
     async fn rebalance(&mut self) {
         for node in self.members() {
             if !self.nodes[node].owned.is_empty() {
-                self.ask(node, RevokePartitions).await;
+                self.revoke(node).await;
                 self.nodes[node].owned.clear();
             }
         }
@@ -404,12 +428,14 @@ impl World {
             let assigned: Vec<PartitionId> = (0..PARTITIONS as PartitionId)
                 .filter(|p| *p as usize / per == i)
                 .collect();
-            self.ask(node, AssignPartitions(assigned.clone())).await;
-            self.nodes[node].positions = assigned
-                .iter()
-                .map(|p| (*p, self.committed[*p as usize]))
-                .collect();
-            self.nodes[node].owned = assigned;
+            let mut owned = Vec::new();
+            for queue in 0..QUEUES {
+                self.ask(node, queue, AssignPartitions(assigned.clone()))
+                    .await;
+                owned.extend(assigned.iter().map(|p| slot(queue, *p)));
+            }
+            self.nodes[node].positions = (owned.iter()).map(|s| (*s, self.committed[*s])).collect();
+            self.nodes[node].owned = owned;
         }
     }
 
@@ -431,13 +457,9 @@ impl World {
         }
         for node in self.members() {
             let owned = self.nodes[node].owned.clone();
-            for partition in owned {
-                let p = partition as usize;
-                let from = self.nodes[node]
-                    .positions
-                    .get(&partition)
-                    .copied()
-                    .unwrap_or(0);
+            for p in owned {
+                let (queue, partition) = of_slot(p);
+                let from = self.nodes[node].positions.get(&p).copied().unwrap_or(0);
                 let to = (from + POLL_BATCH).min(self.logs[p].len());
                 if from == to {
                     continue;
@@ -452,18 +474,16 @@ impl World {
                     }
                 }
                 let asked = Instant::now();
-                let reply = self
-                    .ask(node, ProcessTaskBatch(BTreeMap::from([(partition, batch)])))
-                    .await;
+                let batch = ProcessTaskBatch(BTreeMap::from([(partition, batch)]));
+                let reply = self.ask(node, queue, batch).await;
                 self.check_consumer_wait(node, partition, asked, reply.is_some());
                 let durable = reply.is_some_and(|r| r.persisted.contains(&partition));
                 if durable {
                     self.committed[p] = self.committed[p].max(to);
-                    self.nodes[node].positions.insert(partition, to);
+                    self.nodes[node].positions.insert(p, to);
                 } else {
-                    self.nodes[node]
-                        .positions
-                        .insert(partition, self.committed[p]);
+                    let committed = self.committed[p];
+                    self.nodes[node].positions.insert(p, committed);
                 }
             }
         }
@@ -482,7 +502,8 @@ impl World {
             self.notice_sprung_traps().await;
             self.wake_paused(false).await;
             self.resume_due(false);
-            if self.store.fail_next_remaining() > 0 || self.latency_until.is_some() {
+            let failing = self.keyspaces().iter().any(|s| s.fail_next_remaining() > 0);
+            if failing || self.latency_until.is_some() {
                 self.disturb(None, Instant::now(), Some(STORE_FAULT_REACH));
             }
             self.poll().await;
@@ -491,7 +512,9 @@ impl World {
         }
         // Heal: no more faults, every paused node wakes, and the nodes finish the work (the
         // schedules run on for a while, then pause, so that the work has an end).
-        self.store.fail_next(0);
+        for store in self.keyspaces() {
+            store.fail_next(0);
+        }
         self.store.fail_op("schedule load", 0);
         (self.shared.failing_ticks.lock())
             .unwrap_or_else(PoisonError::into_inner)
@@ -506,7 +529,7 @@ impl World {
         for node in self.members().into_iter().filter(|n| n % 2 == 1) {
             tracing::info!(node, "sim: a node of the older release leaves");
             self.disturb(Some(node), Instant::now(), None);
-            self.ask(node, RevokePartitions).await;
+            self.revoke(node).await;
             self.nodes[node].membership = Membership::Gone;
             self.nodes[node].owned.clear();
         }
@@ -548,18 +571,15 @@ impl World {
             self.probe_a_stuck_ordering_id().await;
         }
         for node in self.members() {
-            self.ask(node, RevokePartitions).await;
+            self.revoke(node).await;
         }
         self.read_fires().await;
     }
 
     fn all_done(&self) -> bool {
         let consumed = self.later.is_empty()
-            && (0..PARTITIONS as usize).all(|p| self.committed[p] == self.logs[p].len());
-        let statuses: BTreeSet<TaskKey> = self
-            .store
-            .statuses()
-            .into_iter()
+            && (0..self.logs.len()).all(|p| self.committed[p] == self.logs[p].len());
+        let statuses: BTreeSet<TaskKey> = (self.all_statuses().into_iter())
             .map(|((_, k), _)| k)
             .collect();
         consumed

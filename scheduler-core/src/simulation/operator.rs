@@ -87,7 +87,7 @@ impl World {
     /// group as stored; a tick is one of the schedules' (its chain goes on by its cadence,
     /// checked with them).
     pub(super) async fn redrive(&mut self) {
-        let letters: Vec<crate::store::DeadLetter> = (self.store.all_dead_letters().into_values())
+        let letters: Vec<crate::store::DeadLetter> = (self.all_dead_letters().into_values())
             .filter(|l| l.redrives == 0)
             .filter(|l| l.task.group.as_ref().is_none_or(|m| !m.fail_fast))
             .collect();
@@ -100,7 +100,7 @@ impl World {
 
     /// Once the faults are over, the operator redrives every dead-lettered join and tick.
     pub(super) async fn redrive_dead_joins_and_ticks(&mut self) {
-        let letters: Vec<crate::store::DeadLetter> = (self.store.all_dead_letters().into_values())
+        let letters: Vec<crate::store::DeadLetter> = (self.all_dead_letters().into_values())
             .filter(|l| l.redrives == 0)
             .filter(|l| l.task.join_of.is_some() || l.task.task_type == crate::recurring::TICK_TYPE)
             .collect();
@@ -140,7 +140,8 @@ impl World {
         };
         self.append(record);
         // As the API does: marked once enqueued (the store takes no injected fault here).
-        let _ = self.store.mark_redriven(old, 1, now).await;
+        let keyspace = self.keyspace_of(&old.ordering_id);
+        let _ = keyspace.mark_redriven(old, 1, now).await;
     }
 
     /// No call of a suspended task started while its suspension was in force.

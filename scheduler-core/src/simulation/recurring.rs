@@ -21,7 +21,6 @@ use scheduler_client::{Task, TaskData, DEFAULT_TASK_TYPE};
 
 use super::executor::{Call, Shared};
 use super::World;
-use crate::actors::topic_supervisor::RevokePartitions;
 use crate::executor::{TaskContext, TaskError, TaskExecutor};
 use crate::recurring::ticker::Ticker;
 use crate::recurring::{CatchUp, Overlap, ScheduleSpec, Schedules};
@@ -73,10 +72,7 @@ impl TaskExecutor for SimTicker {
 
     /// Heard as the simulated executor hears of its tasks' dead letters (checked alike).
     async fn dead_lettered(&self, letter: &crate::store::DeadLetter) {
-        *(self.shared.dead_lettered.lock())
-            .unwrap_or_else(PoisonError::into_inner)
-            .entry(letter.task.key())
-            .or_default() += 1;
+        self.shared.heard_of_dead_letter(letter.task.key());
     }
 }
 
@@ -120,7 +116,7 @@ impl World {
     pub(super) async fn restart_cluster(&mut self) {
         tracing::info!("sim: the whole cluster is down");
         for node in self.members() {
-            self.ask(node, RevokePartitions).await;
+            self.revoke(node).await;
             self.nodes[node].owned.clear();
         }
         tokio::time::sleep(CLUSTER_DOWN).await;

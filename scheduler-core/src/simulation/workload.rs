@@ -64,8 +64,8 @@ impl World {
             Record::Cancel(k) => k.ordering_id.clone(),
             Record::ByIdentity(op) => op.identity().ordering_id,
         };
-        let partition = partition_for(&ordering_id, PARTITIONS) as usize;
-        self.logs[partition].push(record);
+        let partition = partition_for(&ordering_id, PARTITIONS);
+        self.logs[slot(queue_of(&ordering_id), partition)].push(record);
     }
 
     pub(super) fn produce_task(&mut self, ordering_id: &str, at: DateTime<Utc>, versions: i64) {
@@ -151,6 +151,8 @@ impl World {
             455..=459 => self.produce_parent(),
             460..=469 => self.produce_update_while_running(),
             470..=471 => self.produce_large_group(),
+            // A task of the second queue ([`super::queues`]).
+            472..=551 => self.produce_queued(),
             80..=399 => {
                 let o = ordering(&mut self.rng);
                 let at = now + TimeDelta::milliseconds(self.rng.i64(-500..8_000));
