@@ -61,6 +61,9 @@ pub(super) struct Shared {
     pub(super) failing_joins: Mutex<BTreeSet<String>>,
     /// Schedules whose next tick gives up (a dead letter for the operator to redrive).
     pub(super) failing_ticks: Mutex<BTreeSet<String>>,
+    /// The ticks that gave up: every call of them gives up (as a `GiveUp` plan does; a call
+    /// made again once its tree could not record the first gives up again).
+    pub(super) given_up_ticks: Mutex<BTreeSet<TaskKey>>,
 }
 
 impl Shared {

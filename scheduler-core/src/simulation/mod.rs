@@ -272,6 +272,7 @@ impl World {
             joins: Mutex::default(),
             failing_joins: Mutex::default(),
             failing_ticks: Mutex::default(),
+            given_up_ticks: Mutex::default(),
         });
         let mut world = World {
             rng: fastrand::Rng::with_seed(seed),
@@ -342,6 +343,29 @@ impl World {
             shared: Arc::clone(&self.shared),
         };
         let handlers = handlers.handler(crate::recurring::TICK_TYPE, ticker);
+        let (topic, gauges) = self.start_tree(id, store, handlers, clock, settings);
+        let (queue_topic, queue_gauges) = self.start_queue_tree(id, &pause, queue_clock);
+        self.nodes.push(Node {
+            topics: vec![topic, queue_topic],
+            pause,
+            pauses: Vec::new(),
+            gauges: vec![gauges, queue_gauges],
+            membership: Membership::Member,
+            owned: Vec::new(),
+            positions: BTreeMap::new(),
+        });
+    }
+
+    /// A queue's topic supervisor on node `id`: its store (through the node's pause), its
+    /// handlers in a call pool of its limits, the node's clock; and its trees' in-memory counts.
+    fn start_tree(
+        &self,
+        id: usize,
+        store: Arc<PausableStore>,
+        handlers: crate::executor::Handlers,
+        clock: Arc<PausableClock>,
+        settings: SchedulingSettings,
+    ) -> (Addr<TopicSupervisor>, InFlightGauges) {
         let pool = CallPool::with_handlers(
             handlers,
             tokio::runtime::Handle::current(),
@@ -364,16 +388,7 @@ impl World {
             partitions: PARTITIONS,
         };
         let gauges = deps.in_flight.clone();
-        let (queue_topic, queue_gauges) = self.start_queue_tree(id, &pause, queue_clock);
-        self.nodes.push(Node {
-            topics: vec![TopicSupervisor::new(deps).start(), queue_topic],
-            pause,
-            pauses: Vec::new(),
-            gauges: vec![gauges, queue_gauges],
-            membership: Membership::Member,
-            owned: Vec::new(),
-            positions: BTreeMap::new(),
-        });
+        (TopicSupervisor::new(deps).start(), gauges)
     }
 
     fn members(&self) -> Vec<usize> {

@@ -139,9 +139,15 @@ impl World {
             None => Record::Task(task),
         };
         self.append(record);
-        // As the API does: marked once enqueued (the store takes no injected fault here).
-        let keyspace = self.keyspace_of(&old.ordering_id);
-        let _ = keyspace.mark_redriven(old, 1, now).await;
+        // As the API does: marked once enqueued; a mark the store fails (an injected fault) is
+        // made again, as an operator told of the failure redrives the letter again, which would
+        // otherwise be redriven twice, the second redrive superseding the first.
+        let keyspace = self.keyspace_of(&old.ordering_id).clone();
+        for _ in 0..10 {
+            if keyspace.mark_redriven(old.clone(), 1, now).await.is_ok() {
+                break;
+            }
+        }
     }
 
     /// No call of a suspended task started while its suspension was in force.

@@ -96,29 +96,8 @@ impl World {
             shared: Arc::clone(&self.shared),
             pause: pause.clone(),
         };
-        let pool = CallPool::with_handlers(
-            crate::executor::Handlers::new().fallback(executor),
-            tokio::runtime::Handle::current(),
-            settings.executor_concurrency,
-            settings.execution_timeout,
-            clock.clone(),
-        );
-        let deps = PartitionDeps {
-            node_id: Arc::from(format!("sim-node-{id}").as_str()),
-            store: store.clone(),
-            leases: store,
-            clock,
-            pool,
-            settings: Arc::new(settings),
-            in_flight: InFlightGauges::default(),
-            metrics: Arc::new(crate::metrics::Metrics::new()),
-            events: None,
-            enqueuer: Arc::new(self.outbox.clone()),
-            suspensions: self.suspensions.subscribe(),
-            partitions: PARTITIONS,
-        };
-        let gauges = deps.in_flight.clone();
-        (TopicSupervisor::new(deps).start(), gauges)
+        let handlers = crate::executor::Handlers::new().fallback(executor);
+        self.start_tree(id, store, handlers, clock, settings)
     }
 
     /// A task of the second queue, at times a flood of them.

@@ -50,7 +50,8 @@ fn data() -> TaskData {
     data
 }
 
-/// The nodes' ticker, but for a tick of a schedule marked failing, which gives up (once).
+/// The nodes' ticker, but for the next tick of a schedule marked failing, which gives up, on
+/// every call of it.
 pub(super) struct SimTicker {
     pub(super) ticker: Ticker,
     pub(super) shared: Arc<Shared>,
@@ -59,11 +60,20 @@ pub(super) struct SimTicker {
 impl TaskExecutor for SimTicker {
     async fn execute(&self, task: &Task, ctx: &TaskContext) -> Result<(), TaskError> {
         let schedule = task.task_data.get("schedule").and_then(|s| s.as_str());
-        let failing = schedule.is_some_and(|id| {
-            (self.shared.failing_ticks.lock())
-                .unwrap_or_else(PoisonError::into_inner)
-                .remove(id)
-        });
+        let failing = {
+            let mut given_up =
+                (self.shared.given_up_ticks.lock()).unwrap_or_else(PoisonError::into_inner);
+            let failing = given_up.contains(&task.key())
+                || schedule.is_some_and(|id| {
+                    (self.shared.failing_ticks.lock())
+                        .unwrap_or_else(PoisonError::into_inner)
+                        .remove(id)
+                });
+            if failing {
+                given_up.insert(task.key());
+            }
+            failing
+        };
         match failing {
             true => Err(TaskError::invalid("sim: the tick gives up")),
             false => self.ticker.execute(task, ctx).await,
