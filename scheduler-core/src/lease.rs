@@ -144,6 +144,20 @@ impl LeaseHold {
         live && self.inner.lock().durable.get(&self.ordering_id) == Some(&self.durable_since)
     }
 
+    /// Whether a call may begin on the entry: unbroken (see [`Self::unbroken`]), with at least
+    /// a renewal period left. A healthy entry always has: it is renewed a period before it
+    /// would have only that much left. One closer to lapsing has missed its renewal (a pause of
+    /// the process cut it, the store is failing): it would lapse during the call, and a newer
+    /// tree could begin its own call of the task beside it.
+    pub fn callable(&self) -> bool {
+        let renew_every = self.inner.ttl / 3;
+        let lasting =
+            self.state.borrow().valid_until.is_some_and(|until| {
+                until.saturating_duration_since(Instant::now()) >= renew_every
+            });
+        lasting && self.unbroken()
+    }
+
     /// Once the entry broke (see [`Self::unbroken`]), waits until it is written again and live
     /// and answers with a stamp taken then: an ownership read that begins after it confirms the
     /// tree again (a newer tree claiming later finds the entry and waits for it). `None` at

@@ -987,8 +987,9 @@ async fn finished_or_superseded(
 }
 
 /// Whether the task may be called now that its time and slot came: the checks made before
-/// still hold (its lease entry stayed live without a break, no cancel or update reached it),
-/// and no suspension of it was read meanwhile (a task waiting for a slot when its job is
+/// still hold (its lease entry stayed live without a break, and has a renewal period left, so
+/// it outlasts the call's start; no cancel or update reached it), and no suspension of it was
+/// read meanwhile (a task waiting for a slot when its job is
 /// suspended does not start). If so, its call begins in the cancel gate, last, under the
 /// gate's lock ([`Armed::begin`]).
 fn ready_to_call(
@@ -998,6 +999,6 @@ fn ready_to_call(
     // (Its targets, not the task: the data, up to 512 KiB, is not copied again on the hot path.)
     let (targets, suspensions) = (SuspensionTarget::all_of(task), suspensions.clone());
     move |(hold, armed)| {
-        hold.unbroken() && suspensions.borrow().holding(&targets).is_none() && armed.begin()
+        hold.callable() && suspensions.borrow().holding(&targets).is_none() && armed.begin()
     }
 }

@@ -314,6 +314,55 @@ fn a_task_whose_lease_lapsed_while_its_status_was_read_checks_ownership_again_be
     });
 }
 
+/// A call starting on a lease about to lapse, its renewal not landing (found by the simulation:
+/// a task waited for a slot past a pause of its process shorter than the TTL, got it with
+/// 0.2 s left on its lease, whose renewal the pause had cut, and was called; the lease lapsed
+/// 0.2 s into the call and a newer tree's call of the task began beside it). A call begins only
+/// on a lease with a renewal period left.
+#[test]
+fn a_call_does_not_begin_on_a_lease_about_to_lapse() {
+    run_paused(|| async {
+        // Lease TTL 6 s (renewed every 2 s); one executor slot (the other node has more);
+        // every call takes 4.6 s.
+        let settings = SchedulingSettings {
+            executor_concurrency: 1,
+            ..SchedulingSettings::default()
+        };
+        let h = Harness::new(settings.clone(), Duration::from_millis(4_600), &[]);
+        let other = h.second_node(SchedulingSettings::default());
+        h.assign().await;
+        // "b" takes the slot until 4.6 s; "a", due at 0.5 s, waits for it with its entry
+        // written at once (valid until 6 s).
+        let a = task("a", t0() + ms(500), "1");
+        h.enqueue(vec![task("b", t0(), "1"), a.clone()]).await;
+        advance(Duration::from_millis(500)).await;
+        // Lease writes begun from now until 2.5 s take 20 s: the renewal begun at 2 s lands at
+        // 22 s, so the entries lapse at 6 s. The tree's background epoch read at 2 s answers at
+        // 32 s: it does not learn meanwhile that another node claims the partition at 2.5 s
+        // (as if its process was paused); that node may call "a" once its entry lapsed.
+        h.store.set_latency("lease write", Duration::from_secs(20));
+        advance(Duration::from_secs(1)).await;
+        h.store.set_latency("epoch read", Duration::from_secs(30));
+        advance(Duration::from_secs(1)).await;
+        h.store.set_latency("epoch read", Duration::ZERO);
+        h.store.set_latency("lease write", Duration::ZERO);
+        other.assign().await;
+        // At 4.6 s "a" gets the slot, its entry live for 1.4 s more, its renewal 17 s away.
+        advance(Duration::from_secs(120)).await;
+        assert_eq!(overlaps(&h), 0, "calls: {:?}", h.recorder.calls());
+        assert_eq!(
+            h.recorder.call_times("a").len(),
+            1,
+            "only the new owner calls it: {:?}",
+            h.recorder.calls()
+        );
+        assert_eq!(
+            h.store.status_of(P, &a.key()).map(|s| s.status),
+            Some(TaskStatus::Completed)
+        );
+    });
+}
+
 #[test]
 fn a_call_whose_lease_broke_records_nothing_once_a_newer_tree_has_taken_its_task_over() {
     run_paused(|| async {
