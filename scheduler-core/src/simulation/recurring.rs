@@ -283,13 +283,16 @@ impl World {
                 ));
             }
         }
-        // A redriven tick runs to its end (it does nothing if its chain went on meanwhile), or,
-        // redriven during the faults, gives up again and is redriven again.
-        let redriven_again: BTreeSet<_> = self.produced.redriven_ticks.values().collect();
+        // A redriven tick runs to its end (it does nothing if its chain went on meanwhile):
+        // completed, or dropped if it gave up (redriven during the faults, it may be the next
+        // tick of its schedule to give up).
+        let given_up = (self.shared.given_up_ticks.lock())
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
         for key in self.produced.redriven_ticks.keys() {
             let status = statuses.get(key);
-            let again = status == Some(&TaskStatus::Dropped) && redriven_again.contains(key);
-            if status != Some(&TaskStatus::Completed) && !again {
+            let gave_up = status == Some(&TaskStatus::Dropped) && given_up.contains(key);
+            if status != Some(&TaskStatus::Completed) && !gave_up {
                 self.violations.push(format!(
                     "the redriven tick {key} has status {:?}",
                     statuses.get(key)
