@@ -87,7 +87,6 @@ mod runner;
 mod workload;
 use executor::{Call, Plan, Shared, SimExecutor};
 use pausable_store::{PausableClock, PausableStore, Pause};
-use queues::{of_slot, queue_of, slot, QUEUES};
 
 const PARTITIONS: u32 = 4;
 const ORDERING_IDS: usize = 8;
@@ -279,10 +278,10 @@ impl World {
             store,
             queue_store,
             shared,
-            logs: (0..QUEUES * PARTITIONS as usize)
+            logs: (0..queues::QUEUES * PARTITIONS as usize)
                 .map(|_| Vec::new())
                 .collect(),
-            committed: vec![0; QUEUES * PARTITIONS as usize],
+            committed: vec![0; queues::QUEUES * PARTITIONS as usize],
             nodes: Vec::new(),
             produced: Produced::default(),
             next_unique: 0,
@@ -417,7 +416,7 @@ impl World {
 
     /// Revokes every partition of every queue `node` serves (its trees drain).
     async fn revoke(&self, node: usize) {
-        for queue in 0..QUEUES {
+        for queue in 0..queues::QUEUES {
             self.ask(node, queue, RevokePartitions).await;
         }
     }
@@ -444,10 +443,10 @@ impl World {
                 .filter(|p| *p as usize / per == i)
                 .collect();
             let mut owned = Vec::new();
-            for queue in 0..QUEUES {
+            for queue in 0..queues::QUEUES {
                 self.ask(node, queue, AssignPartitions(assigned.clone()))
                     .await;
-                owned.extend(assigned.iter().map(|p| slot(queue, *p)));
+                owned.extend(assigned.iter().map(|p| queues::slot(queue, *p)));
             }
             self.nodes[node].positions = (owned.iter()).map(|s| (*s, self.committed[*s])).collect();
             self.nodes[node].owned = owned;
@@ -473,7 +472,7 @@ impl World {
         for node in self.members() {
             let owned = self.nodes[node].owned.clone();
             for p in owned {
-                let (queue, partition) = of_slot(p);
+                let (queue, partition) = queues::of_slot(p);
                 let from = self.nodes[node].positions.get(&p).copied().unwrap_or(0);
                 let to = (from + POLL_BATCH).min(self.logs[p].len());
                 if from == to {

@@ -65,7 +65,7 @@ impl World {
             Record::ByIdentity(op) => op.identity().ordering_id,
         };
         let partition = partition_for(&ordering_id, PARTITIONS);
-        self.logs[slot(queue_of(&ordering_id), partition)].push(record);
+        self.logs[queues::slot(queues::queue_of(&ordering_id), partition)].push(record);
     }
 
     pub(super) fn produce_task(&mut self, ordering_id: &str, at: DateTime<Utc>, versions: i64) {
