@@ -150,7 +150,7 @@ impl LeaseHold {
     /// the process cut it, the store is failing): it would lapse during the call, and a newer
     /// tree could begin its own call of the task beside it.
     pub fn callable(&self) -> bool {
-        let renew_every = self.inner.ttl / 3;
+        let renew_every = self.inner.renewal_period();
         let lasting =
             self.state.borrow().valid_until.is_some_and(|until| {
                 until.saturating_duration_since(Instant::now()) >= renew_every
@@ -375,12 +375,20 @@ impl Inner {
     }
 }
 
+impl Inner {
+    /// How often the writer renews the lease while calls run: a third of the TTL. A call begins
+    /// only on an entry with at least this much left ([`LeaseHold::callable`]).
+    fn renewal_period(&self) -> Duration {
+        self.ttl / 3
+    }
+}
+
 /// The writer of one tree's lease: writes the running set at once when it grows (a call waits for
 /// that), within `REMOVAL_FLUSH` when it only shrinks (so a node that dies leaves few finished
 /// calls listed), renews it every third of the TTL while calls run, and releases it when the tree
 /// has closed and no call runs.
 async fn write_lease(inner: Arc<Inner>) {
-    let renew_every = inner.ttl / 3;
+    let renew_every = inner.renewal_period();
     let mut written_version = 0;
     let mut written: BTreeMap<String, String> = BTreeMap::new();
     let mut written_any = false;
