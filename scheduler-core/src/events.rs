@@ -18,6 +18,7 @@ use rdkafka::util::Timeout;
 use scheduler_client::{defaults, wire, TaskKey};
 use tracing::warn;
 
+use crate::hooks::TaskHook;
 use crate::settings::KafkaSettings;
 use crate::store::StatusRecord;
 
@@ -86,6 +87,14 @@ pub fn event_json(key: &TaskKey, record: &StatusRecord) -> String {
         "finishedAt": wire::format_time(record.updated_at),
     })
     .to_string()
+}
+
+/// Completion events attached to a task's life ([`crate::hooks`]): published once the final
+/// status is stored, so that no event announces an unrecorded outcome.
+impl TaskHook for EventPublisher {
+    fn finished(&self, key: &TaskKey, record: &StatusRecord) {
+        self.task_finished(key, record);
+    }
 }
 
 #[cfg(test)]

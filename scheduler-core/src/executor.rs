@@ -143,15 +143,13 @@ impl TaskContext {
     }
 
     /// The context of a join's call, with its finished group.
-    pub(crate) fn with_group(mut self, group: Arc<GroupOutcome>) -> Self {
+    pub(crate) fn set_group(&mut self, group: Arc<GroupOutcome>) {
         self.group = Some(group);
-        self
     }
 
     /// The context of a group member's call, which may report its progress.
-    pub(crate) fn with_progress(mut self, reporter: Arc<ProgressReporter>) -> Self {
+    pub(crate) fn set_progress(&mut self, reporter: Arc<ProgressReporter>) {
         self.progress = Some(reporter);
-        self
     }
 
     /// Reports how many items this task (a job's bucket, or any group member) has processed

@@ -26,15 +26,17 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use chrono::{DateTime, TimeDelta, Utc};
+use futures::future::BoxFuture;
 use futures::{StreamExt, TryStreamExt};
 use scheduler_client::{OnConflict, Task, TaskIdentity, TaskKey};
 use tracing::debug;
 
 use crate::actors::IdentityOp;
 use crate::cancel_gate::{Applying, CancelGate};
+use crate::hooks::{Check, TaskHook};
 use crate::metrics::Metrics;
 use crate::store::{
-    IdentityRecord, PartitionId, StoreResult, TaskStatus, TaskStore, WRITE_CONCURRENCY,
+    IdentityRecord, PartitionId, StoreError, StoreResult, TaskStatus, TaskStore, WRITE_CONCURRENCY,
 };
 
 /// What a batch's identity records come to.
@@ -398,6 +400,33 @@ pub(crate) enum Version {
     /// The current task, as the record holds it (the newest data a record gave it), if there
     /// is a record: it runs that.
     Current(Option<Box<Task>>),
+}
+
+/// Identities attached to a task's life ([`crate::hooks`]): beside the status check, a task
+/// with a conflict mode reads its identity's record; superseded, it is not run, else it runs
+/// the record's copy of itself (the newest data an update gave it).
+pub(crate) struct IdentityHook {
+    pub(crate) store: Arc<dyn TaskStore>,
+}
+
+impl TaskHook for IdentityHook {
+    fn check(
+        &self,
+        partition: PartitionId,
+        task: &Task,
+    ) -> Option<BoxFuture<'static, Result<Check, StoreError>>> {
+        task.on_conflict?;
+        let key = task.key();
+        let read = self.store.identity(partition, task.identity());
+        Some(Box::pin(async move {
+            Ok(match version_of(&key, read.await?) {
+                Version::Superseded => Check::NotRun {
+                    why: "superseded by a newer task of its identity",
+                },
+                Version::Current(copy) => Check::Run(copy),
+            })
+        }))
+    }
 }
 
 /// See [`Version`].

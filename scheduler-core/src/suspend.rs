@@ -5,10 +5,14 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures::future::BoxFuture;
+use scheduler_client::Task;
 use tokio::sync::watch;
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
-use crate::store::{StoreResult, SuspensionStore, Suspensions};
+use crate::hooks::TaskHook;
+use crate::metrics::Metrics;
+use crate::store::{PartitionId, StoreResult, SuspensionStore, SuspensionTarget, Suspensions};
 
 /// How often a node reads the suspensions.
 pub(crate) const POLL: Duration = Duration::from_secs(2);
@@ -47,5 +51,38 @@ pub(crate) async fn poll(store: Arc<dyn SuspensionStore>, sender: watch::Sender<
             }
             Err(e) => warn!(error = %e, "suspensions not read; the last known ones stay in force"),
         }
+    }
+}
+
+/// Suspensions attached to a task's life ([`crate::hooks`]): a suspended task (its orderingId,
+/// type or group) waits like one without a handler (pending, no attempt used, holding nothing
+/// back) until the node reads that it was resumed; a task waiting for its time or a slot when
+/// it is suspended does not start.
+pub(crate) struct SuspensionHook {
+    /// The suspensions in force, as the node last read them.
+    pub(crate) suspensions: watch::Receiver<Arc<Suspensions>>,
+    pub(crate) metrics: Arc<Metrics>,
+}
+
+impl TaskHook for SuspensionHook {
+    fn held(&self, partition: PartitionId, task: &Task) -> Option<BoxFuture<'static, bool>> {
+        let suspension = self.suspensions.borrow().of(task).cloned()?;
+        debug!(partition, task = %task.key(), suspended = %suspension.target,
+            "suspended; waiting to be resumed");
+        let waiting = self.metrics.suspended(partition);
+        let (targets, mut suspensions) = (SuspensionTarget::all_of(task), self.suspensions.clone());
+        Some(Box::pin(async move {
+            let _waiting = waiting;
+            let resumed = suspensions.wait_for(|now| now.holding(&targets).is_none());
+            resumed.await.is_ok()
+        }))
+    }
+
+    fn free_at_call(&self, task: &Task) -> Option<Box<dyn Fn() -> bool + Send>> {
+        // (Its targets, not the task: the data, up to 512 KiB, is not copied on the hot path.)
+        let (targets, suspensions) = (SuspensionTarget::all_of(task), self.suspensions.clone());
+        Some(Box::new(move || {
+            suspensions.borrow().holding(&targets).is_none()
+        }))
     }
 }

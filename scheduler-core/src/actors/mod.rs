@@ -23,6 +23,7 @@
 //! escalates to the PartitionSupervisor, which tears its tree down and has the TopicSupervisor
 //! rebuild it from Cassandra.
 
+mod deps;
 pub mod ordering_executor;
 pub mod partition_executor;
 pub mod partition_ownership;
@@ -36,18 +37,11 @@ pub mod topic_supervisor;
 #[cfg(test)]
 mod tests;
 
-use std::sync::Arc;
+pub use deps::PartitionDeps;
 
 use actix::Message;
 
-use crate::clock::Clock;
-use crate::enqueue::Enqueuer;
-use crate::events::EventPublisher;
-use crate::executor::CallPool;
-use crate::in_flight::InFlightGauges;
-use crate::metrics::Metrics;
-use crate::settings::SchedulingSettings;
-use crate::store::{LeaseStore, PartitionId, StoreError, TaskStore};
+use crate::store::{PartitionId, StoreError};
 use scheduler_client::wire::Record;
 use scheduler_client::{Task, TaskKey};
 
@@ -186,35 +180,6 @@ impl IdentityOp {
     }
 }
 
-/// What every partition tree needs from the node.
-#[derive(Clone)]
-pub struct PartitionDeps {
-    /// This node's id (recorded as the owner when a tree claims its partition).
-    pub node_id: Arc<str>,
-    /// Where the schedule and task status live.
-    pub store: Arc<dyn TaskStore>,
-    /// Where running-task leases live.
-    pub leases: Arc<dyn LeaseStore>,
-    /// The time source.
-    pub clock: Arc<dyn Clock>,
-    /// Runs the user's executor.
-    pub pool: CallPool,
-    /// Scheduling settings.
-    pub settings: Arc<SchedulingSettings>,
-    /// The in-flight gauge of each partition.
-    pub in_flight: InFlightGauges,
-    /// The node's metrics.
-    pub metrics: Arc<Metrics>,
-    /// Where completion events go, when enabled.
-    pub events: Option<EventPublisher>,
-    /// Enqueues the tasks the engine creates (a group's join) on the scheduler's topic.
-    pub enqueuer: Arc<dyn Enqueuer>,
-    /// How many partitions the topic has (a job spreads its buckets over all of them).
-    pub partitions: u32,
-    /// The suspensions in force, as the node last read them (see [`crate::suspend`]).
-    pub suspensions: tokio::sync::watch::Receiver<Arc<crate::store::Suspensions>>,
-}
-
 /// Why a partition tree did not serve a request: the store failed, or the tree is stopping.
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum TreeError {
@@ -257,11 +222,11 @@ pub enum TreeError {
     },
 }
 
-impl From<crate::groups::GroupStepError> for TreeError {
-    fn from(error: crate::groups::GroupStepError) -> Self {
+impl From<crate::hooks::StepError> for TreeError {
+    fn from(error: crate::hooks::StepError) -> Self {
         match error {
-            crate::groups::GroupStepError::Store(e) => TreeError::Store(e),
-            crate::groups::GroupStepError::Enqueue(e) => TreeError::Enqueue(e),
+            crate::hooks::StepError::Store(e) => TreeError::Store(e),
+            crate::hooks::StepError::Enqueue(e) => TreeError::Enqueue(e),
         }
     }
 }

@@ -7,17 +7,19 @@
 //! which records the outcome and climbs again: the join is never lost.
 
 pub(crate) mod completion;
+mod hook;
+
+pub(crate) use hook::GroupsHook;
 
 use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
 use scheduler_client::{truncate_to_millis, GroupMember, OnConflict, Task, TaskData};
 
-use crate::enqueue::{EnqueueError, Enqueuer};
+use crate::enqueue::Enqueuer;
 use crate::executor::{GroupOutcome, JobSpec};
-use crate::store::{
-    GroupKey, GroupState, MemberOutcome, ParentRecord, StatusRecord, StoreError, TaskStore,
-};
+use crate::hooks::StepError;
+use crate::store::{GroupKey, GroupState, MemberOutcome, ParentRecord, StatusRecord, TaskStore};
 use completion::Climb;
 
 /// The uniqueness key of a group's join (its orderingId is the group's id): one join per group
@@ -125,18 +127,6 @@ pub(crate) fn as_children(parent: &Task, children: Vec<Task>) -> (GroupKey, Vec<
     (group, children)
 }
 
-/// A group step failed: the store or the producer; the caller retries the whole step (every
-/// part of it is idempotent).
-#[derive(Debug, Clone, thiserror::Error)]
-pub(crate) enum GroupStepError {
-    /// Writing the outcome or reading the group failed.
-    #[error(transparent)]
-    Store(#[from] StoreError),
-    /// Enqueueing the join failed.
-    #[error(transparent)]
-    Enqueue(#[from] EnqueueError),
-}
-
 /// Records `outcome` of `task` (a member of `member`'s group) and, if that finishes the group,
 /// enqueues its join. Returns whether it enqueued the join. Reads a few rows whatever the
 /// group's size: its header, and the rows of the completion tree it climbs.
@@ -147,7 +137,7 @@ pub(crate) async fn member_finished(
     member: GroupMember,
     outcome: MemberOutcome,
     now: DateTime<Utc>,
-) -> Result<bool, GroupStepError> {
+) -> Result<bool, StepError> {
     let group = group_of(&task, &member);
     let (index, failed_fast) = (outcome.index, member.fail_fast && outcome.is_failure());
     // Whether this member may be the first to record the total (see `completion`): none is
@@ -234,7 +224,7 @@ mod tests {
         index: u32,
         total: Option<u32>,
         now: DateTime<Utc>,
-    ) -> Result<bool, GroupStepError> {
+    ) -> Result<bool, StepError> {
         let mut member = GroupMember::new("g", index).joined_by("join");
         member.total = total;
         let task =

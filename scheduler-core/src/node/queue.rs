@@ -22,13 +22,13 @@ use crate::admin::api::QueueView;
 use crate::clock::{Clock, SystemClock};
 use crate::enqueue::{Enqueuer, KafkaEnqueuer};
 use crate::events::EventPublisher;
-use crate::executor::{CallPool, Handlers};
+use crate::executor::Handlers;
 use crate::in_flight::InFlightGauges;
 use crate::metrics::Metrics;
 use crate::recurring::ticker::Ticker;
 use crate::recurring::{Schedules, TICK_TYPE};
 use crate::settings::Queue;
-use crate::store::{CassandraStore, LeaseStore, PartitionId, SuspensionStore, TaskStore};
+use crate::store::{CassandraStore, PartitionId, SuspensionStore, TaskStore};
 use crate::suspend;
 
 /// A queue's parts before its tree starts.
@@ -68,7 +68,6 @@ impl Prepared {
             .await
             .map_err(NodeError::runtime("reading the topic"))??;
 
-        let scheduling = Arc::new(queue.scheduling.clone());
         let producer = Arc::new(canceller(&queue.kafka)?);
         let enqueuer: Arc<dyn Enqueuer> = Arc::new(KafkaEnqueuer(Arc::clone(&producer)));
         let store = Arc::new(store);
@@ -87,17 +86,9 @@ impl Prepared {
             metrics: Arc::clone(&metrics),
         };
         let schedules = Schedules::new(store.clone(), Arc::clone(&enqueuer), Arc::clone(&clock));
-        let pool = CallPool::with_handlers(
-            handlers.clone().handler(TICK_TYPE, ticker),
-            runtime.handle().clone(),
-            scheduling.executor_concurrency,
-            scheduling.execution_timeout,
-            Arc::new(SystemClock),
-        )
-        .with_type_timeouts(scheduling.type_timeouts());
         let counted = store.clone();
         metrics.count_statements_from(Box::new(move || counted.statements_run()));
-        let leases: Arc<dyn LeaseStore> = store.clone();
+        let cassandra = Arc::clone(&store);
         let store: Arc<dyn TaskStore> = store;
         let events = match &queue.kafka.events_topic {
             Some(topic) => Some(
@@ -115,20 +106,20 @@ impl Prepared {
             .map_err(NodeError::runtime("reading the suspensions"))??;
         let watched: Arc<dyn SuspensionStore> = store.clone();
         runtime.spawn(suspend::poll(watched, suspended));
-        let deps = PartitionDeps {
-            node_id: Arc::clone(node_id),
-            store: Arc::clone(&store),
-            leases,
+        let deps = PartitionDeps::builder(
+            node_id,
+            cassandra,
+            handlers.clone().handler(TICK_TYPE, ticker),
+            queue.scheduling.clone(),
             clock,
-            pool,
-            settings: scheduling,
-            in_flight: InFlightGauges::default(),
-            metrics,
-            events,
             enqueuer,
-            suspensions,
-            partitions: partition_count,
-        };
+            partition_count,
+        )
+        .runtime(runtime.handle().clone())
+        .metrics(metrics)
+        .events(events)
+        .suspensions(suspensions)
+        .build();
         Ok(Prepared {
             queue,
             deps,

@@ -69,7 +69,6 @@ use crate::actors::topic_supervisor::{
 use crate::actors::PartitionDeps;
 use crate::actors::PolledTasks;
 use crate::clock::{Clock, TokioClock};
-use crate::executor::CallPool;
 use crate::in_flight::InFlightGauges;
 use crate::settings::SchedulingSettings;
 use crate::store::memory::MemoryStore;
@@ -365,27 +364,13 @@ impl World {
         clock: Arc<PausableClock>,
         settings: SchedulingSettings,
     ) -> (Addr<TopicSupervisor>, InFlightGauges) {
-        let pool = CallPool::with_handlers(
-            handlers,
-            tokio::runtime::Handle::current(),
-            settings.executor_concurrency,
-            settings.execution_timeout,
-            clock.clone(),
-        );
-        let deps = PartitionDeps {
-            node_id: Arc::from(format!("sim-node-{id}").as_str()),
-            store: store.clone(),
-            leases: store,
-            clock,
-            pool,
-            settings: Arc::new(settings),
-            in_flight: InFlightGauges::default(),
-            metrics: Arc::new(crate::metrics::Metrics::new()),
-            events: None,
-            enqueuer: Arc::new(self.outbox.clone()),
-            suspensions: self.suspensions.subscribe(),
-            partitions: PARTITIONS,
-        };
+        let node = format!("sim-node-{id}");
+        let enqueuer = Arc::new(self.outbox.clone());
+        let deps = PartitionDeps::builder(
+            &node, store, handlers, settings, clock, enqueuer, PARTITIONS,
+        )
+        .suspensions(self.suspensions.subscribe())
+        .build();
         let gauges = deps.in_flight.clone();
         (TopicSupervisor::new(deps).start(), gauges)
     }

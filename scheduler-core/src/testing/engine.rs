@@ -30,8 +30,7 @@ use crate::actors::topic_supervisor::{AssignPartitions, ProcessTaskBatch, TopicS
 use crate::actors::PartitionDeps;
 use crate::clock::Clock;
 use crate::enqueue::Enqueuer;
-use crate::executor::{CallPool, Handlers};
-use crate::in_flight::InFlightGauges;
+use crate::executor::Handlers;
 use crate::metrics::Metrics;
 use crate::recurring::ticker::Ticker;
 use crate::recurring::TICK_TYPE;
@@ -344,29 +343,20 @@ async fn start_tree(parts: Parts, runtime: tokio::runtime::Handle) {
         partitions,
         metrics: Arc::clone(&metrics),
     };
-    let pool = CallPool::with_handlers(
-        handlers.handler(TICK_TYPE, ticker),
-        runtime,
-        settings.executor_concurrency,
-        settings.execution_timeout,
-        Arc::clone(&clock),
-    )
-    .with_type_timeouts(settings.type_timeouts());
     let (batch, max_record_bytes) = (settings.fetch_batch_size, settings.max_task_data_bytes);
-    let deps = PartitionDeps {
-        node_id: Arc::from("test-engine"),
-        store: store.clone(),
-        leases: store,
+    let deps = PartitionDeps::builder(
+        "test-engine",
+        store,
+        handlers.handler(TICK_TYPE, ticker),
+        settings,
         clock,
-        pool,
-        settings: Arc::new(settings),
-        in_flight: InFlightGauges::default(),
-        metrics,
-        events: None,
         enqueuer,
-        suspensions,
         partitions,
-    };
+    )
+    .runtime(runtime)
+    .metrics(metrics)
+    .suspensions(suspensions)
+    .build();
     let supervisor = TopicSupervisor::new(deps).start();
     let all: Vec<PartitionId> = (0..).take(partitions as usize).collect();
     if supervisor.send(AssignPartitions(all)).await.is_err() {

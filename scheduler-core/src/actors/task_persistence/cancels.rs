@@ -218,7 +218,7 @@ async fn finish_cancelled(
     partition: PartitionId,
     key: &TaskKey,
     at: DateTime<Utc>,
-) -> Result<(), groups::GroupStepError> {
+) -> Result<(), crate::hooks::StepError> {
     let scheduled = store.scheduled_task(partition, key.clone()).await?;
     let Some((task, member)) = scheduled.and_then(|t| t.group.clone().map(|m| (t, m))) else {
         return Ok(());

@@ -31,7 +31,7 @@ use super::topic_supervisor::{
 };
 use super::{PartitionDeps, PolledTasks};
 use crate::clock::{Clock, TokioClock};
-use crate::executor::{CallPool, TaskContext, TaskError, TaskExecutor};
+use crate::executor::{TaskContext, TaskError, TaskExecutor};
 use crate::in_flight::InFlightGauges;
 use crate::settings::SchedulingSettings;
 use crate::store::memory::MemoryStore;
@@ -277,27 +277,18 @@ impl Harness {
     ) -> Harness {
         let outbox = crate::enqueue::Outbox::default();
         let (suspend, _) = tokio::sync::watch::channel(Arc::default());
-        let pool = CallPool::with_handlers(
+        let clock = Arc::new(recorder.clock.clone());
+        let deps = PartitionDeps::builder(
+            node_id,
+            Arc::new(store.clone()),
             handlers,
-            tokio::runtime::Handle::current(),
-            settings.executor_concurrency,
-            settings.execution_timeout,
-            Arc::new(recorder.clock.clone()),
-        );
-        let deps = PartitionDeps {
-            node_id: Arc::from(node_id),
-            store: Arc::new(store.clone()),
-            leases: Arc::new(store.clone()),
-            clock: Arc::new(recorder.clock.clone()),
-            pool,
-            settings: Arc::new(settings),
-            in_flight: InFlightGauges::default(),
-            metrics: Arc::new(crate::metrics::Metrics::new()),
-            events: None,
-            enqueuer: Arc::new(outbox.clone()),
-            suspensions: suspend.subscribe(),
-            partitions: 1,
-        };
+            settings,
+            clock,
+            Arc::new(outbox.clone()),
+            1,
+        )
+        .suspensions(suspend.subscribe())
+        .build();
         let in_flight = deps.in_flight.clone();
         let metrics = Arc::clone(&deps.metrics);
         let topic = TopicSupervisor::new(deps).start();

@@ -1,0 +1,174 @@
+//! What every partition tree needs from the node, and the one place it is wired: the node, the
+//! testing kit, the simulation and the actor tests all build it with [`PartitionDeps::builder`],
+//! which attaches the features to every task's life ([`crate::hooks`]) in their order.
+
+use std::sync::Arc;
+
+use tokio::sync::watch;
+
+use crate::clock::Clock;
+use crate::dead_letter::DeadLetterHook;
+use crate::enqueue::Enqueuer;
+use crate::events::EventPublisher;
+use crate::executor::{CallPool, Handlers};
+use crate::groups::GroupsHook;
+use crate::hooks::TaskHook;
+use crate::identity::IdentityHook;
+use crate::in_flight::InFlightGauges;
+use crate::metrics::Metrics;
+use crate::settings::SchedulingSettings;
+use crate::store::{LeaseStore, Suspensions, TaskStore};
+use crate::suspend::SuspensionHook;
+
+/// What every partition tree needs from the node.
+#[derive(Clone)]
+pub struct PartitionDeps {
+    /// This node's id (recorded as the owner when a tree claims its partition).
+    pub node_id: Arc<str>,
+    /// Where the schedule and task status live.
+    pub store: Arc<dyn TaskStore>,
+    /// Where running-task leases live.
+    pub leases: Arc<dyn LeaseStore>,
+    /// The time source.
+    pub clock: Arc<dyn Clock>,
+    /// Runs the user's handlers.
+    pub pool: CallPool,
+    /// Scheduling settings.
+    pub settings: Arc<SchedulingSettings>,
+    /// The in-flight gauge of each partition.
+    pub in_flight: InFlightGauges,
+    /// The node's metrics.
+    pub metrics: Arc<Metrics>,
+    /// Enqueues the tasks the engine creates (a group's join) on the scheduler's topic.
+    pub enqueuer: Arc<dyn Enqueuer>,
+    /// The features attached to every task's life, in the order they are called.
+    pub hooks: Arc<[Arc<dyn TaskHook>]>,
+}
+
+impl PartitionDeps {
+    /// The dependencies of the trees of node `node_id` over `store` (its tables and its
+    /// leases), running `handlers` under `settings` by `clock`; the tasks the engine creates go
+    /// to `enqueuer`, on a topic of `partitions` partitions.
+    pub fn builder<S: TaskStore + LeaseStore>(
+        node_id: &str,
+        store: Arc<S>,
+        handlers: Handlers,
+        settings: SchedulingSettings,
+        clock: Arc<dyn Clock>,
+        enqueuer: Arc<dyn Enqueuer>,
+        partitions: u32,
+    ) -> DepsBuilder {
+        DepsBuilder {
+            node_id: Arc::from(node_id),
+            leases: store.clone(),
+            store,
+            handlers,
+            settings,
+            clock,
+            enqueuer,
+            partitions,
+            runtime: None,
+            metrics: None,
+            events: None,
+            suspensions: None,
+        }
+    }
+}
+
+/// Builds a [`PartitionDeps`] (see [`PartitionDeps::builder`]).
+pub struct DepsBuilder {
+    node_id: Arc<str>,
+    store: Arc<dyn TaskStore>,
+    leases: Arc<dyn LeaseStore>,
+    handlers: Handlers,
+    settings: SchedulingSettings,
+    clock: Arc<dyn Clock>,
+    enqueuer: Arc<dyn Enqueuer>,
+    partitions: u32,
+    runtime: Option<tokio::runtime::Handle>,
+    metrics: Option<Arc<Metrics>>,
+    events: Option<EventPublisher>,
+    suspensions: Option<watch::Receiver<Arc<Suspensions>>>,
+}
+
+impl DepsBuilder {
+    /// Handlers are called on `runtime` (by default the runtime `build` is called on).
+    pub fn runtime(mut self, runtime: tokio::runtime::Handle) -> Self {
+        self.runtime = Some(runtime);
+        self
+    }
+
+    /// The metrics the trees report to (by default their own).
+    pub fn metrics(mut self, metrics: Arc<Metrics>) -> Self {
+        self.metrics = Some(metrics);
+        self
+    }
+
+    /// Completion events go to `events`, if given.
+    pub fn events(mut self, events: Option<EventPublisher>) -> Self {
+        self.events = events;
+        self
+    }
+
+    /// The suspensions in force, kept current by the node (by default none, ever).
+    pub fn suspensions(mut self, suspensions: watch::Receiver<Arc<Suspensions>>) -> Self {
+        self.suspensions = Some(suspensions);
+        self
+    }
+
+    /// The dependencies, with the call pool of the settings' limits (and per-type timeouts)
+    /// and every feature attached: identities, suspensions, dead letters, groups (with
+    /// sub-tasks and jobs), completion events.
+    pub fn build(self) -> PartitionDeps {
+        let settings = self.settings;
+        let runtime = self.runtime.unwrap_or_else(tokio::runtime::Handle::current);
+        let pool = CallPool::with_handlers(
+            self.handlers,
+            runtime,
+            settings.executor_concurrency,
+            settings.execution_timeout,
+            Arc::clone(&self.clock),
+        )
+        .with_type_timeouts(settings.type_timeouts());
+        let metrics = self.metrics.unwrap_or_default();
+        let suspensions = self
+            .suspensions
+            .unwrap_or_else(|| watch::channel(Arc::default()).1);
+        let mut hooks: Vec<Arc<dyn TaskHook>> = vec![
+            Arc::new(IdentityHook {
+                store: Arc::clone(&self.store),
+            }),
+            Arc::new(SuspensionHook {
+                suspensions,
+                metrics: Arc::clone(&metrics),
+            }),
+            Arc::new(DeadLetterHook {
+                store: Arc::clone(&self.store),
+                pool: pool.clone(),
+                clock: Arc::clone(&self.clock),
+                metrics: Arc::clone(&metrics),
+            }),
+            Arc::new(GroupsHook {
+                store: Arc::clone(&self.store),
+                enqueuer: Arc::clone(&self.enqueuer),
+                clock: Arc::clone(&self.clock),
+                partitions: self.partitions,
+            }),
+        ];
+        if let Some(events) = self.events {
+            hooks.push(Arc::new(events));
+        }
+        PartitionDeps {
+            node_id: self.node_id,
+            store: self.store,
+            leases: self.leases,
+            clock: self.clock,
+            pool,
+            settings: Arc::new(settings),
+            in_flight: InFlightGauges::default(),
+            metrics,
+            enqueuer: self.enqueuer,
+            hooks: hooks.into(),
+        }
+    }
+}
