@@ -12,7 +12,7 @@ use scheduler_client::{partition_for, Scheduler, SchedulerConfig, Task, TaskKey}
 use scheduler_core::settings::{
     AdminSettings, CassandraSettings, KafkaSettings, SchedulingSettings, Settings,
 };
-use scheduler_core::{SchedulerNode, TaskContext, TaskError, TaskExecutor};
+use scheduler_core::{SchedulerNode, TaskContext, TaskError, TaskHandler};
 
 const PARTITIONS: u32 = 6;
 const TASKS: i64 = 24;
@@ -24,7 +24,7 @@ struct DemoExecutor {
     runs: RunLog,
 }
 
-impl TaskExecutor for DemoExecutor {
+impl TaskHandler for DemoExecutor {
     async fn execute(&self, task: &Task, _ctx: &TaskContext) -> Result<(), TaskError> {
         let late = (Utc::now() - task.scheduled_time).num_milliseconds();
         println!(

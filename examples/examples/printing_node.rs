@@ -12,11 +12,11 @@ use std::path::PathBuf;
 
 use chrono::Utc;
 use it_tests::Stack;
-use scheduler_core::{SchedulerNode, Settings, Task, TaskContext, TaskError, TaskExecutor};
+use scheduler_core::{SchedulerNode, Settings, Task, TaskContext, TaskError, TaskHandler};
 
 struct PrintingExecutor;
 
-impl TaskExecutor for PrintingExecutor {
+impl TaskHandler for PrintingExecutor {
     async fn execute(&self, task: &Task, _ctx: &TaskContext) -> Result<(), TaskError> {
         let late = Utc::now() - task.scheduled_time;
         println!(

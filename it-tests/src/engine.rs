@@ -14,7 +14,7 @@ use scheduler_core::settings::{
     AdminSettings, CassandraSettings, KafkaSettings, SchedulingSettings, Settings,
 };
 use scheduler_core::store::CassandraStore;
-use scheduler_core::{SchedulerNode, TaskContext, TaskError, TaskExecutor};
+use scheduler_core::{SchedulerNode, TaskContext, TaskError, TaskHandler};
 
 use crate::teardown::Teardown;
 use crate::{unique_name, Stack};
@@ -127,7 +127,7 @@ impl TestEnv {
 
     /// Starts a node with `settings` and waits until it owns every partition of the topic (for
     /// tests that run a single node).
-    pub async fn start_sole_node<E: TaskExecutor>(
+    pub async fn start_sole_node<E: TaskHandler>(
         &self,
         settings: Settings,
         executor: E,
@@ -201,7 +201,7 @@ impl Recorder {
     }
 }
 
-impl TaskExecutor for Recorder {
+impl TaskHandler for Recorder {
     async fn execute(&self, task: &Task, _ctx: &TaskContext) -> Result<(), TaskError> {
         let started = Utc::now();
         tokio::time::sleep(self.work).await;

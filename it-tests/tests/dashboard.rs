@@ -14,7 +14,7 @@ use chrono::{TimeDelta, Utc};
 use it_tests::engine::{http, metric_sum, wait_until, TestEnv};
 use it_tests::webdriver::{require_browser, Driver, Session};
 use scheduler_client::{wire, GroupMember, Task};
-use scheduler_core::{JobSpec, TaskContext, TaskError, TaskExecutor};
+use scheduler_core::{JobSpec, TaskContext, TaskError, TaskHandler};
 use serde_json::{json, Value};
 
 const TOKEN: &str = "d4shb0ard-t0ken";
@@ -35,7 +35,7 @@ impl Work {
     }
 }
 
-impl TaskExecutor for Work {
+impl TaskHandler for Work {
     async fn execute(&self, task: &Task, ctx: &TaskContext) -> Result<(), TaskError> {
         let before = {
             let mut calls = self.calls.lock().unwrap_or_else(PoisonError::into_inner);

@@ -14,7 +14,7 @@ use it_tests::processes::{node_command, owned_partitions, process_log};
 use scheduler_client::{partition_for, GroupMember, Task, TaskKey};
 use scheduler_core::store::StatusStore;
 use scheduler_core::{
-    GroupOutcome, SchedulerNode, TaskContext, TaskError, TaskExecutor, TaskStatus,
+    GroupOutcome, SchedulerNode, TaskContext, TaskError, TaskHandler, TaskStatus,
 };
 use serde_json::json;
 use tokio::sync::Mutex as AsyncMutex;
@@ -38,7 +38,7 @@ struct Recon {
     log: Arc<Mutex<Log>>,
 }
 
-impl TaskExecutor for Recon {
+impl TaskHandler for Recon {
     async fn execute(&self, task: &Task, ctx: &TaskContext) -> Result<(), TaskError> {
         tokio::time::sleep(Duration::from_millis(5)).await;
         // `spawn: n` sub-tasks on orderingIds of their own; `grandchildren: m` more under

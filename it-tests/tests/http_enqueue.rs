@@ -8,7 +8,7 @@ use std::time::Duration;
 use chrono::{TimeDelta, Utc};
 use it_tests::engine::{http, wait_until, TestEnv};
 use scheduler_client::{partition_for, wire, Task};
-use scheduler_core::executor::{TaskContext, TaskError, TaskExecutor};
+use scheduler_core::handler::{TaskContext, TaskError, TaskHandler};
 use serde_json::{json, Value};
 
 /// Records every task it runs, whole.
@@ -24,7 +24,7 @@ impl Ran {
     }
 }
 
-impl TaskExecutor for Ran {
+impl TaskHandler for Ran {
     async fn execute(&self, task: &Task, _ctx: &TaskContext) -> Result<(), TaskError> {
         self.0
             .lock()

@@ -8,7 +8,7 @@ use std::time::Duration;
 use chrono::{DateTime, TimeDelta, Utc};
 use it_tests::engine::{http, wait_until, TestEnv};
 use scheduler_client::{wire, OnConflict, Task, TaskIdentity};
-use scheduler_core::{TaskContext, TaskError, TaskExecutor};
+use scheduler_core::{TaskContext, TaskError, TaskHandler};
 use serde_json::json;
 
 /// One call: the task's orderingId, its time and its data's `v`.
@@ -17,7 +17,7 @@ type Runs = Arc<Mutex<Vec<(String, DateTime<Utc>, i64)>>>;
 #[derive(Clone)]
 struct Recording(Runs);
 
-impl TaskExecutor for Recording {
+impl TaskHandler for Recording {
     async fn execute(&self, task: &Task, _: &TaskContext) -> Result<(), TaskError> {
         let version = task
             .task_data

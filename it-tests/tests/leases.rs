@@ -9,7 +9,7 @@ use chrono::{DateTime, TimeDelta, Utc};
 use it_tests::engine::{task, wait_until, TestEnv};
 use scheduler_core::settings::SchedulingSettings;
 use scheduler_core::store::StatusStore;
-use scheduler_core::{SchedulerNode, Task, TaskContext, TaskError, TaskExecutor};
+use scheduler_core::{SchedulerNode, Task, TaskContext, TaskError, TaskHandler};
 
 /// One call: which node, which task, when it started and when it returned or was dropped.
 #[derive(Debug, Clone)]
@@ -45,7 +45,7 @@ impl Drop for EndOnDrop {
     }
 }
 
-impl TaskExecutor for Tracker {
+impl TaskHandler for Tracker {
     async fn execute(&self, task: &Task, _ctx: &TaskContext) -> Result<(), TaskError> {
         let index = {
             let mut calls = self.calls.lock().unwrap_or_else(PoisonError::into_inner);

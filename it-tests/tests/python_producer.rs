@@ -25,7 +25,7 @@ use rdkafka::consumer::{Consumer, StreamConsumer};
 use rdkafka::message::Message;
 use rdkafka::{Offset, TopicPartitionList};
 use scheduler_client::{partition_for, wire, OnConflict, Task, TaskData, TaskKey};
-use scheduler_core::{TaskContext, TaskError, TaskExecutor};
+use scheduler_core::{TaskContext, TaskError, TaskHandler};
 use serde_json::{json, Value};
 
 const PARTITIONS: u32 = 6;
@@ -57,7 +57,7 @@ impl Ran {
     }
 }
 
-impl TaskExecutor for Ran {
+impl TaskHandler for Ran {
     async fn execute(&self, task: &Task, _: &TaskContext) -> Result<(), TaskError> {
         self.0
             .lock()

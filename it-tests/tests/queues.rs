@@ -12,7 +12,7 @@ use it_tests::engine::{http, task, wait_until, TestEnv};
 use it_tests::processes::{node_command, process_log};
 use scheduler_client::{SchedulerConfig, Task};
 use scheduler_core::settings::{QueueSettings, TypeLimits};
-use scheduler_core::{SchedulerNode, Settings, TaskContext, TaskError, TaskExecutor};
+use scheduler_core::{SchedulerNode, Settings, TaskContext, TaskError, TaskHandler};
 
 /// Every call: (handler, task, result ok).
 type Calls = Arc<Mutex<Vec<(&'static str, Task, bool)>>>;
@@ -38,7 +38,7 @@ impl Handler {
     }
 }
 
-impl TaskExecutor for Handler {
+impl TaskHandler for Handler {
     async fn execute(&self, task: &Task, _: &TaskContext) -> Result<(), TaskError> {
         let now = self.running.fetch_add(1, Ordering::SeqCst) + 1;
         self.most_at_once.fetch_max(now, Ordering::SeqCst);

@@ -11,7 +11,7 @@ use chrono::{DateTime, TimeDelta, Utc};
 use it_tests::engine::{wait_until, TestEnv};
 use scheduler_core::recurring::{CatchUp, ScheduleSpec, Schedules};
 use scheduler_core::store::FireOutcome;
-use scheduler_core::{SchedulerNode, Task, TaskContext, TaskData, TaskError, TaskExecutor};
+use scheduler_core::{SchedulerNode, Task, TaskContext, TaskData, TaskError, TaskHandler};
 
 const TYPE: &str = "report";
 const EVERY: Duration = Duration::from_secs(2);
@@ -33,7 +33,7 @@ fn fire_of(task: &Task) -> Option<(String, DateTime<Utc>)> {
     Some((id.to_string(), fire))
 }
 
-impl TaskExecutor for Report {
+impl TaskHandler for Report {
     async fn execute(&self, task: &Task, _: &TaskContext) -> Result<(), TaskError> {
         let (id, fire) = fire_of(task).ok_or_else(|| TaskError::invalid("not a run"))?;
         let mut calls = self.calls.lock().unwrap_or_else(PoisonError::into_inner);

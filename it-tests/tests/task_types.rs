@@ -11,7 +11,7 @@ use chrono::{TimeDelta, Utc};
 use it_tests::engine::{http, metric_sum, task, wait_until, TestEnv};
 use scheduler_client::{Task, TaskKey};
 use scheduler_core::settings::SchedulingSettings;
-use scheduler_core::{DeadLetter, SchedulerNode, TaskContext, TaskError, TaskExecutor};
+use scheduler_core::{DeadLetter, SchedulerNode, TaskContext, TaskError, TaskHandler};
 use serde_json::json;
 
 /// Every call, by handler: (handler, task, result ok).
@@ -40,7 +40,7 @@ impl Handler {
     }
 }
 
-impl TaskExecutor for Handler {
+impl TaskHandler for Handler {
     async fn execute(&self, task: &Task, _: &TaskContext) -> Result<(), TaskError> {
         tokio::time::sleep(self.work).await;
         let fixed = self.fixed.load(Ordering::SeqCst);

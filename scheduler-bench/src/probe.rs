@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use chrono::{DateTime, Utc};
 use scheduler_client::{partition_for, Task};
-use scheduler_core::{TaskContext, TaskError, TaskExecutor};
+use scheduler_core::{TaskContext, TaskError, TaskHandler};
 
 /// One recorded execution.
 #[derive(Debug, Clone)]
@@ -88,7 +88,7 @@ fn from_ms(ms: i64) -> Option<DateTime<Utc>> {
         .flatten()
 }
 
-impl TaskExecutor for Probe {
+impl TaskHandler for Probe {
     async fn execute(&self, task: &Task, _ctx: &TaskContext) -> Result<(), TaskError> {
         let started = Utc::now();
         let state = &self.0;

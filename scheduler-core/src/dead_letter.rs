@@ -8,8 +8,9 @@ use std::sync::Arc;
 use futures::future::BoxFuture;
 use scheduler_client::Task;
 
+use crate::call_pool::CallPool;
 use crate::clock::Clock;
-use crate::executor::{CallPool, OutputSlot};
+use crate::handler::OutputSlot;
 use crate::hooks::{self, Halt, Steps, TaskHook};
 use crate::metrics::Metrics;
 use crate::store::{DeadLetter, DeadReason, StatusRecord, TaskStatus, TaskStore};

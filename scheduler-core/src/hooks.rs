@@ -23,7 +23,7 @@ use std::future::Future;
 use futures::future::BoxFuture;
 use scheduler_client::{Task, TaskKey};
 
-use crate::executor::{OutputSlot, TaskContext};
+use crate::handler::{OutputSlot, TaskContext};
 use crate::store::{PartitionId, StatusRecord, StoreError, TaskStatus};
 
 /// A step of a run could not go on: the tree stops, or it lost the partition. The task is left

@@ -1,8 +1,8 @@
 //! The scheduler node: consumes tasks from Kafka, persists them to Cassandra in time-bucketed wide
-//! rows, and runs each through the user's executor when it comes due, one at a time per orderingId.
+//! rows, and runs each through the user's handler when it comes due, one at a time per orderingId.
 //!
-//! - [`TaskExecutor`]: what a service implements to run its tasks.
-//! - [`SchedulerNode`]: a running node, started with [`Settings`] and an executor.
+//! - [`TaskHandler`]: what a service implements to run its tasks.
+//! - [`SchedulerNode`]: a running node, started with [`Settings`] and a handler.
 //! - [`settings`]: node settings (TOML and environment).
 //! - [`store`]: the schedule, task status and attempts in Cassandra, for tools that read them.
 //! - [`admin_api`]: the admin HTTP API's requests and answers, shared with its clients.
@@ -16,21 +16,22 @@
 
 mod actors;
 mod admin;
+mod call_pool;
 mod cancel_gate;
 mod clock;
 mod dead_letter;
 mod enqueue;
 mod epoch;
 mod events;
-pub mod executor;
 mod groups;
-mod handlers;
+pub mod handler;
 mod hooks;
 mod identity;
 mod in_flight;
 mod lease;
 mod metrics;
 pub mod node;
+mod outcome;
 pub mod recurring;
 mod retry;
 pub mod settings;
@@ -47,9 +48,9 @@ pub use admin::api as admin_api;
 #[cfg(test)]
 mod simulation;
 
-pub use executor::{
+pub use handler::{
     GroupOutcome, Handlers, JobSpec, ProgressError, SpawnError, StopReason, TaskContext, TaskError,
-    TaskExecutor,
+    TaskHandler,
 };
 pub use node::{NodeBuilder, NodeError, SchedulerNode};
 pub use scheduler_client::{GroupMember, Task, TaskData, TaskKey};

@@ -13,8 +13,8 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
 
-use crate::executor::ExecutionOutcome;
 use crate::in_flight::InFlightGauges;
+use crate::outcome::ExecutionOutcome;
 use crate::store::PartitionId;
 use scheduler_client::TaskKey;
 use tracing::{debug, info, warn};
@@ -390,7 +390,7 @@ impl Metrics {
             .inc();
     }
 
-    /// One executor call took `took`; `delay` is set for a task's first attempt.
+    /// One handler call took `took`; `delay` is set for a task's first attempt.
     pub fn attempt(&self, partition: PartitionId, took: Duration, delay: Option<Duration>) {
         self.execution_duration
             .get_or_create(&PartitionLabel { partition })

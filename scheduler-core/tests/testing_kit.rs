@@ -12,7 +12,7 @@ use scheduler_core::recurring::ScheduleSpec;
 use scheduler_core::settings::{SchedulingSettings, TypeLimits};
 use scheduler_core::store::{DeadLetter, DeadReason, SuspensionTarget, TaskStatus};
 use scheduler_core::testing::{Outcome, TestEngine, TestingError};
-use scheduler_core::{GroupOutcome, TaskContext, TaskError, TaskExecutor};
+use scheduler_core::{GroupOutcome, TaskContext, TaskError, TaskHandler};
 
 fn data(json: serde_json::Value) -> TaskData {
     json.as_object().cloned().unwrap_or_default()
@@ -36,7 +36,7 @@ impl SendEmail {
     }
 }
 
-impl TaskExecutor for SendEmail {
+impl TaskHandler for SendEmail {
     async fn execute(&self, task: &Task, _: &TaskContext) -> Result<(), TaskError> {
         let Some(to) = task.task_data.get("to").and_then(|t| t.as_str()) else {
             return Err(TaskError::invalid("no recipient"));
@@ -269,7 +269,7 @@ struct Reconcile {
     joins: Arc<Mutex<Vec<GroupOutcome>>>,
 }
 
-impl TaskExecutor for Reconcile {
+impl TaskHandler for Reconcile {
     async fn execute(&self, task: &Task, ctx: &TaskContext) -> Result<(), TaskError> {
         let found = task.task_data.get("balance").cloned().unwrap_or_default();
         ctx.set_result(found)
@@ -339,7 +339,7 @@ struct Report {
     runs: Arc<Mutex<Vec<chrono::DateTime<chrono::Utc>>>>,
 }
 
-impl TaskExecutor for Report {
+impl TaskHandler for Report {
     async fn execute(&self, task: &Task, _: &TaskContext) -> Result<(), TaskError> {
         self.runs
             .lock()
@@ -399,7 +399,7 @@ async fn a_schedule_every_minute_fires_five_times_in_five_minutes() {
 #[derive(Clone, Default)]
 struct Slow;
 
-impl TaskExecutor for Slow {
+impl TaskHandler for Slow {
     async fn execute(&self, _: &Task, _: &TaskContext) -> Result<(), TaskError> {
         tokio::time::sleep(Duration::from_secs(5)).await;
         Ok(())

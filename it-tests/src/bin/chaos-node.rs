@@ -17,7 +17,7 @@ use std::time::Duration;
 use chrono::Utc;
 use scheduler_core::settings::Settings;
 use scheduler_core::{
-    GroupOutcome, JobSpec, SchedulerNode, Task, TaskContext, TaskError, TaskExecutor,
+    GroupOutcome, JobSpec, SchedulerNode, Task, TaskContext, TaskError, TaskHandler,
 };
 use serde_json::json;
 
@@ -46,7 +46,7 @@ struct Recorder {
     work: Duration,
 }
 
-impl TaskExecutor for Recorder {
+impl TaskHandler for Recorder {
     async fn execute(&self, task: &Task, ctx: &TaskContext) -> Result<(), TaskError> {
         let start = Utc::now();
         // A task may ask for more work (`"work_ms"` in its data), to be caught running by a fault.

@@ -6,12 +6,13 @@ use std::sync::Arc;
 
 use tokio::sync::watch;
 
+use crate::call_pool::CallPool;
 use crate::clock::Clock;
 use crate::dead_letter::DeadLetterHook;
 use crate::enqueue::Enqueuer;
 use crate::events::EventPublisher;
-use crate::executor::{CallPool, Handlers};
 use crate::groups::GroupsHook;
+use crate::handler::Handlers;
 use crate::hooks::TaskHook;
 use crate::identity::IdentityHook;
 use crate::in_flight::InFlightGauges;

@@ -2,7 +2,7 @@
 //! dispatches each to the PartitionExecutor at its time, tasks due together in run order (time,
 //! then enqueue order: [`scheduler_client::Task::run_order`]). One timer is armed for the
 //! next due task (not a periodic tick). A task is dispatched `dispatch_lead` before its time:
-//! its lifecycle makes its checks meanwhile and calls the executor at the time itself.
+//! its lifecycle makes its checks meanwhile and calls the handler at the time itself.
 //! Every task sent to it is a [`HeldTask`]: it counts in the partition's in-flight gauge until
 //! it is dropped (replaced, cancelled, or done with by the executors).
 

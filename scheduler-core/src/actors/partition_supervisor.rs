@@ -23,9 +23,9 @@ use super::throughput_controller::{EscalateFailure, ThroughputController};
 use super::{PartitionDeps, StopActor};
 use crate::cancel_gate::CancelGate;
 use crate::epoch::EpochCell;
-use crate::executor::StopReason;
 use crate::in_flight::InFlight;
 use crate::lease::TreeLease;
+use crate::outcome::StopReason;
 use crate::store::{PartitionId, ReadCursor};
 
 /// How often each partition counts its stale tasks.
@@ -280,7 +280,7 @@ impl Actor for PartitionSupervisor {
 }
 
 impl PartitionSupervisor {
-    /// Winds the tree down: raises the stop signal (tasks that have not called the executor
+    /// Winds the tree down: raises the stop signal (tasks that have not called the handler
     /// give up; running calls see `reason` in their context), stops loading and dispatching,
     /// lets running calls finish for at most `drain_timeout`, then stops every actor and closes
     /// the lease (kept live for calls still running). Resolves with whether every call finished.

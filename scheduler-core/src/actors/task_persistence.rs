@@ -50,11 +50,11 @@ use super::{PolledTasks, StopActor, TreeError, TreeResult};
 use crate::cancel_gate::CancelGate;
 use crate::clock::Clock;
 use crate::enqueue::Enqueuer;
-use crate::executor::StopReason;
 use crate::identity;
 use crate::in_flight::{InFlight, Passed};
 use crate::lease::TreeLease;
 use crate::metrics::{Metrics, ParkReason, Parked};
+use crate::outcome::StopReason;
 use crate::retry::exponential_period;
 use crate::store::pages::{load_whole_ties, TieCursor};
 use crate::store::{
@@ -126,7 +126,7 @@ pub struct TaskPersistence {
     scheduler: Addr<PartitionScheduler>,
     /// Takes over the deferred-task lists earlier trees left.
     deferred: Recipient<TakeOverLists>,
-    /// Told once the tasks listed behind the mark reached the executor.
+    /// Told once the tasks listed behind the mark reached the handler.
     start_take_over: Recipient<StartTakeOver>,
     controller: Recipient<LoadMore>,
     in_flight: Arc<InFlight>,
@@ -169,7 +169,7 @@ pub struct PersistenceLinks {
     pub scheduler: Addr<PartitionScheduler>,
     /// Takes over the deferred-task lists earlier trees left.
     pub deferred: Recipient<TakeOverLists>,
-    /// Told once the tasks listed behind the mark reached the executor.
+    /// Told once the tasks listed behind the mark reached the handler.
     pub start_take_over: Recipient<StartTakeOver>,
     /// Told when the cursor moves back (there is more to load).
     pub controller: Recipient<LoadMore>,
@@ -415,7 +415,7 @@ impl TaskPersistence {
         // Deferred tasks an earlier tree listed, due before where loading starts: taken over
         // now (pinned before any mark this tree writes; later tasks of their orderingIds, loaded
         // or pushed, wait behind them), and read once the tasks listed behind the mark reached
-        // the executor (due, they are dispatched at once), since some of them run first.
+        // the handler (due, they are dispatched at once), since some of them run first.
         let until = self.cursor.time();
         let lists: Vec<_> = (lists.into_iter())
             .filter(|l| l.from.scheduled_time < until)

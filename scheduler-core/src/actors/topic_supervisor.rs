@@ -15,7 +15,7 @@ use super::partition_supervisor::{PartitionStopped, PartitionSupervisor, StopPar
 use super::task_persistence::{PersistTasks, TaskPersistence};
 use super::{PartitionDeps, PolledTasks};
 use crate::epoch::EpochCell;
-use crate::executor::StopReason;
+use crate::outcome::StopReason;
 use crate::store::PartitionId;
 
 /// Wait before rebuilding a partition that failed.

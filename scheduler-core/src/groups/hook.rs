@@ -16,7 +16,7 @@ use super::{
 };
 use crate::clock::Clock;
 use crate::enqueue::Enqueuer;
-use crate::executor::{OutputSlot, ProgressReporter, TaskContext};
+use crate::handler::{OutputSlot, ProgressReporter, TaskContext};
 use crate::hooks::{self, BeforeCall, Halt, Steps, TaskHook};
 use crate::store::{JobRecord, ParentRecord, StatusRecord, TaskStatus, TaskStore};
 

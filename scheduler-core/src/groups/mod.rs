@@ -17,7 +17,7 @@ use chrono::{DateTime, Utc};
 use scheduler_client::{truncate_to_millis, GroupMember, OnConflict, Task, TaskData};
 
 use crate::enqueue::Enqueuer;
-use crate::executor::{GroupOutcome, JobSpec};
+use crate::handler::{GroupOutcome, JobSpec};
 use crate::hooks::StepError;
 use crate::store::{GroupKey, GroupState, MemberOutcome, ParentRecord, StatusRecord, TaskStore};
 use completion::Climb;

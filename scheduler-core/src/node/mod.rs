@@ -1,4 +1,4 @@
-//! [`SchedulerNode`]: a running node. It owns a tokio runtime for I/O and the user's executor,
+//! [`SchedulerNode`]: a running node. It owns a tokio runtime for I/O and the user's handler,
 //! an actix system for the actor tree, and a thread polling Kafka.
 
 mod admin_server;
@@ -27,13 +27,13 @@ use self::queue::{start_consumer, Prepared, Served, Shared};
 use crate::actors::topic_supervisor::TopicSupervisor;
 use crate::actors::PartitionDeps;
 use crate::admin::AdminState;
-use crate::executor::{Handlers, TaskExecutor};
+use crate::handler::{Handlers, TaskHandler};
 use crate::metrics::NodeMetrics;
 use crate::recurring::Schedules;
 use crate::settings::{Queue, Settings};
 use crate::store::{PartitionId, StatusRecord};
 
-/// Threads of the node's own tokio runtime (Cassandra I/O and the user's executor).
+/// Threads of the node's own tokio runtime (Cassandra I/O and the user's handler).
 const RUNTIME_THREADS: usize = 2;
 
 /// A node about to start, gathering its handlers (see [`SchedulerNode::builder`]).
@@ -45,7 +45,7 @@ pub struct NodeBuilder {
 
 impl NodeBuilder {
     /// Runs the tasks of `task_type` through `handler`.
-    pub fn handler(mut self, task_type: impl Into<String>, handler: impl TaskExecutor) -> Self {
+    pub fn handler(mut self, task_type: impl Into<String>, handler: impl TaskHandler) -> Self {
         self.handlers = self.handlers.handler(task_type, handler);
         self
     }
@@ -53,7 +53,7 @@ impl NodeBuilder {
     /// Runs the tasks of every type without a handler of its own through `handler`. Without
     /// one, a task of another type waits on this node until a node with its handler owns its
     /// partition.
-    pub fn fallback(mut self, handler: impl TaskExecutor) -> Self {
+    pub fn fallback(mut self, handler: impl TaskHandler) -> Self {
         self.handlers = self.handlers.fallback(handler);
         self
     }
@@ -87,8 +87,8 @@ pub struct SchedulerNode {
 impl SchedulerNode {
     /// Validates `settings`, connects to Cassandra (creating the schema if absent) and Kafka,
     /// and joins the consumer group; tasks of every type of the partitions this node is
-    /// assigned then run through `executor`. (A handler per type: [`SchedulerNode::builder`].)
-    pub async fn start<E: TaskExecutor>(
+    /// assigned then run through `handler`. (A handler per type: [`SchedulerNode::builder`].)
+    pub async fn start<E: TaskHandler>(
         settings: Settings,
         executor: E,
     ) -> Result<SchedulerNode, NodeError> {

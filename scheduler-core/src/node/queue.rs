@@ -22,7 +22,7 @@ use crate::admin::api::QueueView;
 use crate::clock::{Clock, SystemClock};
 use crate::enqueue::{Enqueuer, KafkaEnqueuer};
 use crate::events::EventPublisher;
-use crate::executor::Handlers;
+use crate::handler::Handlers;
 use crate::in_flight::InFlightGauges;
 use crate::metrics::Metrics;
 use crate::recurring::ticker::Ticker;

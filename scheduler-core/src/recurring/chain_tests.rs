@@ -11,7 +11,7 @@ use super::ticker::Ticker;
 use super::{CatchUp, Overlap, ScheduleSpec, Schedules, TICK_TYPE};
 use crate::clock::Clock;
 use crate::enqueue::Outbox;
-use crate::executor::{TaskContext, TaskError, TaskExecutor};
+use crate::handler::{TaskContext, TaskError, TaskHandler};
 use crate::store::memory::MemoryStore;
 use crate::store::{
     FireOutcome, FireRecord, RecurringStore, StatusRecord, StatusStore, TaskStatus,

@@ -31,7 +31,7 @@ use tracing::{debug, info, Instrument};
 use super::{plan, Overlap, ScheduleSpec, TICK_TYPE};
 use crate::clock::Clock;
 use crate::enqueue::Enqueuer;
-use crate::executor::{TaskContext, TaskError, TaskExecutor};
+use crate::handler::{TaskContext, TaskError, TaskHandler};
 use crate::metrics::Metrics;
 use crate::store::{FireOutcome, FireRecord, RecurringStore, StatusStore};
 
@@ -262,7 +262,7 @@ fn reach(fire: &FireRecord) -> DateTime<Utc> {
     }
 }
 
-impl TaskExecutor for Ticker {
+impl TaskHandler for Ticker {
     async fn execute(&self, task: &Task, _: &TaskContext) -> Result<(), TaskError> {
         let Some((id, revision, fire)) = tick_of(task) else {
             return Err(TaskError::invalid(

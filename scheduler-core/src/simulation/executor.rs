@@ -11,7 +11,7 @@ use tokio::time::Instant;
 
 use super::pausable_store::Pause;
 use crate::clock::{Clock, TokioClock};
-use crate::executor::{GroupOutcome, TaskContext, TaskError, TaskExecutor};
+use crate::handler::{GroupOutcome, TaskContext, TaskError, TaskHandler};
 use crate::store::TaskStatus;
 
 /// What a task's calls do.
@@ -108,7 +108,7 @@ impl Drop for EndOnDrop {
     }
 }
 
-impl TaskExecutor for SimExecutor {
+impl TaskHandler for SimExecutor {
     async fn execute(&self, task: &Task, ctx: &TaskContext) -> Result<(), TaskError> {
         let key = task.key();
         let (index, previous) = {

@@ -330,4 +330,4 @@ impl World {
     }
 }
 
-type GroupOutcomeOf = (TaskKey, crate::executor::GroupOutcome);
+type GroupOutcomeOf = (TaskKey, crate::handler::GroupOutcome);

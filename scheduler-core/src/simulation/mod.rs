@@ -324,9 +324,9 @@ impl World {
         };
         // Until the heal, odd nodes run an older release without the late type's handler.
         let handlers = match id % 2 == 1 && !self.healed {
-            true => crate::executor::Handlers::new()
+            true => crate::handler::Handlers::new()
                 .handler(scheduler_client::DEFAULT_TASK_TYPE, executor),
-            false => crate::executor::Handlers::new().fallback(executor),
+            false => crate::handler::Handlers::new().fallback(executor),
         };
         let ticker = crate::recurring::ticker::Ticker {
             schedules: store.clone(),
@@ -360,7 +360,7 @@ impl World {
         &self,
         id: usize,
         store: Arc<PausableStore>,
-        handlers: crate::executor::Handlers,
+        handlers: crate::handler::Handlers,
         clock: Arc<PausableClock>,
         settings: SchedulingSettings,
     ) -> (Addr<TopicSupervisor>, InFlightGauges) {

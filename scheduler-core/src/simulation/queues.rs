@@ -96,7 +96,7 @@ impl World {
             shared: Arc::clone(&self.shared),
             pause: pause.clone(),
         };
-        let handlers = crate::executor::Handlers::new().fallback(executor);
+        let handlers = crate::handler::Handlers::new().fallback(executor);
         self.start_tree(id, store, handlers, clock, settings)
     }
 

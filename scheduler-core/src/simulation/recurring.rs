@@ -21,7 +21,7 @@ use scheduler_client::{Task, TaskData, DEFAULT_TASK_TYPE};
 
 use super::executor::{Call, Shared};
 use super::World;
-use crate::executor::{TaskContext, TaskError, TaskExecutor};
+use crate::handler::{TaskContext, TaskError, TaskHandler};
 use crate::recurring::ticker::Ticker;
 use crate::recurring::{CatchUp, Overlap, ScheduleSpec, Schedules};
 use crate::store::{FireOutcome, FireRecord, RecurringStore, TaskStatus};
@@ -57,7 +57,7 @@ pub(super) struct SimTicker {
     pub(super) shared: Arc<Shared>,
 }
 
-impl TaskExecutor for SimTicker {
+impl TaskHandler for SimTicker {
     async fn execute(&self, task: &Task, ctx: &TaskContext) -> Result<(), TaskError> {
         let schedule = task.task_data.get("schedule").and_then(|s| s.as_str());
         let failing = {

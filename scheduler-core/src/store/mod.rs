@@ -121,7 +121,7 @@ pub enum StoreError {
 /// Final state of a task.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum TaskStatus {
-    /// The executor succeeded.
+    /// The handler succeeded.
     Completed,
     /// Every retry failed (it is a dead letter).
     Failed,
@@ -172,9 +172,9 @@ pub struct StatusRecord {
 /// How one attempt ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum AttemptOutcome {
-    /// The executor succeeded.
+    /// The handler succeeded.
     Succeeded,
-    /// The executor failed and asked for a retry.
+    /// The handler failed and asked for a retry.
     Failed,
     /// The handler found the task invalid: not retried.
     Invalid,
@@ -207,13 +207,13 @@ impl AttemptOutcome {
 pub struct AttemptRecord {
     /// 1 for the first attempt.
     pub attempt: u32,
-    /// When the executor was called.
+    /// When the handler was called.
     pub started_at: DateTime<Utc>,
     /// When it returned.
     pub finished_at: DateTime<Utc>,
     /// How it ended.
     pub outcome: AttemptOutcome,
-    /// The executor's error message, if any.
+    /// The handler's error message, if any.
     pub error: Option<String>,
 }
 

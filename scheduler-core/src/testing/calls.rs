@@ -10,7 +10,7 @@ use chrono::{DateTime, Utc};
 use scheduler_client::{Task, TaskKey};
 
 use crate::clock::Clock;
-use crate::executor::{GroupOutcome, TaskContext, TaskError, TaskExecutor};
+use crate::handler::{GroupOutcome, TaskContext, TaskError, TaskHandler};
 use crate::store::{AttemptRecord, DeadLetter, DeadReason};
 
 /// A call of a handler that ended during [`super::TestEngine::advance`] or
@@ -126,7 +126,7 @@ impl<E> Recorded<E> {
     }
 }
 
-impl<E: TaskExecutor> TaskExecutor for Recorded<E> {
+impl<E: TaskHandler> TaskHandler for Recorded<E> {
     async fn execute(&self, task: &Task, ctx: &TaskContext) -> Result<(), TaskError> {
         let ongoing = self.begin(task, ctx);
         let result = self.handler.execute(task, ctx).await;

@@ -30,7 +30,7 @@ use crate::actors::topic_supervisor::{AssignPartitions, ProcessTaskBatch, TopicS
 use crate::actors::PartitionDeps;
 use crate::clock::Clock;
 use crate::enqueue::Enqueuer;
-use crate::executor::Handlers;
+use crate::handler::Handlers;
 use crate::metrics::Metrics;
 use crate::recurring::ticker::Ticker;
 use crate::recurring::TICK_TYPE;
@@ -411,7 +411,7 @@ mod tests {
     use chrono::TimeDelta;
     use scheduler_client::{Task, TaskData};
 
-    use crate::executor::{TaskContext, TaskError, TaskExecutor};
+    use crate::handler::{TaskContext, TaskError, TaskHandler};
     use crate::settings::SchedulingSettings;
     use crate::store::DeadReason;
     use crate::testing::{Outcome, Run, TestEngine, TestingError};
@@ -419,7 +419,7 @@ mod tests {
     /// Fails until the task's data says how many calls to fail is reached; hangs on "hang".
     struct Flaky;
 
-    impl TaskExecutor for Flaky {
+    impl TaskHandler for Flaky {
         async fn execute(&self, task: &Task, ctx: &TaskContext) -> Result<(), TaskError> {
             if task.uniqueness_key == "hang" {
                 std::future::pending::<()>().await;

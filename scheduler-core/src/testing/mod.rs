@@ -30,11 +30,11 @@
 //! use scheduler_core::settings::SchedulingSettings;
 //! use scheduler_core::store::{DeadReason, TaskStatus};
 //! use scheduler_core::testing::{Outcome, TestEngine};
-//! use scheduler_core::{Task, TaskContext, TaskError, TaskExecutor};
+//! use scheduler_core::{Task, TaskContext, TaskError, TaskHandler};
 //!
 //! struct SendEmail;
 //!
-//! impl TaskExecutor for SendEmail {
+//! impl TaskHandler for SendEmail {
 //!     async fn execute(&self, task: &Task, _: &TaskContext) -> Result<(), TaskError> {
 //!         match task.task_data.get("to") {
 //!             Some(_) => Ok(()), // send it
@@ -94,7 +94,7 @@ pub use self::calls::{Outcome, Run};
 use self::engine::{Engine, EngineError, ManualClock, Parts};
 use self::topic::{Topic, TopicEnqueuer};
 use crate::clock::Clock;
-use crate::executor::{Handlers, TaskExecutor};
+use crate::handler::{Handlers, TaskHandler};
 use crate::recurring::Schedules;
 use crate::settings::{SchedulingSettings, Settings, SettingsError, TypeLimits};
 use crate::store::memory::MemoryStore;
@@ -162,7 +162,7 @@ pub struct TestEngineBuilder {
 
 impl TestEngineBuilder {
     /// Runs the tasks of `task_type` through `handler` (as `NodeBuilder::handler`).
-    pub fn handler(mut self, task_type: impl Into<String>, handler: impl TaskExecutor) -> Self {
+    pub fn handler(mut self, task_type: impl Into<String>, handler: impl TaskHandler) -> Self {
         let handler = self.recorded(handler);
         self.handlers = self.handlers.handler(task_type, handler);
         self
@@ -170,7 +170,7 @@ impl TestEngineBuilder {
 
     /// Runs the tasks of every type without a handler of its own through `handler` (as
     /// `NodeBuilder::fallback`). Without one, a task of another type waits, as on a node.
-    pub fn fallback(mut self, handler: impl TaskExecutor) -> Self {
+    pub fn fallback(mut self, handler: impl TaskHandler) -> Self {
         let handler = self.recorded(handler);
         self.handlers = self.handlers.fallback(handler);
         self
@@ -300,8 +300,8 @@ impl TestEngine {
         }
     }
 
-    /// An engine running every task through `executor`, with a node's default settings.
-    pub async fn new(executor: impl TaskExecutor) -> Result<TestEngine, TestingError> {
+    /// An engine running every task through `handler`, with a node's default settings.
+    pub async fn new(executor: impl TaskHandler) -> Result<TestEngine, TestingError> {
         Self::builder().fallback(executor).start().await
     }
 

@@ -2,7 +2,7 @@
 //! into a shell command whose exit status decides the task's fate.
 
 use scheduler_client::{wire, Task};
-use scheduler_core::{TaskContext, TaskError, TaskExecutor};
+use scheduler_core::{TaskContext, TaskError, TaskHandler};
 use serde_json::Value;
 
 /// `EX_DATAERR`: the command says the task is invalid; it is not retried.
@@ -11,7 +11,7 @@ pub(super) const EXIT_INVALID: i32 = 65;
 /// Prints each task: a node without `--exec`.
 pub(super) struct PrintingExecutor;
 
-impl TaskExecutor for PrintingExecutor {
+impl TaskHandler for PrintingExecutor {
     async fn execute(&self, task: &Task, _ctx: &TaskContext) -> Result<(), TaskError> {
         println!(
             "ran {} data {}",
@@ -29,7 +29,7 @@ pub(super) struct CommandExecutor {
     pub(super) command: String,
 }
 
-impl TaskExecutor for CommandExecutor {
+impl TaskHandler for CommandExecutor {
     async fn execute(&self, task: &Task, _ctx: &TaskContext) -> Result<(), TaskError> {
         let command = &self.command;
         let mut child = tokio::process::Command::new("sh")

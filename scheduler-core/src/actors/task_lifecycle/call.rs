@@ -6,8 +6,8 @@ use tracing::debug;
 use super::run::{Phase, TaskRun};
 use super::state::{Checked, Made, Ready, Step};
 use super::status::{self, Found};
+use crate::call_pool::Called;
 use crate::cancel_gate::Armed;
-use crate::executor::Called;
 use crate::hooks::Halt;
 use crate::lease::LeaseHold;
 

@@ -12,7 +12,7 @@ use super::run::{Phase, TaskRun};
 use super::state::{Checked, Ready, Step};
 use super::status;
 use crate::cancel_gate::Armed;
-use crate::executor::TaskContext;
+use crate::handler::TaskContext;
 use crate::hooks::{BeforeCall, Halt};
 use crate::retry::exponential_period;
 

@@ -1,4 +1,4 @@
-//! The life of one task, from dispatch to outcome (the blueprint's short-lived TaskExecutor
+//! The life of one task, from dispatch to outcome (the blueprint's short-lived TaskHandler
 //! actor), as steps that read top to bottom; features attach at the hook points of
 //! [`crate::hooks`] and are named nowhere here. Every step and its invariant, in order:
 //!
@@ -46,9 +46,9 @@ use tracing::{debug, Instrument};
 use tracing_opentelemetry::OpenTelemetrySpanExt;
 
 use super::PartitionDeps;
-use crate::executor::ExecutionOutcome;
 use crate::hooks::Halt;
 use crate::in_flight::Pin;
+use crate::outcome::ExecutionOutcome;
 use crate::store::PartitionId;
 use record::Next;
 pub use run::ExecutionLinks;

@@ -10,8 +10,9 @@ use tracing::{debug, warn};
 use super::run::{Phase, TaskRun};
 use super::state::Made;
 use super::status::Found;
-use crate::executor::{ExecutionOutcome, OutputSlot, TaskError};
+use crate::handler::{OutputSlot, TaskError};
 use crate::hooks::Halt;
+use crate::outcome::ExecutionOutcome;
 use crate::retry::backoff_delay;
 use crate::store::{AttemptOutcome, AttemptRecord, StatusRecord, TaskStatus};
 

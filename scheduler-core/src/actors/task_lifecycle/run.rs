@@ -14,10 +14,10 @@ use super::super::partition_ownership::{CheckOwnership, Ownership, PartitionOwne
 use super::super::{PartitionDeps, TreeError};
 use crate::cancel_gate::CancelGate;
 use crate::clock::Stamp;
-use crate::executor::StopReason;
 use crate::hooks::{Halt, StepError, Steps};
 use crate::in_flight::Pin;
 use crate::lease::{LeaseHold, TreeLease};
+use crate::outcome::StopReason;
 use crate::retry::exponential_period;
 use crate::store::PartitionId;
 

@@ -1,8 +1,9 @@
 //! The states a task passes between the steps of its lifecycle.
 
 use crate::cancel_gate::Armed;
-use crate::executor::{ExecutionOutcome, OutputSlot, TaskContext, TaskError};
+use crate::handler::{OutputSlot, TaskContext, TaskError};
 use crate::lease::LeaseHold;
+use crate::outcome::ExecutionOutcome;
 
 /// The task checked (step 2), with what the checks hold until its call.
 pub(super) struct Checked {

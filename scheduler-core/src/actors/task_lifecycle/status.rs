@@ -7,8 +7,8 @@ use futures::future::BoxFuture;
 use scheduler_client::{Task, TaskKey};
 use tokio::sync::watch;
 
-use crate::executor::StopReason;
 use crate::hooks::{Check, TaskHook};
+use crate::outcome::StopReason;
 use crate::store::{PartitionId, StatusRecord, StoreError, StoreResult, TaskStore};
 
 /// Why a task is not run: its final status was found, or a hook said so.

@@ -4,7 +4,7 @@
 //! have not run and triggers the join at once.
 
 use super::*;
-use crate::executor::{GroupOutcome, Handlers};
+use crate::handler::{GroupOutcome, Handlers};
 use crate::store::GroupStore;
 use scheduler_client::{GroupMember, OnConflict, TaskData};
 
@@ -18,7 +18,7 @@ struct Grouped {
     joins: Joins,
 }
 
-impl TaskExecutor for Grouped {
+impl TaskHandler for Grouped {
     async fn execute(&self, task: &Task, ctx: &TaskContext) -> Result<(), TaskError> {
         self.calls.lock().expect("lock").push(task.key());
         tokio::time::sleep(Duration::from_millis(10)).await;

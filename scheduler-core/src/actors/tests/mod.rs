@@ -31,7 +31,7 @@ use super::topic_supervisor::{
 };
 use super::{PartitionDeps, PolledTasks};
 use crate::clock::{Clock, TokioClock};
-use crate::executor::{TaskContext, TaskError, TaskExecutor};
+use crate::handler::{TaskContext, TaskError, TaskHandler};
 use crate::in_flight::InFlightGauges;
 use crate::settings::SchedulingSettings;
 use crate::store::memory::MemoryStore;
@@ -167,7 +167,7 @@ impl Recorder {
     }
 }
 
-impl TaskExecutor for Arc<Recorder> {
+impl TaskHandler for Arc<Recorder> {
     async fn execute(&self, task: &Task, _: &TaskContext) -> Result<(), TaskError> {
         let previous_calls = {
             let mut calls = self.calls.lock().expect("lock");
@@ -263,7 +263,7 @@ impl Harness {
         store: MemoryStore,
         recorder: Arc<Recorder>,
     ) -> Harness {
-        let handlers = crate::executor::Handlers::new().fallback(Arc::clone(&recorder));
+        let handlers = crate::handler::Handlers::new().fallback(Arc::clone(&recorder));
         Harness::node_with(node_id, settings, store, recorder, handlers)
     }
 
@@ -273,7 +273,7 @@ impl Harness {
         settings: SchedulingSettings,
         store: MemoryStore,
         recorder: Arc<Recorder>,
-        handlers: crate::executor::Handlers,
+        handlers: crate::handler::Handlers,
     ) -> Harness {
         let outbox = crate::enqueue::Outbox::default();
         let (suspend, _) = tokio::sync::watch::channel(Arc::default());

@@ -3,7 +3,7 @@
 //! kept, and priority orders the tasks waiting for a slot.
 
 use super::*;
-use crate::executor::Handlers;
+use crate::handler::Handlers;
 use crate::store::{DeadLetterFilter, DeadLetterStore, DeadReason};
 
 type Calls = Arc<Mutex<Vec<(&'static str, TaskKey, DateTime<Utc>)>>>;
@@ -20,7 +20,7 @@ struct Typed {
     dead: Arc<Mutex<Vec<(TaskKey, DeadReason, u32)>>>,
 }
 
-impl TaskExecutor for Typed {
+impl TaskHandler for Typed {
     async fn execute(&self, task: &Task, _: &TaskContext) -> Result<(), TaskError> {
         let earlier = {
             let mut calls = self.calls.lock().expect("lock");

@@ -327,8 +327,8 @@ mod tests {
     /// The names and labels are those the node's registry writes, with and without queues.
     #[test]
     fn totals_read_what_the_nodes_metrics_write() {
-        use crate::executor::ExecutionOutcome;
         use crate::metrics::{Metrics, NodeMetrics};
+        use crate::outcome::ExecutionOutcome;
         use prometheus_client::registry::Registry;
         for queue in [None, Some("emails")] {
             let mut registry = Registry::default();

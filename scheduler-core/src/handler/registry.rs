@@ -1,4 +1,4 @@
-//! [`Handlers`]: which [`TaskExecutor`] runs each task type on a node. A node runs only the
+//! [`Handlers`]: which [`TaskHandler`] runs each task type on a node. A node runs only the
 //! types it has a handler for; a task of another type waits for a node that has one (see the
 //! task lifecycle's `no_handler` wait).
 
@@ -9,16 +9,18 @@ use futures::future::BoxFuture;
 use futures::FutureExt;
 use scheduler_client::Task;
 
-use crate::executor::{TaskContext, TaskError, TaskExecutor};
+use super::context::TaskContext;
+use super::error::TaskError;
+use super::task_handler::TaskHandler;
 use crate::store::DeadLetter;
 
-/// Object-safe form of [`TaskExecutor`], so the engine can hold any handler behind an `Arc`.
-pub(crate) trait DynTaskExecutor: Send + Sync + 'static {
+/// Object-safe form of [`TaskHandler`], so the engine can hold any handler behind an `Arc`.
+pub(crate) trait DynTaskHandler: Send + Sync + 'static {
     fn execute_boxed(&self, task: Task, ctx: TaskContext) -> BoxFuture<'_, Result<(), TaskError>>;
     fn dead_lettered_boxed(&self, letter: DeadLetter) -> BoxFuture<'_, ()>;
 }
 
-impl<E: TaskExecutor> DynTaskExecutor for E {
+impl<E: TaskHandler> DynTaskHandler for E {
     /// A join's call (its context carries the finished group) goes to `group_finished`.
     fn execute_boxed(&self, task: Task, ctx: TaskContext) -> BoxFuture<'_, Result<(), TaskError>> {
         async move {
@@ -38,8 +40,8 @@ impl<E: TaskExecutor> DynTaskExecutor for E {
 /// The handlers of a node, by task type, and optionally one for every other type.
 #[derive(Clone, Default)]
 pub struct Handlers {
-    by_type: BTreeMap<String, Arc<dyn DynTaskExecutor>>,
-    fallback: Option<Arc<dyn DynTaskExecutor>>,
+    by_type: BTreeMap<String, Arc<dyn DynTaskHandler>>,
+    fallback: Option<Arc<dyn DynTaskHandler>>,
 }
 
 impl std::fmt::Debug for Handlers {
@@ -58,13 +60,13 @@ impl Handlers {
     }
 
     /// With `handler` running the tasks of `task_type` (replacing an earlier one of that type).
-    pub fn handler(mut self, task_type: impl Into<String>, handler: impl TaskExecutor) -> Handlers {
+    pub fn handler(mut self, task_type: impl Into<String>, handler: impl TaskHandler) -> Handlers {
         self.by_type.insert(task_type.into(), Arc::new(handler));
         self
     }
 
     /// With `handler` running the tasks of every type that has no handler of its own.
-    pub fn fallback(mut self, handler: impl TaskExecutor) -> Handlers {
+    pub fn fallback(mut self, handler: impl TaskHandler) -> Handlers {
         self.fallback = Some(Arc::new(handler));
         self
     }
@@ -84,7 +86,7 @@ impl Handlers {
         self.by_type.is_empty() && self.fallback.is_none()
     }
 
-    pub(crate) fn get(&self, task_type: &str) -> Option<&Arc<dyn DynTaskExecutor>> {
+    pub(crate) fn get(&self, task_type: &str) -> Option<&Arc<dyn DynTaskHandler>> {
         self.by_type.get(task_type).or(self.fallback.as_ref())
     }
 }

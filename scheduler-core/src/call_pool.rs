@@ -1,0 +1,423 @@
+//! The bounded pool that calls the user's handlers: on a runtime of its own, at most
+//! `executor_concurrency` calls at once (due tasks waiting for a slot are served by priority),
+//! each cut off after its timeout.
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use chrono::{DateTime, TimeDelta, Utc};
+use scheduler_client::Task;
+use tokio::sync::{oneshot, watch};
+use tracing::Instrument;
+
+use crate::clock::Clock;
+#[cfg(test)]
+use crate::handler::TaskHandler;
+use crate::handler::{Handlers, TaskContext, TaskError};
+use crate::outcome::StopReason;
+use crate::slots::{PrioritySlots, SlotPermit};
+use crate::store::DeadLetter;
+
+/// Runs the user's handlers on a tokio runtime separate from the actors, at most `concurrency`
+/// calls at once (due tasks waiting for a slot are served by priority), each cut off after
+/// `timeout` (by the node's clock). A panic or a timeout is a retryable failure.
+#[derive(Clone)]
+pub struct CallPool {
+    runtime: tokio::runtime::Handle,
+    permits: Arc<PrioritySlots>,
+    handlers: Arc<Handlers>,
+    timeout: Duration,
+    /// Types with an execution timeout of their own.
+    type_timeouts: Arc<BTreeMap<String, Duration>>,
+    clock: Arc<dyn Clock>,
+}
+
+/// What became of a call handed to [`CallPool::call_when_due`].
+pub(crate) enum Called<H> {
+    /// The handler was called at `started_at`: its result, and `held` back to record the
+    /// outcome under (`None` if the call panicked).
+    Done {
+        result: Result<(), TaskError>,
+        held: Option<H>,
+        started_at: DateTime<Utc>,
+    },
+    /// When its time and a slot came, the checks no longer held (`ready` said no): not called.
+    NotReady(H),
+    /// The slot came more than [`STALE_AFTER`] after the task's time: not called yet. The
+    /// caller checks again in `slot` (as a call that waited for a slot always did) and calls
+    /// with [`CallPool::call_in_slot`].
+    Stale { held: H, slot: Slot },
+    /// The tree stopped, or the caller stopped waiting, first: not called.
+    Stopped,
+}
+
+impl CallPool {
+    /// A pool running `handler` for every task type on `runtime`, timing calls out by `clock`.
+    #[cfg(test)]
+    pub fn new<E: TaskHandler>(
+        executor: E,
+        runtime: tokio::runtime::Handle,
+        concurrency: usize,
+        timeout: Duration,
+        clock: Arc<dyn Clock>,
+    ) -> Self {
+        Self::with_handlers(
+            Handlers::new().fallback(executor),
+            runtime,
+            concurrency,
+            timeout,
+            clock,
+        )
+    }
+
+    /// A pool running `handlers`, each for its task type.
+    pub fn with_handlers(
+        handlers: Handlers,
+        runtime: tokio::runtime::Handle,
+        concurrency: usize,
+        timeout: Duration,
+        clock: Arc<dyn Clock>,
+    ) -> Self {
+        CallPool {
+            runtime,
+            permits: PrioritySlots::new(concurrency.max(1)),
+            handlers: Arc::new(handlers),
+            timeout,
+            type_timeouts: Arc::default(),
+            clock,
+        }
+    }
+
+    /// Calls of the types in `timeouts` are cut off after their own timeout.
+    pub fn with_type_timeouts(mut self, timeouts: BTreeMap<String, Duration>) -> Self {
+        self.type_timeouts = Arc::new(timeouts);
+        self
+    }
+
+    /// How long a call of `task_type` may run.
+    fn timeout_of(&self, task_type: &str) -> Duration {
+        self.type_timeouts
+            .get(task_type)
+            .copied()
+            .unwrap_or(self.timeout)
+    }
+
+    /// Whether a handler of this pool runs tasks of `task_type`.
+    pub fn handles(&self, task_type: &str) -> bool {
+        self.handlers.get(task_type).is_some()
+    }
+
+    /// Tells the handler of `letter`'s type that its task became a dead letter, on the pool's
+    /// runtime and within the execution timeout; a panic or a timeout is logged, not repeated.
+    pub(crate) async fn dead_lettered(&self, letter: DeadLetter) {
+        let Some(handler) = self.handlers.get(&letter.task.task_type).cloned() else {
+            return;
+        };
+        let (timeout, clock) = (
+            self.timeout_of(&letter.task.task_type),
+            Arc::clone(&self.clock),
+        );
+        let task = letter.task.key().to_string();
+        let call = self.runtime.spawn(async move {
+            let expired = clock
+                .sleep_until(clock.now() + TimeDelta::from_std(timeout).unwrap_or(TimeDelta::MAX));
+            tokio::select! {
+                () = handler.dead_lettered_boxed(letter) => true,
+                () = expired => false,
+            }
+        });
+        match call.await {
+            Ok(true) => {}
+            Ok(false) => tracing::warn!(%task, ?timeout, "the dead-letter handler timed out"),
+            Err(e) => tracing::warn!(%task, error = %e, "the dead-letter handler panicked"),
+        }
+    }
+
+    /// Calls the handler for `task` at `at` (by the pool's clock) or later, once a slot is
+    /// free and if `ready(&held)` still says yes then, inside `span` (so the handler's own
+    /// logs carry the task's identity). The waits, the check and the call run on the pool's
+    /// runtime, not on the actors' thread: a busy actor thread would make calls late. Before
+    /// the call, the tree's `stop` signal or the caller dropping the returned future ends it
+    /// uncalled; once called, the call keeps its slot and `held` until it returns, even if the
+    /// caller stops waiting.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn call_when_due<H: Send + 'static>(
+        &self,
+        at: DateTime<Utc>,
+        held: H,
+        ready: impl FnOnce(&H) -> bool + Send + 'static,
+        task: Task,
+        ctx: TaskContext,
+        span: tracing::Span,
+        mut stop: watch::Receiver<Option<StopReason>>,
+    ) -> impl Future<Output = Called<H>> + 'static {
+        let handlers = Arc::clone(&self.handlers);
+        let (timeout, clock, permits) = (
+            self.timeout_of(&task.task_type),
+            Arc::clone(&self.clock),
+            Arc::clone(&self.permits),
+        );
+        let (answer, answered) = oneshot::channel();
+        self.runtime.spawn(async move {
+            let mut answer = answer;
+            let due_and_slot = async {
+                while clock.now() < at {
+                    clock.sleep_until(at).await;
+                }
+                let asked = tokio::time::Instant::now();
+                let slot = permits.acquire(task.priority).await;
+                let waited = asked.elapsed();
+                // The time by this node's clock once more, now that the slot is had: at once
+                // when it has passed, but a paused process (the simulation's clock, whose
+                // waits end only when the process runs) acts on a freed slot only once it
+                // runs again, as a real one would.
+                clock.sleep_until(at).await;
+                (slot, waited)
+            };
+            let had = tokio::select! {
+                biased;
+                _ = stop.wait_for(Option::is_some) => None,
+                () = answer.closed() => return,
+                had = due_and_slot => Some(had),
+            };
+            let Some((slot, waited)) = had.filter(|_| stop.borrow().is_none()) else {
+                let _ = answer.send(Called::Stopped);
+                return;
+            };
+            if !ready(&held) {
+                let _ = answer.send(Called::NotReady(held));
+                return;
+            }
+            let slot = Slot(slot);
+            if waited > STALE_AFTER {
+                let _ = answer.send(Called::Stale { held, slot });
+                return;
+            }
+            let done = run(&handlers, timeout, &*clock, slot, held, task, ctx, span).await;
+            let _ = answer.send(done);
+        });
+        answer_of(answered, Arc::clone(&self.clock))
+    }
+}
+
+/// How long after a task's time its slot may come before its checks count as stale: other
+/// trees (a newer owner of the partition, which may record a cancel meanwhile) act on the
+/// store while a task waits for a slot.
+pub(crate) const STALE_AFTER: Duration = Duration::from_millis(100);
+
+/// One of the pool's slots, had by a call that was not made yet ([`Called::Stale`]); given
+/// back when dropped.
+pub(crate) struct Slot(#[allow(dead_code)] SlotPermit);
+
+impl CallPool {
+    /// Calls the handler for `task` in `slot` at once (see [`Called::Stale`]), on the pool's
+    /// runtime; the call keeps its slot and `held` until it returns, even if the caller stops
+    /// waiting.
+    pub(crate) fn call_in_slot<H: Send + 'static>(
+        &self,
+        slot: Slot,
+        held: H,
+        task: Task,
+        ctx: TaskContext,
+        span: tracing::Span,
+    ) -> impl Future<Output = Called<H>> + 'static {
+        let handlers = Arc::clone(&self.handlers);
+        let (timeout, clock) = (self.timeout_of(&task.task_type), Arc::clone(&self.clock));
+        let (answer, answered) = oneshot::channel();
+        self.runtime.spawn(async move {
+            let done = run(&handlers, timeout, &*clock, slot, held, task, ctx, span).await;
+            let _ = answer.send(done);
+        });
+        answer_of(answered, Arc::clone(&self.clock))
+    }
+}
+
+/// The call of the handler of `task`'s type in `slot`, cut off after `timeout`; `held` comes
+/// back with the result (the slot is given back as soon as the call returns).
+#[allow(clippy::too_many_arguments)]
+async fn run<H>(
+    handlers: &Handlers,
+    timeout: Duration,
+    clock: &dyn Clock,
+    slot: Slot,
+    held: H,
+    task: Task,
+    ctx: TaskContext,
+    span: tracing::Span,
+) -> Called<H> {
+    let started_at = clock.now();
+    let expired =
+        clock.sleep_until(started_at + TimeDelta::from_std(timeout).unwrap_or(TimeDelta::MAX));
+    let result = match handlers.get(&task.task_type).map(Arc::clone) {
+        // (The lifecycle calls only tasks of a type the pool handles.)
+        None => Err(TaskError::retry(format!(
+            "no handler for task type {:?}",
+            task.task_type
+        ))),
+        Some(handler) => tokio::select! {
+            result = handler.execute_boxed(task, ctx).instrument(span) => result,
+            () = expired => Err(TaskError::retry(format!("timed out after {timeout:?}"))),
+        },
+    };
+    drop(slot);
+    Called::Done {
+        result,
+        held: Some(held),
+        started_at,
+    }
+}
+
+/// What a spawned call answered; a call that ended without answering panicked (its slot and
+/// `held` were dropped with it).
+async fn answer_of<H>(answered: oneshot::Receiver<Called<H>>, clock: Arc<dyn Clock>) -> Called<H> {
+    match answered.await {
+        Ok(called) => called,
+        Err(_) => Called::Done {
+            result: Err(TaskError::retry("the executor panicked")),
+            held: None,
+            started_at: clock.now(),
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use chrono::Utc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    struct Probe {
+        running: AtomicUsize,
+        peak: AtomicUsize,
+    }
+
+    impl TaskHandler for Arc<Probe> {
+        async fn execute(&self, task: &Task, _: &TaskContext) -> Result<(), TaskError> {
+            let now = self.running.fetch_add(1, Ordering::SeqCst) + 1;
+            self.peak.fetch_max(now, Ordering::SeqCst);
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            self.running.fetch_sub(1, Ordering::SeqCst);
+            match task.ordering_id.as_str() {
+                "panic" => panic!("executor bug"),
+                "hang" => std::future::pending().await,
+                "invalid" => Err(TaskError::invalid("invalid")),
+                _ => Ok(()),
+            }
+        }
+    }
+
+    fn context() -> TaskContext {
+        TaskContext::detached(0, 1)
+    }
+
+    fn task(ordering_id: &str) -> Task {
+        Task::new(ordering_id, Utc::now(), "u", Default::default())
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn bounds_concurrency_and_turns_panics_and_hangs_into_retries() {
+        let probe = Arc::new(Probe {
+            running: AtomicUsize::new(0),
+            peak: AtomicUsize::new(0),
+        });
+        let pool = CallPool::new(
+            Arc::clone(&probe),
+            tokio::runtime::Handle::current(),
+            3,
+            Duration::from_secs(5),
+            Arc::new(crate::clock::TokioClock::starting_at(Utc::now())),
+        );
+        let (_stop, stop) = watch::channel(None);
+        let run = |t: Task| {
+            let (pool, stop) = (pool.clone(), stop.clone());
+            async move {
+                let called = pool.call_when_due(
+                    t.scheduled_time,
+                    (),
+                    |_| true,
+                    t,
+                    context(),
+                    tracing::Span::none(),
+                    stop,
+                );
+                match called.await {
+                    Called::Done { result, .. } => result,
+                    Called::NotReady(()) | Called::Stale { .. } | Called::Stopped => {
+                        panic!("not called")
+                    }
+                }
+            }
+        };
+        let results = futures::future::join_all((0..10).map(|_| run(task("ok")))).await;
+        assert!(results.iter().all(Result::is_ok));
+        assert_eq!(probe.peak.load(Ordering::SeqCst), 3);
+
+        assert_eq!(
+            run(task("panic")).await,
+            Err(TaskError::retry("the executor panicked"))
+        );
+        assert!(
+            matches!(run(task("hang")).await, Err(TaskError::Retry { reason, .. }) if reason.starts_with("timed out"))
+        );
+        assert_eq!(
+            run(task("invalid")).await,
+            Err(TaskError::invalid("invalid"))
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_call_waits_for_its_time_and_is_not_made_when_not_ready_or_stopped() {
+        let probe = Arc::new(Probe {
+            running: AtomicUsize::new(0),
+            peak: AtomicUsize::new(0),
+        });
+        let clock = crate::clock::TokioClock::starting_at(Utc::now());
+        let pool = CallPool::new(
+            Arc::clone(&probe),
+            tokio::runtime::Handle::current(),
+            1,
+            Duration::from_secs(5),
+            Arc::new(clock.clone()),
+        );
+        let (stop_tx, stop) = watch::channel(None);
+        let at = clock.now() + TimeDelta::seconds(2);
+        let called = pool.call_when_due(
+            at,
+            (),
+            |_| true,
+            task("ok"),
+            context(),
+            tracing::Span::none(),
+            stop.clone(),
+        );
+        match called.await {
+            Called::Done { started_at, .. } => assert_eq!(started_at, at),
+            _ => panic!("not called"),
+        }
+        let not_ready = pool.call_when_due(
+            at,
+            7,
+            |_| false,
+            task("ok"),
+            context(),
+            tracing::Span::none(),
+            stop.clone(),
+        );
+        assert!(matches!(not_ready.await, Called::NotReady(7)));
+        let later = clock.now() + TimeDelta::seconds(2);
+        let stopped = pool.call_when_due(
+            later,
+            (),
+            |_| true,
+            task("ok"),
+            context(),
+            tracing::Span::none(),
+            stop,
+        );
+        let _ = stop_tx.send(Some(StopReason::Revoked));
+        assert!(matches!(stopped.await, Called::Stopped));
+        assert_eq!(probe.peak.load(Ordering::SeqCst), 1, "one call only");
+    }
+}

@@ -1,0 +1,17 @@
+//! The user's API: the [`TaskHandler`] trait a service implements (one per task type, see
+//! [`Handlers`]), the [`TaskContext`] each call gets and the [`TaskError`] it returns. The
+//! engine calls handlers through its call pool ([`crate::call_pool`]).
+
+mod context;
+mod error;
+mod registry;
+mod task_handler;
+
+pub use context::{
+    GroupOutcome, JobSpec, ProgressError, ResultTooLarge, SpawnError, StopReason, TaskContext,
+    MAX_RESULT_BYTES, MAX_SUB_TASKS,
+};
+pub(crate) use context::{OutputSlot, ProgressReporter};
+pub use error::TaskError;
+pub use registry::Handlers;
+pub use task_handler::TaskHandler;
