@@ -102,7 +102,7 @@ pub struct PersistTasks {
 
 /// Load up to `limit` tasks due before `until`, from the read cursor on.
 #[derive(Debug, Message)]
-#[rtype(result = "StoreResult<TasksLoaded>")]
+#[rtype(result = "TreeResult<TasksLoaded>")]
 pub struct LoadTasks {
     /// Exclusive upper bound of the scheduled times to load.
     pub until: DateTime<Utc>,
@@ -919,15 +919,14 @@ impl TaskPersistence {
 }
 
 impl Handler<LoadTasks> for TaskPersistence {
-    type Result = AtomicResponse<Self, StoreResult<TasksLoaded>>;
+    type Result = AtomicResponse<Self, TreeResult<TasksLoaded>>;
 
     fn handle(&mut self, msg: LoadTasks, _: &mut Context<Self>) -> Self::Result {
         if self.epoch == 0 {
-            let stopping = StoreError::Query {
-                operation: "schedule load",
-                reason: "the partition is stopping".into(),
+            let starting = TreeError::Starting {
+                doing: "loading the schedule",
             };
-            return AtomicResponse::new(Box::pin(actix::fut::ready(Err(stopping))));
+            return AtomicResponse::new(Box::pin(actix::fut::ready(Err(starting))));
         }
         // The room may have shrunk since the controller asked (a push came first).
         let limit = msg
@@ -958,7 +957,7 @@ impl Handler<LoadTasks> for TaskPersistence {
         AtomicResponse::new(Box::pin(load.into_actor(self).map(
             move |result, act, _| {
                 drop(reserved);
-                let page = result?;
+                let page = result.map_err(TreeError::Store)?;
                 let (tasks, caught_up) = (page.tasks, page.next.is_none());
                 let count = tasks.len();
                 match page.next {

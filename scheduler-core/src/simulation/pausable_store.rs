@@ -154,10 +154,10 @@ impl PausableStore {
                 }
             }
             pause.resumed().await;
-            Err(StoreError::Query {
+            Err(StoreError::query(
                 operation,
-                reason: "cut by a pause of the node's process".into(),
-            })
+                std::io::Error::other("cut by a pause of the node's process"),
+            ))
         })
     }
 }

@@ -18,9 +18,11 @@ use super::{StoreError, StoreResult, TaskStatus};
 /// past `i32::MAX` (the wire format's `u32` goes further; the client and the decoder refuse such
 /// numbers, `scheduler_client::wire::MAX_GROUP_NUMBER`). Refused, not wrapped, by both stores.
 pub(crate) fn stored_group_number(n: u32, operation: &'static str) -> StoreResult<i32> {
-    i32::try_from(n).map_err(|_| StoreError::Refused {
-        operation,
-        reason: format!("{n} is over the group table's limit of {}", i32::MAX),
+    i32::try_from(n).map_err(|_| {
+        StoreError::refused(
+            operation,
+            format!("{n} is over the group table's limit of {}", i32::MAX),
+        )
     })
 }
 

@@ -49,20 +49,30 @@ pub type StoreResult<T> = Result<T, StoreError>;
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum StoreError {
     /// Connecting to the database failed.
-    #[error("cannot connect to Cassandra at {contact_points}: {reason}")]
+    #[error("cannot connect to Cassandra at {contact_points}: {source}")]
     Connect {
         /// The contact points tried.
         contact_points: String,
         /// The driver's error.
-        reason: String,
+        #[source]
+        source: Cause,
     },
     /// A statement failed.
-    #[error("Cassandra {operation} failed: {reason}")]
+    #[error("Cassandra {operation} failed: {source}")]
     Query {
         /// What the engine was doing.
         operation: &'static str,
-        /// The driver's error.
-        reason: String,
+        /// The driver's error (or the encoder's, for a value that could not be written).
+        #[source]
+        source: Cause,
+    },
+    /// A write that must win a race (a partition's claim) lost it too many times in a row.
+    #[error("Cassandra {operation} failed: lost {attempts} concurrent tries in a row")]
+    Contended {
+        /// What the engine was doing.
+        operation: &'static str,
+        /// The tries lost.
+        attempts: u32,
     },
     /// The store did not answer in time.
     #[error("{operation} did not finish within {after:?}")]
@@ -78,8 +88,11 @@ pub enum StoreError {
     Refused {
         /// What the engine was doing.
         operation: &'static str,
-        /// Cassandra's message.
+        /// Why: Cassandra's message, or the range a value is beyond.
         reason: String,
+        /// The driver's error, when Cassandra refused it.
+        #[source]
+        source: Option<Cause>,
     },
     /// The keyspace's schema is older than this node's (or absent): it must be migrated first.
     #[error(
@@ -116,6 +129,32 @@ pub enum StoreError {
         /// What is wrong.
         reason: String,
     },
+}
+
+/// What made a store operation fail (the driver's error, kept whole; shared, as one failure
+/// may answer several waiters).
+pub type Cause = std::sync::Arc<dyn std::error::Error + Send + Sync>;
+
+impl StoreError {
+    /// A failed `operation`, caused by `cause`.
+    pub fn query(
+        operation: &'static str,
+        cause: impl std::error::Error + Send + Sync + 'static,
+    ) -> Self {
+        StoreError::Query {
+            operation,
+            source: std::sync::Arc::new(cause),
+        }
+    }
+
+    /// A value the store would refuse (`reason`), refused before it is sent.
+    pub fn refused(operation: &'static str, reason: impl Into<String>) -> Self {
+        StoreError::Refused {
+            operation,
+            reason: reason.into(),
+            source: None,
+        }
+    }
 }
 
 /// Final state of a task.

@@ -76,3 +76,59 @@ fn a_new_tree_starts_however_many_tasks_retried_and_finished_before() {
         );
     });
 }
+
+/// What a test's actors log, as text (set as the thread's subscriber while it lives).
+#[derive(Clone, Default)]
+struct Logs(Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for Logs {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let mut logs = self
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        logs.extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// A load asked of a tree that has not started yet (its claim and start-up reads not done)
+/// was refused as a failed Cassandra statement: "Cassandra schedule load failed: the partition
+/// is stopping", borrowing the store's words for a state of the tree, and the wrong state. It
+/// says that the tree is still starting, and no store error is reported.
+#[test]
+fn a_load_asked_before_the_tree_started_says_so_and_blames_no_store() {
+    let logs = Logs::default();
+    let writer = logs.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_writer(move || writer.clone())
+        .with_ansi(false)
+        .finish();
+    let _logging = tracing::subscriber::set_default(subscriber);
+    run_paused(|| async {
+        let h = Harness::new(SchedulingSettings::default(), Duration::ZERO, &[]);
+        h.store.fail_op("deferred cancels read", 3);
+        h.assign().await;
+        advance(Duration::from_secs(30)).await;
+        h.enqueue(vec![task("o", t0() + ms(31_000), "1")]).await;
+        advance(Duration::from_secs(5)).await;
+        assert_eq!(h.recorder.call_times("o").len(), 1, "the tree started");
+    });
+    let text = String::from_utf8_lossy(&logs.0.lock().expect("logs")).into_owned();
+    let loads: Vec<&str> = text
+        .lines()
+        .filter(|l| l.contains("schedule load failed"))
+        .collect();
+    assert!(
+        !loads.is_empty(),
+        "the controller asks before the start is done: {text}"
+    );
+    for line in loads {
+        assert!(line.contains("still starting"), "{line}");
+        assert!(!line.contains("Cassandra"), "{line}");
+    }
+}

@@ -33,10 +33,10 @@ pub(super) struct DeferredStatements {
 impl DeferredStatements {
     pub(super) async fn prepare(session: &Session, ks: &str) -> StoreResult<Self> {
         let prepare = |cql: String| async move {
-            session.prepare(cql).await.map_err(|e| StoreError::Query {
-                operation: "prepare deferred-task lists",
-                reason: e.to_string(),
-            })
+            session
+                .prepare(cql)
+                .await
+                .map_err(|e| StoreError::query("prepare deferred-task lists", e))
         };
         let list = "partition_id = ? AND tree = ? AND ordering_id = ?";
         Ok(DeferredStatements {

@@ -54,10 +54,8 @@ fn job_from_row(row: JobRow) -> StoreResult<JobRecord> {
 
 /// A count as stored (`int` / `bigint`); one past its range is refused, not wrapped.
 fn stored<T: TryFrom<U>, U: Copy + std::fmt::Display>(n: U, what: &'static str) -> StoreResult<T> {
-    T::try_from(n).map_err(|_| StoreError::Refused {
-        operation: what,
-        reason: format!("{n} is beyond the column's range"),
-    })
+    T::try_from(n)
+        .map_err(|_| StoreError::refused(what, format!("{n} is beyond the column's range")))
 }
 
 impl JobStore for CassandraStore {

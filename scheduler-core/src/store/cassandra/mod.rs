@@ -153,13 +153,12 @@ impl Inner {
     {
         use scylla::errors::NextRowError;
         self.count(operation);
-        let failed = |reason: String| StoreError::Query { operation, reason };
         let corrupt = |reason: String| StoreError::Corrupt { what, reason };
         let pager = self
             .session
             .execute_iter(statement.clone(), values)
             .await
-            .map_err(|e| failed(e.to_string()))?;
+            .map_err(|e| StoreError::query(operation, e))?;
         let mut rows = pager
             .rows_stream::<R>()
             .map_err(|e| corrupt(e.to_string()))?;
@@ -171,7 +170,7 @@ impl Inner {
                 Err(e @ NextRowError::RowDeserializationError(_)) => {
                     return Err(corrupt(e.to_string()))
                 }
-                Err(e) => return Err(failed(e.to_string())),
+                Err(e) => return Err(StoreError::query(operation, e)),
             }
         }
     }
@@ -231,7 +230,7 @@ impl CassandraStore {
         }
         builder.build().await.map_err(|e| StoreError::Connect {
             contact_points: settings.contact_points.join(","),
-            reason: e.to_string(),
+            source: std::sync::Arc::new(e),
         })
     }
 }
@@ -925,9 +924,9 @@ impl OwnershipStore for CassandraStore {
                     return Ok(current + 1);
                 }
             }
-            Err(StoreError::Query {
+            Err(StoreError::Contended {
                 operation: "partition claim",
-                reason: format!("lost {CLAIM_ATTEMPTS} concurrent claims in a row"),
+                attempts: CLAIM_ATTEMPTS,
             })
         }
         .boxed()
@@ -1071,10 +1070,7 @@ fn encode_behind(keys: &[TaskKey], lists: &[ListBehind]) -> StoreResult<String> 
         )
     });
     let listed: Vec<Listed> = tasks.chain(lists).collect();
-    serde_json::to_string(&listed).map_err(|e| StoreError::Query {
-        operation: "low-water write",
-        reason: e.to_string(),
-    })
+    serde_json::to_string(&listed).map_err(|e| StoreError::query("low-water write", e))
 }
 
 fn decode_behind(
@@ -1178,10 +1174,8 @@ impl LeaseStore for CassandraStore {
     ) -> BoxFuture<'static, StoreResult<()>> {
         let inner = Arc::clone(&self.inner);
         async move {
-            let running = serde_json::to_string(&lease.running).map_err(|e| StoreError::Query {
-                operation: "lease write",
-                reason: e.to_string(),
-            })?;
+            let running = serde_json::to_string(&lease.running)
+                .map_err(|e| StoreError::query("lease write", e))?;
             // Cassandra's TTL counts whole seconds: round up, never down to "no TTL".
             let ttl = i32::try_from(ttl.as_secs() + u64::from(ttl.subsec_nanos() > 0))
                 .unwrap_or(i32::MAX)

@@ -134,9 +134,11 @@ fn fire_insert<'a>(
             Box::new((id, fire_time, outcome, recorded_at)),
         ),
         FireOutcome::Missed { count, last } => {
-            let count = i64::try_from(count).map_err(|_| StoreError::Refused {
-                operation: "fire write",
-                reason: format!("{count} missed fire times is beyond the column's range"),
+            let count = i64::try_from(count).map_err(|_| {
+                StoreError::refused(
+                    "fire write",
+                    format!("{count} missed fire times is beyond the column's range"),
+                )
             })?;
             (
                 &statements.insert_missed,
@@ -198,11 +200,8 @@ impl RecurringStore for CassandraStore {
     ) -> BoxFuture<'static, StoreResult<()>> {
         let inner = Arc::clone(&self.inner);
         async move {
-            let definition =
-                serde_json::to_string(&record.spec).map_err(|e| StoreError::Query {
-                    operation: "schedule write",
-                    reason: format!("definition: {e}"),
-                })?;
+            let definition = serde_json::to_string(&record.spec)
+                .map_err(|e| StoreError::query("schedule write", e))?;
             // Every column, the chain's position null when it has none: an overwrite clears it.
             let values = (
                 SHARD,

@@ -16,17 +16,15 @@ pub(super) fn query_error(
     operation: &'static str,
 ) -> impl FnOnce(scylla::errors::ExecutionError) -> StoreError {
     use scylla::errors::{DbError, ExecutionError, RequestAttemptError};
-    move |e| match &e {
+    move |e| match e {
         ExecutionError::LastAttemptError(RequestAttemptError::DbError(DbError::Invalid, _)) => {
             StoreError::Refused {
                 operation,
                 reason: e.to_string(),
+                source: Some(std::sync::Arc::new(e)),
             }
         }
-        _ => StoreError::Query {
-            operation,
-            reason: e.to_string(),
-        },
+        _ => StoreError::query(operation, e),
     }
 }
 
@@ -182,4 +180,37 @@ pub(super) fn key_values(
         key.ordering_id.clone(),
         key.uniqueness_key.clone(),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A store error kept only the driver's message (`reason: String`): the cause was lost to
+    /// whoever walks the error's sources. It keeps the driver's error whole.
+    #[test]
+    fn a_driver_error_is_kept_as_the_store_errors_source() {
+        let error = query_error("schedule load")(scylla::errors::ExecutionError::EmptyPlan);
+        assert!(matches!(
+            error,
+            StoreError::Query {
+                operation: "schedule load",
+                ..
+            }
+        ));
+        let source = std::error::Error::source(&error).expect("the driver's error is kept");
+        let shared = source.downcast_ref::<crate::store::Cause>();
+        let driver =
+            shared.and_then(|cause| cause.downcast_ref::<scylla::errors::ExecutionError>());
+        assert!(
+            matches!(driver, Some(scylla::errors::ExecutionError::EmptyPlan)),
+            "{source:?}"
+        );
+        assert!(
+            error
+                .to_string()
+                .starts_with("Cassandra schedule load failed: "),
+            "{error}"
+        );
+    }
 }

@@ -159,13 +159,13 @@ pub(super) async fn migrate(
             });
         }
         if tokio::time::Instant::now() >= deadline {
-            return Err(StoreError::Query {
-                operation: "schema migration",
-                reason: format!(
+            return Err(StoreError::query(
+                "schema migration",
+                std::io::Error::other(format!(
                     "another migration of {ks} has held the lock for over {} s",
                     LOCK_WAIT.as_secs()
-                ),
-            });
+                )),
+            ));
         }
         info!(keyspace = %ks, "another process is migrating the schema; waiting");
         tokio::time::sleep(Duration::from_millis(500)).await;
@@ -423,11 +423,11 @@ async fn migrate_v2(session: &Session, ks: &str) -> StoreResult<()> {
             "INSERT INTO {ks}.schedule_buckets (partition_id, hour_bucket) VALUES (?, ?)"
         ))
         .await
-        .map_err(|e| migration_error(e.to_string()))?;
+        .map_err(migration_error)?;
     let mut rows = session
         .query_iter(distinct, &[])
         .await
-        .map_err(|e| migration_error(e.to_string()))?
+        .map_err(migration_error)?
         .rows_stream::<(i32, chrono::DateTime<Utc>)>()
         .map_err(|e| StoreError::Corrupt {
             what: "scheduled_tasks",
@@ -436,7 +436,7 @@ async fn migrate_v2(session: &Session, ks: &str) -> StoreResult<()> {
     let mut indexed = 0u64;
     while let Some(row) = futures::TryStreamExt::try_next(&mut rows)
         .await
-        .map_err(|e| migration_error(e.to_string()))?
+        .map_err(migration_error)?
     {
         session
             .execute_unpaged(&insert, row)
@@ -645,7 +645,6 @@ async fn migrate_v12(session: &Session, settings: &CassandraSettings) -> StoreRe
 async fn backfill_group_marks(session: &Session, settings: &CassandraSettings) -> StoreResult<()> {
     use futures::TryStreamExt;
     let ks = &settings.keyspace;
-    let failed = |e: &dyn std::fmt::Display| migration_error(format!("group marks: {e}"));
     let mut groups_query = scylla::statement::Statement::new(format!(
         "SELECT DISTINCT task_type, group_id FROM {ks}.group_members"
     ));
@@ -653,12 +652,12 @@ async fn backfill_group_marks(session: &Session, settings: &CassandraSettings) -
     let groups: Vec<(String, String)> = session
         .query_iter(groups_query, ())
         .await
-        .map_err(|e| failed(&e))?
+        .map_err(group_marks_failed)?
         .rows_stream::<(String, String)>()
-        .map_err(|e| failed(&e))?
+        .map_err(group_marks_failed)?
         .try_collect()
         .await
-        .map_err(|e| failed(&e))?;
+        .map_err(group_marks_failed)?;
     let mut members_query = scylla::statement::Statement::new(format!(
         "SELECT total, member, status FROM {ks}.group_members WHERE task_type = ? AND group_id = ?"
     ));
@@ -672,17 +671,17 @@ async fn backfill_group_marks(session: &Session, settings: &CassandraSettings) -
         "INSERT INTO {ks}.group_marks (task_type, group_id, level, node, completed, failed, \
          cancelled, items) VALUES (?, ?, ?, ?, ?, ?, ?, ?) USING TTL {ttl}"
     );
-    let insert = session.prepare(insert).await.map_err(|e| failed(&e))?;
+    let insert = session.prepare(insert).await.map_err(group_marks_failed)?;
     for (task_type, group_id) in groups {
         let rows: Vec<(Option<i32>, Option<i32>, Option<String>)> = session
             .query_iter(members_query.clone(), (&task_type, &group_id))
             .await
-            .map_err(|e| failed(&e))?
+            .map_err(group_marks_failed)?
             .rows_stream()
-            .map_err(|e| failed(&e))?
+            .map_err(group_marks_failed)?
             .try_collect()
             .await
-            .map_err(|e| failed(&e))?;
+            .map_err(group_marks_failed)?;
         let total = rows
             .iter()
             .find_map(|(total, _, _)| *total)
@@ -690,13 +689,13 @@ async fn backfill_group_marks(session: &Session, settings: &CassandraSettings) -
         let reported: std::collections::HashMap<i32, i64> = session
             .query_iter(progress_query.clone(), (&task_type, &group_id))
             .await
-            .map_err(|e| failed(&e))?
+            .map_err(group_marks_failed)?
             .rows_stream::<(i32, Option<i64>)>()
-            .map_err(|e| failed(&e))?
+            .map_err(group_marks_failed)?
             .map_ok(|(member, items)| (member, items.unwrap_or(0)))
             .try_collect()
             .await
-            .map_err(|e| failed(&e))?;
+            .map_err(group_marks_failed)?;
         let members: Vec<(u32, TaskStatus, u64)> = (rows.iter())
             .filter_map(|(_, member, status)| {
                 let items = reported.get(&(*member)?).copied().unwrap_or(0);
@@ -720,7 +719,7 @@ async fn backfill_group_marks(session: &Session, settings: &CassandraSettings) -
             session
                 .execute_unpaged(&insert, values)
                 .await
-                .map_err(|e| failed(&e))?;
+                .map_err(group_marks_failed)?;
         }
     }
     Ok(())
@@ -732,17 +731,15 @@ async fn await_agreement(session: &Session) -> StoreResult<()> {
         .await_schema_agreement()
         .await
         .map(|_| ())
-        .map_err(|e| StoreError::Query {
-            operation: "schema agreement",
-            reason: e.to_string(),
-        })
+        .map_err(|e| StoreError::query("schema agreement", e))
 }
 
-fn migration_error(reason: String) -> StoreError {
-    StoreError::Query {
-        operation: "schema migration",
-        reason,
-    }
+fn migration_error(cause: impl std::error::Error + Send + Sync + 'static) -> StoreError {
+    StoreError::query("schema migration", cause)
+}
+
+fn group_marks_failed(cause: impl std::error::Error + Send + Sync + 'static) -> StoreError {
+    StoreError::query("schema migration (group marks)", cause)
 }
 
 /// Version 1: the tables, created if absent.

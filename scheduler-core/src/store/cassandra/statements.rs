@@ -80,10 +80,10 @@ impl TaskInserts {
             let marks = vec!["?"; count].join(", ");
             let cql = format!("INSERT INTO {ks}.scheduled_tasks ({columns}) VALUES ({marks})");
             async move {
-                session.prepare(cql).await.map_err(|e| StoreError::Query {
-                    operation: "prepare insert",
-                    reason: e.to_string(),
-                })
+                session
+                    .prepare(cql)
+                    .await
+                    .map_err(|e| StoreError::query("prepare insert", e))
             }
         };
         Ok(TaskInserts {
@@ -134,10 +134,10 @@ impl Statements {
 
     async fn prepare_all(session: &Session, ks: &str) -> StoreResult<Statements> {
         let prepare = |cql: String, operation: &'static str| async move {
-            session.prepare(cql).await.map_err(|e| StoreError::Query {
-                operation,
-                reason: e.to_string(),
-            })
+            session
+                .prepare(cql)
+                .await
+                .map_err(|e| StoreError::query(operation, e))
         };
         let key_columns = "scheduled_time, ordering_id, uniqueness_key";
         let key_match =
@@ -422,10 +422,10 @@ const KEY_MATCH: &str =
 impl DeadLetterStatements {
     pub(super) async fn prepare(session: &Session, ks: &str) -> StoreResult<Self> {
         let prepare = |cql: String| async move {
-            session.prepare(cql).await.map_err(|e| StoreError::Query {
-                operation: "prepare dead-letter statement",
-                reason: e.to_string(),
-            })
+            session
+                .prepare(cql)
+                .await
+                .map_err(|e| StoreError::query("prepare dead-letter statement", e))
         };
         Ok(DeadLetterStatements {
             insert: prepare(format!(
@@ -480,10 +480,10 @@ pub(super) struct IdentityStatements {
 impl IdentityStatements {
     pub(super) async fn prepare(session: &Session, ks: &str) -> StoreResult<Self> {
         let prepare = |cql: String| async move {
-            session.prepare(cql).await.map_err(|e| StoreError::Query {
-                operation: "prepare identity statement",
-                reason: e.to_string(),
-            })
+            session
+                .prepare(cql)
+                .await
+                .map_err(|e| StoreError::query("prepare identity statement", e))
         };
         Ok(IdentityStatements {
             select: prepare(format!(
@@ -513,10 +513,10 @@ pub(super) struct SuspensionStatements {
 impl SuspensionStatements {
     pub(super) async fn prepare(session: &Session, ks: &str) -> StoreResult<Self> {
         let prepare = |cql: String| async move {
-            session.prepare(cql).await.map_err(|e| StoreError::Query {
-                operation: "prepare suspension statement",
-                reason: e.to_string(),
-            })
+            session
+                .prepare(cql)
+                .await
+                .map_err(|e| StoreError::query("prepare suspension statement", e))
         };
         Ok(SuspensionStatements {
             select_all: prepare(format!(
@@ -573,10 +573,10 @@ pub(super) struct GroupStatements {
 impl GroupStatements {
     pub(super) async fn prepare(session: &Session, ks: &str) -> StoreResult<Self> {
         let prepare = |cql: String| async move {
-            session.prepare(cql).await.map_err(|e| StoreError::Query {
-                operation: "prepare group statement",
-                reason: e.to_string(),
-            })
+            session
+                .prepare(cql)
+                .await
+                .map_err(|e| StoreError::query("prepare group statement", e))
         };
         let insert = |total: bool, fail_fast: bool| {
             let mut columns = "task_type, group_id, member, ordering_id, scheduled_time, \
@@ -681,10 +681,10 @@ const JOB_COLUMNS: &str = "job_id, ordering_id, scheduled_time, uniqueness_key, 
 impl JobStatements {
     pub(super) async fn prepare(session: &Session, ks: &str) -> StoreResult<Self> {
         let prepare = |cql: String| async move {
-            session.prepare(cql).await.map_err(|e| StoreError::Query {
-                operation: "prepare job statement",
-                reason: e.to_string(),
-            })
+            session
+                .prepare(cql)
+                .await
+                .map_err(|e| StoreError::query("prepare job statement", e))
         };
         Ok(JobStatements {
             insert_job: prepare(format!(
@@ -748,10 +748,10 @@ const SCHEDULE_COLUMNS: &str =
 impl RecurringStatements {
     pub(super) async fn prepare(session: &Session, ks: &str) -> StoreResult<Self> {
         let prepare = |cql: String| async move {
-            session.prepare(cql).await.map_err(|e| StoreError::Query {
-                operation: "prepare recurring schedule statement",
-                reason: e.to_string(),
-            })
+            session
+                .prepare(cql)
+                .await
+                .map_err(|e| StoreError::query("prepare recurring schedule statement", e))
         };
         let mut select_all = prepare(format!(
             "SELECT {SCHEDULE_COLUMNS} FROM {ks}.recurring_schedules WHERE shard = ?"

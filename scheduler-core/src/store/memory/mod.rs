@@ -120,10 +120,8 @@ impl State {
             .tombstone_failure_threshold
             .unwrap_or(TOMBSTONE_FAILURE_THRESHOLD);
         if stepped_over > limit {
-            return Err(StoreError::Query {
-                operation,
-                reason: format!("scanned over {stepped_over} tombstones; query aborted"),
-            });
+            let aborted = format!("scanned over {stepped_over} tombstones; query aborted");
+            return Err(StoreError::query(operation, std::io::Error::other(aborted)));
         }
         Ok(())
     }
@@ -442,10 +440,10 @@ impl MemoryStore {
                 .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
                 .is_ok();
         let result = if injected {
-            Err(StoreError::Query {
+            Err(StoreError::query(
                 operation,
-                reason: "injected failure".into(),
-            })
+                std::io::Error::other("injected failure"),
+            ))
         } else {
             Ok(f(&mut self.lock()))
         };
