@@ -34,6 +34,7 @@ pub mod node;
 mod outcome;
 pub mod recurring;
 mod retry;
+mod schedule_spec;
 pub mod settings;
 mod slots;
 pub mod store;

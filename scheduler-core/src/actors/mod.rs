@@ -37,6 +37,7 @@ pub mod topic_supervisor;
 #[cfg(test)]
 mod tests;
 
+pub use crate::identity::IdentityOp;
 pub use deps::PartitionDeps;
 
 use actix::Message;
@@ -116,66 +117,6 @@ impl PolledTasks {
                     offset,
                 });
             }
-        }
-    }
-}
-
-/// A record that acts on a task's identity (see [`crate::identity`]).
-#[derive(Debug, Clone, PartialEq)]
-pub enum IdentityOp {
-    /// Schedule a task with a conflict mode (its `enqueue_offset` is its record's offset).
-    Schedule(Task),
-    /// Move the identity's pending task to `to`.
-    Reschedule {
-        /// The identity.
-        identity: scheduler_client::TaskIdentity,
-        /// Its new time.
-        to: chrono::DateTime<chrono::Utc>,
-        /// The record's offset.
-        offset: i64,
-    },
-    /// Cancel the identity's pending task.
-    Cancel {
-        /// The identity.
-        identity: scheduler_client::TaskIdentity,
-        /// The record's offset.
-        offset: i64,
-    },
-}
-
-impl IdentityOp {
-    /// The identity the record acts on.
-    pub fn identity(&self) -> scheduler_client::TaskIdentity {
-        match self {
-            IdentityOp::Schedule(task) => task.identity(),
-            IdentityOp::Reschedule { identity, .. } | IdentityOp::Cancel { identity, .. } => {
-                identity.clone()
-            }
-        }
-    }
-
-    /// The record as read at `offset` of its partition.
-    #[cfg(test)]
-    pub fn at_offset(&self, offset: i64) -> IdentityOp {
-        match self {
-            IdentityOp::Schedule(task) => IdentityOp::Schedule(task.clone().enqueued_at(offset)),
-            IdentityOp::Reschedule { identity, to, .. } => IdentityOp::Reschedule {
-                identity: identity.clone(),
-                to: *to,
-                offset,
-            },
-            IdentityOp::Cancel { identity, .. } => IdentityOp::Cancel {
-                identity: identity.clone(),
-                offset,
-            },
-        }
-    }
-
-    /// The record's offset in its partition.
-    pub fn offset(&self) -> i64 {
-        match self {
-            IdentityOp::Schedule(task) => task.enqueue_offset.unwrap_or(-1),
-            IdentityOp::Reschedule { offset, .. } | IdentityOp::Cancel { offset, .. } => *offset,
         }
     }
 }

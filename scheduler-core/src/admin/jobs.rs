@@ -25,7 +25,7 @@ pub(super) async fn list(
     let mut views = Vec::with_capacity(jobs.len());
     for job in jobs {
         let marks = (state.store.all_group_marks(job.group.clone()).await).map_err(store_error)?;
-        let tally = crate::groups::completion::tally_of_marks(&marks);
+        let tally = crate::store::group_marks::tally_of_marks(&marks);
         views.push(summary(job, tally, Vec::new(), &suspensions));
     }
     Ok(Json(JobsResponse { jobs: views }))

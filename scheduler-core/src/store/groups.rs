@@ -226,7 +226,7 @@ pub trait GroupStore: Send + Sync + 'static {
     ) -> BoxFuture<'static, StoreResult<Vec<GroupMark>>>;
 
     /// Every finished node of the group's tree, by level and node, a page at a time: about one
-    /// row per [`crate::groups::completion::FANOUT`] members (a job's progress in a list).
+    /// row per [`FANOUT`](super::group_marks::FANOUT) members (a job's progress in a list).
     fn all_group_marks(&self, group: GroupKey) -> BoxFuture<'static, StoreResult<Vec<GroupMark>>>;
 
     /// Records the task whose sub-tasks the group holds, and its result (again: overwritten).

@@ -7,6 +7,7 @@
 mod cassandra;
 pub mod dead_letters;
 pub mod deferred;
+pub(crate) mod group_marks;
 pub mod groups;
 pub mod identities;
 pub mod jobs;

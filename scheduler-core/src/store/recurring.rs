@@ -7,7 +7,7 @@ use chrono::{DateTime, Utc};
 use futures::future::BoxFuture;
 
 use super::StoreResult;
-use crate::recurring::ScheduleSpec;
+use crate::schedule_spec::ScheduleSpec;
 
 /// A recurring schedule as stored.
 #[derive(Debug, Clone, PartialEq)]

@@ -20,7 +20,7 @@ use scylla::statement::prepared::PreparedStatement;
 use super::rows::{first_row_of, limit_value, rows_of};
 use super::statements::RecurringStatements;
 use super::CassandraStore;
-use crate::recurring::ScheduleSpec;
+use crate::schedule_spec::ScheduleSpec;
 use crate::store::{
     FireOutcome, FireRecord, RecurringStore, ScheduleRecord, StoreError, StoreResult,
 };

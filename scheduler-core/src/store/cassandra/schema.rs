@@ -704,7 +704,7 @@ async fn backfill_group_marks(session: &Session, settings: &CassandraSettings) -
                 Some((member, status, u64::try_from(items).unwrap_or(0)))
             })
             .collect();
-        for mark in crate::groups::completion::marks_of(&members, total) {
+        for mark in crate::store::group_marks::marks_of(&members, total) {
             let number = |n: u32| i32::try_from(n).unwrap_or(i32::MAX);
             let values = (
                 &task_type,
