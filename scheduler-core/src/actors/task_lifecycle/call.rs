@@ -3,6 +3,8 @@
 use scheduler_client::Task;
 use tracing::debug;
 
+use super::check::cancelled_meanwhile;
+use super::record::found_finished;
 use super::run::{Phase, TaskRun};
 use super::state::{Checked, Made, Ready, Step};
 use super::status::{self, Found};
@@ -11,117 +13,115 @@ use crate::cancel_gate::Armed;
 use crate::hooks::Halt;
 use crate::lease::LeaseHold;
 
-impl TaskRun {
-    /// Step 4: its time, then a slot, then the call, waited for on the pool's runtime (a busy
-    /// actor thread would make the call late), if the checks still hold then.
-    pub(super) async fn call(&mut self, task: &Task, ready: Ready) -> Result<Step<Made>, Halt> {
-        let Ready {
-            checked: Checked { hold, armed, epoch },
-            attempt,
-            context,
-        } = ready;
-        let output = context.output_slot();
-        let begun = armed.clone();
-        let (pool, span) = (self.deps.pool.clone(), self.span.clone());
-        let is_ready = self.ready_to_call(task);
-        let called = pool.call_when_due(
-            self.key.scheduled_time,
-            (hold, armed),
-            is_ready,
-            task.clone(),
-            context.clone(),
-            span.clone(),
-            self.stop.clone(),
-        );
-        let called = match called.await {
-            // A slot had long after the task's time: its checks are stale (a newer owner may
-            // have recorded a cancel meanwhile), so the status is read again in the slot.
-            Called::Stale { held, slot } => {
-                debug!(partition = self.partition, task = %self.key, "the slot came late; reading the status again in it");
-                if let Some(found) = self.read_status_again(task).await? {
-                    let outcome = self.found_finished(task, found).await;
-                    drop((held, begun));
-                    return outcome.map(Step::End);
-                }
-                if self.ready_to_call(task)(&held) {
-                    pool.call_in_slot(slot, held, task.clone(), context, span)
-                        .await
-                } else {
-                    Called::NotReady(held)
-                }
+/// Step 4: its time, then a slot, then the call, waited for on the pool's runtime (a busy
+/// actor thread would make the call late), if the checks still hold then.
+pub(super) async fn call(run: &mut TaskRun, task: &Task, ready: Ready) -> Result<Step<Made>, Halt> {
+    let Ready {
+        checked: Checked { hold, armed, epoch },
+        attempt,
+        context,
+    } = ready;
+    let output = context.output_slot();
+    let begun = armed.clone();
+    let (pool, span) = (run.deps.pool.clone(), run.span.clone());
+    let is_ready = ready_to_call(run, task);
+    let called = pool.call_when_due(
+        run.key.scheduled_time,
+        (hold, armed),
+        is_ready,
+        task.clone(),
+        context.clone(),
+        span.clone(),
+        run.stop.clone(),
+    );
+    let called = match called.await {
+        // A slot had long after the task's time: its checks are stale (a newer owner may
+        // have recorded a cancel meanwhile), so the status is read again in the slot.
+        Called::Stale { held, slot } => {
+            debug!(partition = run.partition, task = %run.key, "the slot came late; reading the status again in it");
+            if let Some(found) = read_status_again(run, task).await? {
+                let outcome = found_finished(run, task, found).await;
+                drop((held, begun));
+                return outcome.map(Step::End);
             }
-            called => called,
-        };
-        let (result, hold, started_at) = match called {
-            Called::Done {
-                result,
-                held,
-                started_at,
-            } => (result, held.map(|(hold, _armed)| hold), started_at),
-            Called::Stopped => return Err(Halt::Abandoned),
-            Called::NotReady((hold, armed))
-            | Called::Stale {
-                held: (hold, armed),
-                ..
-            } => {
-                drop(hold);
-                if armed.touched() {
-                    self.cancelled_meanwhile(&armed).await?;
-                } else {
-                    debug!(partition = self.partition, task = %self.key, "lease lapsed, or the task was held back, before the call; checking again");
-                }
-                return Ok(Step::Again);
+            if ready_to_call(run, task)(&held) {
+                pool.call_in_slot(slot, held, task.clone(), context, span)
+                    .await
+            } else {
+                Called::NotReady(held)
             }
-        };
-        self.attempts = attempt;
-        let delay = started_at - self.key.scheduled_time;
-        debug!(partition = self.partition, task = %self.key, attempt, epoch,
-            delay_ms = delay.num_milliseconds(), "task called");
-        let first_delay = (attempt == 1).then(|| delay.to_std().unwrap_or_default());
-        let took = (self.deps.clock.now() - started_at)
-            .to_std()
-            .unwrap_or_default();
-        self.deps.metrics.attempt(self.partition, took, first_delay);
-        Ok(Step::On(Made {
+        }
+        called => called,
+    };
+    let (result, hold, started_at) = match called {
+        Called::Done {
             result,
-            hold,
+            held,
             started_at,
-            output,
-            _begun: begun,
-        }))
-    }
+        } => (result, held.map(|(hold, _armed)| hold), started_at),
+        Called::Stopped => return Err(Halt::Abandoned),
+        Called::NotReady((hold, armed))
+        | Called::Stale {
+            held: (hold, armed),
+            ..
+        } => {
+            drop(hold);
+            if armed.touched() {
+                cancelled_meanwhile(run, &armed).await?;
+            } else {
+                debug!(partition = run.partition, task = %run.key, "lease lapsed, or the task was held back, before the call; checking again");
+            }
+            return Ok(Step::Again);
+        }
+    };
+    run.attempts = attempt;
+    let delay = started_at - run.key.scheduled_time;
+    debug!(partition = run.partition, task = %run.key, attempt, epoch,
+        delay_ms = delay.num_milliseconds(), "task called");
+    let first_delay = (attempt == 1).then(|| delay.to_std().unwrap_or_default());
+    let took = (run.deps.clock.now() - started_at)
+        .to_std()
+        .unwrap_or_default();
+    run.deps.metrics.attempt(run.partition, took, first_delay);
+    Ok(Step::On(Made {
+        result,
+        hold,
+        started_at,
+        output,
+        _begun: begun,
+    }))
+}
 
-    /// The status check again, in a slot that came late (see [`TaskRun::call`]).
-    async fn read_status_again(&mut self, task: &Task) -> Result<Option<Found>, Halt> {
-        let (store, hooks, partition) = (
-            self.deps.store.clone(),
-            self.deps.hooks.clone(),
-            self.partition,
-        );
-        let mut steps = self.steps(Phase::Checking);
-        let (found, _current) = steps
-            .store_step("status read", false, || {
-                status::finished_or_not_run(store.as_ref(), &hooks, partition, task)
-            })
-            .await?;
-        Ok(found)
-    }
+/// The status check again, in a slot that came late (see `call`).
+async fn read_status_again(run: &mut TaskRun, task: &Task) -> Result<Option<Found>, Halt> {
+    let (store, hooks, partition) = (
+        run.deps.store.clone(),
+        run.deps.hooks.clone(),
+        run.partition,
+    );
+    let mut steps = run.steps(Phase::Checking);
+    let (found, _current) = steps
+        .store_step("status read", false, || {
+            status::finished_or_not_run(store.as_ref(), &hooks, partition, task)
+        })
+        .await?;
+    Ok(found)
+}
 
-    /// Whether the task may be called now that its time and slot came: the checks made before
-    /// still hold (its lease entry stayed live without a break, and has a renewal period left,
-    /// so it outlasts the call's start; no cancel or update reached it), and no hook holds it
-    /// back now. If so, its call begins in the cancel gate, last, under the gate's lock
-    /// ([`Armed::begin`]).
-    fn ready_to_call(
-        &self,
-        task: &Task,
-    ) -> impl FnOnce(&(LeaseHold, Armed)) -> bool + Send + 'static {
-        let free: Vec<_> = self
-            .deps
-            .hooks
-            .iter()
-            .filter_map(|hook| hook.free_at_call(task))
-            .collect();
-        move |(hold, armed)| hold.callable() && free.iter().all(|free| free()) && armed.begin()
-    }
+/// Whether the task may be called now that its time and slot came: the checks made before
+/// still hold (its lease entry stayed live without a break, and has a renewal period left,
+/// so it outlasts the call's start; no cancel or update reached it), and no hook holds it
+/// back now. If so, its call begins in the cancel gate, last, under the gate's lock
+/// ([`Armed::begin`]).
+fn ready_to_call(
+    run: &TaskRun,
+    task: &Task,
+) -> impl FnOnce(&(LeaseHold, Armed)) -> bool + Send + 'static {
+    let free: Vec<_> = run
+        .deps
+        .hooks
+        .iter()
+        .filter_map(|hook| hook.free_at_call(task))
+        .collect();
+    move |(hold, armed)| hold.callable() && free.iter().all(|free| free()) && armed.begin()
 }

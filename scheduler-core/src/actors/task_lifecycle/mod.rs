@@ -1,11 +1,11 @@
-//! The life of one task, from dispatch to outcome (the blueprint's short-lived TaskHandler
+//! The life of one task, from dispatch to outcome (the blueprint's short-lived TaskExecutor
 //! actor), as steps that read top to bottom; features attach at the hook points of
 //! [`crate::hooks`] and are named nowhere here. Every step and its invariant, in order:
 //!
 //! 1. **Owner and predecessors.** The tree's claim has completed (an ownership check), and no
 //!    earlier tree of the partition still runs a call of this orderingId (its lease entry is
 //!    gone: see [`crate::lease`]).
-//! 2. **Check** ([`TaskRun::check`]). The orderingId's entry in the tree's running-task lease
+//! 2. **Check** (`check::check`). The orderingId's entry in the tree's running-task lease
 //!    is made durable, then ownership is read after it and after the task entered the tree (a
 //!    stale tree is fenced here; a newer one waits at 1). Meanwhile the status is read with what
 //!    the hooks read beside it: a task with a final status, or one a hook says not to run, is
@@ -13,17 +13,17 @@
 //!    tree's fences this one). The task arms the tree's [`CancelGate`] first, so a cancel
 //!    applied after the read is seen too. A task whose type has no handler here, or that a hook
 //!    holds back, waits without an attempt and is checked again.
-//! 3. **Before the call** ([`TaskRun::before_call`]): the hooks may add to the call's context,
+//! 3. **Before the call** (`check::before_call`): the hooks may add to the call's context,
 //!    or finish the task instead (its status recorded as a call's outcome is).
-//! 4. **Time, slot and call** ([`TaskRun::call`]). The task was dispatched `dispatch_lead`
+//! 4. **Time, slot and call** (`call::call`). The task was dispatched `dispatch_lead`
 //!    before its time, so 1-3 are done by then: on the pool's runtime it waits for its time,
 //!    then a slot, then is called, if the checks still hold: its lease entry stayed live
 //!    without a break (no newer tree can have started the task), no cancel or update reached
 //!    it, and no hook holds it back now; else it is checked again. A slot had long after the
 //!    task's time reads the status again first. The call keeps its slot and lease entry until
 //!    it returns, even if this function is dropped with its tree, and counts as begun in the
-//!    cancel gate until its outcome is recorded ([`crate::identity`]).
-//! 5. **Record, as owner** ([`TaskRun::record`]). A retryable failure records the attempt (a
+//!    cancel gate until its outcome is recorded.
+//! 5. **Record, as owner** (`record::record`). A retryable failure records the attempt (a
 //!    later tree continues the attempt numbers) and is retried from 2 after its backoff. A
 //!    final outcome records its attempt (none for a first attempt: the status says it all),
 //!    then, after the hooks' [`at_final_record`](crate::hooks::TaskHook::at_final_record), its
@@ -93,7 +93,7 @@ pub(crate) async fn run_task(
         span.add_link(producer);
     }
     let mut run = TaskRun::new(partition, key, pin, deps, links, span.clone());
-    let outcome = match run.lifecycle(task).instrument(span).await {
+    let outcome = match lifecycle(&mut run, task).instrument(span).await {
         Ok(outcome) => outcome,
         Err(halt) => halt.into(),
     };
@@ -102,41 +102,41 @@ pub(crate) async fn run_task(
     outcome
 }
 
-impl TaskRun {
-    async fn lifecycle(&mut self, mut task: Task) -> Result<ExecutionOutcome, Halt> {
-        self.wait_for_predecessors().await?;
-        loop {
-            let checked = match self.check(&mut task).await? {
-                Step::On(checked) => checked,
-                Step::Again => continue,
-                Step::End(outcome) => return Ok(outcome),
-            };
-            let ready = match self.before_call(&task, checked).await? {
-                Step::On(ready) => ready,
-                Step::Again => continue,
-                Step::End(outcome) => return Ok(outcome),
-            };
-            let made = match self.call(&task, ready).await? {
-                Step::On(made) => made,
-                Step::Again => continue,
-                Step::End(outcome) => return Ok(outcome),
-            };
-            match self.record(&task, made).await? {
-                Next::Finished(outcome) => return Ok(outcome),
-                Next::RetryAfter(delay) => self.unless_stopped(tokio::time::sleep(delay)).await?,
-            }
+/// The steps, in order (see the module's doc): a step leads on to the next, back to the
+/// check, or to the task's end.
+async fn lifecycle(run: &mut TaskRun, mut task: Task) -> Result<ExecutionOutcome, Halt> {
+    wait_for_predecessors(run).await?;
+    loop {
+        let checked = match check::check(run, &mut task).await? {
+            Step::On(checked) => checked,
+            Step::Again => continue,
+            Step::End(outcome) => return Ok(outcome),
+        };
+        let ready = match check::before_call(run, &task, checked).await? {
+            Step::On(ready) => ready,
+            Step::Again => continue,
+            Step::End(outcome) => return Ok(outcome),
+        };
+        let made = match call::call(run, &task, ready).await? {
+            Step::On(made) => made,
+            Step::Again => continue,
+            Step::End(outcome) => return Ok(outcome),
+        };
+        match record::record(run, &task, made).await? {
+            Next::Finished(outcome) => return Ok(outcome),
+            Next::RetryAfter(delay) => run.unless_stopped(tokio::time::sleep(delay)).await?,
         }
     }
+}
 
-    /// Step 1: the claim is complete, so earlier trees' leases are all visible now.
-    async fn wait_for_predecessors(&mut self) -> Result<(), Halt> {
-        let (lease, ordering_id) = (self.links.lease.clone(), self.key.ordering_id.clone());
-        let mut steps = self.steps(Phase::Checking);
-        steps.owner(None).await?;
-        steps
-            .store_step("lease read", false, || {
-                lease.wait_for_predecessors(&ordering_id)
-            })
-            .await
-    }
+/// Step 1: the claim is complete, so earlier trees' leases are all visible now.
+async fn wait_for_predecessors(run: &mut TaskRun) -> Result<(), Halt> {
+    let (lease, ordering_id) = (run.links.lease.clone(), run.key.ordering_id.clone());
+    let mut steps = run.steps(Phase::Checking);
+    steps.owner(None).await?;
+    steps
+        .store_step("lease read", false, || {
+            lease.wait_for_predecessors(&ordering_id)
+        })
+        .await
 }
