@@ -85,7 +85,7 @@ mod recurring;
 mod runner;
 mod workload;
 use executor::{Call, Plan, Shared, SimExecutor};
-use pausable_store::{PausableClock, PausableStore, Pause};
+use pausable_store::{PausableClock, Pause};
 
 const PARTITIONS: u32 = 4;
 const ORDERING_IDS: usize = 8;
@@ -311,7 +311,7 @@ impl World {
         let id = self.nodes.len();
         let settings = settings();
         let pause = Pause::new();
-        let store = Arc::new(PausableStore::new(self.store.clone(), pause.clone()));
+        let store = Arc::new(self.store.with_gate(Arc::new(pause.clone())));
         let clock = Arc::new(PausableClock {
             clock: self.shared.clock.clone(),
             pause: pause.clone(),
@@ -359,7 +359,7 @@ impl World {
     fn start_tree(
         &self,
         id: usize,
-        store: Arc<PausableStore>,
+        store: Arc<MemoryStore>,
         handlers: crate::handler::Handlers,
         clock: Arc<PausableClock>,
         settings: SchedulingSettings,

@@ -90,7 +90,7 @@ impl World {
         clock: Arc<PausableClock>,
     ) -> (Addr<TopicSupervisor>, InFlightGauges) {
         let settings = queue_settings();
-        let store = Arc::new(PausableStore::new(self.queue_store.clone(), pause.clone()));
+        let store = Arc::new(self.queue_store.with_gate(Arc::new(pause.clone())));
         let executor = SimExecutor {
             node: id,
             shared: Arc::clone(&self.shared),

@@ -146,6 +146,21 @@ pub struct MemoryStore {
     /// Added latency per operation name (the value is read when the call is made, so a slow
     /// read answers with what was true when it began).
     latency: Arc<Mutex<HashMap<&'static str, std::time::Duration>>>,
+    /// What this handle's requests pass first, if anything (not shared with its clones made
+    /// before [`MemoryStore::with_gate`]).
+    gate: Option<Arc<dyn Gate>>,
+}
+
+/// What every request of a store handle passes first. The simulation pauses a node's process
+/// with one: a request made while it is paused is not sent, and one whose answer comes after a
+/// pause began loses it (it may have been applied); both fail once the process runs again, as
+/// requests cut by a long pause time out.
+pub(crate) trait Gate: Send + Sync + 'static {
+    /// `operation` is about to be sent: a token of the moment, or `None` if it is not sent.
+    fn send(&self, operation: &'static str) -> Option<u64>;
+    /// Whether the answer of a request sent at `sent` comes back; if not, resolves (to false)
+    /// once the process runs again.
+    fn answer(&self, sent: Option<u64>) -> BoxFuture<'static, bool>;
 }
 
 impl MemoryStore {
@@ -158,6 +173,14 @@ impl MemoryStore {
     /// more tombstones fails.
     pub fn set_tombstone_failure_threshold(&self, limit: usize) {
         self.lock().tombstone_failure_threshold = Some(limit);
+    }
+
+    /// A handle on the same tables whose every request passes `gate` first.
+    pub(crate) fn with_gate(&self, gate: Arc<dyn Gate>) -> MemoryStore {
+        MemoryStore {
+            gate: Some(gate),
+            ..self.clone()
+        }
     }
 
     /// Makes the next `n` operations fail.
@@ -416,11 +439,71 @@ impl MemoryStore {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
+    /// `f` applied to the tables as `operation`, unless an injected failure of it fails it first.
     fn run<T: Send + 'static>(
         &self,
         operation: &'static str,
         f: impl FnOnce(&mut State) -> T,
     ) -> BoxFuture<'static, StoreResult<T>> {
+        self.request(operation, true, move |state| Ok(f(state)))
+    }
+
+    /// `f` applied to the tables as `operation` (never an injected failure: those are meant for
+    /// the schedule and status, not ownership and leases).
+    fn apply<T: Send + 'static>(
+        &self,
+        operation: &'static str,
+        f: impl FnOnce(&mut State) -> StoreResult<T>,
+    ) -> BoxFuture<'static, StoreResult<T>> {
+        self.request(operation, false, f)
+    }
+
+    /// Every request: through the gate, if any; an injected failure (if `injectable`); `f`
+    /// applied at once; its answer after the operation's latency.
+    fn request<T: Send + 'static>(
+        &self,
+        operation: &'static str,
+        injectable: bool,
+        f: impl FnOnce(&mut State) -> StoreResult<T>,
+    ) -> BoxFuture<'static, StoreResult<T>> {
+        let cut = move || {
+            let cut = std::io::Error::other("cut off by a pause of the process");
+            Err(StoreError::query(operation, cut))
+        };
+        let sent = match &self.gate {
+            Some(gate) => gate.send(operation),
+            None => Some(0),
+        };
+        let Some(sent) = sent else {
+            let gate = self.gate.clone();
+            return Box::pin(async move {
+                if let Some(gate) = gate {
+                    gate.answer(None).await;
+                }
+                cut()
+            });
+        };
+        let result = if injectable && self.injected(operation) {
+            let injected = std::io::Error::other("injected failure");
+            Err(StoreError::query(operation, injected))
+        } else {
+            f(&mut self.lock())
+        };
+        let answer = self.delayed(operation, result);
+        let Some(gate) = self.gate.clone() else {
+            return answer;
+        };
+        Box::pin(async move {
+            let answer = answer.await;
+            match gate.answer(Some(sent)).await {
+                true => answer,
+                false => cut(),
+            }
+        })
+    }
+
+    /// Whether an injected failure fails this call of `operation` (and is used up).
+    fn injected(&self, operation: &'static str) -> bool {
         let injected_here = {
             let mut by_op = self
                 .op_failures
@@ -434,20 +517,11 @@ impl MemoryStore {
                 _ => false,
             }
         };
-        let injected = injected_here
+        injected_here
             || self
                 .failures_to_inject
                 .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
-                .is_ok();
-        let result = if injected {
-            Err(StoreError::query(
-                operation,
-                std::io::Error::other("injected failure"),
-            ))
-        } else {
-            Ok(f(&mut self.lock()))
-        };
-        self.delayed(operation, result)
+                .is_ok()
     }
 }
 

@@ -818,26 +818,28 @@ impl OwnershipStore for MemoryStore {
         owner: String,
         at: DateTime<Utc>,
     ) -> BoxFuture<'static, StoreResult<u64>> {
-        let mut state = self.lock();
-        let epoch = state.epochs.entry(partition).or_default();
-        *epoch += 1;
-        let epoch = *epoch;
-        state.claims.insert(partition, (owner, at));
-        drop(state);
-        self.delayed("partition claim", Ok(epoch))
+        self.apply("partition claim", move |state| {
+            let epoch = state.epochs.entry(partition).or_default();
+            *epoch += 1;
+            let epoch = *epoch;
+            state.claims.insert(partition, (owner, at));
+            Ok(epoch)
+        })
     }
 
     fn partition_epoch(&self, partition: PartitionId) -> BoxFuture<'static, StoreResult<u64>> {
-        let epoch = self.lock().epochs.get(&partition).copied().unwrap_or(0);
-        self.delayed("epoch read", Ok(epoch))
+        self.apply("epoch read", move |state| {
+            Ok(state.epochs.get(&partition).copied().unwrap_or(0))
+        })
     }
 
     fn low_water(
         &self,
         partition: PartitionId,
     ) -> BoxFuture<'static, StoreResult<Option<LowWater>>> {
-        let mark = self.lock().low_water.get(&partition).cloned();
-        self.delayed("low-water read", Ok(mark))
+        self.apply("low-water read", move |state| {
+            Ok(state.low_water.get(&partition).cloned())
+        })
     }
 
     fn set_low_water(
@@ -846,20 +848,20 @@ impl OwnershipStore for MemoryStore {
         epoch: u64,
         at: DateTime<Utc>,
     ) -> BoxFuture<'static, StoreResult<bool>> {
-        let mut state = self.lock();
-        let current = state.epochs.get(&partition).copied().unwrap_or(0);
-        let applied = current == epoch && epoch > 0;
-        if applied {
-            // Only the mark: the lists written with it stay, as in Cassandra.
-            let (behind, lists) = match state.low_water.get(&partition) {
-                Some(mark) => (mark.behind.clone(), mark.lists.clone()),
-                None => (None, Vec::new()),
-            };
-            let mark = LowWater { at, behind, lists };
-            state.low_water.insert(partition, mark);
-        }
-        drop(state);
-        self.delayed("low-water write", Ok(applied))
+        self.apply("low-water write", move |state| {
+            let current = state.epochs.get(&partition).copied().unwrap_or(0);
+            let applied = current == epoch && epoch > 0;
+            if applied {
+                // Only the mark: the lists written with it stay, as in Cassandra.
+                let (behind, lists) = match state.low_water.get(&partition) {
+                    Some(mark) => (mark.behind.clone(), mark.lists.clone()),
+                    None => (None, Vec::new()),
+                };
+                let mark = LowWater { at, behind, lists };
+                state.low_water.insert(partition, mark);
+            }
+            Ok(applied)
+        })
     }
 
     fn advance_low_water(
@@ -885,21 +887,21 @@ impl OwnershipStore for MemoryStore {
     }
 
     fn owners(&self) -> BoxFuture<'static, StoreResult<Vec<PartitionOwner>>> {
-        let state = self.lock();
-        let mut owners: Vec<PartitionOwner> = (state.epochs.iter())
-            .map(|(&partition, &epoch)| {
-                let claim = state.claims.get(&partition);
-                PartitionOwner {
-                    partition,
-                    epoch,
-                    owner: claim.map(|(owner, _)| owner.clone()),
-                    claimed_at: claim.map(|(_, at)| *at),
-                }
-            })
-            .collect();
-        drop(state);
-        owners.sort_by_key(|o| o.partition);
-        self.delayed("owners read", Ok(owners))
+        self.apply("owners read", |state| {
+            let mut owners: Vec<PartitionOwner> = (state.epochs.iter())
+                .map(|(&partition, &epoch)| {
+                    let claim = state.claims.get(&partition);
+                    PartitionOwner {
+                        partition,
+                        epoch,
+                        owner: claim.map(|(owner, _)| owner.clone()),
+                        claimed_at: claim.map(|(_, at)| *at),
+                    }
+                })
+                .collect();
+            owners.sort_by_key(|o| o.partition);
+            Ok(owners)
+        })
     }
 }
 
@@ -913,11 +915,11 @@ impl LeaseStore for MemoryStore {
     ) -> BoxFuture<'static, StoreResult<()>> {
         // Leases never take an injected failure: those are meant for the schedule and status.
         let expires = tokio::time::Instant::now() + ttl;
-        let mut s = self.lock();
-        s.lease_tombstones.remove(&(partition, holder.clone()));
-        s.leases.insert((partition, holder), (lease, expires));
-        drop(s);
-        self.delayed("lease write", Ok(()))
+        self.apply("lease write", move |s| {
+            s.lease_tombstones.remove(&(partition, holder.clone()));
+            s.leases.insert((partition, holder), (lease, expires));
+            Ok(())
+        })
     }
 
     fn delete_lease(
@@ -925,11 +927,11 @@ impl LeaseStore for MemoryStore {
         partition: PartitionId,
         holder: String,
     ) -> BoxFuture<'static, StoreResult<()>> {
-        let mut s = self.lock();
-        s.leases.remove(&(partition, holder.clone()));
-        s.lease_tombstones.insert((partition, holder));
-        drop(s);
-        self.delayed("lease delete", Ok(()))
+        self.apply("lease delete", move |s| {
+            s.leases.remove(&(partition, holder.clone()));
+            s.lease_tombstones.insert((partition, holder));
+            Ok(())
+        })
     }
 
     fn leases(
@@ -937,25 +939,23 @@ impl LeaseStore for MemoryStore {
         partition: PartitionId,
     ) -> BoxFuture<'static, StoreResult<Vec<(String, LeaseRecord)>>> {
         let now = tokio::time::Instant::now();
-        let mut s = self.lock();
-        let mut live = Vec::new();
-        let mut expired = 0;
-        for ((p, holder), (lease, expires)) in &s.leases {
-            match (*p == partition, *expires > now) {
-                (true, true) => live.push((holder.clone(), lease.clone())),
-                (true, false) => expired += 1,
-                (false, _) => {}
+        self.apply("lease read", move |s| {
+            let mut live = Vec::new();
+            let mut expired = 0;
+            for ((p, holder), (lease, expires)) in &s.leases {
+                match (*p == partition, *expires > now) {
+                    (true, true) => live.push((holder.clone(), lease.clone())),
+                    (true, false) => expired += 1,
+                    (false, _) => {}
+                }
             }
-        }
-        // The whole partition: every released or expired holder's row is stepped over.
-        let released = (s.lease_tombstones.iter())
-            .filter(|(p, _)| *p == partition)
-            .count();
-        let stepped_over = expired + released;
-        let read = s
-            .step_over_tombstones("lease read", stepped_over)
-            .map(|()| live);
-        drop(s);
-        self.delayed("lease read", read)
+            // The whole partition: every released or expired holder's row is stepped over.
+            let released = (s.lease_tombstones.iter())
+                .filter(|(p, _)| *p == partition)
+                .count();
+            let stepped_over = expired + released;
+            s.step_over_tombstones("lease read", stepped_over)
+                .map(|()| live)
+        })
     }
 }
