@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, TimeDelta, Utc};
 use it_tests::engine::{wait_until, TestEnv};
-use scheduler_core::recurring::{CatchUp, ScheduleSpec, Schedules};
+use scheduler_core::recurring::{CatchUp, RecurringSchedules, ScheduleSpec};
 use scheduler_core::store::FireOutcome;
 use scheduler_core::{SchedulerNode, Task, TaskContext, TaskData, TaskError, TaskHandler};
 
@@ -103,7 +103,7 @@ fn fire_times(from: DateTime<Utc>, to: DateTime<Utc>) -> Vec<DateTime<Utc>> {
         .collect()
 }
 
-fn schedules_of(node: &SchedulerNode) -> Schedules {
+fn schedules_of(node: &SchedulerNode) -> RecurringSchedules {
     node.schedules().expect("the node serves its queue")
 }
 

@@ -17,7 +17,7 @@ use super::api::{
     FireView, PreviewQuery, PreviewResponse, ScheduleDetail, ScheduleView, SchedulesResponse,
 };
 use super::state::{store_error, AdminState, ApiError};
-use crate::recurring::{run_key, ScheduleError, ScheduleSpec};
+use crate::recurring::{run_key, RecurringError, ScheduleSpec};
 use crate::store::{FireOutcome, FireRecord, ScheduleRecord};
 
 /// Fires `GET /api/v1/schedules/{id}` shows.
@@ -71,14 +71,14 @@ fn fire_view(id: &str, fire: &FireRecord) -> FireView {
     view
 }
 
-fn schedule_error(e: ScheduleError) -> ApiError {
+fn schedule_error(e: RecurringError) -> ApiError {
     match e {
-        ScheduleError::Invalid(_) | ScheduleError::NoFireTime(_) => {
+        RecurringError::Invalid(_) | RecurringError::NoFireTime(_) => {
             ApiError::bad_request(e.to_string())
         }
-        ScheduleError::NotFound(_) => ApiError::not_found(e.to_string()),
-        ScheduleError::Store(e) => store_error(e),
-        ScheduleError::Enqueue { .. } | ScheduleError::Stopped(_) => ApiError {
+        RecurringError::NotFound(_) => ApiError::not_found(e.to_string()),
+        RecurringError::Store(e) => store_error(e),
+        RecurringError::Enqueue { .. } | RecurringError::Stopped(_) => ApiError {
             status: StatusCode::SERVICE_UNAVAILABLE,
             message: e.to_string(),
         },

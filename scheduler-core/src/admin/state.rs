@@ -13,7 +13,7 @@ use super::api::ErrorResponse;
 use super::api::QueueView;
 use crate::in_flight::InFlightGauges;
 use crate::metrics::{Metrics, NodeMetrics};
-use crate::recurring::Schedules;
+use crate::recurring::RecurringSchedules;
 use crate::store::{PartitionId, StoreError, TaskStore};
 
 /// What the API reads and acts on.
@@ -43,7 +43,7 @@ pub struct AdminState {
     /// Sends cancellations and redriven dead letters to the topic.
     pub canceller: Arc<Scheduler>,
     /// The queue's recurring schedules.
-    pub schedules: Schedules,
+    pub schedules: RecurringSchedules,
     /// The task types the node has a handler for.
     pub handlers: Vec<String>,
     /// Whether a handler of the node runs every other type too.

@@ -13,7 +13,7 @@ use crate::clock::SystemClock;
 use crate::enqueue::Outbox;
 use crate::in_flight::InFlightGauges;
 use crate::metrics::{Metrics, NodeMetrics};
-use crate::recurring::Schedules;
+use crate::recurring::RecurringSchedules;
 use crate::store::memory::MemoryStore;
 
 /// A node's API on the in-memory store, with a producer that never connects.
@@ -46,7 +46,11 @@ pub(super) fn state(store: Arc<MemoryStore>) -> AdminState {
         lag: Default::default(),
         store: store.clone(),
         canceller: Arc::new(canceller),
-        schedules: Schedules::new(store, Arc::new(Outbox::default()), Arc::new(SystemClock)),
+        schedules: RecurringSchedules::new(
+            store,
+            Arc::new(Outbox::default()),
+            Arc::new(SystemClock),
+        ),
         handlers: Vec::new(),
         handles_every_type: true,
         token: None,

@@ -29,7 +29,7 @@ use crate::actors::PartitionDeps;
 use crate::admin::AdminState;
 use crate::handler::{Handlers, TaskHandler};
 use crate::metrics::NodeMetrics;
-use crate::recurring::Schedules;
+use crate::recurring::RecurringSchedules;
 use crate::settings::{Queue, Settings};
 use crate::store::{PartitionId, StatusRecord};
 
@@ -277,17 +277,17 @@ impl SchedulerNode {
     /// The recurring schedules of its first queue (the default queue when it serves it; see
     /// [`SchedulerNode::schedules_of`]): create, pause, resume, delete, list. `None` once the
     /// node is stopping.
-    pub fn schedules(&self) -> Option<Schedules> {
+    pub fn schedules(&self) -> Option<RecurringSchedules> {
         self.queues.first().and_then(|q| self.schedules_in(q))
     }
 
     /// The recurring schedules of `queue` (`None`: the node does not serve it, or is stopping).
-    pub fn schedules_of(&self, queue: &str) -> Option<Schedules> {
+    pub fn schedules_of(&self, queue: &str) -> Option<RecurringSchedules> {
         let served = self.queues.iter().find(|q| q.name == queue)?;
         self.schedules_in(served)
     }
 
-    fn schedules_in(&self, queue: &Served) -> Option<Schedules> {
+    fn schedules_in(&self, queue: &Served) -> Option<RecurringSchedules> {
         let runtime = self.runtime.as_ref()?;
         Some(queue.schedules.clone().on(runtime.handle().clone()))
     }

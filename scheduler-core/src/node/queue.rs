@@ -26,7 +26,7 @@ use crate::handler::Handlers;
 use crate::in_flight::InFlightGauges;
 use crate::metrics::Metrics;
 use crate::recurring::ticker::Ticker;
-use crate::recurring::{Schedules, TICK_TYPE};
+use crate::recurring::{RecurringSchedules, TICK_TYPE};
 use crate::settings::Queue;
 use crate::store::{CassandraStore, PartitionId, SuspensionStore, TaskStore};
 use crate::suspend;
@@ -41,7 +41,7 @@ pub(super) struct Prepared {
     /// redrives.
     pub(super) producer: Arc<Scheduler>,
     /// The queue's recurring schedules.
-    pub(super) schedules: Schedules,
+    pub(super) schedules: RecurringSchedules,
 }
 
 impl Prepared {
@@ -85,7 +85,8 @@ impl Prepared {
             partitions: partition_count,
             metrics: Arc::clone(&metrics),
         };
-        let schedules = Schedules::new(store.clone(), Arc::clone(&enqueuer), Arc::clone(&clock));
+        let schedules =
+            RecurringSchedules::new(store.clone(), Arc::clone(&enqueuer), Arc::clone(&clock));
         let counted = store.clone();
         metrics.count_statements_from(Box::new(move || counted.statements_run()));
         let cassandra = Arc::clone(&store);
@@ -149,7 +150,7 @@ pub(super) struct Served {
     pub(super) in_flight: InFlightGauges,
     pub(super) store: Arc<dyn TaskStore>,
     pub(super) partition_count: u32,
-    pub(super) schedules: Schedules,
+    pub(super) schedules: RecurringSchedules,
     pub(super) consumer_thread: Option<JoinHandle<()>>,
 }
 

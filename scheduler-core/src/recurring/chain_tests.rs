@@ -8,7 +8,7 @@ use chrono::{DateTime, TimeDelta, Utc};
 use scheduler_client::{OnConflict, Task, TaskData};
 
 use super::ticker::Ticker;
-use super::{CatchUp, Overlap, ScheduleSpec, Schedules, TICK_TYPE};
+use super::{CatchUp, Overlap, RecurringSchedules, ScheduleSpec, TICK_TYPE};
 use crate::clock::Clock;
 use crate::enqueue::Outbox;
 use crate::handler::{TaskContext, TaskError, TaskHandler};
@@ -40,7 +40,7 @@ struct Rig {
     store: MemoryStore,
     outbox: Outbox,
     clock: HandClock,
-    schedules: Schedules,
+    schedules: RecurringSchedules,
     ticker: Ticker,
 }
 
@@ -48,7 +48,7 @@ fn rig() -> Rig {
     let store = MemoryStore::new();
     let outbox = Outbox::default();
     let clock = HandClock(Arc::new(Mutex::new(at(0))));
-    let schedules = Schedules::new(
+    let schedules = RecurringSchedules::new(
         Arc::new(store.clone()),
         Arc::new(outbox.clone()),
         Arc::new(clock.clone()),

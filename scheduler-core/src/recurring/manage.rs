@@ -1,4 +1,4 @@
-//! [`Schedules`]: creating, pausing, resuming and deleting a queue's recurring schedules, for
+//! [`RecurringSchedules`]: creating, pausing, resuming and deleting a queue's recurring schedules, for
 //! code ([`crate::SchedulerNode::schedules`]) and the admin API alike.
 
 use std::sync::Arc;
@@ -19,7 +19,7 @@ const STALLED_AFTER: TimeDelta = TimeDelta::minutes(1);
 
 /// A schedule could not be created or changed.
 #[derive(Debug, thiserror::Error)]
-pub enum ScheduleError {
+pub enum RecurringError {
     /// The definition is invalid.
     #[error(transparent)]
     Invalid(#[from] InvalidSchedule),
@@ -50,7 +50,7 @@ pub enum ScheduleError {
 
 /// A queue's recurring schedules.
 #[derive(Clone)]
-pub struct Schedules {
+pub struct RecurringSchedules {
     store: Arc<dyn RecurringStore>,
     enqueuer: Arc<dyn Enqueuer>,
     clock: Arc<dyn Clock>,
@@ -59,19 +59,19 @@ pub struct Schedules {
     runtime: Option<tokio::runtime::Handle>,
 }
 
-impl std::fmt::Debug for Schedules {
+impl std::fmt::Debug for RecurringSchedules {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Schedules").finish_non_exhaustive()
+        f.debug_struct("RecurringSchedules").finish_non_exhaustive()
     }
 }
 
-impl Schedules {
+impl RecurringSchedules {
     pub(crate) fn new(
         store: Arc<dyn RecurringStore>,
         enqueuer: Arc<dyn Enqueuer>,
         clock: Arc<dyn Clock>,
-    ) -> Schedules {
-        Schedules {
+    ) -> RecurringSchedules {
+        RecurringSchedules {
             store,
             enqueuer,
             clock,
@@ -80,23 +80,26 @@ impl Schedules {
     }
 
     /// The schedules, their calls run on `runtime`.
-    pub(crate) fn on(mut self, runtime: tokio::runtime::Handle) -> Schedules {
+    pub(crate) fn on(mut self, runtime: tokio::runtime::Handle) -> RecurringSchedules {
         self.runtime = Some(runtime);
         self
     }
 
-    async fn on_runtime<T, F>(&self, call: impl FnOnce(Schedules) -> F) -> Result<T, ScheduleError>
+    async fn on_runtime<T, F>(
+        &self,
+        call: impl FnOnce(RecurringSchedules) -> F,
+    ) -> Result<T, RecurringError>
     where
         T: Send + 'static,
-        F: std::future::Future<Output = Result<T, ScheduleError>> + Send + 'static,
+        F: std::future::Future<Output = Result<T, RecurringError>> + Send + 'static,
     {
-        let here = Schedules {
+        let here = RecurringSchedules {
             runtime: None,
             ..self.clone()
         };
         match &self.runtime {
             Some(runtime) => (runtime.spawn(call(here)).await)
-                .map_err(|e| ScheduleError::Stopped(e.to_string()))?,
+                .map_err(|e| RecurringError::Stopped(e.to_string()))?,
             None => call(here).await,
         }
     }
@@ -107,14 +110,14 @@ impl Schedules {
     /// tick is enqueued again, due now, and the catch-up policy decides about the fire times
     /// since, as for any late tick. A new definition starts a new chain from now (a paused
     /// schedule stays paused).
-    pub async fn create(&self, spec: ScheduleSpec) -> Result<ScheduleRecord, ScheduleError> {
+    pub async fn create(&self, spec: ScheduleSpec) -> Result<ScheduleRecord, RecurringError> {
         self.on_runtime(move |s| async move { s.create_here(spec).await })
             .await
     }
 
     /// Pauses the schedule: its chain ends at its next tick, no run is enqueued until it is
     /// resumed.
-    pub async fn pause(&self, id: &str) -> Result<ScheduleRecord, ScheduleError> {
+    pub async fn pause(&self, id: &str) -> Result<ScheduleRecord, RecurringError> {
         let id = id.to_string();
         self.on_runtime(move |s| async move { s.pause_here(&id).await })
             .await
@@ -122,40 +125,40 @@ impl Schedules {
 
     /// Resumes a paused schedule from its next fire time after now (the fire times while it was
     /// paused are not run).
-    pub async fn resume(&self, id: &str) -> Result<ScheduleRecord, ScheduleError> {
+    pub async fn resume(&self, id: &str) -> Result<ScheduleRecord, RecurringError> {
         let id = id.to_string();
         self.on_runtime(move |s| async move { s.resume_here(&id).await })
             .await
     }
 
     /// Deletes the schedule (its pending tick ends the chain); whether it existed.
-    pub async fn delete(&self, id: &str) -> Result<bool, ScheduleError> {
+    pub async fn delete(&self, id: &str) -> Result<bool, RecurringError> {
         let id = id.to_string();
         self.on_runtime(move |s| async move { s.delete_here(&id).await })
             .await
     }
 
     /// The schedule `id`, if any.
-    pub async fn get(&self, id: &str) -> Result<Option<ScheduleRecord>, ScheduleError> {
+    pub async fn get(&self, id: &str) -> Result<Option<ScheduleRecord>, RecurringError> {
         let id = id.to_string();
         self.on_runtime(move |s| async move { s.get_here(&id).await })
             .await
     }
 
     /// Every schedule, by id.
-    pub async fn list(&self) -> Result<Vec<ScheduleRecord>, ScheduleError> {
+    pub async fn list(&self) -> Result<Vec<ScheduleRecord>, RecurringError> {
         self.on_runtime(move |s| async move { s.list_here().await })
             .await
     }
 
     /// The schedule's last `limit` fires, newest first.
-    pub async fn fires(&self, id: &str, limit: usize) -> Result<Vec<FireRecord>, ScheduleError> {
+    pub async fn fires(&self, id: &str, limit: usize) -> Result<Vec<FireRecord>, RecurringError> {
         let id = id.to_string();
         self.on_runtime(move |s| async move { s.fires_here(&id, limit).await })
             .await
     }
 
-    async fn create_here(&self, spec: ScheduleSpec) -> Result<ScheduleRecord, ScheduleError> {
+    async fn create_here(&self, spec: ScheduleSpec) -> Result<ScheduleRecord, RecurringError> {
         let cadence = spec.validate()?;
         let now = self.clock.now();
         let existing = self.store.recurring_schedule(spec.id.clone()).await?;
@@ -175,7 +178,7 @@ impl Schedules {
         let Some(next) = cadence.next_after(now) else {
             return match existing {
                 Some(existing) if existing.spec == spec => Ok(existing),
-                _ => Err(ScheduleError::NoFireTime(spec.id.clone())),
+                _ => Err(RecurringError::NoFireTime(spec.id.clone())),
             };
         };
         let paused = existing.as_ref().is_some_and(|e| e.paused);
@@ -195,7 +198,7 @@ impl Schedules {
         Ok(record)
     }
 
-    async fn pause_here(&self, id: &str) -> Result<ScheduleRecord, ScheduleError> {
+    async fn pause_here(&self, id: &str) -> Result<ScheduleRecord, RecurringError> {
         let mut record = self.existing(id).await?;
         if record.paused {
             return Ok(record);
@@ -207,7 +210,7 @@ impl Schedules {
         Ok(record)
     }
 
-    async fn resume_here(&self, id: &str) -> Result<ScheduleRecord, ScheduleError> {
+    async fn resume_here(&self, id: &str) -> Result<ScheduleRecord, RecurringError> {
         let mut record = self.existing(id).await?;
         if !record.paused {
             return Ok(record);
@@ -215,7 +218,7 @@ impl Schedules {
         let now = self.clock.now();
         let next = (record.spec.validate()?)
             .next_after(now)
-            .ok_or_else(|| ScheduleError::NoFireTime(id.to_string()))?;
+            .ok_or_else(|| RecurringError::NoFireTime(id.to_string()))?;
         record.revision = next_revision(Some(&record), now);
         record.paused = false;
         record.updated_at = now;
@@ -225,7 +228,7 @@ impl Schedules {
         Ok(record)
     }
 
-    async fn delete_here(&self, id: &str) -> Result<bool, ScheduleError> {
+    async fn delete_here(&self, id: &str) -> Result<bool, RecurringError> {
         let existed = self
             .store
             .recurring_schedule(id.to_string())
@@ -235,15 +238,15 @@ impl Schedules {
         Ok(existed)
     }
 
-    async fn get_here(&self, id: &str) -> Result<Option<ScheduleRecord>, ScheduleError> {
+    async fn get_here(&self, id: &str) -> Result<Option<ScheduleRecord>, RecurringError> {
         Ok(self.store.recurring_schedule(id.to_string()).await?)
     }
 
-    async fn list_here(&self) -> Result<Vec<ScheduleRecord>, ScheduleError> {
+    async fn list_here(&self) -> Result<Vec<ScheduleRecord>, RecurringError> {
         Ok(self.store.recurring_schedules().await?)
     }
 
-    async fn fires_here(&self, id: &str, limit: usize) -> Result<Vec<FireRecord>, ScheduleError> {
+    async fn fires_here(&self, id: &str, limit: usize) -> Result<Vec<FireRecord>, RecurringError> {
         Ok(self.store.fires(id.to_string(), limit).await?)
     }
 
@@ -252,11 +255,11 @@ impl Schedules {
         self.clock.now()
     }
 
-    async fn existing(&self, id: &str) -> Result<ScheduleRecord, ScheduleError> {
+    async fn existing(&self, id: &str) -> Result<ScheduleRecord, RecurringError> {
         self.store
             .recurring_schedule(id.to_string())
             .await?
-            .ok_or_else(|| ScheduleError::NotFound(id.to_string()))
+            .ok_or_else(|| RecurringError::NotFound(id.to_string()))
     }
 
     /// Enqueues again the tick of `existing`'s overdue pending fire time, due `now` (a new task:
@@ -269,14 +272,14 @@ impl Schedules {
         existing: &ScheduleRecord,
         pending: DateTime<Utc>,
         now: DateTime<Utc>,
-    ) -> Result<(), ScheduleError> {
+    ) -> Result<(), RecurringError> {
         let id = &existing.spec.id;
         let tick = Task {
             scheduled_time: truncate_to_millis(now),
             ..tick_task(id, existing.revision, pending)
         };
         tracing::info!(schedule = %id, %pending, "its pending fire time is overdue: its tick enqueued again");
-        (self.enqueuer.enqueue(tick).await).map_err(|source| ScheduleError::Enqueue {
+        (self.enqueuer.enqueue(tick).await).map_err(|source| RecurringError::Enqueue {
             id: id.clone(),
             source,
         })
@@ -286,13 +289,13 @@ impl Schedules {
         &self,
         record: &ScheduleRecord,
         next: DateTime<Utc>,
-    ) -> Result<(), ScheduleError> {
+    ) -> Result<(), RecurringError> {
         let id = &record.spec.id;
         (self
             .enqueuer
             .enqueue(tick_task(id, record.revision, next))
             .await)
-            .map_err(|source| ScheduleError::Enqueue {
+            .map_err(|source| RecurringError::Enqueue {
                 id: id.clone(),
                 source,
             })

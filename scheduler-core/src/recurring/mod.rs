@@ -24,7 +24,7 @@ use crate::settings::duration_text;
 use scheduler_client::{wire, OnConflict, Task, TaskData};
 
 pub use crate::schedule_spec::{CatchUp, Overlap, ScheduleSpec};
-pub use manage::{ScheduleError, Schedules};
+pub use manage::{RecurringError, RecurringSchedules};
 
 /// The type of a schedule's ticks, run by the engine itself on every node.
 pub const TICK_TYPE: &str = "scheduler:tick";

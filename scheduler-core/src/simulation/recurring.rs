@@ -23,7 +23,7 @@ use super::executor::{Call, Shared};
 use super::World;
 use crate::handler::{TaskContext, TaskError, TaskHandler};
 use crate::recurring::ticker::Ticker;
-use crate::recurring::{CatchUp, Overlap, ScheduleSpec, Schedules};
+use crate::recurring::{CatchUp, Overlap, RecurringSchedules, ScheduleSpec};
 use crate::store::{FireOutcome, FireRecord, RecurringStore, TaskStatus};
 
 /// The schedules every seed runs.
@@ -102,8 +102,8 @@ pub(super) struct Recurring {
 }
 
 impl World {
-    fn schedules(&self) -> Schedules {
-        Schedules::new(
+    fn schedules(&self) -> RecurringSchedules {
+        RecurringSchedules::new(
             Arc::new(self.store.clone()),
             Arc::new(self.outbox.clone()),
             Arc::new(self.shared.clock.clone()),

@@ -42,7 +42,7 @@ use crate::store::{PartitionId, Suspensions};
 const PERSIST_RETRY_PAUSE: Duration = Duration::from_secs(1);
 
 /// The engine's time: tokio's paused clock on the engine's thread, from the start time. Other
-/// threads (the test, calling `Schedules` or scheduling a task) read the time the engine last
+/// threads (the test, calling `RecurringSchedules` or scheduling a task) read the time the engine last
 /// stopped at, which is the same while it stands still.
 pub(super) struct ManualClock {
     /// Set on the engine's thread as it starts.

@@ -95,7 +95,7 @@ use self::engine::{Engine, EngineError, ManualClock, Parts};
 use self::topic::{Topic, TopicEnqueuer};
 use crate::clock::Clock;
 use crate::handler::{Handlers, TaskHandler};
-use crate::recurring::Schedules;
+use crate::recurring::RecurringSchedules;
 use crate::settings::{SchedulingSettings, Settings, SettingsError, TypeLimits};
 use crate::store::memory::MemoryStore;
 use crate::store::{
@@ -231,7 +231,7 @@ impl TestEngineBuilder {
         let clock: Arc<dyn Clock> = self.clock.clone();
         let grace = settings.scheduling_grace_window;
         let topic = Arc::new(Topic::new(self.partitions, grace, Arc::clone(&clock)));
-        let schedules = Schedules::new(
+        let schedules = RecurringSchedules::new(
             Arc::new(store.clone()),
             Arc::new(TopicEnqueuer(Arc::clone(&topic))),
             clock,
@@ -278,7 +278,7 @@ pub struct TestEngine {
     clock: Arc<ManualClock>,
     journal: Arc<Journal>,
     partitions: u32,
-    schedules: Schedules,
+    schedules: RecurringSchedules,
     suspensions: watch::Sender<Arc<Suspensions>>,
 }
 
@@ -406,7 +406,7 @@ impl TestEngine {
 
     /// The recurring schedules: the node's own API (`SchedulerNode::schedules`), on the
     /// engine's store and clock. A schedule created or resumed fires from the next drive on.
-    pub fn schedules(&self) -> Schedules {
+    pub fn schedules(&self) -> RecurringSchedules {
         self.schedules.clone()
     }
 
