@@ -37,10 +37,9 @@ mod identities;
 mod jobs;
 mod levels;
 mod recurring;
-mod rows;
+pub(in crate::store) mod rows;
 mod schema;
 mod statements;
-mod suspensions;
 pub use levels::StoreLevels;
 use rows::{
     applied, epoch_value, first_row_of, key_values, limit_value, query_error, rows_of,
@@ -61,12 +60,27 @@ pub const WRITE_CONCURRENCY: usize = 64;
 /// Cassandra-backed store. Cheap to clone; clones share the session and statements.
 #[derive(Clone)]
 pub struct CassandraStore {
-    inner: Arc<Inner>,
+    pub(in crate::store) inner: Arc<Inner>,
 }
 
-struct Inner {
+/// A table's prepared statements (in the table's own module), prepared once per session, when
+/// the table is first used.
+pub(in crate::store) trait TableStatements: Send + Sync + Sized + 'static {
+    /// Prepares them for the tables of `keyspace`.
+    fn prepare(
+        session: &Session,
+        keyspace: &str,
+    ) -> impl std::future::Future<Output = StoreResult<Self>> + Send;
+}
+
+pub(in crate::store) struct Inner {
     session: Session,
+    keyspace: String,
     statements: Statements,
+    /// Tables' statements prepared so far, by type ([`TableStatements`]).
+    prepared: std::sync::Mutex<
+        std::collections::HashMap<std::any::TypeId, Arc<dyn std::any::Any + Send + Sync>>,
+    >,
     /// How long statuses are kept: identities are kept as long after their task's time.
     status_ttl: std::time::Duration,
     /// Statements run so far, by operation.
@@ -98,8 +112,32 @@ impl CassandraStore {
 }
 
 impl Inner {
+    /// The prepared statements of a table ([`TableStatements`]), prepared on first use.
+    pub(in crate::store) async fn statements<T: TableStatements>(&self) -> StoreResult<Arc<T>> {
+        let lock = || {
+            self.prepared
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+        };
+        let found = lock().get(&std::any::TypeId::of::<T>()).cloned();
+        let prepared = match found {
+            Some(found) => found,
+            None => {
+                // (Two first uses at once may both prepare: the statements are the same.)
+                let prepared = Arc::new(T::prepare(&self.session, &self.keyspace).await?);
+                let mut cached = lock();
+                let entry = cached.entry(std::any::TypeId::of::<T>());
+                Arc::clone(entry.or_insert(prepared))
+            }
+        };
+        prepared.downcast::<T>().map_err(|_| {
+            let wrong = std::io::Error::other("a table's statements cached under another type");
+            StoreError::query("statement preparation", wrong)
+        })
+    }
+
     /// Runs `statement` with `values`; a failure names `operation`.
-    async fn run(
+    pub(in crate::store) async fn run(
         &self,
         statement: &PreparedStatement,
         values: impl SerializeRow,
@@ -193,7 +231,9 @@ impl CassandraStore {
         .await?;
         let inner = Inner {
             session,
+            keyspace: settings.keyspace.clone(),
             statements,
+            prepared: Default::default(),
             status_ttl: settings.status_ttl,
             counts: Default::default(),
         };

@@ -119,7 +119,7 @@ pub(super) fn task_from_row(
 }
 
 /// Every row of `result` decoded as `R`; a result that does not decode is a corrupt `what` row.
-pub(super) fn rows_of<R>(result: QueryResult, what: &'static str) -> StoreResult<Vec<R>>
+pub(in crate::store) fn rows_of<R>(result: QueryResult, what: &'static str) -> StoreResult<Vec<R>>
 where
     R: for<'frame, 'metadata> DeserializeRow<'frame, 'metadata>,
 {

@@ -47,7 +47,6 @@ pub(super) struct Statements {
     pub(super) dead_letters: DeadLetterStatements,
     pub(super) identities: IdentityStatements,
     pub(super) groups: GroupStatements,
-    pub(super) suspensions: SuspensionStatements,
     pub(super) jobs: JobStatements,
     pub(super) recurring: RecurringStatements,
     pub(super) deferred: super::deferred::DeferredStatements,
@@ -392,7 +391,6 @@ impl Statements {
             dead_letters: DeadLetterStatements::prepare(session, ks).await?,
             identities: IdentityStatements::prepare(session, ks).await?,
             groups: GroupStatements::prepare(session, ks).await?,
-            suspensions: SuspensionStatements::prepare(session, ks).await?,
             jobs: JobStatements::prepare(session, ks).await?,
             recurring: RecurringStatements::prepare(session, ks).await?,
             deferred: super::deferred::DeferredStatements::prepare(session, ks).await?,
@@ -497,39 +495,6 @@ impl IdentityStatements {
                  scheduled_time, task_data, task_type, priority, on_conflict, max_wait_ms, \
                  first_time, record_offset, grouping) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) \
                  USING TTL ?"
-            ))
-            .await?,
-        })
-    }
-}
-
-/// The statements of `suspensions`: one partition (`shard` 0) holding every suspension.
-pub(super) struct SuspensionStatements {
-    pub(super) select_all: PreparedStatement,
-    pub(super) insert: PreparedStatement,
-    pub(super) delete: PreparedStatement,
-}
-
-impl SuspensionStatements {
-    pub(super) async fn prepare(session: &Session, ks: &str) -> StoreResult<Self> {
-        let prepare = |cql: String| async move {
-            session
-                .prepare(cql)
-                .await
-                .map_err(|e| StoreError::query("prepare suspension statement", e))
-        };
-        Ok(SuspensionStatements {
-            select_all: prepare(format!(
-                "SELECT kind, target, since, reason FROM {ks}.suspensions WHERE shard = ?"
-            ))
-            .await?,
-            insert: prepare(format!(
-                "INSERT INTO {ks}.suspensions (shard, kind, target, since, reason) \
-                 VALUES (?, ?, ?, ?, ?)"
-            ))
-            .await?,
-            delete: prepare(format!(
-                "DELETE FROM {ks}.suspensions WHERE shard = ? AND kind = ? AND target = ?"
             ))
             .await?,
         })

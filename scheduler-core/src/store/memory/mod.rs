@@ -16,8 +16,9 @@ use super::{AttemptRecord, LeaseRecord, PartitionId, StatusRecord, StoreError, S
 /// Cassandra's limit on a clustering key, in bytes.
 const CLUSTERING_KEY_LIMIT: usize = 65_535;
 
+/// Every table's rows, and what the reads of them counted.
 #[derive(Default)]
-struct State {
+pub(in crate::store) struct State {
     schedule: BTreeMap<(PartitionId, TaskKey), Task>,
     status: HashMap<(PartitionId, TaskKey), StatusRecord>,
     attempts: HashMap<(PartitionId, TaskKey), Vec<AttemptRecord>>,
@@ -90,8 +91,9 @@ struct State {
     jobs: BTreeMap<String, super::JobRecord>,
     /// Buckets' progress, by group and bucket.
     progress: BTreeMap<(super::GroupKey, u32), super::BucketProgress>,
-    /// Suspensions in force.
-    suspensions: BTreeMap<super::SuspensionTarget, super::Suspension>,
+    /// The rows of the tables whose in-memory twin lives with the table (see [`State::table`]),
+    /// by their type.
+    tables: HashMap<std::any::TypeId, Box<dyn std::any::Any + Send>>,
     /// Recurring schedules, by id.
     recurring: BTreeMap<String, super::ScheduleRecord>,
     /// Their fires, by schedule and fire time.
@@ -105,6 +107,20 @@ struct State {
 const TOMBSTONE_FAILURE_THRESHOLD: usize = 100_000;
 
 impl State {
+    /// The rows of a table whose twin lives with the table (`store/suspensions.rs`, say), of
+    /// the type that twin keeps them in: empty at first.
+    pub(in crate::store) fn table<T: Default + Send + 'static>(&mut self) -> &mut T {
+        let rows = self
+            .tables
+            .entry(std::any::TypeId::of::<T>())
+            .or_insert_with(|| Box::new(T::default()));
+        match rows.downcast_mut::<T>() {
+            Some(rows) => rows,
+            // (Inserted under its own type just above.)
+            None => unreachable!("a table's rows are kept under their own type"),
+        }
+    }
+
     /// Counts `stepped_over` tombstones read by `operation`, and refuses the read, as
     /// Cassandra does, past the tombstone failure threshold.
     fn step_over_tombstones(
@@ -440,7 +456,7 @@ impl MemoryStore {
     }
 
     /// `f` applied to the tables as `operation`, unless an injected failure of it fails it first.
-    fn run<T: Send + 'static>(
+    pub(in crate::store) fn run<T: Send + 'static>(
         &self,
         operation: &'static str,
         f: impl FnOnce(&mut State) -> T,

@@ -26,7 +26,6 @@ use crate::store::{
     GroupHeader, GroupKey, GroupMark, GroupState, GroupStore, MemberOutcome, ParentRecord,
     TaskStatus,
 };
-use crate::store::{Suspension, SuspensionStore, SuspensionTarget};
 use scheduler_client::TaskIdentity;
 
 impl ScheduleStore for MemoryStore {
@@ -570,26 +569,6 @@ fn marks_between(
         .collect();
     s.group_rows_read += marks.len();
     marks
-}
-
-impl SuspensionStore for MemoryStore {
-    fn suspensions(&self) -> BoxFuture<'static, StoreResult<Vec<Suspension>>> {
-        self.run("suspensions read", |s| {
-            s.suspensions.values().cloned().collect()
-        })
-    }
-
-    fn suspend(&self, suspension: Suspension) -> BoxFuture<'static, StoreResult<()>> {
-        self.run("suspension write", move |s| {
-            s.suspensions.insert(suspension.target.clone(), suspension);
-        })
-    }
-
-    fn resume(&self, target: SuspensionTarget) -> BoxFuture<'static, StoreResult<()>> {
-        self.run("suspension write", move |s| {
-            s.suspensions.remove(&target);
-        })
-    }
 }
 
 impl RecurringStore for MemoryStore {
