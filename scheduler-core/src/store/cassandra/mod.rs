@@ -36,10 +36,9 @@ mod groups;
 mod identities;
 mod jobs;
 mod levels;
-mod recurring;
 pub(in crate::store) mod rows;
 mod schema;
-mod statements;
+pub(in crate::store) mod statements;
 pub use levels::StoreLevels;
 use rows::{
     applied, epoch_value, first_row_of, key_values, limit_value, query_error, rows_of,
@@ -151,7 +150,7 @@ impl Inner {
     }
 
     /// Counts a statement of `operation` (see [`CassandraStore::statements_run`]).
-    fn count(&self, operation: &'static str) {
+    pub(in crate::store) fn count(&self, operation: &'static str) {
         *self
             .counts
             .lock()
@@ -162,7 +161,7 @@ impl Inner {
 
     /// Runs `batch` with `values` (one row of values per statement); a failure names
     /// `operation`. Counted once in [`CassandraStore::statements_run`], whatever its statements.
-    async fn run_batch(
+    pub(in crate::store) async fn run_batch(
         &self,
         batch: &scylla::statement::batch::Batch,
         values: impl scylla::serialize::batch::BatchValues,
@@ -179,7 +178,7 @@ impl Inner {
     /// decoded as `R`: a read that may return more rows than one response should carry. A
     /// failure names `operation`; a row that does not decode is a corrupt `what` row. Counted
     /// once in [`CassandraStore::statements_run`], whatever its pages.
-    async fn run_paged<R>(
+    pub(in crate::store) async fn run_paged<R>(
         &self,
         statement: &PreparedStatement,
         values: impl SerializeRow,

@@ -12,7 +12,7 @@ use crate::store::{hour_bucket, PartitionId, StoreError, StoreResult};
 
 /// A driver error as the store's: a statement Cassandra refuses as invalid is `Refused`
 /// (retrying cannot help), any other failure a `Query` error naming `operation`.
-pub(super) fn query_error(
+pub(in crate::store) fn query_error(
     operation: &'static str,
 ) -> impl FnOnce(scylla::errors::ExecutionError) -> StoreError {
     use scylla::errors::{DbError, ExecutionError, RequestAttemptError};
@@ -32,7 +32,7 @@ pub(super) fn query_error(
 /// `on_conflict`, `max_wait_ms` and `grouping` (`task_type` to `max_wait_ms` null in rows written
 /// before schema version 3, the conflict mode in tasks without one, `grouping` in tasks without
 /// a group and in rows written before version 4).
-pub(super) type TaskRow = (
+pub(in crate::store) type TaskRow = (
     DateTime<Utc>,
     String,
     String,
@@ -47,7 +47,7 @@ pub(super) type TaskRow = (
 
 /// `task` with its stored `grouping` (null: no group); text that does not parse is a corrupt
 /// `what` row.
-pub(super) fn with_stored_grouping(
+pub(in crate::store) fn with_stored_grouping(
     task: Task,
     grouping: Option<&str>,
     what: &'static str,
@@ -59,7 +59,7 @@ pub(super) fn with_stored_grouping(
 }
 
 /// A task's type, priority and conflict mode as stored (null: the defaults).
-pub(super) fn with_stored_kind(
+pub(in crate::store) fn with_stored_kind(
     task: Task,
     task_type: Option<String>,
     priority: Option<i32>,
@@ -77,7 +77,7 @@ pub(super) fn with_stored_kind(
     }
 }
 
-pub(super) fn task_from_row(
+pub(in crate::store) fn task_from_row(
     partition: PartitionId,
     (
         scheduled_time,
@@ -134,7 +134,10 @@ where
 }
 
 /// The first row of `result`, if any, decoded as `R`.
-pub(super) fn first_row_of<R>(result: QueryResult, what: &'static str) -> StoreResult<Option<R>>
+pub(in crate::store) fn first_row_of<R>(
+    result: QueryResult,
+    what: &'static str,
+) -> StoreResult<Option<R>>
 where
     R: for<'frame, 'metadata> DeserializeRow<'frame, 'metadata>,
 {
@@ -147,7 +150,7 @@ where
 }
 
 /// Whether a lightweight transaction applied (its first column, `[applied]`).
-pub(super) fn applied(result: QueryResult, what: &'static str) -> StoreResult<bool> {
+pub(in crate::store) fn applied(result: QueryResult, what: &'static str) -> StoreResult<bool> {
     let corrupt = |reason: &str| StoreError::Corrupt {
         what,
         reason: reason.to_string(),
@@ -161,15 +164,15 @@ pub(super) fn applied(result: QueryResult, what: &'static str) -> StoreResult<bo
         .ok_or_else(|| corrupt("the lightweight transaction returned no [applied] column"))
 }
 
-pub(super) fn limit_value(limit: usize) -> i32 {
+pub(in crate::store) fn limit_value(limit: usize) -> i32 {
     i32::try_from(limit).unwrap_or(i32::MAX)
 }
 
-pub(super) fn epoch_value(epoch: u64) -> i64 {
+pub(in crate::store) fn epoch_value(epoch: u64) -> i64 {
     i64::try_from(epoch).unwrap_or(i64::MAX)
 }
 
-pub(super) fn key_values(
+pub(in crate::store) fn key_values(
     partition: PartitionId,
     key: &TaskKey,
 ) -> (PartitionId, DateTime<Utc>, DateTime<Utc>, String, String) {

@@ -48,7 +48,6 @@ pub(super) struct Statements {
     pub(super) identities: IdentityStatements,
     pub(super) groups: GroupStatements,
     pub(super) jobs: JobStatements,
-    pub(super) recurring: RecurringStatements,
     pub(super) deferred: super::deferred::DeferredStatements,
 }
 
@@ -392,7 +391,6 @@ impl Statements {
             identities: IdentityStatements::prepare(session, ks).await?,
             groups: GroupStatements::prepare(session, ks).await?,
             jobs: JobStatements::prepare(session, ks).await?,
-            recurring: RecurringStatements::prepare(session, ks).await?,
             deferred: super::deferred::DeferredStatements::prepare(session, ks).await?,
         })
     }
@@ -683,89 +681,6 @@ impl JobStatements {
     }
 }
 
-/// Rows read per page of the schedules' partition: a definition carries its runs' data.
-const SCHEDULE_PAGE: i32 = 500;
-
-/// The statements of `recurring_schedules` (one partition, `shard` 0) and `schedule_fires` (a
-/// partition per schedule, newest fire first).
-pub(super) struct RecurringStatements {
-    /// Every schedule, paged.
-    pub(super) select_all: PreparedStatement,
-    pub(super) select_one: PreparedStatement,
-    /// Every column, the chain's position written null when it has none (an overwrite clears it).
-    pub(super) insert: PreparedStatement,
-    /// The chain's position only (on a deleted schedule, a row without a definition).
-    pub(super) set_tick: PreparedStatement,
-    pub(super) delete: PreparedStatement,
-    /// The schedule's whole `schedule_fires` partition.
-    pub(super) delete_fires: PreparedStatement,
-    /// A fire, by outcome: each writes only its outcome's columns (no null cells), and a read
-    /// looks only at the columns of the outcome it finds.
-    pub(super) insert_enqueued: PreparedStatement,
-    pub(super) insert_skipped: PreparedStatement,
-    pub(super) insert_missed: PreparedStatement,
-    pub(super) select_fires: PreparedStatement,
-}
-
-const SCHEDULE_COLUMNS: &str =
-    "id, definition, paused, revision, created_at, updated_at, next_fire, last_fire";
-
-impl RecurringStatements {
-    pub(super) async fn prepare(session: &Session, ks: &str) -> StoreResult<Self> {
-        let prepare = |cql: String| async move {
-            session
-                .prepare(cql)
-                .await
-                .map_err(|e| StoreError::query("prepare recurring schedule statement", e))
-        };
-        let mut select_all = prepare(format!(
-            "SELECT {SCHEDULE_COLUMNS} FROM {ks}.recurring_schedules WHERE shard = ?"
-        ))
-        .await?;
-        select_all.set_page_size(SCHEDULE_PAGE);
-        let insert_fire = |columns: &str, values: &str| {
-            prepare(format!(
-                "INSERT INTO {ks}.schedule_fires (schedule_id, fire_time, outcome, recorded_at\
-                 {columns}) VALUES (?, ?, ?, ?{values})"
-            ))
-        };
-        Ok(RecurringStatements {
-            select_all,
-            select_one: prepare(format!(
-                "SELECT {SCHEDULE_COLUMNS} FROM {ks}.recurring_schedules WHERE {}",
-                read_by_key("shard = ? AND id >= ?", "id", "id")
-            ))
-            .await?,
-            insert: prepare(format!(
-                "INSERT INTO {ks}.recurring_schedules (shard, {SCHEDULE_COLUMNS}) \
-                 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
-            ))
-            .await?,
-            set_tick: prepare(format!(
-                "UPDATE {ks}.recurring_schedules SET last_fire = ?, next_fire = ? \
-                 WHERE shard = ? AND id = ?"
-            ))
-            .await?,
-            delete: prepare(format!(
-                "DELETE FROM {ks}.recurring_schedules WHERE shard = ? AND id = ?"
-            ))
-            .await?,
-            delete_fires: prepare(format!(
-                "DELETE FROM {ks}.schedule_fires WHERE schedule_id = ?"
-            ))
-            .await?,
-            insert_enqueued: insert_fire(", run_time", ", ?").await?,
-            insert_skipped: insert_fire("", "").await?,
-            insert_missed: insert_fire(", missed_count, missed_last", ", ?, ?").await?,
-            select_fires: prepare(format!(
-                "SELECT fire_time, outcome, run_time, missed_count, missed_last, recorded_at \
-                 FROM {ks}.schedule_fires WHERE schedule_id = ? LIMIT ?"
-            ))
-            .await?,
-        })
-    }
-}
-
 /// The clause of a read of one row by its key: `prefix`, equalities on the partition key and the
 /// clustering columns before `last` (and, where `last` is the only clustering column, a lower
 /// bound on it), then `last` up to the key's, newest first, one row. Its values are the key's,
@@ -777,7 +692,7 @@ impl RecurringStatements {
 /// prefix, which it never equals; it runs down from the key and takes one row: the key's or,
 /// when that is gone, a neighbour below it, which the caller drops by comparing `last`. It steps
 /// over the tombstones of the rows between them at most (design.md, "Reads by key").
-pub(super) fn read_by_key(prefix: &str, last: &str, clustering_columns: &str) -> String {
+pub(in crate::store) fn read_by_key(prefix: &str, last: &str, clustering_columns: &str) -> String {
     let descending = clustering_columns
         .split(',')
         .map(|column| format!("{} DESC", column.trim()))

@@ -19,88 +19,94 @@ const CLUSTERING_KEY_LIMIT: usize = 65_535;
 /// Every table's rows, and what the reads of them counted.
 #[derive(Default)]
 pub(in crate::store) struct State {
-    schedule: BTreeMap<(PartitionId, TaskKey), Task>,
-    status: HashMap<(PartitionId, TaskKey), StatusRecord>,
-    attempts: HashMap<(PartitionId, TaskKey), Vec<AttemptRecord>>,
-    epochs: HashMap<PartitionId, u64>,
+    pub(in crate::store) schedule: BTreeMap<(PartitionId, TaskKey), Task>,
+    pub(in crate::store) status: HashMap<(PartitionId, TaskKey), StatusRecord>,
+    pub(in crate::store) attempts: HashMap<(PartitionId, TaskKey), Vec<AttemptRecord>>,
+    pub(in crate::store) epochs: HashMap<PartitionId, u64>,
     /// Each partition's last claim: by whom, when.
-    claims: HashMap<PartitionId, (String, DateTime<Utc>)>,
+    pub(in crate::store) claims: HashMap<PartitionId, (String, DateTime<Utc>)>,
     /// Leases by partition and holder, with when they expire (tokio time, like Cassandra's TTL).
-    leases: BTreeMap<(PartitionId, String), (LeaseRecord, tokio::time::Instant)>,
+    pub(in crate::store) leases:
+        BTreeMap<(PartitionId, String), (LeaseRecord, tokio::time::Instant)>,
     /// Released leases' rows: every read of the partition steps over them, and over the expired
     /// ones (an expired cell is a tombstone until compaction purges it, after `gc_grace_seconds`:
     /// longer than any simulated run).
-    lease_tombstones: std::collections::BTreeSet<(PartitionId, String)>,
+    pub(in crate::store) lease_tombstones: std::collections::BTreeSet<(PartitionId, String)>,
     /// Deleted schedule rows: Cassandra keeps a tombstone a load must step over.
-    tombstones: std::collections::BTreeSet<(PartitionId, TaskKey)>,
+    pub(in crate::store) tombstones: std::collections::BTreeSet<(PartitionId, TaskKey)>,
     /// The index of hour buckets in use, with when each index row was written.
-    buckets: BTreeMap<(PartitionId, DateTime<Utc>), u64>,
+    pub(in crate::store) buckets: BTreeMap<(PartitionId, DateTime<Utc>), u64>,
     /// When each schedule row was written (Cassandra's write timestamp).
-    row_stamps: HashMap<(PartitionId, TaskKey), u64>,
+    pub(in crate::store) row_stamps: HashMap<(PartitionId, TaskKey), u64>,
     /// The clock of write timestamps: one tick per write.
-    stamp: u64,
+    pub(in crate::store) stamp: u64,
     /// Each partition's low-water mark.
-    low_water: HashMap<PartitionId, super::LowWater>,
+    pub(in crate::store) low_water: HashMap<PartitionId, super::LowWater>,
     /// Tasks recorded as retrying.
-    retrying: std::collections::BTreeSet<(PartitionId, TaskKey)>,
+    pub(in crate::store) retrying: std::collections::BTreeSet<(PartitionId, TaskKey)>,
     /// Deleted rows of `retrying_tasks`: its reads step over them.
-    retrying_tombstones: std::collections::BTreeSet<(PartitionId, TaskKey)>,
+    pub(in crate::store) retrying_tombstones: std::collections::BTreeSet<(PartitionId, TaskKey)>,
     /// Cancellations deferred, with when each was polled.
-    deferred_cancels: BTreeMap<(PartitionId, TaskKey), DateTime<Utc>>,
+    pub(in crate::store) deferred_cancels: BTreeMap<(PartitionId, TaskKey), DateTime<Utc>>,
     /// Deleted rows of `deferred_cancels`: its reads step over them.
-    deferred_cancel_tombstones: std::collections::BTreeSet<(PartitionId, TaskKey)>,
+    pub(in crate::store) deferred_cancel_tombstones:
+        std::collections::BTreeSet<(PartitionId, TaskKey)>,
     /// Identity records deferred, by partition, orderingId and offset.
-    deferred_identity: BTreeMap<(PartitionId, String, i64), super::DeferredIdentityRecord>,
+    pub(in crate::store) deferred_identity:
+        BTreeMap<(PartitionId, String, i64), super::DeferredIdentityRecord>,
     /// Deleted rows of `deferred_identity_records`: its reads step over them.
-    deferred_identity_tombstones: std::collections::BTreeSet<(PartitionId, String, i64)>,
+    pub(in crate::store) deferred_identity_tombstones:
+        std::collections::BTreeSet<(PartitionId, String, i64)>,
     /// Deferred-task lists' rows (`deferred_tasks`).
-    deferred:
+    pub(in crate::store) deferred:
         std::collections::BTreeSet<(super::deferred::DeferralList, scheduler_client::RunOrder)>,
     /// Their deleted rows: reads step over them.
-    deferred_tombstones:
+    pub(in crate::store) deferred_tombstones:
         std::collections::BTreeSet<(super::deferred::DeferralList, scheduler_client::RunOrder)>,
     /// Cassandra's `tombstone_failure_threshold` here, when not the default.
-    tombstone_failure_threshold: Option<usize>,
+    pub(in crate::store) tombstone_failure_threshold: Option<usize>,
     /// Tombstones reads have stepped over.
-    tombstones_read: usize,
+    pub(in crate::store) tombstones_read: usize,
     /// The most tombstones one read stepped over, and its operation.
-    most_tombstones_in_a_read: (usize, &'static str),
+    pub(in crate::store) most_tombstones_in_a_read: (usize, &'static str),
     /// Rows of the groups' tables (`group_members`, `group_marks`, `group_progress`) reads
     /// have returned, the header counted as a row.
-    group_rows_read: usize,
+    pub(in crate::store) group_rows_read: usize,
     /// Every status write, in order, with when it was applied (the simulation checks that a
     /// final status never changes and that nothing starts after it).
-    status_writes: Vec<(TaskKey, StatusRecord, tokio::time::Instant)>,
+    pub(in crate::store) status_writes: Vec<(TaskKey, StatusRecord, tokio::time::Instant)>,
     /// Every identity write, in order, with when it was applied.
-    identity_writes: Vec<(super::IdentityRecord, tokio::time::Instant)>,
+    pub(in crate::store) identity_writes: Vec<(super::IdentityRecord, tokio::time::Instant)>,
     /// Identities' current tasks.
-    identities: HashMap<(PartitionId, scheduler_client::TaskIdentity), super::IdentityRecord>,
+    pub(in crate::store) identities:
+        HashMap<(PartitionId, scheduler_client::TaskIdentity), super::IdentityRecord>,
     /// When set, the status retention and the clock identity records expire by (as
     /// `task_identities`' TTL), with when each record expires (none: kept until deleted).
-    retention: Option<(std::time::Duration, Arc<dyn crate::clock::Clock>)>,
-    identity_expiry: HashMap<(PartitionId, scheduler_client::TaskIdentity), DateTime<Utc>>,
+    pub(in crate::store) retention: Option<(std::time::Duration, Arc<dyn crate::clock::Clock>)>,
+    pub(in crate::store) identity_expiry:
+        HashMap<(PartitionId, scheduler_client::TaskIdentity), DateTime<Utc>>,
     /// Dead letters, by task key.
-    dead_letters: BTreeMap<TaskKey, super::DeadLetter>,
+    pub(in crate::store) dead_letters: BTreeMap<TaskKey, super::DeadLetter>,
     /// Groups, by key.
-    groups: BTreeMap<super::GroupKey, super::GroupState>,
+    pub(in crate::store) groups: BTreeMap<super::GroupKey, super::GroupState>,
     /// The groups' completion trees' finished nodes, by group, level and node.
-    group_marks: BTreeMap<(super::GroupKey, u8, u32), super::GroupTally>,
+    pub(in crate::store) group_marks: BTreeMap<(super::GroupKey, u8, u32), super::GroupTally>,
     /// The result of each group's parent (`group_members.parent_result`, beside `parent`).
-    parent_results: BTreeMap<super::GroupKey, serde_json::Value>,
+    pub(in crate::store) parent_results: BTreeMap<super::GroupKey, serde_json::Value>,
     /// Jobs, by id.
-    jobs: BTreeMap<String, super::JobRecord>,
+    pub(in crate::store) jobs: BTreeMap<String, super::JobRecord>,
     /// Buckets' progress, by group and bucket.
-    progress: BTreeMap<(super::GroupKey, u32), super::BucketProgress>,
+    pub(in crate::store) progress: BTreeMap<(super::GroupKey, u32), super::BucketProgress>,
     /// The rows of the tables whose in-memory twin lives with the table (see [`State::table`]),
     /// by their type.
-    tables: HashMap<std::any::TypeId, Box<dyn std::any::Any + Send>>,
+    pub(in crate::store) tables: HashMap<std::any::TypeId, Box<dyn std::any::Any + Send>>,
     /// Recurring schedules, by id.
-    recurring: BTreeMap<String, super::ScheduleRecord>,
+    pub(in crate::store) recurring: BTreeMap<String, super::ScheduleRecord>,
     /// Their fires, by schedule and fire time.
-    fires: BTreeMap<(String, DateTime<Utc>), super::FireRecord>,
+    pub(in crate::store) fires: BTreeMap<(String, DateTime<Utc>), super::FireRecord>,
     /// When set, a multi-row write applies its rows in a random order, as concurrent inserts
     /// land in Cassandra.
-    write_order: Option<fastrand::Rng>,
+    pub(in crate::store) write_order: Option<fastrand::Rng>,
 }
 
 /// Tombstones a read may step over before Cassandra refuses it (`tombstone_failure_threshold`).

@@ -21,7 +21,6 @@ use crate::store::{
 };
 use crate::store::{BucketProgress, JobRecord, JobStore};
 use crate::store::{DeadLetter, DeadLetterFilter, DeadLetterStore, IdentityRecord, IdentityStore};
-use crate::store::{FireRecord, RecurringStore, ScheduleRecord};
 use crate::store::{
     GroupHeader, GroupKey, GroupMark, GroupState, GroupStore, MemberOutcome, ParentRecord,
     TaskStatus,
@@ -569,78 +568,6 @@ fn marks_between(
         .collect();
     s.group_rows_read += marks.len();
     marks
-}
-
-impl RecurringStore for MemoryStore {
-    fn recurring_schedules(&self) -> BoxFuture<'static, StoreResult<Vec<ScheduleRecord>>> {
-        self.run("schedules read", |s| {
-            s.recurring.values().cloned().collect()
-        })
-    }
-
-    fn recurring_schedule(
-        &self,
-        id: String,
-    ) -> BoxFuture<'static, StoreResult<Option<ScheduleRecord>>> {
-        self.run("schedules read", move |s| s.recurring.get(&id).cloned())
-    }
-
-    fn put_recurring_schedule(
-        &self,
-        record: ScheduleRecord,
-    ) -> BoxFuture<'static, StoreResult<()>> {
-        self.run("schedule write", move |s| {
-            s.recurring.insert(record.spec.id.clone(), record);
-        })
-    }
-
-    fn record_tick(
-        &self,
-        id: String,
-        last_fire: Option<DateTime<Utc>>,
-        next_fire: Option<DateTime<Utc>>,
-    ) -> BoxFuture<'static, StoreResult<()>> {
-        // Cassandra's update of a deleted row leaves a row without a definition, which reads
-        // as no schedule: here, nothing.
-        self.run("schedule write", move |s| {
-            if let Some(record) = s.recurring.get_mut(&id) {
-                record.last_fire = last_fire;
-                record.next_fire = next_fire;
-            }
-        })
-    }
-
-    fn delete_recurring_schedule(&self, id: String) -> BoxFuture<'static, StoreResult<()>> {
-        self.run("schedule write", move |s| {
-            s.recurring.remove(&id);
-            s.fires.retain(|(of, _), _| *of != id);
-        })
-    }
-
-    fn record_fires(
-        &self,
-        id: String,
-        fires: Vec<FireRecord>,
-    ) -> BoxFuture<'static, StoreResult<()>> {
-        self.run("fire write", move |s| {
-            for fire in fires {
-                s.fires.insert((id.clone(), fire.fire_time), fire);
-            }
-        })
-    }
-
-    fn fires(&self, id: String, limit: usize) -> BoxFuture<'static, StoreResult<Vec<FireRecord>>> {
-        self.run("fires read", move |s| {
-            let of_id = s.fires.range((id.clone(), DateTime::<Utc>::MIN_UTC)..);
-            let mut fires: Vec<FireRecord> = of_id
-                .take_while(|((of, _), _)| *of == id)
-                .map(|(_, f)| f.clone())
-                .collect();
-            fires.reverse();
-            fires.truncate(limit);
-            fires
-        })
-    }
 }
 
 impl JobStore for MemoryStore {
