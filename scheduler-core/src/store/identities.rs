@@ -3,6 +3,9 @@
 //! cancels by identity resolve against it, and a task that is no longer its identity's current
 //! one never runs. Kept for the task's wait plus the status retention (`IfAbsent` looks at
 //! finished tasks within it).
+//!
+//! The whole table in one place: its rows and [`IdentityStore`], its statements and implementation on
+//! Cassandra (`cassandra`), its in-memory twin (`memory`).
 
 use chrono::{DateTime, Utc};
 use futures::future::BoxFuture;
@@ -69,4 +72,208 @@ pub trait IdentityStore: Send + Sync + 'static {
         partition: PartitionId,
         record: IdentityRecord,
     ) -> BoxFuture<'static, StoreResult<()>>;
+}
+
+/// [`IdentityStore`] on Cassandra: `task_identities`, one row per identity in a partition per
+/// (partition, orderingId), written with a TTL of the task's wait plus the status retention (none if that is 0),
+/// clamped to what Cassandra keeps (`store::ttl`).
+mod cassandra {
+    use scylla::client::session::Session;
+    use scylla::statement::prepared::PreparedStatement;
+    use std::sync::Arc;
+
+    use chrono::{DateTime, Utc};
+    use futures::future::BoxFuture;
+    use futures::FutureExt;
+    use scheduler_client::wire::encode_grouping;
+    use scheduler_client::{Task, TaskData, TaskIdentity};
+
+    use crate::store::cassandra::rows::{first_row_of, with_stored_grouping, with_stored_kind};
+    use crate::store::cassandra::{CassandraStore, TableStatements};
+    use crate::store::identities::identity_retention;
+    use crate::store::{IdentityRecord, IdentityStore, PartitionId, StoreError, StoreResult};
+
+    type IdentityRow = (
+        DateTime<Utc>,
+        String,
+        Option<String>,
+        Option<i32>,
+        Option<String>,
+        Option<i64>,
+        DateTime<Utc>,
+        i64,
+        Option<String>,
+    );
+
+    impl IdentityStore for CassandraStore {
+        fn identity(
+            &self,
+            partition: PartitionId,
+            identity: TaskIdentity,
+        ) -> BoxFuture<'static, StoreResult<Option<IdentityRecord>>> {
+            let inner = Arc::clone(&self.inner);
+            async move {
+                let result = inner
+                    .run(
+                        &inner.statements::<IdentityStatements>().await?.select,
+                        (partition, &identity.ordering_id, &identity.uniqueness_key),
+                        "identity read",
+                    )
+                    .await?;
+                let Some(row) = first_row_of::<IdentityRow>(result, "identity")? else {
+                    return Ok(None);
+                };
+                let (
+                    time,
+                    data,
+                    task_type,
+                    priority,
+                    on_conflict,
+                    wait,
+                    first_time,
+                    offset,
+                    grouping,
+                ) = row;
+                let task_data: TaskData =
+                    serde_json::from_str(&data).map_err(|e| StoreError::Corrupt {
+                        what: "identity",
+                        reason: e.to_string(),
+                    })?;
+                let task = Task::new(
+                    identity.ordering_id,
+                    time,
+                    identity.uniqueness_key,
+                    task_data,
+                );
+                let task = with_stored_kind(task, task_type, priority, on_conflict, wait);
+                let task = with_stored_grouping(task, grouping.as_deref(), "identity")?;
+                Ok(Some(IdentityRecord::read_back(task, first_time, offset)))
+            }
+            .boxed()
+        }
+
+        fn record_identity(
+            &self,
+            partition: PartitionId,
+            record: IdentityRecord,
+        ) -> BoxFuture<'static, StoreResult<()>> {
+            let inner = Arc::clone(&self.inner);
+            async move {
+                let task = &record.task;
+                let now = Utc::now();
+                let ttl =
+                    identity_retention(task.scheduled_time, now, inner.status_ttl).ttl_secs(now);
+                let values = (
+                    partition,
+                    task.ordering_id.as_str(),
+                    task.uniqueness_key.as_str(),
+                    task.scheduled_time,
+                    serde_json::Value::Object(task.task_data.clone()).to_string(),
+                    task.task_type.as_str(),
+                    task.priority,
+                    task.on_conflict.map(|m| m.as_str()),
+                    task.on_conflict
+                        .and_then(|m| m.max_wait())
+                        .map(|w| i64::try_from(w.as_millis()).unwrap_or(i64::MAX)),
+                    record.first_time,
+                    record.offset,
+                    encode_grouping(task),
+                    ttl,
+                );
+                inner
+                    .run(
+                        &inner.statements::<IdentityStatements>().await?.insert,
+                        values,
+                        "identity write",
+                    )
+                    .await?;
+                Ok(())
+            }
+            .boxed()
+        }
+    }
+
+    /// The statements of `task_identities`.
+    struct IdentityStatements {
+        select: PreparedStatement,
+        insert: PreparedStatement,
+    }
+
+    impl TableStatements for IdentityStatements {
+        async fn prepare(session: &Session, ks: &str) -> StoreResult<Self> {
+            let prepare = |cql: String| async move {
+                session
+                    .prepare(cql)
+                    .await
+                    .map_err(|e| StoreError::query("prepare identity statement", e))
+            };
+            Ok(IdentityStatements {
+                select: prepare(format!(
+                    "SELECT scheduled_time, task_data, task_type, priority, on_conflict, max_wait_ms, \
+                     first_time, record_offset, grouping FROM {ks}.task_identities \
+                     WHERE partition_id = ? AND ordering_id = ? AND uniqueness_key = ?"
+                ))
+                .await?,
+                insert: prepare(format!(
+                    "INSERT INTO {ks}.task_identities (partition_id, ordering_id, uniqueness_key, \
+                     scheduled_time, task_data, task_type, priority, on_conflict, max_wait_ms, \
+                     first_time, record_offset, grouping) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) \
+                     USING TTL ?"
+                ))
+                .await?,
+            })
+        }
+    }
+}
+
+/// `identities` in memory, for unit tests, the simulation and the testing kit.
+#[cfg(any(test, feature = "testing"))]
+mod memory {
+    use super::*;
+    use crate::store::memory::MemoryStore;
+
+    impl IdentityStore for MemoryStore {
+        fn identity(
+            &self,
+            partition: PartitionId,
+            identity: TaskIdentity,
+        ) -> BoxFuture<'static, StoreResult<Option<IdentityRecord>>> {
+            self.run("identity read", move |s| {
+                let key = (partition, identity);
+                let expired = match (&s.retention, s.identity_expiry.get(&key)) {
+                    (Some((_, clock)), Some(expiry)) => clock.now() >= *expiry,
+                    _ => false,
+                };
+                (s.identities.get(&key).filter(|_| !expired))
+                    .map(|r| IdentityRecord::read_back(r.task.clone(), r.first_time, r.offset))
+            })
+        }
+
+        fn record_identity(
+            &self,
+            partition: PartitionId,
+            record: IdentityRecord,
+        ) -> BoxFuture<'static, StoreResult<()>> {
+            self.run("identity write", move |s| {
+                s.identity_writes
+                    .push((record.clone(), tokio::time::Instant::now()));
+                // As `task_identities` does: the record's offset, not the task's field, is kept.
+                let mut record = record;
+                record.task.enqueue_offset = None;
+                let key = (partition, record.task.identity());
+                if let Some((status_ttl, clock)) = &s.retention {
+                    let now = clock.now();
+                    let retention =
+                        identity_retention(record.task.scheduled_time, now, *status_ttl);
+                    match retention.ttl_secs(now) {
+                        0 => s.identity_expiry.remove(&key),
+                        secs => s
+                            .identity_expiry
+                            .insert(key.clone(), now + chrono::TimeDelta::seconds(secs.into())),
+                    };
+                }
+                s.identities.insert(key, record);
+            })
+        }
+    }
 }

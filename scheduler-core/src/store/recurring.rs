@@ -2,6 +2,9 @@
 //! paused, the revision its tick chain carries, and where the chain stands; and what each fire
 //! did (`schedule_fires`, kept for the status retention). The definitions live in one small
 //! partition, like the suspensions, so a listing is one single-partition query.
+//!
+//! The whole table in one place: its rows and [`RecurringStore`], its statements and implementation on
+//! Cassandra (`cassandra`), its in-memory twin (`memory`).
 
 use chrono::{DateTime, Utc};
 use futures::future::BoxFuture;

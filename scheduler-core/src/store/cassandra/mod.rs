@@ -30,11 +30,8 @@ use super::{
 };
 use crate::settings::CassandraSettings;
 
-mod dead_letters;
 mod deferred;
 mod groups;
-mod identities;
-mod jobs;
 mod levels;
 pub(in crate::store) mod rows;
 mod schema;
@@ -81,7 +78,7 @@ pub(in crate::store) struct Inner {
         std::collections::HashMap<std::any::TypeId, Arc<dyn std::any::Any + Send + Sync>>,
     >,
     /// How long statuses are kept: identities are kept as long after their task's time.
-    status_ttl: std::time::Duration,
+    pub(in crate::store) status_ttl: std::time::Duration,
     /// Statements run so far, by operation.
     counts: std::sync::Mutex<std::collections::BTreeMap<&'static str, u64>>,
 }

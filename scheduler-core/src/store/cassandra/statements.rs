@@ -44,10 +44,7 @@ pub(super) struct Statements {
     pub(super) insert_lease: PreparedStatement,
     pub(super) delete_lease: PreparedStatement,
     pub(super) select_leases: PreparedStatement,
-    pub(super) dead_letters: DeadLetterStatements,
-    pub(super) identities: IdentityStatements,
     pub(super) groups: GroupStatements,
-    pub(super) jobs: JobStatements,
     pub(super) deferred: super::deferred::DeferredStatements,
 }
 
@@ -387,114 +384,8 @@ impl Statements {
                 "prepare lease read",
             )
             .await?,
-            dead_letters: DeadLetterStatements::prepare(session, ks).await?,
-            identities: IdentityStatements::prepare(session, ks).await?,
             groups: GroupStatements::prepare(session, ks).await?,
-            jobs: JobStatements::prepare(session, ks).await?,
             deferred: super::deferred::DeferredStatements::prepare(session, ks).await?,
-        })
-    }
-}
-
-/// The statements of the dead-letter tables.
-pub(super) struct DeadLetterStatements {
-    pub(super) insert: PreparedStatement,
-    pub(super) insert_day: PreparedStatement,
-    pub(super) select_days: PreparedStatement,
-    pub(super) select_from: PreparedStatement,
-    pub(super) select_after: PreparedStatement,
-    pub(super) select_one: PreparedStatement,
-    pub(super) mark_redriven: PreparedStatement,
-    pub(super) delete: PreparedStatement,
-}
-
-const COLUMNS: &str = "scheduled_time, ordering_id, uniqueness_key, partition_id, task_type, \
-                       priority, task_data, attempts, last_error, reason, dead_at, redriven_at, redrives, \
-                       grouping";
-
-const KEY_MATCH: &str =
-    "day_bucket = ? AND scheduled_time = ? AND ordering_id = ? AND uniqueness_key = ?";
-
-impl DeadLetterStatements {
-    pub(super) async fn prepare(session: &Session, ks: &str) -> StoreResult<Self> {
-        let prepare = |cql: String| async move {
-            session
-                .prepare(cql)
-                .await
-                .map_err(|e| StoreError::query("prepare dead-letter statement", e))
-        };
-        Ok(DeadLetterStatements {
-            insert: prepare(format!(
-                "INSERT INTO {ks}.dead_letters (day_bucket, {COLUMNS}) \
-                 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
-            ))
-            .await?,
-            insert_day: prepare(format!(
-                "INSERT INTO {ks}.dead_letter_days (shard, day_bucket) VALUES (?, ?)"
-            ))
-            .await?,
-            select_days: prepare(format!(
-                "SELECT day_bucket FROM {ks}.dead_letter_days WHERE shard = ? \
-                 AND day_bucket >= ? AND day_bucket < ?"
-            ))
-            .await?,
-            select_from: prepare(format!(
-                "SELECT {COLUMNS} FROM {ks}.dead_letters WHERE day_bucket = ? \
-                 AND scheduled_time >= ? AND scheduled_time < ? LIMIT ?"
-            ))
-            .await?,
-            select_after: prepare(format!(
-                "SELECT {COLUMNS} FROM {ks}.dead_letters WHERE day_bucket = ? \
-                 AND (scheduled_time, ordering_id, uniqueness_key) > (?, ?, ?) \
-                 AND (scheduled_time) < (?) LIMIT ?"
-            ))
-            .await?,
-            select_one: prepare(format!(
-                "SELECT {COLUMNS} FROM {ks}.dead_letters WHERE {}",
-                read_by_key(
-                    "day_bucket = ? AND scheduled_time = ? AND ordering_id = ?",
-                    "uniqueness_key",
-                    "scheduled_time, ordering_id, uniqueness_key",
-                )
-            ))
-            .await?,
-            mark_redriven: prepare(format!(
-                "UPDATE {ks}.dead_letters SET redriven_at = ?, redrives = ? WHERE {KEY_MATCH}"
-            ))
-            .await?,
-            delete: prepare(format!("DELETE FROM {ks}.dead_letters WHERE {KEY_MATCH}")).await?,
-        })
-    }
-}
-
-/// The statements of `task_identities`.
-pub(super) struct IdentityStatements {
-    pub(super) select: PreparedStatement,
-    pub(super) insert: PreparedStatement,
-}
-
-impl IdentityStatements {
-    pub(super) async fn prepare(session: &Session, ks: &str) -> StoreResult<Self> {
-        let prepare = |cql: String| async move {
-            session
-                .prepare(cql)
-                .await
-                .map_err(|e| StoreError::query("prepare identity statement", e))
-        };
-        Ok(IdentityStatements {
-            select: prepare(format!(
-                "SELECT scheduled_time, task_data, task_type, priority, on_conflict, max_wait_ms, \
-                 first_time, record_offset, grouping FROM {ks}.task_identities \
-                 WHERE partition_id = ? AND ordering_id = ? AND uniqueness_key = ?"
-            ))
-            .await?,
-            insert: prepare(format!(
-                "INSERT INTO {ks}.task_identities (partition_id, ordering_id, uniqueness_key, \
-                 scheduled_time, task_data, task_type, priority, on_conflict, max_wait_ms, \
-                 first_time, record_offset, grouping) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) \
-                 USING TTL ?"
-            ))
-            .await?,
         })
     }
 }
@@ -621,60 +512,6 @@ impl GroupStatements {
             select_parent: prepare(format!(
                 "SELECT parent, parent_result FROM {ks}.group_members WHERE task_type = ? \
                  AND group_id = ? LIMIT 1"
-            ))
-            .await?,
-        })
-    }
-}
-
-/// The statements of `jobs` and `group_progress`.
-pub(super) struct JobStatements {
-    pub(super) insert_job: PreparedStatement,
-    pub(super) select_jobs: PreparedStatement,
-    pub(super) select_job: PreparedStatement,
-    pub(super) insert_progress: PreparedStatement,
-    pub(super) select_progress: PreparedStatement,
-    /// A range of buckets' progress: at most `last - first + 1` rows.
-    pub(super) select_progress_in: PreparedStatement,
-}
-
-const JOB_COLUMNS: &str = "job_id, ordering_id, scheduled_time, uniqueness_key, task_type, \
-                           group_id, buckets, started_at";
-
-impl JobStatements {
-    pub(super) async fn prepare(session: &Session, ks: &str) -> StoreResult<Self> {
-        let prepare = |cql: String| async move {
-            session
-                .prepare(cql)
-                .await
-                .map_err(|e| StoreError::query("prepare job statement", e))
-        };
-        Ok(JobStatements {
-            insert_job: prepare(format!(
-                "INSERT INTO {ks}.jobs (shard, {JOB_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
-            ))
-            .await?,
-            select_jobs: prepare(format!(
-                "SELECT {JOB_COLUMNS} FROM {ks}.jobs WHERE shard = ?"
-            ))
-            .await?,
-            select_job: prepare(format!(
-                "SELECT {JOB_COLUMNS} FROM {ks}.jobs WHERE shard = ? AND job_id = ?"
-            ))
-            .await?,
-            insert_progress: prepare(format!(
-                "INSERT INTO {ks}.group_progress (task_type, group_id, member, items, updated_at) \
-                 VALUES (?, ?, ?, ?, ?)"
-            ))
-            .await?,
-            select_progress: prepare(format!(
-                "SELECT member, items, updated_at FROM {ks}.group_progress \
-                 WHERE task_type = ? AND group_id = ?"
-            ))
-            .await?,
-            select_progress_in: prepare(format!(
-                "SELECT member, items, updated_at FROM {ks}.group_progress \
-                 WHERE task_type = ? AND group_id = ? AND member >= ? AND member <= ?"
             ))
             .await?,
         })

@@ -13,19 +13,15 @@ use scheduler_client::{Task, TaskKey};
 use super::{MemoryStore, CLUSTERING_KEY_LIMIT};
 use crate::store::groups::stored_group_number;
 use crate::store::hour_bucket;
-use crate::store::identities::identity_retention;
 use crate::store::{
     AttemptRecord, AttemptStore, DeferredCancel, DeferredIdentityRecord, LeaseRecord, LeaseStore,
     LowWater, OwnershipStore, PartitionId, PartitionOwner, ReadCursor, RefusedTask, ScheduleStore,
     StatusRecord, StatusStore, StoreResult, WriteStamp,
 };
-use crate::store::{BucketProgress, JobRecord, JobStore};
-use crate::store::{DeadLetter, DeadLetterFilter, DeadLetterStore, IdentityRecord, IdentityStore};
 use crate::store::{
     GroupHeader, GroupKey, GroupMark, GroupState, GroupStore, MemberOutcome, ParentRecord,
     TaskStatus,
 };
-use scheduler_client::TaskIdentity;
 
 impl ScheduleStore for MemoryStore {
     fn persist(
@@ -379,50 +375,6 @@ impl StatusStore for MemoryStore {
     }
 }
 
-impl IdentityStore for MemoryStore {
-    fn identity(
-        &self,
-        partition: PartitionId,
-        identity: TaskIdentity,
-    ) -> BoxFuture<'static, StoreResult<Option<IdentityRecord>>> {
-        self.run("identity read", move |s| {
-            let key = (partition, identity);
-            let expired = match (&s.retention, s.identity_expiry.get(&key)) {
-                (Some((_, clock)), Some(expiry)) => clock.now() >= *expiry,
-                _ => false,
-            };
-            (s.identities.get(&key).filter(|_| !expired))
-                .map(|r| IdentityRecord::read_back(r.task.clone(), r.first_time, r.offset))
-        })
-    }
-
-    fn record_identity(
-        &self,
-        partition: PartitionId,
-        record: IdentityRecord,
-    ) -> BoxFuture<'static, StoreResult<()>> {
-        self.run("identity write", move |s| {
-            s.identity_writes
-                .push((record.clone(), tokio::time::Instant::now()));
-            // As `task_identities` does: the record's offset, not the task's field, is kept.
-            let mut record = record;
-            record.task.enqueue_offset = None;
-            let key = (partition, record.task.identity());
-            if let Some((status_ttl, clock)) = &s.retention {
-                let now = clock.now();
-                let retention = identity_retention(record.task.scheduled_time, now, *status_ttl);
-                match retention.ttl_secs(now) {
-                    0 => s.identity_expiry.remove(&key),
-                    secs => s
-                        .identity_expiry
-                        .insert(key.clone(), now + chrono::TimeDelta::seconds(secs.into())),
-                };
-            }
-            s.identities.insert(key, record);
-        })
-    }
-}
-
 impl GroupStore for MemoryStore {
     fn record_member(
         &self,
@@ -568,118 +520,6 @@ fn marks_between(
         .collect();
     s.group_rows_read += marks.len();
     marks
-}
-
-impl JobStore for MemoryStore {
-    fn record_job(&self, job: JobRecord) -> BoxFuture<'static, StoreResult<()>> {
-        self.run("job write", move |s| {
-            s.jobs.insert(job.id.clone(), job);
-        })
-    }
-
-    fn jobs(&self) -> BoxFuture<'static, StoreResult<Vec<JobRecord>>> {
-        self.run("jobs read", |s| {
-            let mut jobs: Vec<JobRecord> = s.jobs.values().cloned().collect();
-            jobs.sort_by_key(|job| std::cmp::Reverse(job.started_at));
-            jobs
-        })
-    }
-
-    fn job(&self, id: String) -> BoxFuture<'static, StoreResult<Option<JobRecord>>> {
-        self.run("jobs read", move |s| s.jobs.get(&id).cloned())
-    }
-
-    fn record_progress(
-        &self,
-        group: GroupKey,
-        progress: BucketProgress,
-    ) -> BoxFuture<'static, StoreResult<()>> {
-        self.run("progress write", move |s| {
-            s.progress.insert((group, progress.bucket), progress);
-        })
-    }
-
-    fn progress(&self, group: GroupKey) -> BoxFuture<'static, StoreResult<Vec<BucketProgress>>> {
-        self.run("progress read", move |s| {
-            let progress: Vec<BucketProgress> = (s.progress.iter())
-                .filter(|((g, _), _)| *g == group)
-                .map(|(_, p)| p.clone())
-                .collect();
-            s.group_rows_read += progress.len();
-            progress
-        })
-    }
-
-    fn progress_in(
-        &self,
-        group: GroupKey,
-        first: u32,
-        last: u32,
-    ) -> BoxFuture<'static, StoreResult<Vec<BucketProgress>>> {
-        self.run("progress read", move |s| {
-            let progress: Vec<BucketProgress> = (s.progress)
-                .range((group.clone(), first)..=(group, last))
-                .map(|(_, p)| p.clone())
-                .collect();
-            s.group_rows_read += progress.len();
-            progress
-        })
-    }
-}
-
-impl DeadLetterStore for MemoryStore {
-    fn add_dead_letter(&self, letter: DeadLetter) -> BoxFuture<'static, StoreResult<()>> {
-        self.run("dead-letter write", move |s| {
-            s.dead_letters.insert(letter.task.key(), letter);
-        })
-    }
-
-    fn dead_letters(
-        &self,
-        filter: DeadLetterFilter,
-        after: Option<TaskKey>,
-        limit: usize,
-    ) -> BoxFuture<'static, StoreResult<Vec<DeadLetter>>> {
-        self.run("dead-letter list", move |s| {
-            s.dead_letters
-                .iter()
-                .filter(|(key, _)| after.as_ref().is_none_or(|after| *key > after))
-                .filter(|(key, _)| {
-                    key.scheduled_time >= filter.from && key.scheduled_time < filter.to
-                })
-                .map(|(_, letter)| letter)
-                .filter(|letter| filter.admits(letter))
-                .take(limit)
-                .cloned()
-                .collect()
-        })
-    }
-
-    fn dead_letter(&self, key: TaskKey) -> BoxFuture<'static, StoreResult<Option<DeadLetter>>> {
-        self.run("dead-letter read", move |s| {
-            s.dead_letters.get(&key).cloned()
-        })
-    }
-
-    fn mark_redriven(
-        &self,
-        key: TaskKey,
-        redrives: u32,
-        at: DateTime<Utc>,
-    ) -> BoxFuture<'static, StoreResult<()>> {
-        self.run("dead-letter redrive mark", move |s| {
-            if let Some(letter) = s.dead_letters.get_mut(&key) {
-                letter.redrives = redrives;
-                letter.redriven_at = Some(at);
-            }
-        })
-    }
-
-    fn remove_dead_letter(&self, key: TaskKey) -> BoxFuture<'static, StoreResult<()>> {
-        self.run("dead-letter delete", move |s| {
-            s.dead_letters.remove(&key);
-        })
-    }
 }
 
 impl AttemptStore for MemoryStore {
