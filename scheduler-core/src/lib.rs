@@ -1,16 +1,33 @@
 //! The scheduler node: consumes tasks from Kafka, persists them to Cassandra in time-bucketed wide
 //! rows, and runs each through the user's handler when it comes due, one at a time per orderingId.
 //!
-//! - [`TaskHandler`]: what a service implements to run its tasks.
-//! - [`SchedulerNode`]: a running node, started with [`Settings`] and a handler.
+//! What a service uses:
+//! - [`TaskHandler`] (in [`handler`], with [`TaskContext`], [`TaskError`], [`Handlers`]): what a
+//!   service implements to run its tasks.
+//! - [`SchedulerNode`]: a running node, started with [`Settings`] and its handlers.
 //! - [`settings`]: node settings (TOML and environment).
+//! - [`recurring`]: recurring schedules, managed from a node or its admin API.
 //! - [`store`]: the schedule, task status and attempts in Cassandra, for tools that read them.
 //! - [`admin_api`]: the admin HTTP API's requests and answers, shared with its clients.
 //! - `testing` (with the `testing` feature): an in-process engine on a manual clock, to
 //!   unit-test handlers, retries, dead letters, groups and schedules without Kafka or Cassandra.
 //!
-//! The rest (the per-partition actor tree, leases, metrics, the admin API's server) is internal;
-//! see `design.md` for the architecture.
+//! A map of the rest, from the top down (each imports only what is below it; design.md has
+//! the architecture in chapters):
+//! - `node/`: a running node: its consumer thread, its queues, its admin server.
+//! - `admin/`: the admin API's server and the dashboard.
+//! - `actors/`: a partition's actor tree (supervisors, persistence, scheduler, throughput
+//!   controller, executors, ownership), `PartitionDeps::builder` that wires it, and
+//!   `actors/task_lifecycle/`: a task's life as steps (check, before the call, call, record).
+//! - Features attached to a task's life at the hook points of `hooks.rs`: `identity.rs`,
+//!   `suspend.rs`, `groups/` (groups, sub-tasks, jobs), `dead_letter.rs`, `events.rs`; and
+//!   `recurring/`, a handler of an engine task type.
+//! - The engine's parts: `call_pool.rs` (where handlers are called), `lease.rs` (one run at a
+//!   time per orderingId across trees), `cancel_gate.rs`, `in_flight.rs`, `metrics.rs`,
+//!   `enqueue.rs`, `outcome.rs`, `clock.rs`, `retry.rs`, `slots.rs`, `epoch.rs`.
+//! - `store/`: a trait per table, on Cassandra (`store/cassandra/`) and in memory
+//!   (`store/memory/`); the tables moved so far keep all three in `store/<table>.rs`.
+//! - `simulation/` (tests only): the deterministic simulation of several nodes under faults.
 
 #![warn(missing_docs)]
 

@@ -1,6 +1,6 @@
 //! The user's API: the [`TaskHandler`] trait a service implements (one per task type, see
 //! [`Handlers`]), the [`TaskContext`] each call gets and the [`TaskError`] it returns. The
-//! engine calls handlers through its call pool ([`crate::call_pool`]).
+//! engine calls handlers through its call pool (`call_pool.rs`).
 
 mod context;
 mod error;

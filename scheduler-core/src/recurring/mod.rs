@@ -3,7 +3,7 @@
 //!
 //! A schedule is a row of `recurring_schedules` and a chain of engine tasks, its ticks (type
 //! [`TICK_TYPE`], orderingId `scheduler:tick:<id>`), one per fire time. A tick's handler
-//! ([`ticker`]) reads the schedule, enqueues the run of that fire time, and enqueues the next
+//! (`ticker`) reads the schedule, enqueues the run of that fire time, and enqueues the next
 //! tick. So a schedule inherits the engine's guarantees: a tick is durable in Kafka and
 //! Cassandra, survives restarts and rebalances, runs on its partition's owner only, and is
 //! retried when its read or its enqueue fails. Every key is derived from the fire time (a run's

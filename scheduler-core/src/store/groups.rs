@@ -2,7 +2,7 @@
 //! id) in each. `group_members` holds a row per member that has a final outcome, and the
 //! group's header as static columns (its total once a member carried it, whether it fails fast,
 //! and the first member seen failing). `group_marks` holds the group's completion tree
-//! ([`crate::groups::completion`]): a row per node of it whose members have all finished, with
+//! (`groups/completion.rs`): a row per node of it whose members have all finished, with
 //! how they finished. A member writes its outcome before its own final status, then reads the
 //! few rows its place in the tree needs: whoever finishes the root (or a failure, for a
 //! fail-fast group) enqueues the join, which alone reads every member.
@@ -226,7 +226,7 @@ pub trait GroupStore: Send + Sync + 'static {
     ) -> BoxFuture<'static, StoreResult<Vec<GroupMark>>>;
 
     /// Every finished node of the group's tree, by level and node, a page at a time: about one
-    /// row per [`FANOUT`](super::group_marks::FANOUT) members (a job's progress in a list).
+    /// row per `FANOUT` (`store/group_marks.rs`) members (a job's progress in a list).
     fn all_group_marks(&self, group: GroupKey) -> BoxFuture<'static, StoreResult<Vec<GroupMark>>>;
 
     /// Records the task whose sub-tasks the group holds, and its result (again: overwritten).

@@ -19,7 +19,7 @@ use super::{PartitionId, StoreResult};
 pub struct IdentityRecord {
     /// The task (with its conflict mode); the one of its identity allowed to run. Its enqueue
     /// offset is the record's `offset`: the record that made a task current is that task's (the
-    /// store keeps the offset once, see [`IdentityRecord::read_back`]).
+    /// store keeps the offset once, see `IdentityRecord::read_back`).
     pub task: Task,
     /// The time of the first task of the current debounce chain.
     pub first_time: DateTime<Utc>,
