@@ -1,5 +1,7 @@
 //! The run's figures: a table for people, a JSON document for tools, the targets and whether
 //! they are met, and the sanity checks `--quick` relies on.
+//!
+//! Over 500 lines: the report: every figure the benchmarks print, and how.
 
 use serde_json::{json, Value};
 

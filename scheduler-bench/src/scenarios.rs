@@ -2,6 +2,8 @@
 //! the real stack with the engine's default settings unless a scenario says otherwise.
 //! (Over 400 lines: one function per scenario, each read on its own; what they share is in
 //! `ceilings.rs`, `child.rs` and `report.rs`.)
+//!
+//! Over 500 lines: every benchmark scenario, side by side so that their workloads compare.
 
 use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;

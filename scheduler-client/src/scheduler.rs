@@ -1,4 +1,6 @@
 //! [`Scheduler`]: enqueues tasks on the scheduler's topic.
+//!
+//! Over 500 lines: the producer, each call with its checks and errors.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, PoisonError};

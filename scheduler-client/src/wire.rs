@@ -66,6 +66,9 @@
 //!   the nearest double, so a double arrives unchanged.
 //! - The whole record is at most the node's `scheduling.max_task_data_bytes`; the client's
 //!   `max_task_bytes` (both 512 KiB by default) must not exceed it.
+//!
+//! Over 500 lines: the wire format v1, its encoder and its decoder with every field's check, in one
+//! place so that the two never drift apart.
 
 use chrono::{DateTime, SecondsFormat, Utc};
 use serde::{Deserialize, Serialize};

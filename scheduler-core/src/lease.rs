@@ -20,6 +20,9 @@
 //! One row per tree rather than per task: an entry is added with one write that many starts
 //! share, and removals are coalesced (written within 200 ms, or at once when the tree stops), so
 //! a lease costs about one write per batch of starts instead of two per task.
+//!
+//! Over 500 lines: one protocol, the running-task lease: its writer, its holds, the read of an
+//! orderingId's predecessors.
 
 use std::collections::{BTreeMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -1,6 +1,9 @@
 //! Node metrics, exposed in the Prometheus text format by [`crate::SchedulerNode::metrics`].
 //!
 //! design.md's "Metrics" table lists every metric, its labels and what it counts.
+//!
+//! Over 500 lines: every metric a node exports, each emitted with its log line, so that the
+//! exported set reads as one list.
 
 use std::fmt::Display;
 use std::sync::{Arc, Mutex, PoisonError};

@@ -18,6 +18,9 @@
 //! their rows due before the mark into its own lists, then reads back as usual. A row read back
 //! is taken out of the list once no mark written or being written still names the list from an
 //! earlier row.
+//!
+//! Over 500 lines: one actor, a partition's executors; its deferred tasks are in
+//! `partition_executor/`.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

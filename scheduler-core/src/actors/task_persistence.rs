@@ -23,6 +23,9 @@
 //! mark and its list together, and forgets the hour buckets that end before it and before the
 //! first listed task. A polled batch holding a task due before the mark lowers the mark first,
 //! before the batch is acknowledged.
+//!
+//! Over 500 lines: one actor, a partition's persistence: its batches, loads, cancels and low-water
+//! mark; the parts that stand alone are in `task_persistence/`.
 
 use std::collections::HashSet;
 use std::sync::Arc;

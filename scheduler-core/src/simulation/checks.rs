@@ -1,4 +1,6 @@
 //! What the simulation checks once a seed has run (and samples while it runs).
+//!
+//! Over 500 lines: every promise the simulation checks, one after another.
 
 use super::*;
 

@@ -4,6 +4,9 @@
 //!
 //! The whole table in one place: its rows and [`DeadLetterStore`], its statements and implementation on
 //! Cassandra (`cassandra`), its in-memory twin (`memory`).
+//!
+//! Over 500 lines: a table whole in one place: its rows and trait, its statements and Cassandra
+//! implementation, its in-memory twin.
 
 use chrono::{DateTime, DurationRound, TimeDelta, Utc};
 use futures::future::BoxFuture;

@@ -5,6 +5,9 @@
 //!
 //! The whole table in one place: its rows and [`RecurringStore`], its statements and implementation on
 //! Cassandra (`cassandra`), its in-memory twin (`memory`).
+//!
+//! Over 500 lines: two tables whole in one place: their rows and trait, their statements and
+//! Cassandra implementation, their in-memory twin.
 
 use chrono::{DateTime, Utc};
 use futures::future::BoxFuture;

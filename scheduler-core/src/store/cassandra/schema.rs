@@ -10,6 +10,9 @@
 //! that table and refuses later schema changes to its keyspace ("Column family ID mismatch"). Kept
 //! out of the data keyspace, such a race can only cost the meta rows (at Cassandra's next
 //! restart), and migrating again rebuilds them: every migration is idempotent.
+//!
+//! Over 500 lines: every migration since version 1, in order; a released migration is never edited,
+//! only followed by another.
 
 use std::time::Duration;
 

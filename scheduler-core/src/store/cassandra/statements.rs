@@ -1,4 +1,6 @@
 //! The prepared statements of the Cassandra store, one per query it runs.
+//!
+//! Over 500 lines: the statements of the tables not yet in a file of their own.
 
 use scylla::client::session::Session;
 use scylla::statement::prepared::PreparedStatement;

@@ -1,6 +1,9 @@
 //! In-memory [`super::TaskStore`] for unit tests, the simulation and the testing kit
 //! (`crate::testing`): the same semantics as the Cassandra store,
 //! plus failure injection and latency (here) and the tables' operations (`tables.rs`).
+//!
+//! Over 500 lines: the in-memory store's request path (gate, injected failures, latency) and the
+//! helpers by which tests read its state.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicUsize, Ordering};

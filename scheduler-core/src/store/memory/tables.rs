@@ -1,5 +1,8 @@
 //! The in-memory store's tables: each trait of the store, with Cassandra's semantics (writes
 //! that overwrite, deletes that leave tombstones, TTLs on leases, limits on key sizes).
+//!
+//! Over 500 lines: the in-memory twins of the tables not yet in a file of their own (the schedule,
+//! status, attempts, ownership, leases, groups).
 
 use std::ops::Bound;
 use std::sync::atomic::Ordering;
