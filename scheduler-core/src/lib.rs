@@ -26,7 +26,8 @@
 //!   time per orderingId across trees), `cancel_gate.rs`, `in_flight.rs`, `metrics.rs`,
 //!   `enqueue.rs`, `outcome.rs`, `clock.rs`, `retry.rs`, `slots.rs`, `epoch.rs`.
 //! - `store/`: a trait per table, on Cassandra (`store/cassandra/`) and in memory
-//!   (`store/memory/`); the tables moved so far keep all three in `store/<table>.rs`.
+//!   (`store/memory/`); the tables moved so far keep all three in `store/<table>.rs` (or
+//!   `store/groups/`).
 //! - `simulation/` (tests only): the deterministic simulation of several nodes under faults.
 
 #![warn(missing_docs)]

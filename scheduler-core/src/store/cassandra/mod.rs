@@ -34,7 +34,6 @@ use super::{
 use crate::settings::CassandraSettings;
 
 mod deferred;
-mod groups;
 mod levels;
 pub(in crate::store) mod rows;
 mod schema;

@@ -1,6 +1,6 @@
-//! The prepared statements of the Cassandra store, one per query it runs.
-//!
-//! Over 500 lines: the statements of the tables not yet in a file of their own.
+//! The prepared statements of the tables not yet in a file of their own (the schedule, status,
+//! attempts, ownership, leases, deferred cancels and identity records); a table moved to its own
+//! file prepares its statements there (`TableStatements`).
 
 use scylla::client::session::Session;
 use scylla::statement::prepared::PreparedStatement;
@@ -46,7 +46,6 @@ pub(super) struct Statements {
     pub(super) insert_lease: PreparedStatement,
     pub(super) delete_lease: PreparedStatement,
     pub(super) select_leases: PreparedStatement,
-    pub(super) groups: GroupStatements,
     pub(super) deferred: super::deferred::DeferredStatements,
 }
 
@@ -386,136 +385,7 @@ impl Statements {
                 "prepare lease read",
             )
             .await?,
-            groups: GroupStatements::prepare(session, ks).await?,
             deferred: super::deferred::DeferredStatements::prepare(session, ks).await?,
-        })
-    }
-}
-
-/// Rows read per page of a group: a group may have thousands of members, each with a result of
-/// up to `MAX_RESULT_BYTES` (16 KiB): a page is at most 1.6 MiB.
-const GROUP_PAGE: i32 = 100;
-
-/// Marks read per page of a group's completion tree (a job's progress): small rows.
-const MARKS_PAGE: i32 = 1000;
-
-/// The statements of `group_members`.
-pub(super) struct GroupStatements {
-    /// A member's row, by the header columns written with it (an absent value is left out,
-    /// never written null): neither, `total`, `fail_fast`, both.
-    pub(super) insert_member: [PreparedStatement; 4],
-    /// `failed_by`, unless a failure set it first.
-    pub(super) set_failed_by: PreparedStatement,
-    /// The whole partition: the header and every member, paged (not the parent: a static
-    /// column would come with every row).
-    pub(super) select_group: PreparedStatement,
-    /// The header alone, one row.
-    pub(super) select_header: PreparedStatement,
-    /// The members in a range of numbers, their status only.
-    pub(super) select_members_in: PreparedStatement,
-    /// A node of the completion tree as finished.
-    pub(super) insert_mark: PreparedStatement,
-    /// The finished nodes in a range of one level.
-    pub(super) select_marks_in: PreparedStatement,
-    /// Every finished node, paged.
-    pub(super) select_marks: PreparedStatement,
-
-    /// The task whose sub-tasks the group holds, and its result.
-    pub(super) set_parent: PreparedStatement,
-    /// Those two: the header alone, one row.
-    pub(super) select_parent: PreparedStatement,
-}
-
-impl GroupStatements {
-    pub(super) async fn prepare(session: &Session, ks: &str) -> StoreResult<Self> {
-        let prepare = |cql: String| async move {
-            session
-                .prepare(cql)
-                .await
-                .map_err(|e| StoreError::query("prepare group statement", e))
-        };
-        let insert = |total: bool, fail_fast: bool| {
-            let mut columns = "task_type, group_id, member, ordering_id, scheduled_time, \
-                               uniqueness_key, status, error, result, finished_at"
-                .to_string();
-            let mut values = "?, ?, ?, ?, ?, ?, ?, ?, ?, ?".to_string();
-            if total {
-                columns.push_str(", total");
-                values.push_str(", ?");
-            }
-            if fail_fast {
-                columns.push_str(", fail_fast");
-                values.push_str(", true");
-            }
-            prepare(format!(
-                "INSERT INTO {ks}.group_members ({columns}) VALUES ({values})"
-            ))
-        };
-        let mut select_group = prepare(format!(
-            "SELECT total, fail_fast, failed_by, member, ordering_id, scheduled_time, \
-             uniqueness_key, status, error, result, finished_at FROM {ks}.group_members \
-             WHERE task_type = ? AND group_id = ?"
-        ))
-        .await?;
-        select_group.set_page_size(GROUP_PAGE);
-        let mut select_marks = prepare(format!(
-            "SELECT level, node, completed, failed, cancelled, items FROM {ks}.group_marks \
-             WHERE task_type = ? AND group_id = ?"
-        ))
-        .await?;
-        select_marks.set_page_size(MARKS_PAGE);
-        Ok(GroupStatements {
-            insert_member: [
-                insert(false, false).await?,
-                insert(true, false).await?,
-                insert(false, true).await?,
-                insert(true, true).await?,
-            ],
-            // A lightweight transaction on a static column (Cassandra 2.1 has them): of
-            // concurrent failures, one is recorded and stays.
-            set_failed_by: prepare(format!(
-                "UPDATE {ks}.group_members SET failed_by = ? WHERE task_type = ? \
-                 AND group_id = ? IF failed_by = null"
-            ))
-            .await?,
-            select_group,
-            // At the session's consistency, like the ownership check: a failure whose
-            // transaction completed was committed at that level, so a read that begins after it
-            // sees it; one still in progress may be missed, as if the member had started just
-            // before it. One round trip instead of a Paxos round before every member runs.
-            select_header: prepare(format!(
-                "SELECT total, fail_fast, failed_by FROM {ks}.group_members \
-                 WHERE task_type = ? AND group_id = ? LIMIT 1"
-            ))
-            .await?,
-            // A slice of the clustering order: at most `last - first + 1` rows.
-            select_members_in: prepare(format!(
-                "SELECT member, status FROM {ks}.group_members WHERE task_type = ? \
-                 AND group_id = ? AND member >= ? AND member <= ?"
-            ))
-            .await?,
-            insert_mark: prepare(format!(
-                "INSERT INTO {ks}.group_marks (task_type, group_id, level, node, completed, \
-                 failed, cancelled, items) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
-            ))
-            .await?,
-            select_marks_in: prepare(format!(
-                "SELECT level, node, completed, failed, cancelled, items FROM {ks}.group_marks \
-                 WHERE task_type = ? AND group_id = ? AND level = ? AND node >= ? AND node <= ?"
-            ))
-            .await?,
-            select_marks,
-            // Only the header: a static column set by partition key alone.
-            set_parent: prepare(format!(
-                "UPDATE {ks}.group_members SET parent = ?, parent_result = ? WHERE task_type = ? \
-                 AND group_id = ?"
-            ))
-            .await?,
-            select_parent: prepare(format!(
-                "SELECT parent, parent_result FROM {ks}.group_members WHERE task_type = ? \
-                 AND group_id = ? LIMIT 1"
-            ))
-            .await?,
         })
     }
 }

@@ -2,6 +2,9 @@
 //! row per finished member, and the group's header in static columns. `total` and `fail_fast`
 //! are written with a member's row only by a member that carries them (a member without them
 //! writes no null over them), and `failed_by` once, by a lightweight transaction.
+//!
+//! Over 500 lines: two tables' statements and implementation (`group_members`, `group_marks`),
+//! with the decoding of their rows.
 
 use std::sync::Arc;
 
@@ -10,8 +13,11 @@ use futures::future::BoxFuture;
 use futures::FutureExt;
 use scheduler_client::TaskKey;
 
-use super::rows::{first_row_of, rows_of};
-use super::CassandraStore;
+use crate::store::cassandra::rows::{first_row_of, rows_of};
+use scylla::client::session::Session;
+use scylla::statement::prepared::PreparedStatement;
+
+use crate::store::cassandra::{CassandraStore, Inner, TableStatements};
 use crate::store::groups::stored_group_number;
 use crate::store::{
     GroupHeader, GroupKey, GroupMark, GroupState, GroupStore, GroupTally, MemberOutcome,
@@ -152,7 +158,7 @@ impl GroupStore for CassandraStore {
                 result,
                 outcome.finished_at,
             );
-            let statements = &inner.statements.groups;
+            let statements = &*inner.statements::<GroupStatements>().await?;
             let insert = &statements.insert_member
                 [usize::from(total.is_some()) + 2 * usize::from(fail_fast)];
             match total {
@@ -181,7 +187,7 @@ impl GroupStore for CassandraStore {
         async move {
             let rows: Vec<MemberRow> = inner
                 .run_paged(
-                    &inner.statements.groups.select_group,
+                    &inner.statements::<GroupStatements>().await?.select_group,
                     (group.task_type.as_str(), group.id.as_str()),
                     "group read",
                     "group member",
@@ -228,7 +234,7 @@ impl GroupStore for CassandraStore {
             let values = (text, result, group.task_type.as_str(), group.id.as_str());
             inner
                 .run(
-                    &inner.statements.groups.set_parent,
+                    &inner.statements::<GroupStatements>().await?.set_parent,
                     values,
                     "group parent write",
                 )
@@ -263,7 +269,7 @@ impl GroupStore for CassandraStore {
         async move {
             let result = inner
                 .run(
-                    &inner.statements.groups.select_header,
+                    &inner.statements::<GroupStatements>().await?.select_header,
                     (group.task_type.as_str(), group.id.as_str()),
                     "group read",
                 )
@@ -291,7 +297,10 @@ impl GroupStore for CassandraStore {
             let values = (group.task_type.as_str(), group.id.as_str(), first, last);
             let result = inner
                 .run(
-                    &inner.statements.groups.select_members_in,
+                    &inner
+                        .statements::<GroupStatements>()
+                        .await?
+                        .select_members_in,
                     values,
                     "group read",
                 )
@@ -331,7 +340,11 @@ impl GroupStore for CassandraStore {
                 i64::try_from(tally.items).unwrap_or(i64::MAX),
             );
             inner
-                .run(&inner.statements.groups.insert_mark, values, operation)
+                .run(
+                    &inner.statements::<GroupStatements>().await?.insert_mark,
+                    values,
+                    operation,
+                )
                 .await?;
             Ok(())
         }
@@ -358,7 +371,7 @@ impl GroupStore for CassandraStore {
             );
             let result = inner
                 .run(
-                    &inner.statements.groups.select_marks_in,
+                    &inner.statements::<GroupStatements>().await?.select_marks_in,
                     values,
                     "group read",
                 )
@@ -375,7 +388,7 @@ impl GroupStore for CassandraStore {
         async move {
             let rows: Vec<MarkRow> = inner
                 .run_paged(
-                    &inner.statements.groups.select_marks,
+                    &inner.statements::<GroupStatements>().await?.select_marks,
                     (group.task_type.as_str(), group.id.as_str()),
                     "group read",
                     "group mark",
@@ -389,15 +402,143 @@ impl GroupStore for CassandraStore {
 
 /// The group's `parent` and `parent_result` (the header alone, one row).
 async fn parent_of(
-    inner: &super::Inner,
+    inner: &Inner,
     group: &GroupKey,
 ) -> StoreResult<(Option<String>, Option<String>)> {
     let read = inner
         .run(
-            &inner.statements.groups.select_parent,
+            &inner.statements::<GroupStatements>().await?.select_parent,
             (group.task_type.as_str(), group.id.as_str()),
             "group parent read",
         )
         .await?;
     Ok(first_row_of::<(Option<String>, Option<String>)>(read, "group member")?.unwrap_or_default())
+}
+
+/// Rows read per page of a group: a group may have thousands of members, each with a result of
+/// up to `MAX_RESULT_BYTES` (16 KiB): a page is at most 1.6 MiB.
+const GROUP_PAGE: i32 = 100;
+
+/// Marks read per page of a group's completion tree (a job's progress): small rows.
+const MARKS_PAGE: i32 = 1000;
+
+/// The statements of `group_members`.
+struct GroupStatements {
+    /// A member's row, by the header columns written with it (an absent value is left out,
+    /// never written null): neither, `total`, `fail_fast`, both.
+    insert_member: [PreparedStatement; 4],
+    /// `failed_by`, unless a failure set it first.
+    set_failed_by: PreparedStatement,
+    /// The whole partition: the header and every member, paged (not the parent: a static
+    /// column would come with every row).
+    select_group: PreparedStatement,
+    /// The header alone, one row.
+    select_header: PreparedStatement,
+    /// The members in a range of numbers, their status only.
+    select_members_in: PreparedStatement,
+    /// A node of the completion tree as finished.
+    insert_mark: PreparedStatement,
+    /// The finished nodes in a range of one level.
+    select_marks_in: PreparedStatement,
+    /// Every finished node, paged.
+    select_marks: PreparedStatement,
+
+    /// The task whose sub-tasks the group holds, and its result.
+    set_parent: PreparedStatement,
+    /// Those two: the header alone, one row.
+    select_parent: PreparedStatement,
+}
+
+impl TableStatements for GroupStatements {
+    async fn prepare(session: &Session, ks: &str) -> StoreResult<Self> {
+        let prepare = |cql: String| async move {
+            session
+                .prepare(cql)
+                .await
+                .map_err(|e| StoreError::query("prepare group statement", e))
+        };
+        let insert = |total: bool, fail_fast: bool| {
+            let mut columns = "task_type, group_id, member, ordering_id, scheduled_time, \
+                               uniqueness_key, status, error, result, finished_at"
+                .to_string();
+            let mut values = "?, ?, ?, ?, ?, ?, ?, ?, ?, ?".to_string();
+            if total {
+                columns.push_str(", total");
+                values.push_str(", ?");
+            }
+            if fail_fast {
+                columns.push_str(", fail_fast");
+                values.push_str(", true");
+            }
+            prepare(format!(
+                "INSERT INTO {ks}.group_members ({columns}) VALUES ({values})"
+            ))
+        };
+        let mut select_group = prepare(format!(
+            "SELECT total, fail_fast, failed_by, member, ordering_id, scheduled_time, \
+             uniqueness_key, status, error, result, finished_at FROM {ks}.group_members \
+             WHERE task_type = ? AND group_id = ?"
+        ))
+        .await?;
+        select_group.set_page_size(GROUP_PAGE);
+        let mut select_marks = prepare(format!(
+            "SELECT level, node, completed, failed, cancelled, items FROM {ks}.group_marks \
+             WHERE task_type = ? AND group_id = ?"
+        ))
+        .await?;
+        select_marks.set_page_size(MARKS_PAGE);
+        Ok(GroupStatements {
+            insert_member: [
+                insert(false, false).await?,
+                insert(true, false).await?,
+                insert(false, true).await?,
+                insert(true, true).await?,
+            ],
+            // A lightweight transaction on a static column (Cassandra 2.1 has them): of
+            // concurrent failures, one is recorded and stays.
+            set_failed_by: prepare(format!(
+                "UPDATE {ks}.group_members SET failed_by = ? WHERE task_type = ? \
+                 AND group_id = ? IF failed_by = null"
+            ))
+            .await?,
+            select_group,
+            // At the session's consistency, like the ownership check: a failure whose
+            // transaction completed was committed at that level, so a read that begins after it
+            // sees it; one still in progress may be missed, as if the member had started just
+            // before it. One round trip instead of a Paxos round before every member runs.
+            select_header: prepare(format!(
+                "SELECT total, fail_fast, failed_by FROM {ks}.group_members \
+                 WHERE task_type = ? AND group_id = ? LIMIT 1"
+            ))
+            .await?,
+            // A slice of the clustering order: at most `last - first + 1` rows.
+            select_members_in: prepare(format!(
+                "SELECT member, status FROM {ks}.group_members WHERE task_type = ? \
+                 AND group_id = ? AND member >= ? AND member <= ?"
+            ))
+            .await?,
+            insert_mark: prepare(format!(
+                "INSERT INTO {ks}.group_marks (task_type, group_id, level, node, completed, \
+                 failed, cancelled, items) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+            ))
+            .await?,
+            select_marks_in: prepare(format!(
+                "SELECT level, node, completed, failed, cancelled, items FROM {ks}.group_marks \
+                 WHERE task_type = ? AND group_id = ? AND level = ? AND node >= ? AND node <= ?"
+            ))
+            .await?,
+            select_marks,
+            // Only the header: a static column set by partition key alone.
+            set_parent: prepare(format!(
+                "UPDATE {ks}.group_members SET parent = ?, parent_result = ? WHERE task_type = ? \
+                 AND group_id = ?"
+            ))
+            .await?,
+            select_parent: prepare(format!(
+                "SELECT parent, parent_result FROM {ks}.group_members WHERE task_type = ? \
+                 AND group_id = ? LIMIT 1"
+            ))
+            .await?,
+        })
+    }
 }

@@ -6,6 +6,13 @@
 //! how they finished. A member writes its outcome before its own final status, then reads the
 //! few rows its place in the tree needs: whoever finishes the root (or a failure, for a
 //! fail-fast group) enqueues the join, which alone reads every member.
+//!
+//! The whole table in one place: its rows and [`GroupStore`] (here), its statements and
+//! implementation on Cassandra (`cassandra.rs`), its in-memory twin (`memory.rs`).
+
+mod cassandra;
+#[cfg(any(test, feature = "testing"))]
+mod memory;
 
 use chrono::{DateTime, Utc};
 use futures::future::BoxFuture;
