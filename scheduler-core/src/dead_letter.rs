@@ -13,11 +13,12 @@ use crate::clock::Clock;
 use crate::handler::OutputSlot;
 use crate::hooks::{self, Halt, Steps, TaskHook};
 use crate::metrics::Metrics;
-use crate::store::{DeadLetter, DeadReason, StatusRecord, TaskStatus, TaskStore};
+use crate::store::{DeadLetter, DeadLetterStore, DeadReason, StatusRecord, TaskStatus};
 
 /// The dead letters of a partition tree.
 pub(crate) struct DeadLetterHook {
-    pub(crate) store: Arc<dyn TaskStore>,
+    /// The dead letters' table.
+    pub(crate) store: Arc<dyn DeadLetterStore>,
     /// Whose handlers hear of their dead letters.
     pub(crate) pool: CallPool,
     pub(crate) clock: Arc<dyn Clock>,

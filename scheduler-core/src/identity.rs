@@ -465,7 +465,8 @@ pub(crate) enum Version {
 /// with a conflict mode reads its identity's record; superseded, it is not run, else it runs
 /// the record's copy of itself (the newest data an update gave it).
 pub(crate) struct IdentityHook {
-    pub(crate) store: Arc<dyn TaskStore>,
+    /// The identities' table.
+    pub(crate) store: Arc<dyn crate::store::IdentityStore>,
 }
 
 impl TaskHook for IdentityHook {

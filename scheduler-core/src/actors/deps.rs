@@ -11,7 +11,7 @@ use crate::clock::Clock;
 use crate::dead_letter::DeadLetterHook;
 use crate::enqueue::Enqueuer;
 use crate::events::EventPublisher;
-use crate::groups::GroupsHook;
+use crate::groups::{GroupTables, GroupsHook};
 use crate::handler::Handlers;
 use crate::hooks::TaskHook;
 use crate::identity::IdentityHook;
@@ -137,20 +137,20 @@ impl DepsBuilder {
             .unwrap_or_else(|| watch::channel(Arc::default()).1);
         let mut hooks: Vec<Arc<dyn TaskHook>> = vec![
             Arc::new(IdentityHook {
-                store: Arc::clone(&self.store),
+                store: self.store.clone(),
             }),
             Arc::new(SuspensionHook {
                 suspensions,
                 metrics: Arc::clone(&metrics),
             }),
             Arc::new(DeadLetterHook {
-                store: Arc::clone(&self.store),
+                store: self.store.clone(),
                 pool: pool.clone(),
                 clock: Arc::clone(&self.clock),
                 metrics: Arc::clone(&metrics),
             }),
             Arc::new(GroupsHook {
-                store: Arc::clone(&self.store),
+                tables: GroupTables::of(&self.store),
                 enqueuer: Arc::clone(&self.enqueuer),
                 clock: Arc::clone(&self.clock),
                 partitions: self.partitions,

@@ -181,6 +181,7 @@ mod tests {
                 finished_at: now,
             };
             let shared: Arc<dyn TaskStore> = store.clone();
+            let shared = crate::groups::GroupTables::of(&shared);
             let enqueuer: Arc<dyn Enqueuer> = Arc::new(Outbox::default());
             crate::groups::member_finished(shared, enqueuer, task, member, outcome, now)
                 .await

@@ -20,8 +20,27 @@
 
 use scheduler_client::wire::MAX_GROUP_NUMBER;
 
+use std::sync::Arc;
+
 use crate::store::group_marks::{children, root_level, FANOUT};
-use crate::store::{GroupKey, GroupMark, GroupTally, StoreResult, TaskStore};
+use crate::store::{GroupKey, GroupMark, GroupStore, GroupTally, JobStore, StoreResult, TaskStore};
+
+/// The tables a group's steps use: its members and marks, and its jobs' progress.
+#[derive(Clone)]
+pub(crate) struct GroupTables {
+    pub(crate) groups: Arc<dyn GroupStore>,
+    pub(crate) jobs: Arc<dyn JobStore>,
+}
+
+impl GroupTables {
+    /// The group tables of `store`.
+    pub(crate) fn of(store: &Arc<dyn TaskStore>) -> Self {
+        GroupTables {
+            groups: store.clone(),
+            jobs: store.clone(),
+        }
+    }
+}
 
 /// Whether the group finished, as far as a climb could tell.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -35,7 +54,7 @@ pub(crate) enum Climb {
 /// Climbs the completion tree of `group` from member `index` (whose outcome is written), with
 /// the group's `total` if known: marks each node found finished, and says whether the root was.
 pub(crate) async fn climb(
-    store: &dyn TaskStore,
+    tables: &GroupTables,
     group: &GroupKey,
     index: u32,
     total: Option<u32>,
@@ -52,7 +71,8 @@ pub(crate) async fn climb(
         let first = node.saturating_mul(FANOUT);
         let last = first.saturating_add(FANOUT - 1);
         let tallies: Vec<GroupTally> = if level == 0 {
-            let members = store
+            let members = tables
+                .groups
                 .finished_members(group.clone(), first + 1, last.saturating_add(1))
                 .await?;
             (members.into_iter())
@@ -60,7 +80,10 @@ pub(crate) async fn climb(
                 .map(|(_, status)| GroupTally::of(status))
                 .collect()
         } else {
-            let marks = store.group_marks(group.clone(), level, first, last).await?;
+            let marks = tables
+                .groups
+                .group_marks(group.clone(), level, first, last)
+                .await?;
             marks.into_iter().map(|mark| mark.tally).collect()
         };
         let expected = children(level + 1, node, total);
@@ -73,7 +96,8 @@ pub(crate) async fn climb(
         if level == 0 {
             // The items its members reported (a job's buckets), so that a node's mark says
             // what its members did: a list of jobs reads the marks, never the members.
-            let reported = store
+            let reported = tables
+                .jobs
                 .progress_in(group.clone(), first + 1, last.saturating_add(1))
                 .await?;
             tally.items = (reported.iter())
@@ -85,7 +109,7 @@ pub(crate) async fn climb(
             node,
             tally,
         };
-        store.record_group_mark(group.clone(), mark).await?;
+        tables.groups.record_group_mark(group.clone(), mark).await?;
         if total.is_some() && level + 1 == top {
             return Ok(Climb::Finished(tally));
         }

@@ -13,16 +13,18 @@ use tracing::debug;
 
 use super::{
     as_children, group_of, job_buckets, key_of, member_finished, member_outcome, outcome_of,
+    GroupTables,
 };
 use crate::clock::Clock;
 use crate::enqueue::Enqueuer;
 use crate::handler::{OutputSlot, ProgressReporter, TaskContext};
 use crate::hooks::{self, BeforeCall, Halt, Steps, TaskHook};
-use crate::store::{JobRecord, ParentRecord, StatusRecord, TaskStatus, TaskStore};
+use crate::store::{JobRecord, ParentRecord, StatusRecord, TaskStatus};
 
 /// The groups feature of a partition tree.
 pub(crate) struct GroupsHook {
-    pub(crate) store: Arc<dyn TaskStore>,
+    /// The groups' and jobs' tables.
+    pub(crate) tables: GroupTables,
     /// Enqueues joins and sub-tasks.
     pub(crate) enqueuer: Arc<dyn Enqueuer>,
     pub(crate) clock: Arc<dyn Clock>,
@@ -50,14 +52,14 @@ impl TaskHook for GroupsHook {
             // each was written before the read that triggered the join); empty if nothing was
             // stored, e.g. past retention.
             if let Some(id) = task.join_of.as_ref() {
-                let (store, group) = (&self.store, key_of(&task.task_type, id));
+                let (store, group) = (&self.tables.groups, key_of(&task.task_type, id));
                 let state = hooks::read(steps, "group read", || store.group(group.clone())).await?;
                 let outcome = outcome_of(group, state.unwrap_or_default());
                 context.set_group(Arc::new(outcome));
             }
             if let Some(member) = &task.group {
                 context.set_progress(Arc::new(ProgressReporter {
-                    store: self.store.clone(),
+                    store: self.tables.jobs.clone(),
                     clock: self.clock.clone(),
                     group: group_of(task, member),
                     member: member.index,
@@ -118,7 +120,7 @@ impl GroupsHook {
         let Some(member) = task.group.as_ref().filter(|m| m.fail_fast) else {
             return Ok(None);
         };
-        let (store, group) = (&self.store, group_of(task, member));
+        let (store, group) = (&self.tables.groups, group_of(task, member));
         let header = hooks::read(steps, "group read", || store.group_header(group.clone())).await?;
         Ok(header.failed_by.filter(|by| *by != member.index))
     }
@@ -136,13 +138,13 @@ impl GroupsHook {
         record: &StatusRecord,
     ) -> Result<(), Halt> {
         let (group, children) = as_children(task, children);
-        let store = &self.store;
+        let (groups, jobs) = (&self.tables.groups, &self.tables.jobs);
         let parent = ParentRecord {
             task: task.clone(),
             result: record.result.clone(),
         };
         hooks::write(steps, "sub-task group write", || {
-            store.record_parent(group.clone(), parent.clone())
+            groups.record_parent(group.clone(), parent.clone())
         })
         .await?;
         if let Some(id) = job {
@@ -153,7 +155,7 @@ impl GroupsHook {
                 buckets: u32::try_from(children.len()).unwrap_or(u32::MAX),
                 started_at: self.clock.now(),
             };
-            hooks::write(steps, "job write", || store.record_job(record.clone())).await?;
+            hooks::write(steps, "job write", || jobs.record_job(record.clone())).await?;
         }
         let enqueuer = &self.enqueuer;
         hooks::write(steps, "sub-task enqueue", || {
@@ -185,11 +187,11 @@ impl GroupsHook {
         };
         let in_place_of = self.joined_parent(steps, task, &member).await?;
         let outcome = member_outcome(&member, task, record, in_place_of);
-        let (store, enqueuer, now) = (&self.store, &self.enqueuer, record.updated_at);
+        let (tables, enqueuer, now) = (&self.tables, &self.enqueuer, record.updated_at);
         let joined = hooks::write(steps, "group outcome", || {
-            let (store, enqueuer) = (store.clone(), enqueuer.clone());
+            let (tables, enqueuer) = (tables.clone(), enqueuer.clone());
             member_finished(
-                store,
+                tables,
                 enqueuer,
                 task.clone(),
                 member.clone(),
@@ -215,7 +217,7 @@ impl GroupsHook {
         let Some(id) = task.join_of.as_ref() else {
             return Ok(None);
         };
-        let (store, group) = (&self.store, key_of(&task.task_type, id));
+        let (store, group) = (&self.tables.groups, key_of(&task.task_type, id));
         let parent = hooks::read(steps, "group parent read", || {
             store.group_parent(group.clone())
         })

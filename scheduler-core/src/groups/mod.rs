@@ -19,8 +19,9 @@ use scheduler_client::{truncate_to_millis, GroupMember, OnConflict, Task, TaskDa
 use crate::enqueue::Enqueuer;
 use crate::handler::{GroupOutcome, JobSpec};
 use crate::hooks::StepError;
-use crate::store::{GroupKey, GroupState, MemberOutcome, ParentRecord, StatusRecord, TaskStore};
+use crate::store::{GroupKey, GroupState, MemberOutcome, ParentRecord, StatusRecord};
 use completion::Climb;
+pub(crate) use completion::GroupTables;
 
 /// The uniqueness key of a group's join (its orderingId is the group's id): one join per group
 /// and task type.
@@ -131,7 +132,7 @@ pub(crate) fn as_children(parent: &Task, children: Vec<Task>) -> (GroupKey, Vec<
 /// enqueues its join. Returns whether it enqueued the join. Reads a few rows whatever the
 /// group's size: its header, and the rows of the completion tree it climbs.
 pub(crate) async fn member_finished(
-    store: Arc<dyn TaskStore>,
+    tables: GroupTables,
     enqueuer: Arc<dyn Enqueuer>,
     task: Task,
     member: GroupMember,
@@ -145,30 +146,35 @@ pub(crate) async fn member_finished(
     // recorded the total itself).
     let first_total = match member.total {
         Some(_) => {
-            let header = store.group_header(group.clone()).await?;
+            let header = tables.groups.group_header(group.clone()).await?;
             header.total.is_none()
-                || !(store.finished_members(group.clone(), index, index).await?).is_empty()
+                || !(tables
+                    .groups
+                    .finished_members(group.clone(), index, index)
+                    .await?)
+                    .is_empty()
         }
         None => false,
     };
-    store
+    tables
+        .groups
         .record_member(group.clone(), outcome, member.total, member.fail_fast)
         .await?;
     let total = match member.total {
         Some(total) => Some(total),
-        None => store.group_header(group.clone()).await?.total,
+        None => tables.groups.group_header(group.clone()).await?.total,
     };
     let mut finished = failed_fast;
     if !finished {
-        finished = completion::climb(&*store, &group, index, total).await? != Climb::NotYet;
+        finished = completion::climb(&tables, &group, index, total).await? != Climb::NotYet;
     }
     if let (false, true, Some(total)) = (finished, first_total && total != Some(index), total) {
-        finished = completion::climb(&*store, &group, total, Some(total)).await? != Climb::NotYet;
+        finished = completion::climb(&tables, &group, total, Some(total)).await? != Climb::NotYet;
     }
     if !finished {
         return Ok(false);
     }
-    let parent = store.group_parent(group.clone()).await?;
+    let parent = tables.groups.group_parent(group.clone()).await?;
     let parent = parent.as_ref().map(|p| &p.task);
     enqueuer
         .enqueue(join_task(&task, &group, parent, now))
@@ -214,6 +220,7 @@ pub(crate) fn outcome_of(group: GroupKey, state: GroupState) -> GroupOutcome {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::store::TaskStore;
 
     /// Finishes member `index` of group `g` (knowing `total` if given), completed, on `store`;
     /// a join it enqueues goes to `outbox`.
@@ -238,6 +245,7 @@ mod tests {
             finished_at: now,
         };
         let shared: Arc<dyn TaskStore> = Arc::new(store.clone());
+        let shared = GroupTables::of(&shared);
         let enqueuer: Arc<dyn Enqueuer> = Arc::new(outbox.clone());
         runtime.block_on(member_finished(
             shared, enqueuer, task, member, outcome, now,

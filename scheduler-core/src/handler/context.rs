@@ -312,7 +312,7 @@ pub enum ProgressError {
 
 /// Where a group member's progress is recorded.
 pub(crate) struct ProgressReporter {
-    pub(crate) store: Arc<dyn crate::store::TaskStore>,
+    pub(crate) store: Arc<dyn crate::store::JobStore>,
     pub(crate) clock: Arc<dyn Clock>,
     pub(crate) group: GroupKey,
     pub(crate) member: u32,

@@ -231,7 +231,7 @@ async fn finish_cancelled(
         result: None,
         finished_at: at,
     };
-    let (store, enqueuer) = (Arc::clone(store), Arc::clone(enqueuer));
-    groups::member_finished(store, enqueuer, task, member, outcome, at).await?;
+    let (tables, enqueuer) = (groups::GroupTables::of(store), Arc::clone(enqueuer));
+    groups::member_finished(tables, enqueuer, task, member, outcome, at).await?;
     Ok(())
 }
