@@ -2,6 +2,7 @@
 //! retried with a backoff, the tree's stop signal. The steps themselves read top to bottom in
 //! [`super`]; hooks reach these means through [`Steps`].
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use actix::Addr;
@@ -19,7 +20,7 @@ use crate::in_flight::Pin;
 use crate::lease::{LeaseHold, TreeLease};
 use crate::outcome::StopReason;
 use crate::retry::exponential_period;
-use crate::store::PartitionId;
+use crate::store::{AttemptStore, PartitionId, ScheduleStore, StatusStore};
 
 /// First wait before retrying a store step (status read, lease write, record) that failed.
 const STORE_RETRY_BASE: Duration = Duration::from_millis(500);
@@ -39,11 +40,23 @@ pub struct ExecutionLinks {
     pub cancels: CancelGate,
 }
 
+/// The tables a task's life reads and writes itself (the hooks hold their own).
+#[derive(Clone)]
+pub(super) struct Tables {
+    /// Its status: read before every attempt, written once final.
+    pub(super) status: Arc<dyn StatusStore>,
+    /// Its attempts' history.
+    pub(super) attempts: Arc<dyn AttemptStore>,
+    /// The schedule it leaves once final.
+    pub(super) schedule: Arc<dyn ScheduleStore>,
+}
+
 /// One task's run in its tree.
 pub(super) struct TaskRun {
     pub(super) partition: PartitionId,
     pub(super) key: TaskKey,
     pub(super) deps: PartitionDeps,
+    pub(super) tables: Tables,
     pub(super) links: ExecutionLinks,
     pub(super) stop: watch::Receiver<Option<StopReason>>,
     /// Attempts made in this partition (an earlier tree's included, once read).
@@ -80,11 +93,17 @@ impl TaskRun {
         links: ExecutionLinks,
         span: tracing::Span,
     ) -> Self {
+        let tables = Tables {
+            status: deps.store.clone(),
+            attempts: deps.store.clone(),
+            schedule: deps.store.clone(),
+        };
         TaskRun {
             partition,
             key,
             stop: links.stop.clone(),
             deps,
+            tables,
             links,
             attempts: 0,
             entered: Stamp::now(),

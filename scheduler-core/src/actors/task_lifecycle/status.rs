@@ -7,9 +7,10 @@ use futures::future::BoxFuture;
 use scheduler_client::{Task, TaskKey};
 use tokio::sync::watch;
 
+use super::run::Tables;
 use crate::hooks::{Check, TaskHook};
 use crate::outcome::StopReason;
-use crate::store::{PartitionId, StatusRecord, StoreError, StoreResult, TaskStore};
+use crate::store::{PartitionId, StatusRecord, StatusStore, StoreError, StoreResult};
 
 /// Why a task is not run: its final status was found, or a hook said so.
 pub(super) enum Found {
@@ -24,7 +25,7 @@ pub(super) type Checked = (Option<Found>, Option<Box<Task>>);
 /// The status check of `task`, and, if an earlier tree may have attempted it (`earlier`), its
 /// last attempt number, read concurrently; `None` if the tree stops first.
 pub(super) async fn read_status(
-    store: Arc<dyn TaskStore>,
+    tables: Tables,
     hooks: &[Arc<dyn TaskHook>],
     partition: PartitionId,
     task: &Task,
@@ -32,12 +33,12 @@ pub(super) async fn read_status(
     mut stop: watch::Receiver<Option<StopReason>>,
 ) -> Option<StoreResult<(Checked, Option<u32>)>> {
     let key = task.key();
-    let found = finished_or_not_run(store.as_ref(), hooks, partition, task);
+    let found = finished_or_not_run(tables.status.as_ref(), hooks, partition, task);
     let last = async {
         if !earlier {
             return Ok(None);
         }
-        let attempts = store.attempts(key.clone(), 1).await?;
+        let attempts = tables.attempts.attempts(key.clone(), 1).await?;
         Ok(attempts.first().map(|a| a.attempt))
     };
     let read = async {
@@ -54,7 +55,7 @@ pub(super) async fn read_status(
 /// The task's final status, or a hook's reason not to run it, else the copy of it to run:
 /// the status and the hooks' reads are made at once.
 pub(super) async fn finished_or_not_run(
-    store: &dyn TaskStore,
+    store: &dyn StatusStore,
     hooks: &[Arc<dyn TaskHook>],
     partition: PartitionId,
     task: &Task,
