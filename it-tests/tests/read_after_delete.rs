@@ -4,7 +4,7 @@
 //! memtables: a finished or cancelled task read back from a deferred list would run again, a
 //! deleted schedule would keep firing. The tables flush every 20 ms here, so most rows are
 //! flushed before their delete, as in a busy node. (A deferred list is read from a row not read
-//! yet, never a deleted one: see `store/cassandra/deferred.rs`.)
+//! yet, never a deleted one: see `store/deferred/cassandra.rs`.)
 
 use chrono::{DateTime, TimeDelta, TimeZone, Utc};
 use it_tests::teardown::Teardown;

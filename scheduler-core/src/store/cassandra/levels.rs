@@ -22,7 +22,7 @@ pub(super) fn consistency(level: ConsistencyLevel) -> Consistency {
 }
 
 /// The driver's serial level for `level`.
-pub(super) fn serial(level: SerialConsistencyLevel) -> SerialConsistency {
+pub(in crate::store) fn serial(level: SerialConsistencyLevel) -> SerialConsistency {
     match level {
         SerialConsistencyLevel::Serial => SerialConsistency::Serial,
         SerialConsistencyLevel::LocalSerial => SerialConsistency::LocalSerial,
@@ -30,7 +30,7 @@ pub(super) fn serial(level: SerialConsistencyLevel) -> SerialConsistency {
 }
 
 /// A read at `level` sees in-progress lightweight transactions too.
-pub(super) fn serial_read(level: SerialConsistencyLevel) -> Consistency {
+pub(in crate::store) fn serial_read(level: SerialConsistencyLevel) -> Consistency {
     match level {
         SerialConsistencyLevel::Serial => Consistency::Serial,
         SerialConsistencyLevel::LocalSerial => Consistency::LocalSerial,

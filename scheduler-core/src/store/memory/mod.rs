@@ -17,7 +17,7 @@ use scheduler_client::{Task, TaskKey};
 use super::{AttemptRecord, LeaseRecord, PartitionId, StatusRecord, StoreError, StoreResult};
 
 /// Cassandra's limit on a clustering key, in bytes.
-const CLUSTERING_KEY_LIMIT: usize = 65_535;
+pub(in crate::store) const CLUSTERING_KEY_LIMIT: usize = 65_535;
 
 /// Every table's rows, and what the reads of them counted.
 #[derive(Default)]
@@ -132,7 +132,7 @@ impl State {
 
     /// Counts `stepped_over` tombstones read by `operation`, and refuses the read, as
     /// Cassandra does, past the tombstone failure threshold.
-    fn step_over_tombstones(
+    pub(in crate::store) fn step_over_tombstones(
         &mut self,
         operation: &'static str,
         stepped_over: usize,
@@ -157,15 +157,16 @@ impl State {
 pub struct MemoryStore {
     state: Arc<Mutex<State>>,
     failures_to_inject: Arc<AtomicUsize>,
-    loaded_rows: Arc<AtomicUsize>,
+    pub(in crate::store) loaded_rows: Arc<AtomicUsize>,
     /// Rows found by single-task reads of the schedule.
-    task_rows_read: Arc<AtomicUsize>,
+    pub(in crate::store) task_rows_read: Arc<AtomicUsize>,
     /// Rows read from deferred-task lists.
-    deferred_rows_read: Arc<AtomicUsize>,
+    pub(in crate::store) deferred_rows_read: Arc<AtomicUsize>,
     /// Each task a load returned, once (loads may read a row again).
-    loaded_keys: Arc<Mutex<std::collections::BTreeSet<(PartitionId, TaskKey)>>>,
+    pub(in crate::store) loaded_keys:
+        Arc<Mutex<std::collections::BTreeSet<(PartitionId, TaskKey)>>>,
     /// Hour buckets loads have queried (Cassandra's load walks one query per bucket).
-    buckets_read: Arc<AtomicUsize>,
+    pub(in crate::store) buckets_read: Arc<AtomicUsize>,
     /// Failures to inject into one operation only, by name.
     op_failures: Arc<Mutex<HashMap<&'static str, usize>>>,
     /// Added latency per operation name (the value is read when the call is made, so a slow
@@ -460,7 +461,7 @@ impl MemoryStore {
         *self.lock().epochs.entry(partition).or_default() += 1;
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+    pub(in crate::store) fn lock(&self) -> std::sync::MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
@@ -475,7 +476,7 @@ impl MemoryStore {
 
     /// `f` applied to the tables as `operation` (never an injected failure: those are meant for
     /// the schedule and status, not ownership and leases).
-    fn apply<T: Send + 'static>(
+    pub(in crate::store) fn apply<T: Send + 'static>(
         &self,
         operation: &'static str,
         f: impl FnOnce(&mut State) -> StoreResult<T>,
@@ -549,9 +550,6 @@ impl MemoryStore {
                 .is_ok()
     }
 }
-
-mod deferred;
-mod tables;
 
 #[cfg(test)]
 mod tests;

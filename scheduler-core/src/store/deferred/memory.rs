@@ -9,8 +9,8 @@ use futures::future::BoxFuture;
 use futures::FutureExt;
 use scheduler_client::RunOrder;
 
-use super::MemoryStore;
 use crate::store::deferred::{DeferralList, DeferredStore};
+use crate::store::memory::MemoryStore;
 use crate::store::{PartitionId, StoreResult};
 
 impl DeferredStore for MemoryStore {

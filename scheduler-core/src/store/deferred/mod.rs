@@ -10,11 +10,20 @@
 //! lists and never deletes an earlier tree's rows. A tree drops its lists when it stops, unless a
 //! mark it wrote named one of them. Rows that are not dropped expire
 //! ([`DEFERRED_LIST_RETENTION`]).
+//!
+//! The whole table in one place: its rows and [`DeferredStore`] here, its statements and
+//! implementation on Cassandra in `cassandra.rs`, its in-memory twin in `memory.rs`.
 
 use futures::future::BoxFuture;
 use scheduler_client::RunOrder;
 
 use super::{PartitionId, StoreResult};
+
+mod cassandra;
+#[cfg(any(test, feature = "testing"))]
+mod memory;
+
+pub(in crate::store) use cassandra::DeferredStatements;
 
 /// The list of one orderingId's deferred tasks in one tree of a partition.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]

@@ -13,8 +13,8 @@ use scylla::client::session::Session;
 use scylla::statement::batch::{Batch, BatchType};
 use scylla::statement::prepared::PreparedStatement;
 
-use super::rows::{limit_value, rows_of};
-use super::CassandraStore;
+use crate::store::cassandra::rows::{limit_value, rows_of};
+use crate::store::cassandra::CassandraStore;
 use crate::store::deferred::{DeferralList, DeferredStore, DEFERRED_LIST_RETENTION};
 use crate::store::ttl::Retention;
 use crate::store::{PartitionId, StoreError, StoreResult};
@@ -23,7 +23,7 @@ use crate::store::{PartitionId, StoreError, StoreResult};
 const BATCH_ROWS: usize = 500;
 
 /// The statements of the deferred-task lists.
-pub(super) struct DeferredStatements {
+pub(in crate::store) struct DeferredStatements {
     insert: PreparedStatement,
     select_from: PreparedStatement,
     delete: PreparedStatement,
@@ -31,7 +31,7 @@ pub(super) struct DeferredStatements {
 }
 
 impl DeferredStatements {
-    pub(super) async fn prepare(session: &Session, ks: &str) -> StoreResult<Self> {
+    pub(in crate::store) async fn prepare(session: &Session, ks: &str) -> StoreResult<Self> {
         let prepare = |cql: String| async move {
             session
                 .prepare(cql)

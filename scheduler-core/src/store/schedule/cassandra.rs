@@ -1,0 +1,664 @@
+//! The schedule on Cassandra: `scheduled_tasks` (one wide row per partition and hour), its
+//! index `schedule_buckets`, and the deferred records and legacy retrying list beside it.
+//!
+//! Over 500 lines: sixteen statements and the methods of [`ScheduleStore`] (persisting with the
+//! bucket index, loading across buckets, reads by key, forgetting whole buckets, the deferred
+//! records), which share the statements and row decoding.
+
+use std::sync::Arc;
+
+use chrono::{DateTime, TimeDelta, Utc};
+use futures::future::BoxFuture;
+use futures::{FutureExt, StreamExt, TryStreamExt};
+use scheduler_client::wire::encode_grouping;
+use scheduler_client::{Task, TaskKey};
+use scylla::client::session::Session;
+use scylla::statement::prepared::PreparedStatement;
+
+use super::{
+    hour_bucket, last_of_each_key, DeferredCancel, DeferredIdentityRecord, ReadCursor, RefusedTask,
+    ScheduleStore, WriteStamp,
+};
+use crate::store::cassandra::rows::{
+    first_row_of, key_values, limit_value, rows_of, task_from_row, TaskRow,
+};
+use crate::store::cassandra::statements::read_by_key;
+use crate::store::cassandra::{CassandraStore, Inner, WRITE_CONCURRENCY};
+use crate::store::{PartitionId, StoreError, StoreResult};
+
+/// The statements of the schedule and its neighbours.
+pub(in crate::store) struct ScheduleStatements {
+    insert_task: TaskInserts,
+    insert_bucket: PreparedStatement,
+    select_buckets: PreparedStatement,
+    forget_bucket_rows: PreparedStatement,
+    forget_bucket: PreparedStatement,
+    select_retrying: PreparedStatement,
+    insert_deferred_cancel: PreparedStatement,
+    delete_deferred_cancel: PreparedStatement,
+    select_deferred_cancels: PreparedStatement,
+    insert_deferred_identity: PreparedStatement,
+    delete_deferred_identity: PreparedStatement,
+    select_deferred_identity: PreparedStatement,
+    load_from: PreparedStatement,
+    load_after: PreparedStatement,
+    delete_task: PreparedStatement,
+    select_task: PreparedStatement,
+}
+
+/// The four inserts of a task into the schedule: with or without a conflict mode
+/// (`on_conflict`, `max_wait_ms`), with or without a group (`grouping`).
+struct TaskInserts {
+    plain: PreparedStatement,
+    identity: PreparedStatement,
+    grouped: PreparedStatement,
+    grouped_identity: PreparedStatement,
+}
+
+impl TaskInserts {
+    async fn prepare(session: &Session, ks: &str) -> StoreResult<Self> {
+        let prepare = |identity: bool, grouped: bool| {
+            let mut columns = "partition_id, hour_bucket, scheduled_time, ordering_id, \
+                               uniqueness_key, task_data, enqueue_offset, task_type, priority"
+                .to_string();
+            let mut count = 9;
+            if identity {
+                columns.push_str(", on_conflict, max_wait_ms");
+                count += 2;
+            }
+            if grouped {
+                columns.push_str(", grouping");
+                count += 1;
+            }
+            let marks = vec!["?"; count].join(", ");
+            let cql = format!("INSERT INTO {ks}.scheduled_tasks ({columns}) VALUES ({marks})");
+            async move {
+                session
+                    .prepare(cql)
+                    .await
+                    .map_err(|e| StoreError::query("prepare insert", e))
+            }
+        };
+        Ok(TaskInserts {
+            plain: prepare(false, false).await?,
+            identity: prepare(true, false).await?,
+            grouped: prepare(false, true).await?,
+            grouped_identity: prepare(true, true).await?,
+        })
+    }
+}
+
+impl ScheduleStatements {
+    /// Prepares them on the tables of keyspace `ks`.
+    pub(in crate::store) async fn prepare(session: &Session, ks: &str) -> StoreResult<Self> {
+        let prepare = |cql: String| async move {
+            session
+                .prepare(cql)
+                .await
+                .map_err(|e| StoreError::query("prepare schedule statement", e))
+        };
+        let key_columns = "scheduled_time, ordering_id, uniqueness_key";
+        let task_columns =
+            "task_data, enqueue_offset, task_type, priority, on_conflict, max_wait_ms, grouping";
+        let key_match =
+            "partition_id = ? AND hour_bucket = ? AND scheduled_time = ? AND ordering_id = ? \
+             AND uniqueness_key = ?";
+        let by_key = read_by_key(
+            "partition_id = ? AND hour_bucket = ? AND scheduled_time = ? AND ordering_id = ?",
+            "uniqueness_key",
+            key_columns,
+        );
+        Ok(ScheduleStatements {
+            insert_task: TaskInserts::prepare(session, ks).await?,
+            insert_bucket: prepare(format!(
+                "INSERT INTO {ks}.schedule_buckets (partition_id, hour_bucket) VALUES (?, ?)"
+            ))
+            .await?,
+            select_buckets: prepare(format!(
+                "SELECT hour_bucket FROM {ks}.schedule_buckets WHERE partition_id = ? \
+                 AND hour_bucket >= ? AND hour_bucket < ? LIMIT ?"
+            ))
+            .await?,
+            // A partition-level delete: one tombstone for the whole hour, whatever it held.
+            forget_bucket_rows: prepare(format!(
+                "DELETE FROM {ks}.scheduled_tasks USING TIMESTAMP ? \
+                 WHERE partition_id = ? AND hour_bucket = ?"
+            ))
+            .await?,
+            forget_bucket: prepare(format!(
+                "DELETE FROM {ks}.schedule_buckets USING TIMESTAMP ? \
+                 WHERE partition_id = ? AND hour_bucket = ?"
+            ))
+            .await?,
+            select_retrying: prepare(format!(
+                "SELECT {key_columns} FROM {ks}.retrying_tasks WHERE partition_id = ?"
+            ))
+            .await?,
+            insert_deferred_cancel: prepare(format!(
+                "INSERT INTO {ks}.deferred_cancels (partition_id, {key_columns}, cancelled_at) \
+                 VALUES (?, ?, ?, ?, ?)"
+            ))
+            .await?,
+            delete_deferred_cancel: prepare(format!(
+                "DELETE FROM {ks}.deferred_cancels WHERE partition_id = ? \
+                 AND scheduled_time = ? AND ordering_id = ? AND uniqueness_key = ?"
+            ))
+            .await?,
+            select_deferred_cancels: prepare(format!(
+                "SELECT {key_columns}, cancelled_at FROM {ks}.deferred_cancels \
+                 WHERE partition_id = ?"
+            ))
+            .await?,
+            insert_deferred_identity: prepare(format!(
+                "INSERT INTO {ks}.deferred_identity_records (partition_id, ordering_id, \
+                 record_offset, record, trace_parent) VALUES (?, ?, ?, ?, ?)"
+            ))
+            .await?,
+            delete_deferred_identity: prepare(format!(
+                "DELETE FROM {ks}.deferred_identity_records WHERE partition_id = ? \
+                 AND ordering_id = ? AND record_offset = ?"
+            ))
+            .await?,
+            select_deferred_identity: prepare(format!(
+                "SELECT ordering_id, record_offset, record, trace_parent \
+                 FROM {ks}.deferred_identity_records WHERE partition_id = ?"
+            ))
+            .await?,
+            load_from: prepare(format!(
+                "SELECT {key_columns}, {task_columns} FROM {ks}.scheduled_tasks \
+                 WHERE partition_id = ? AND hour_bucket = ? AND (scheduled_time) >= (?) \
+                 AND (scheduled_time) < (?) LIMIT ?"
+            ))
+            .await?,
+            load_after: prepare(format!(
+                "SELECT {key_columns}, {task_columns} FROM {ks}.scheduled_tasks \
+                 WHERE partition_id = ? AND hour_bucket = ? AND ({key_columns}) > (?, ?, ?) \
+                 AND (scheduled_time) < (?) LIMIT ?"
+            ))
+            .await?,
+            delete_task: prepare(format!(
+                "DELETE FROM {ks}.scheduled_tasks WHERE {key_match}"
+            ))
+            .await?,
+            select_task: prepare(format!(
+                "SELECT uniqueness_key, {task_columns} FROM {ks}.scheduled_tasks WHERE {by_key}"
+            ))
+            .await?,
+        })
+    }
+}
+
+impl ScheduleStore for CassandraStore {
+    fn persist(
+        &self,
+        partition: PartitionId,
+        tasks: Vec<Task>,
+    ) -> BoxFuture<'static, StoreResult<Vec<RefusedTask>>> {
+        let inner = Arc::clone(&self.inner);
+        async move {
+            // Each bucket is indexed before its first task is written, so a load that sees the
+            // task finds its bucket (one write per bucket of the batch, usually one or two).
+            let buckets: std::collections::BTreeSet<_> = tasks
+                .iter()
+                .map(|t| hour_bucket(t.scheduled_time))
+                .collect();
+            futures::future::try_join_all(buckets.into_iter().map(|bucket| {
+                let inner = &inner;
+                async move {
+                    let values = (partition, bucket);
+                    inner
+                        .run(
+                            &inner.statements.schedule.insert_bucket,
+                            values,
+                            "bucket index write",
+                        )
+                        .await
+                }
+            }))
+            .await?;
+            // Concurrent inserts of one key land in any order: write only the last.
+            futures::stream::iter(last_of_each_key(tasks))
+                .map(|task| {
+                    let inner = &inner;
+                    async move {
+                        let key = task.key();
+                        let grouping = encode_grouping(&task);
+                        let data = serde_json::Value::Object(task.task_data).to_string();
+                        let (p, b, t, o, u, d, e, ty, pr) = (
+                            partition,
+                            hour_bucket(task.scheduled_time),
+                            task.scheduled_time,
+                            task.ordering_id,
+                            task.uniqueness_key,
+                            data,
+                            task.enqueue_offset,
+                            task.task_type,
+                            task.priority,
+                        );
+                        let inserts = &inner.statements.schedule.insert_task;
+                        let op = "task insert";
+                        // Only the columns the task has a value for: no null (tombstone) per task.
+                        let written = match (task.on_conflict, grouping) {
+                            (None, None) => {
+                                let values = (p, b, t, o, u, d, e, ty, pr);
+                                inner.run(&inserts.plain, values, op).await
+                            }
+                            (None, Some(g)) => {
+                                let values = (p, b, t, o, u, d, e, ty, pr, g);
+                                inner.run(&inserts.grouped, values, op).await
+                            }
+                            (Some(mode), grouping) => {
+                                let wait = mode
+                                    .max_wait()
+                                    .map(|w| i64::try_from(w.as_millis()).unwrap_or(i64::MAX));
+                                let mode = mode.as_str();
+                                match grouping {
+                                    None => {
+                                        let values = (p, b, t, o, u, d, e, ty, pr, mode, wait);
+                                        inner.run(&inserts.identity, values, op).await
+                                    }
+                                    Some(g) => {
+                                        let values = (p, b, t, o, u, d, e, ty, pr, mode, wait, g);
+                                        inner.run(&inserts.grouped_identity, values, op).await
+                                    }
+                                }
+                            }
+                        };
+                        match written {
+                            Ok(_) => Ok(None),
+                            Err(StoreError::Refused { reason, .. }) => {
+                                Ok(Some(RefusedTask { key, reason }))
+                            }
+                            Err(e) => Err(e),
+                        }
+                    }
+                })
+                .buffer_unordered(WRITE_CONCURRENCY)
+                .try_filter_map(|refused| futures::future::ready(Ok(refused)))
+                .try_collect()
+                .await
+        }
+        .boxed()
+    }
+
+    fn load(
+        &self,
+        partition: PartitionId,
+        cursor: ReadCursor,
+        until: DateTime<Utc>,
+        limit: usize,
+    ) -> BoxFuture<'static, StoreResult<Vec<Task>>> {
+        let inner = Arc::clone(&self.inner);
+        async move {
+            let mut tasks = Vec::new();
+            let mut cursor = cursor;
+            let mut buckets = IndexedBuckets::new(partition, hour_bucket(cursor.time()), until);
+            while tasks.len() < limit {
+                let Some(bucket) = buckets.next(&inner).await? else {
+                    break;
+                };
+                if bucket > hour_bucket(cursor.time()) {
+                    cursor = ReadCursor::From(bucket);
+                }
+                let remaining = limit_value(limit - tasks.len());
+                let statements = &inner.statements;
+                let result = match &cursor {
+                    ReadCursor::From(from) => {
+                        let values = (partition, bucket, *from, until, remaining);
+                        inner
+                            .run(&statements.schedule.load_from, values, "schedule load")
+                            .await
+                    }
+                    ReadCursor::After(key) => {
+                        let values = (
+                            partition,
+                            bucket,
+                            key.scheduled_time,
+                            &key.ordering_id,
+                            &key.uniqueness_key,
+                            until,
+                            remaining,
+                        );
+                        inner
+                            .run(&statements.schedule.load_after, values, "schedule load")
+                            .await
+                    }
+                }?;
+                for row in rows_of::<TaskRow>(result, "schedule")? {
+                    tasks.extend(task_from_row(partition, row));
+                }
+            }
+            Ok(tasks)
+        }
+        .boxed()
+    }
+
+    fn remove_scheduled(
+        &self,
+        partition: PartitionId,
+        key: TaskKey,
+    ) -> BoxFuture<'static, StoreResult<()>> {
+        let inner = Arc::clone(&self.inner);
+        async move {
+            inner
+                .run(
+                    &inner.statements.schedule.delete_task,
+                    key_values(partition, &key),
+                    "schedule delete",
+                )
+                .await
+                .map(|_| ())
+        }
+        .boxed()
+    }
+
+    fn scheduled_task(
+        &self,
+        partition: PartitionId,
+        key: TaskKey,
+    ) -> BoxFuture<'static, StoreResult<Option<Task>>> {
+        let inner = Arc::clone(&self.inner);
+        async move {
+            let result = inner
+                .run(
+                    &inner.statements.schedule.select_task,
+                    key_values(partition, &key),
+                    "task read",
+                )
+                .await?;
+            type Row = (
+                String,
+                String,
+                Option<i64>,
+                Option<String>,
+                Option<i32>,
+                Option<String>,
+                Option<i64>,
+                Option<String>,
+            );
+            // The read runs down from the key: a row of another key is a neighbour.
+            let row = first_row_of::<Row>(result, "schedule")?;
+            let row = row.filter(|row| row.0 == key.uniqueness_key);
+            Ok(row.and_then(
+                |(_, data, offset, task_type, priority, on_conflict, wait, grouping)| {
+                    task_from_row(
+                        partition,
+                        (
+                            key.scheduled_time,
+                            key.ordering_id,
+                            key.uniqueness_key,
+                            data,
+                            offset,
+                            task_type,
+                            priority,
+                            on_conflict,
+                            wait,
+                            grouping,
+                        ),
+                    )
+                },
+            ))
+        }
+        .boxed()
+    }
+
+    fn legacy_retrying(
+        &self,
+        partition: PartitionId,
+    ) -> BoxFuture<'static, StoreResult<Vec<TaskKey>>> {
+        let inner = Arc::clone(&self.inner);
+        async move {
+            let statement = &inner.statements.schedule.select_retrying;
+            let rows: Vec<(DateTime<Utc>, String, String)> = inner
+                .run_paged(statement, (partition,), "retrying read", "retrying")
+                .await?;
+            Ok(rows
+                .into_iter()
+                .map(|(scheduled_time, ordering_id, uniqueness_key)| TaskKey {
+                    scheduled_time,
+                    ordering_id,
+                    uniqueness_key,
+                })
+                .collect())
+        }
+        .boxed()
+    }
+
+    fn defer_cancel(
+        &self,
+        partition: PartitionId,
+        key: TaskKey,
+        at: DateTime<Utc>,
+    ) -> BoxFuture<'static, StoreResult<()>> {
+        let inner = Arc::clone(&self.inner);
+        async move {
+            let values = (
+                partition,
+                key.scheduled_time,
+                &key.ordering_id,
+                &key.uniqueness_key,
+                at,
+            );
+            let statement = &inner.statements.schedule.insert_deferred_cancel;
+            inner
+                .run(statement, values, "deferred cancel write")
+                .await?;
+            Ok(())
+        }
+        .boxed()
+    }
+
+    fn forget_deferred_cancel(
+        &self,
+        partition: PartitionId,
+        key: TaskKey,
+    ) -> BoxFuture<'static, StoreResult<()>> {
+        let inner = Arc::clone(&self.inner);
+        async move {
+            let TaskKey {
+                scheduled_time,
+                ordering_id,
+                uniqueness_key,
+            } = key;
+            let values = (partition, scheduled_time, ordering_id, uniqueness_key);
+            let delete = &inner.statements.schedule.delete_deferred_cancel;
+            let operation = "deferred cancel delete";
+            inner.run(delete, values, operation).await.map(|_| ())
+        }
+        .boxed()
+    }
+
+    fn deferred_cancels(
+        &self,
+        partition: PartitionId,
+    ) -> BoxFuture<'static, StoreResult<Vec<DeferredCancel>>> {
+        let inner = Arc::clone(&self.inner);
+        async move {
+            type Row = (DateTime<Utc>, String, String, DateTime<Utc>);
+            let statement = &inner.statements.schedule.select_deferred_cancels;
+            let rows: Vec<Row> = inner
+                .run_paged(
+                    statement,
+                    (partition,),
+                    "deferred cancels read",
+                    "deferred cancel",
+                )
+                .await?;
+            Ok((rows.into_iter())
+                .map(|(scheduled_time, ordering_id, uniqueness_key, at)| {
+                    let key = TaskKey {
+                        scheduled_time,
+                        ordering_id,
+                        uniqueness_key,
+                    };
+                    (key, at)
+                })
+                .collect())
+        }
+        .boxed()
+    }
+
+    fn defer_identity_record(
+        &self,
+        partition: PartitionId,
+        record: DeferredIdentityRecord,
+    ) -> BoxFuture<'static, StoreResult<()>> {
+        let inner = Arc::clone(&self.inner);
+        async move {
+            let values = (
+                partition,
+                &record.ordering_id,
+                record.offset,
+                &record.record,
+                &record.trace_parent,
+            );
+            let statement = &inner.statements.schedule.insert_deferred_identity;
+            inner
+                .run(statement, values, "deferred identity record write")
+                .await?;
+            Ok(())
+        }
+        .boxed()
+    }
+
+    fn forget_deferred_identity_record(
+        &self,
+        partition: PartitionId,
+        ordering_id: String,
+        offset: i64,
+    ) -> BoxFuture<'static, StoreResult<()>> {
+        let inner = Arc::clone(&self.inner);
+        async move {
+            let statement = &inner.statements.schedule.delete_deferred_identity;
+            inner
+                .run(
+                    statement,
+                    (partition, &ordering_id, offset),
+                    "deferred identity record delete",
+                )
+                .await?;
+            Ok(())
+        }
+        .boxed()
+    }
+
+    fn deferred_identity_records(
+        &self,
+        partition: PartitionId,
+    ) -> BoxFuture<'static, StoreResult<Vec<DeferredIdentityRecord>>> {
+        let inner = Arc::clone(&self.inner);
+        async move {
+            type Row = (String, i64, String, Option<String>);
+            let statement = &inner.statements.schedule.select_deferred_identity;
+            let rows: Vec<Row> = inner
+                .run_paged(
+                    statement,
+                    (partition,),
+                    "deferred identity records read",
+                    "deferred identity record",
+                )
+                .await?;
+            Ok((rows.into_iter())
+                .map(
+                    |(ordering_id, offset, record, trace_parent)| DeferredIdentityRecord {
+                        ordering_id,
+                        offset,
+                        record,
+                        trace_parent,
+                    },
+                )
+                .collect())
+        }
+        .boxed()
+    }
+
+    fn write_stamp(&self) -> WriteStamp {
+        WriteStamp(Utc::now().timestamp_micros())
+    }
+
+    fn forget_buckets(
+        &self,
+        partition: PartitionId,
+        before: DateTime<Utc>,
+        stamp: WriteStamp,
+    ) -> BoxFuture<'static, StoreResult<usize>> {
+        let inner = Arc::clone(&self.inner);
+        async move {
+            // Buckets that end at or before `before`.
+            let until = hour_bucket(before) - TimeDelta::hours(1) + TimeDelta::milliseconds(1);
+            let mut buckets = IndexedBuckets::new(partition, super::schedule_start(), until);
+            let mut forgotten = 0;
+            while let Some(bucket) = buckets.next(&inner).await? {
+                // The rows first: a bucket whose rows are gone but not its index row is only
+                // read once more; the other way round would hide live rows from loading.
+                let values = (stamp.0, partition, bucket);
+                let statements = &inner.statements;
+                inner
+                    .run(
+                        &statements.schedule.forget_bucket_rows,
+                        values,
+                        "bucket delete",
+                    )
+                    .await?;
+                inner
+                    .run(&statements.schedule.forget_bucket, values, "bucket delete")
+                    .await?;
+                forgotten += 1;
+            }
+            Ok(forgotten)
+        }
+        .boxed()
+    }
+}
+
+/// Index rows read per query while loading.
+const BUCKET_PAGE: usize = 100;
+
+/// The indexed hour buckets of a partition from `from` (inclusive) to `until` (exclusive), read
+/// from `schedule_buckets` a page at a time.
+struct IndexedBuckets {
+    partition: PartitionId,
+    from: DateTime<Utc>,
+    until: DateTime<Utc>,
+    page: std::collections::VecDeque<DateTime<Utc>>,
+    exhausted: bool,
+}
+
+impl IndexedBuckets {
+    fn new(partition: PartitionId, from: DateTime<Utc>, until: DateTime<Utc>) -> Self {
+        IndexedBuckets {
+            partition,
+            from,
+            until,
+            page: Default::default(),
+            exhausted: false,
+        }
+    }
+
+    async fn next(&mut self, inner: &Inner) -> StoreResult<Option<DateTime<Utc>>> {
+        if self.page.is_empty() && !self.exhausted && self.from < self.until {
+            let values = (
+                self.partition,
+                self.from,
+                self.until,
+                limit_value(BUCKET_PAGE),
+            );
+            let result = inner
+                .run(
+                    &inner.statements.schedule.select_buckets,
+                    values,
+                    "bucket index read",
+                )
+                .await?;
+            self.page = rows_of::<(DateTime<Utc>,)>(result, "bucket index")?
+                .into_iter()
+                .map(|(bucket,)| bucket)
+                .collect();
+            self.exhausted = self.page.len() < BUCKET_PAGE;
+            if let Some(last) = self.page.back() {
+                self.from = *last + TimeDelta::hours(1);
+            }
+        }
+        Ok(self.page.pop_front())
+    }
+}

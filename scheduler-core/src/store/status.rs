@@ -1,0 +1,369 @@
+//! Final states (`task_status`): what became of each task, in time-bucketed wide rows like the
+//! schedule's, kept for the status retention.
+//!
+//! The whole table in one place: its rows and [`StatusStore`], its statements and
+//! implementation on Cassandra (`cassandra`), its in-memory twin (`memory`).
+
+use chrono::{DateTime, Utc};
+use futures::future::BoxFuture;
+use scheduler_client::TaskKey;
+
+use super::{PartitionId, StoreResult};
+
+/// Final state of a task.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TaskStatus {
+    /// The handler succeeded.
+    Completed,
+    /// Every retry failed (it is a dead letter).
+    Failed,
+    /// The handler found the task invalid (it is a dead letter).
+    Dropped,
+    /// Cancelled before it ran.
+    Cancelled,
+}
+
+impl TaskStatus {
+    /// The stored spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TaskStatus::Completed => "completed",
+            TaskStatus::Failed => "failed",
+            TaskStatus::Dropped => "dropped",
+            TaskStatus::Cancelled => "cancelled",
+        }
+    }
+
+    /// Parses the stored spelling.
+    pub fn parse(text: &str) -> Option<TaskStatus> {
+        match text {
+            "completed" => Some(TaskStatus::Completed),
+            "failed" => Some(TaskStatus::Failed),
+            "dropped" => Some(TaskStatus::Dropped),
+            "cancelled" => Some(TaskStatus::Cancelled),
+            _ => None,
+        }
+    }
+}
+
+/// The recorded final state of a task.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StatusRecord {
+    /// The state.
+    pub status: TaskStatus,
+    /// Attempts made.
+    pub attempts: u32,
+    /// When the state was recorded.
+    pub updated_at: DateTime<Utc>,
+    /// The last attempt's error, for failed and dropped tasks.
+    pub last_error: Option<String>,
+    /// The small JSON result the handler set ([`crate::TaskContext::set_result`]), if any.
+    pub result: Option<serde_json::Value>,
+}
+
+/// Final states (`task_status`): what became of each task.
+pub trait StatusStore: Send + Sync + 'static {
+    /// The recorded final state of a task, if any.
+    fn status(
+        &self,
+        partition: PartitionId,
+        key: TaskKey,
+    ) -> BoxFuture<'static, StoreResult<Option<StatusRecord>>>;
+
+    /// Records a task's final state.
+    fn record_status(
+        &self,
+        partition: PartitionId,
+        key: TaskKey,
+        status: StatusRecord,
+    ) -> BoxFuture<'static, StoreResult<()>>;
+
+    /// Forgets a task's status: a task scheduled again, by identity, under a key cancelled
+    /// before.
+    fn clear_status(
+        &self,
+        partition: PartitionId,
+        key: TaskKey,
+    ) -> BoxFuture<'static, StoreResult<()>>;
+
+    /// Records that a task is cancelled, unless it already has a final status (a lightweight
+    /// transaction, so a task that finished meanwhile keeps its status). Returns `None` when the
+    /// cancellation was recorded, else the status the task already had.
+    fn cancel(
+        &self,
+        partition: PartitionId,
+        key: TaskKey,
+        at: DateTime<Utc>,
+    ) -> BoxFuture<'static, StoreResult<Option<StatusRecord>>>;
+}
+
+pub(in crate::store) use cassandra::StatusStatements;
+
+/// `task_status` on Cassandra.
+mod cassandra {
+    use std::sync::Arc;
+
+    use chrono::{DateTime, Utc};
+    use futures::future::BoxFuture;
+    use futures::FutureExt;
+    use scheduler_client::TaskKey;
+    use scylla::client::session::Session;
+    use scylla::statement::prepared::PreparedStatement;
+
+    use super::{StatusRecord, StatusStore, TaskStatus};
+    use crate::store::cassandra::rows::{applied, first_row_of, key_values};
+    use crate::store::cassandra::statements::read_by_key;
+    use crate::store::cassandra::CassandraStore;
+    use crate::store::{PartitionId, StoreError, StoreResult};
+
+    /// The statements of `task_status`.
+    pub(in crate::store) struct StatusStatements {
+        select_status: PreparedStatement,
+        insert_status: PreparedStatement,
+        cancel_status: PreparedStatement,
+        delete_status: PreparedStatement,
+    }
+
+    impl StatusStatements {
+        /// Prepares them on the tables of keyspace `ks`.
+        pub(in crate::store) async fn prepare(session: &Session, ks: &str) -> StoreResult<Self> {
+            let prepare = |cql: String| async move {
+                session
+                    .prepare(cql)
+                    .await
+                    .map_err(|e| StoreError::query("prepare status statement", e))
+            };
+            let key_columns = "scheduled_time, ordering_id, uniqueness_key";
+            let key_match =
+                "partition_id = ? AND hour_bucket = ? AND scheduled_time = ? AND ordering_id = ? \
+             AND uniqueness_key = ?";
+            let by_key = read_by_key(
+                "partition_id = ? AND hour_bucket = ? AND scheduled_time = ? AND ordering_id = ?",
+                "uniqueness_key",
+                key_columns,
+            );
+            Ok(StatusStatements {
+                select_status: prepare(format!(
+                    "SELECT uniqueness_key, status, attempts, updated_at, last_error, result \
+                 FROM {ks}.task_status WHERE {by_key}"
+                ))
+                .await?,
+                insert_status: prepare(format!(
+                "INSERT INTO {ks}.task_status (partition_id, hour_bucket, {key_columns}, status, \
+                 attempts, updated_at, last_error, result) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+            ))
+                .await?,
+                cancel_status: prepare(format!(
+                "INSERT INTO {ks}.task_status (partition_id, hour_bucket, {key_columns}, status, \
+                 attempts, updated_at) VALUES (?, ?, ?, ?, ?, 'cancelled', 0, ?) IF NOT EXISTS"
+            ))
+                .await?,
+                delete_status: prepare(format!("DELETE FROM {ks}.task_status WHERE {key_match}"))
+                    .await?,
+            })
+        }
+    }
+
+    impl StatusStore for CassandraStore {
+        fn status(
+            &self,
+            partition: PartitionId,
+            key: TaskKey,
+        ) -> BoxFuture<'static, StoreResult<Option<StatusRecord>>> {
+            let inner = Arc::clone(&self.inner);
+            async move {
+                let result = inner
+                    .run(
+                        &inner.statements.status.select_status,
+                        key_values(partition, &key),
+                        "status read",
+                    )
+                    .await?;
+                let corrupt = |reason: String| StoreError::Corrupt {
+                    what: "status",
+                    reason,
+                };
+                type StatusRow = (
+                    String,
+                    String,
+                    i32,
+                    DateTime<Utc>,
+                    Option<String>,
+                    Option<String>,
+                );
+                // The read runs down from the key: a row of another key is a neighbour.
+                let row = first_row_of::<StatusRow>(result, "status")?;
+                let row = row.filter(|row| row.0 == key.uniqueness_key);
+                row.map(|(_, status, attempts, updated_at, last_error, result)| {
+                    Ok(StatusRecord {
+                        status: TaskStatus::parse(&status)
+                            .ok_or_else(|| corrupt(format!("unknown status {status:?}")))?,
+                        attempts: u32::try_from(attempts).unwrap_or(0),
+                        updated_at,
+                        last_error,
+                        // Null in rows written before schema version 4, and when the handler set none.
+                        result: result
+                            .map(|text| serde_json::from_str(&text))
+                            .transpose()
+                            .map_err(|e| corrupt(format!("result: {e}")))?,
+                    })
+                })
+                .transpose()
+            }
+            .boxed()
+        }
+
+        fn record_status(
+            &self,
+            partition: PartitionId,
+            key: TaskKey,
+            status: StatusRecord,
+        ) -> BoxFuture<'static, StoreResult<()>> {
+            let inner = Arc::clone(&self.inner);
+            async move {
+                let (p, bucket, time, ordering_id, uniqueness_key) = key_values(partition, &key);
+                inner
+                    .run(
+                        &inner.statements.status.insert_status,
+                        (
+                            p,
+                            bucket,
+                            time,
+                            ordering_id,
+                            uniqueness_key,
+                            status.status.as_str(),
+                            i32::try_from(status.attempts).unwrap_or(i32::MAX),
+                            status.updated_at,
+                            status.last_error,
+                            status.result.map(|value| value.to_string()),
+                        ),
+                        "status write",
+                    )
+                    .await
+                    .map(|_| ())
+            }
+            .boxed()
+        }
+
+        fn clear_status(
+            &self,
+            partition: PartitionId,
+            key: TaskKey,
+        ) -> BoxFuture<'static, StoreResult<()>> {
+            let inner = Arc::clone(&self.inner);
+            async move {
+                inner
+                    .run(
+                        &inner.statements.status.delete_status,
+                        key_values(partition, &key),
+                        "status delete",
+                    )
+                    .await?;
+                Ok(())
+            }
+            .boxed()
+        }
+
+        fn cancel(
+            &self,
+            partition: PartitionId,
+            key: TaskKey,
+            at: DateTime<Utc>,
+        ) -> BoxFuture<'static, StoreResult<Option<StatusRecord>>> {
+            let store = self.clone();
+            async move {
+                let (p, bucket, time, ordering_id, uniqueness_key) = key_values(partition, &key);
+                let result = store
+                    .inner
+                    .run(
+                        &store.inner.statements.status.cancel_status,
+                        (p, bucket, time, ordering_id, uniqueness_key, at),
+                        "cancel",
+                    )
+                    .await?;
+                if applied(result, "status")? {
+                    Ok(None)
+                } else {
+                    store.status(partition, key).await
+                }
+            }
+            .boxed()
+        }
+    }
+}
+
+/// `task_status` in memory.
+#[cfg(any(test, feature = "testing"))]
+mod memory {
+    use chrono::{DateTime, Utc};
+    use futures::future::BoxFuture;
+    use scheduler_client::TaskKey;
+
+    use super::{StatusRecord, StatusStore};
+    use crate::store::memory::MemoryStore;
+    use crate::store::{PartitionId, StoreResult};
+
+    impl StatusStore for MemoryStore {
+        fn status(
+            &self,
+            partition: PartitionId,
+            key: TaskKey,
+        ) -> BoxFuture<'static, StoreResult<Option<StatusRecord>>> {
+            self.run("status read", move |s| {
+                s.status.get(&(partition, key)).cloned()
+            })
+        }
+
+        fn record_status(
+            &self,
+            partition: PartitionId,
+            key: TaskKey,
+            status: StatusRecord,
+        ) -> BoxFuture<'static, StoreResult<()>> {
+            self.run("status write", move |s| {
+                s.status_writes
+                    .push((key.clone(), status.clone(), tokio::time::Instant::now()));
+                s.status.insert((partition, key), status);
+            })
+        }
+
+        fn clear_status(
+            &self,
+            partition: PartitionId,
+            key: TaskKey,
+        ) -> BoxFuture<'static, StoreResult<()>> {
+            self.run("status delete", move |s| {
+                s.status.remove(&(partition, key));
+            })
+        }
+
+        fn cancel(
+            &self,
+            partition: PartitionId,
+            key: TaskKey,
+            at: DateTime<Utc>,
+        ) -> BoxFuture<'static, StoreResult<Option<StatusRecord>>> {
+            self.run("cancel", move |s| {
+                match s.status.get(&(partition, key.clone())) {
+                    Some(existing) => Some(existing.clone()),
+                    None => {
+                        let cancelled = StatusRecord {
+                            status: crate::store::TaskStatus::Cancelled,
+                            attempts: 0,
+                            updated_at: at,
+                            last_error: None,
+                            result: None,
+                        };
+                        s.status_writes.push((
+                            key.clone(),
+                            cancelled.clone(),
+                            tokio::time::Instant::now(),
+                        ));
+                        s.status.insert((partition, key), cancelled);
+                        None
+                    }
+                }
+            })
+        }
+    }
+}
