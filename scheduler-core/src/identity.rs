@@ -35,7 +35,8 @@ use crate::cancel_gate::{Applying, CancelGate};
 use crate::hooks::{Check, TaskHook};
 use crate::metrics::Metrics;
 use crate::store::{
-    IdentityRecord, PartitionId, StoreError, StoreResult, TaskStatus, TaskStore, WRITE_CONCURRENCY,
+    IdentityRecord, IdentityStore, PartitionId, StatusStore, StoreError, StoreResult, TaskStatus,
+    WRITE_CONCURRENCY,
 };
 
 /// A record that acts on a task's identity.
@@ -141,10 +142,16 @@ struct State {
     called: bool,
 }
 
-/// Resolves `ops` (in partition order) against the identities' records in `store`; `gate` is
+/// What resolving identity records reads: the records, and the statuses of their tasks.
+pub(crate) struct IdentityTables {
+    pub(crate) identities: Arc<dyn IdentityStore>,
+    pub(crate) status: Arc<dyn StatusStore>,
+}
+
+/// Resolves `ops` (in partition order) against the identities' records in `tables`; `gate` is
 /// the tree's cancel gate (see the module docs).
 pub(crate) async fn resolve(
-    store: &Arc<dyn TaskStore>,
+    tables: &IdentityTables,
     partition: PartitionId,
     ops: Vec<IdentityOp>,
     gate: &CancelGate,
@@ -154,7 +161,7 @@ pub(crate) async fn resolve(
     if ops.is_empty() {
         return Ok(resolved);
     }
-    let mut states = read_states(store, partition, &ops).await?;
+    let mut states = read_states(tables, partition, &ops).await?;
     // Whether each current task that a record may give new data to has begun its call: asked
     // with its key held, so none begins before the record is written.
     let updated: BTreeSet<TaskIdentity> = ops
@@ -304,7 +311,7 @@ pub(crate) async fn resolve(
     let made_current = |s: &&mut State| s.changed && s.standing == Standing::Pending;
     let keys = states.values_mut().filter(made_current);
     let keys: Vec<TaskKey> = keys.map(|s| s.record.task.key()).collect();
-    let mut ended = ended_at(store, partition, keys).await?;
+    let mut ended = ended_at(&tables.status, partition, keys).await?;
     for state in states.values_mut().filter(made_current) {
         loop {
             let key = state.record.task.key();
@@ -322,7 +329,9 @@ pub(crate) async fn resolve(
                     };
                     let updating = &mut resolved.updating;
                     (record.task, record.first_time) = clear_of_calls(gate, updating, task, first);
-                    ended.extend(ended_at(store, partition, vec![record.task.key()]).await?);
+                    ended.extend(
+                        ended_at(&tables.status, partition, vec![record.task.key()]).await?,
+                    );
                 }
             }
         }
@@ -394,7 +403,7 @@ fn op_name(op: &IdentityOp) -> &'static str {
 
 /// The records of the identities `ops` act on, with where each current task stands.
 async fn read_states(
-    store: &Arc<dyn TaskStore>,
+    tables: &IdentityTables,
     partition: PartitionId,
     ops: &[IdentityOp],
 ) -> StoreResult<BTreeMap<TaskIdentity, State>> {
@@ -403,13 +412,13 @@ async fn read_states(
     identities.dedup();
     futures::stream::iter(identities)
         .map(|identity| {
-            let store = Arc::clone(store);
+            let (identities, status) = (Arc::clone(&tables.identities), Arc::clone(&tables.status));
             async move {
-                let Some(record) = store.identity(partition, identity.clone()).await? else {
+                let Some(record) = identities.identity(partition, identity.clone()).await? else {
                     return Ok(None);
                 };
                 let key = record.task.key();
-                let standing = match store.status(partition, key.clone()).await? {
+                let standing = match status.status(partition, key.clone()).await? {
                     None => Standing::Pending,
                     Some(status) if status.status == TaskStatus::Cancelled => Standing::Cancelled,
                     Some(_) => Standing::Finished,
@@ -433,7 +442,7 @@ async fn read_states(
 
 /// The final statuses of the tasks with `keys` that have one.
 async fn ended_at(
-    store: &Arc<dyn TaskStore>,
+    store: &Arc<dyn StatusStore>,
     partition: PartitionId,
     keys: Vec<TaskKey>,
 ) -> StoreResult<BTreeMap<TaskKey, TaskStatus>> {

@@ -18,7 +18,9 @@ use crate::identity::IdentityHook;
 use crate::in_flight::InFlightGauges;
 use crate::metrics::Metrics;
 use crate::settings::SchedulingSettings;
-use crate::store::{LeaseStore, Suspensions, TaskStore};
+use crate::store::{
+    AttemptStore, LeaseStore, ScheduleStore, StatusStore, Suspensions, Tables, TaskStore,
+};
 use crate::suspend::SuspensionHook;
 
 /// What every partition tree needs from the node.
@@ -26,10 +28,8 @@ use crate::suspend::SuspensionHook;
 pub struct PartitionDeps {
     /// This node's id (recorded as the owner when a tree claims its partition).
     pub node_id: Arc<str>,
-    /// Where the schedule and task status live.
-    pub store: Arc<dyn TaskStore>,
-    /// Where running-task leases live.
-    pub leases: Arc<dyn LeaseStore>,
+    /// The store's tables: the tree's supervisor hands each part its own.
+    pub tables: Tables,
     /// The time source.
     pub clock: Arc<dyn Clock>,
     /// Runs the user's handlers.
@@ -61,8 +61,7 @@ impl PartitionDeps {
     ) -> DepsBuilder {
         DepsBuilder {
             node_id: Arc::from(node_id),
-            leases: store.clone(),
-            store,
+            tables: Tables::of(&store),
             handlers,
             settings,
             clock,
@@ -79,8 +78,7 @@ impl PartitionDeps {
 /// Builds a [`PartitionDeps`] (see [`PartitionDeps::builder`]).
 pub struct DepsBuilder {
     node_id: Arc<str>,
-    store: Arc<dyn TaskStore>,
-    leases: Arc<dyn LeaseStore>,
+    tables: Tables,
     handlers: Handlers,
     settings: SchedulingSettings,
     clock: Arc<dyn Clock>,
@@ -137,20 +135,20 @@ impl DepsBuilder {
             .unwrap_or_else(|| watch::channel(Arc::default()).1);
         let mut hooks: Vec<Arc<dyn TaskHook>> = vec![
             Arc::new(IdentityHook {
-                store: self.store.clone(),
+                store: self.tables.identities.clone(),
             }),
             Arc::new(SuspensionHook {
                 suspensions,
                 metrics: Arc::clone(&metrics),
             }),
             Arc::new(DeadLetterHook {
-                store: self.store.clone(),
+                store: self.tables.dead_letters.clone(),
                 pool: pool.clone(),
                 clock: Arc::clone(&self.clock),
                 metrics: Arc::clone(&metrics),
             }),
             Arc::new(GroupsHook {
-                tables: GroupTables::of(&self.store),
+                tables: GroupTables::from(&self.tables),
                 enqueuer: Arc::clone(&self.enqueuer),
                 clock: Arc::clone(&self.clock),
                 partitions: self.partitions,
@@ -161,8 +159,7 @@ impl DepsBuilder {
         }
         PartitionDeps {
             node_id: self.node_id,
-            store: self.store,
-            leases: self.leases,
+            tables: self.tables,
             clock: self.clock,
             pool,
             settings: Arc::new(settings),
@@ -170,6 +167,54 @@ impl DepsBuilder {
             metrics,
             enqueuer: self.enqueuer,
             hooks: hooks.into(),
+        }
+    }
+}
+
+/// What a partition's executors and each task's run are given: the call pool and the features'
+/// hooks, and of the tables only those a run reads and writes itself.
+#[derive(Clone)]
+pub struct RunDeps {
+    /// The tables a run reads and writes itself (the hooks hold their own).
+    pub tables: RunTables,
+    /// The time source.
+    pub clock: Arc<dyn Clock>,
+    /// Runs the user's handlers.
+    pub pool: CallPool,
+    /// Scheduling settings.
+    pub settings: Arc<SchedulingSettings>,
+    /// The node's metrics.
+    pub metrics: Arc<Metrics>,
+    /// The features attached to every task's life, in the order they are called.
+    pub hooks: Arc<[Arc<dyn TaskHook>]>,
+}
+
+/// The tables a task's run reads and writes itself.
+#[derive(Clone)]
+pub struct RunTables {
+    /// Its status: read before every attempt, written once final.
+    pub status: Arc<dyn StatusStore>,
+    /// Its attempts' history.
+    pub attempts: Arc<dyn AttemptStore>,
+    /// The schedule it leaves once final (and the executor reads deferred tasks back from).
+    pub schedule: Arc<dyn ScheduleStore>,
+}
+
+impl PartitionDeps {
+    /// What the partition's executors and task runs are given.
+    pub fn run_deps(&self) -> RunDeps {
+        let tables = &self.tables;
+        RunDeps {
+            tables: RunTables {
+                status: Arc::clone(&tables.status),
+                attempts: Arc::clone(&tables.attempts),
+                schedule: Arc::clone(&tables.schedule),
+            },
+            clock: Arc::clone(&self.clock),
+            pool: self.pool.clone(),
+            settings: Arc::clone(&self.settings),
+            metrics: Arc::clone(&self.metrics),
+            hooks: Arc::clone(&self.hooks),
         }
     }
 }

@@ -38,7 +38,7 @@ pub mod topic_supervisor;
 mod tests;
 
 pub use crate::identity::IdentityOp;
-pub use deps::PartitionDeps;
+pub use deps::{PartitionDeps, RunDeps, RunTables};
 
 use actix::Message;
 

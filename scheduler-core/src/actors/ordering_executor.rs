@@ -11,7 +11,7 @@ use actix::{
 use tokio::sync::oneshot;
 
 use super::task_lifecycle::{run_task, ExecutionLinks};
-use super::{PartitionDeps, StopActor};
+use super::{RunDeps, StopActor};
 use crate::in_flight::HeldTask;
 use crate::store::PartitionId;
 
@@ -38,7 +38,7 @@ pub struct DrainOrdering;
 pub struct OrderingExecutor {
     partition: PartitionId,
     ordering_id: String,
-    deps: PartitionDeps,
+    deps: RunDeps,
     links: ExecutionLinks,
     report_to: Recipient<OrderingTaskDone>,
     queue: VecDeque<HeldTask>,
@@ -52,7 +52,7 @@ impl OrderingExecutor {
     pub fn new(
         partition: PartitionId,
         ordering_id: String,
-        deps: PartitionDeps,
+        deps: RunDeps,
         links: ExecutionLinks,
         report_to: Recipient<OrderingTaskDone>,
     ) -> Self {

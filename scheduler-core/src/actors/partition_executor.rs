@@ -38,9 +38,9 @@ use super::ordering_executor::{
     DrainOrdering, ExecuteOrderingTask, OrderingExecutor, OrderingTaskDone,
 };
 use super::task_lifecycle::ExecutionLinks;
-use super::{PartitionDeps, StopActor};
+use super::{RunDeps, StopActor};
 use crate::in_flight::{HeldTask, InFlight, Pin};
-use crate::store::{DeferralList, ListBehind, PartitionId};
+use crate::store::{DeferralList, DeferredStore, ListBehind, PartitionId};
 
 mod deferred;
 
@@ -99,7 +99,9 @@ struct OrderingQueue {
 /// Executes the due tasks of one partition.
 pub struct PartitionExecutor {
     partition: PartitionId,
-    deps: PartitionDeps,
+    deps: RunDeps,
+    /// Where it lists the tasks it defers.
+    lists: Arc<dyn DeferredStore>,
     links: ExecutionLinks,
     capacity_listener: Recipient<CapacityFreed>,
     queues: BTreeMap<String, OrderingQueue>,
@@ -114,10 +116,11 @@ pub struct PartitionExecutor {
 
 impl PartitionExecutor {
     /// An executor for `partition`; whenever a task is done with it tells `capacity_listener`.
-    /// Deferred tasks read back are counted in `in_flight`.
+    /// Deferred tasks, listed in `lists`, are counted in `in_flight` as they are read back.
     pub fn new(
         partition: PartitionId,
-        deps: PartitionDeps,
+        deps: RunDeps,
+        lists: Arc<dyn DeferredStore>,
         links: ExecutionLinks,
         capacity_listener: Recipient<CapacityFreed>,
         in_flight: Arc<InFlight>,
@@ -125,6 +128,7 @@ impl PartitionExecutor {
         PartitionExecutor {
             partition,
             deps,
+            lists,
             links,
             capacity_listener,
             queues: BTreeMap::new(),
@@ -236,7 +240,7 @@ impl PartitionExecutor {
             std::mem::take(&mut deferred.unlisted)
         };
         deferred.listing = true;
-        let write = self.deps.store.list_deferred(list, batch.clone());
+        let write = self.lists.list_deferred(list, batch.clone());
         ctx.spawn(write.into_actor(self).map(move |result, act, ctx| {
             let Some(deferred) = act.deferred.get_mut(&ordering_id) else {
                 return;
@@ -279,8 +283,7 @@ impl PartitionExecutor {
         };
         let take = (take.list.clone(), take.next.clone(), take.until);
         deferred.listing = true;
-        let store = Arc::clone(&self.deps.store);
-        let copy = deferred::copy_taken_over(store, take, own);
+        let copy = deferred::copy_taken_over(Arc::clone(&self.lists), take, own);
         ctx.spawn(copy.into_actor(self).map(move |result, act, ctx| {
             let Some(deferred) = act.deferred.get_mut(&ordering_id) else {
                 return;
@@ -331,7 +334,7 @@ impl PartitionExecutor {
             }
             // The rows lie before where the next read starts: deleting them leaves tombstones
             // no read steps over. A failed delete leaves rows that expire.
-            let unlist = self.deps.store.unlist_deferred(list, done);
+            let unlist = self.lists.unlist_deferred(list, done);
             ctx.spawn(unlist.into_actor(self).map(|result, act, _| {
                 if let Err(e) = result {
                     debug!(partition = act.partition, error = %e, "deferred tasks read back not unlisted");
@@ -382,8 +385,11 @@ impl PartitionExecutor {
         deferred.missed = None;
         // Reserved now, so loads and pushes meanwhile cannot take the room.
         let reserved = self.in_flight.reserve(room);
-        let store = Arc::clone(&self.deps.store);
-        let read = deferred::read_back(store, list, deferred.from.clone(), room);
+        let tables = (
+            Arc::clone(&self.lists),
+            Arc::clone(&self.deps.tables.schedule),
+        );
+        let read = deferred::read_back(tables, list, deferred.from.clone(), room);
         ctx.spawn(read.into_actor(self).map(move |result, act, ctx| {
             let Some(deferred) = act.deferred.get_mut(&ordering_id) else {
                 return;
@@ -593,8 +599,8 @@ impl Handler<StopActor> for PartitionExecutor {
                 debug!(partition = self.partition, %tree,
                     "the tree's deferred-task lists kept for the next tree; their rows expire");
             } else {
-                let store = Arc::clone(&self.deps.store);
-                actix::spawn(deferred::drop_lists(store, self.partition, tree));
+                let lists = Arc::clone(&self.lists);
+                actix::spawn(deferred::drop_lists(lists, self.partition, tree));
             }
         }
         ctx.stop();

@@ -18,7 +18,7 @@ use super::partition_executor::{DrainPartition, PartitionExecutor};
 use super::partition_ownership::{PartitionFenced, PartitionOwnership};
 use super::partition_scheduler::PartitionScheduler;
 use super::task_lifecycle::ExecutionLinks;
-use super::task_persistence::{PersistenceLinks, TaskPersistence};
+use super::task_persistence::{PersistenceLinks, PersistenceTables, TaskPersistence};
 use super::throughput_controller::{EscalateFailure, ThroughputController};
 use super::{PartitionDeps, StopActor};
 use crate::cancel_gate::CancelGate;
@@ -147,7 +147,7 @@ impl PartitionSupervisor {
         let from = self
             .stale_scan_from
             .map_or(low_water, |from| from.max(low_water));
-        let count = deps.store.load(
+        let count = deps.tables.schedule.load(
             self.partition,
             ReadCursor::From(from),
             until,
@@ -200,7 +200,7 @@ impl Actor for PartitionSupervisor {
         let ownership = PartitionOwnership::new(
             p,
             deps.node_id.clone(),
-            deps.store.clone(),
+            deps.tables.ownership.clone(),
             deps.clock.clone(),
             deps.metrics.clone(),
             ctx.address().recipient(),
@@ -213,14 +213,15 @@ impl Actor for PartitionSupervisor {
             p,
             &deps.node_id,
             self.epoch.clone(),
-            deps.leases.clone(),
+            deps.tables.leases.clone(),
             deps.settings.lease_ttl,
         );
         self.lease = Some(lease.clone());
         let cancels = CancelGate::new();
         executor_ctx.run(PartitionExecutor::new(
             p,
-            deps.clone(),
+            deps.run_deps(),
+            deps.tables.deferred.clone(),
             ExecutionLinks {
                 ownership: ownership.clone(),
                 lease: lease.clone(),
@@ -239,7 +240,7 @@ impl Actor for PartitionSupervisor {
         ));
         persistence_ctx.run(TaskPersistence::new(
             p,
-            deps.store.clone(),
+            PersistenceTables::from(&deps.tables),
             PersistenceLinks {
                 scheduler: scheduler.clone(),
                 deferred: executor.clone().recipient(),

@@ -53,6 +53,7 @@ use super::{PolledTasks, StopActor, TreeError, TreeResult};
 use crate::cancel_gate::CancelGate;
 use crate::clock::Clock;
 use crate::enqueue::Enqueuer;
+use crate::groups::GroupTables;
 use crate::identity;
 use crate::in_flight::{InFlight, Passed};
 use crate::lease::TreeLease;
@@ -62,8 +63,9 @@ use crate::retry::exponential_period;
 use crate::store::pages::{load_whole_ties, TieCursor};
 use crate::store::{
     last_of_each_key, schedule_start, DeferredCancel, ListBehind, LowWater, PartitionId,
-    ReadCursor, ScheduleStore, StoreError, StoreResult, TaskStore, WRITE_CONCURRENCY,
+    ReadCursor, ScheduleStore, StoreError, StoreResult, WRITE_CONCURRENCY,
 };
+use crate::store::{DeadLetterStore, IdentityStore, OwnershipStore, StatusStore, Tables};
 
 /// How often the low-water mark is considered for advancing.
 const LOW_WATER_INTERVAL: Duration = Duration::from_secs(5);
@@ -122,10 +124,52 @@ pub struct TasksLoaded {
     pub cursor_at: DateTime<Utc>,
 }
 
+/// The tables a partition's persistence reads and writes: the schedule, the ownership's
+/// low-water mark, the identities' records and the statuses they read; and, to apply a cancel,
+/// the dead letters and the groups of the tasks it ends.
+#[derive(Clone)]
+pub struct PersistenceTables {
+    /// Where tasks are written and loaded from.
+    pub schedule: Arc<dyn ScheduleStore>,
+    /// Statuses: cancels recorded, a revived identity's cleared.
+    pub status: Arc<dyn StatusStore>,
+    /// The low-water mark.
+    pub ownership: Arc<dyn OwnershipStore>,
+    /// Identities' records.
+    pub identities: Arc<dyn IdentityStore>,
+    /// Dead letters (a cancel of a task that failed records its failure instead).
+    pub dead_letters: Arc<dyn DeadLetterStore>,
+    /// Groups (a cancelled member finishes in its group).
+    pub groups: GroupTables,
+}
+
+impl PersistenceTables {
+    /// What resolving identity records reads.
+    fn identity_tables(&self) -> identity::IdentityTables {
+        identity::IdentityTables {
+            identities: Arc::clone(&self.identities),
+            status: Arc::clone(&self.status),
+        }
+    }
+}
+
+impl From<&Tables> for PersistenceTables {
+    fn from(tables: &Tables) -> Self {
+        PersistenceTables {
+            schedule: Arc::clone(&tables.schedule),
+            status: Arc::clone(&tables.status),
+            ownership: Arc::clone(&tables.ownership),
+            identities: Arc::clone(&tables.identities),
+            dead_letters: Arc::clone(&tables.dead_letters),
+            groups: GroupTables::from(tables),
+        }
+    }
+}
+
 /// Writes and loads the schedule of one partition.
 pub struct TaskPersistence {
     partition: PartitionId,
-    store: Arc<dyn TaskStore>,
+    tables: PersistenceTables,
     scheduler: Addr<PartitionScheduler>,
     /// Takes over the deferred-task lists earlier trees left.
     deferred: Recipient<TakeOverLists>,
@@ -201,14 +245,14 @@ impl TaskPersistence {
     /// Persistence for `partition`; its first load starts at the partition's low-water mark.
     pub fn new(
         partition: PartitionId,
-        store: Arc<dyn TaskStore>,
+        tables: PersistenceTables,
         links: PersistenceLinks,
         persist_timeout: Duration,
     ) -> Self {
         let start = schedule_start();
         TaskPersistence {
             partition,
-            store,
+            tables,
             scheduler: links.scheduler,
             deferred: links.deferred,
             start_take_over: links.start_take_over,
@@ -275,7 +319,7 @@ impl TaskPersistence {
     fn canceller(&self) -> Canceller {
         Canceller {
             partition: self.partition,
-            store: Arc::clone(&self.store),
+            tables: self.tables.clone(),
             enqueuer: Arc::clone(&self.enqueuer),
             metrics: Arc::clone(&self.metrics),
             lease: self.lease.clone(),
@@ -287,7 +331,7 @@ impl TaskPersistence {
     fn identity_deferrer(&self) -> IdentityDeferrer {
         IdentityDeferrer {
             partition: self.partition,
-            store: Arc::clone(&self.store),
+            tables: self.tables.clone(),
             lease: self.lease.clone(),
             gate: self.cancels.clone(),
         }
@@ -473,9 +517,9 @@ async fn start_reads(
     deferrer: IdentityDeferrer,
     started_at: DateTime<Utc>,
 ) -> StoreResult<Option<Start>> {
-    let (partition, store, lease) = (
+    let (partition, tables, lease) = (
         deferrer.partition,
-        Arc::clone(&deferrer.store),
+        deferrer.tables.clone(),
         deferrer.lease.clone(),
     );
     let epoch = match ownership.send(CheckOwnership { read_after: None }).await {
@@ -483,10 +527,10 @@ async fn start_reads(
         Ok(Ok(Ownership::Fenced)) | Ok(Err(_)) | Err(_) => return Ok(None),
     };
     lease.read_predecessors_once().await?;
-    let (low_water, behind, lists) = read_start(partition, &store).await?;
-    let deferred_cancels = store.deferred_cancels(partition).await?;
+    let (low_water, behind, lists) = read_start(partition, &tables).await?;
+    let deferred_cancels = tables.schedule.deferred_cancels(partition).await?;
     let deferred_identity = deferrer
-        .restore(store.deferred_identity_records(partition).await?)
+        .restore(tables.schedule.deferred_identity_records(partition).await?)
         .await?;
     lease.started_at(started_at);
     Ok(Some(Start {
@@ -506,25 +550,25 @@ async fn start_reads(
 /// `retrying_tasks`.
 async fn read_start(
     partition: PartitionId,
-    store: &Arc<dyn TaskStore>,
+    tables: &PersistenceTables,
 ) -> StoreResult<(Option<DateTime<Utc>>, Vec<Task>, Vec<ListBehind>)> {
     let Some(LowWater {
         at: mark,
         behind,
         lists,
-    }) = store.low_water(partition).await?
+    }) = tables.ownership.low_water(partition).await?
     else {
         // Loading starts at the first bucket: it finds every task.
         return Ok((None, Vec::new(), Vec::new()));
     };
     let keys = match behind {
         Some(keys) => keys,
-        None => store.legacy_retrying(partition).await?,
+        None => tables.schedule.legacy_retrying(partition).await?,
     };
     // A mark lowered since it was written loads the later ones itself.
     let keys = keys.into_iter().filter(|k| k.scheduled_time < mark);
     let tasks = futures::stream::iter(keys)
-        .map(|key| store.scheduled_task(partition, key))
+        .map(|key| tables.schedule.scheduled_task(partition, key))
         .buffer_unordered(WRITE_CONCURRENCY)
         .try_filter_map(|task| futures::future::ready(Ok(task)))
         .try_collect()
@@ -558,7 +602,7 @@ impl TaskPersistence {
         let (partition, epoch) = (self.partition, self.epoch);
         // Buckets are forgotten with writes stamped before this mark was recorded: a task a
         // newer tree writes into one of them afterwards survives.
-        let stamp = self.store.write_stamp();
+        let stamp = self.tables.schedule.write_stamp();
         // Buckets of the tasks listed are kept: their rows are read by key.
         let keep_from = (passed.keys.first().map(|k| k.scheduled_time))
             .into_iter()
@@ -568,7 +612,8 @@ impl TaskPersistence {
         let Passed { keys, lists, .. } = passed;
         let write = tokio::time::timeout(
             self.persist_timeout,
-            self.store
+            self.tables
+                .ownership
                 .advance_low_water(partition, epoch, mark, keys, lists),
         );
         // Waited for: a batch persisted meanwhile compares its tasks with the new mark.
@@ -602,7 +647,10 @@ impl TaskPersistence {
             (act.low_water, act.low_water_stored) = (mark, mark);
             act.in_flight.recorded(seq, mark);
             debug!(partition, %mark, "low-water mark advanced");
-            let forget = act.store.forget_buckets(partition, keep_from, stamp);
+            let forget = act
+                .tables
+                .schedule
+                .forget_buckets(partition, keep_from, stamp);
             ctx.spawn(
                 forget
                     .into_actor(act)
@@ -729,7 +777,7 @@ impl TaskPersistence {
         let tasks = last_of_each_key(tasks);
         let started = std::time::Instant::now();
         let (partition, epoch) = (self.partition, self.epoch);
-        let store = Arc::clone(&self.store);
+        let tables = self.tables.clone();
         let metrics = Arc::clone(&self.metrics);
         let gate = self.cancels.clone();
         let cancelled_at = self.clock.now();
@@ -753,8 +801,14 @@ impl TaskPersistence {
                 Polled::FromKafka => Vec::new(),
             };
             // Records acting on identities come to tasks, superseded tasks and cancels.
-            let resolved =
-                identity::resolve(&store, partition, by_identity, &gate, &metrics).await?;
+            let resolved = identity::resolve(
+                &tables.identity_tables(),
+                partition,
+                by_identity,
+                &gate,
+                &metrics,
+            )
+            .await?;
             // The keys given new data stay held until the batch is written (see `identity`).
             let _updating = resolved.updating;
             let mut tasks = tasks;
@@ -783,31 +837,36 @@ impl TaskPersistence {
                 .filter(|earliest| *earliest < low_water)
                 .map(|earliest| earliest.min(stored));
             if let Some(at) = lower {
-                if !store.set_low_water(partition, epoch, at).await? {
+                if !tables.ownership.set_low_water(partition, epoch, at).await? {
                     return Err(TreeError::Stopping {
                         doing: "lowering the low-water mark (a newer tree claimed the partition)",
                     });
                 }
             }
             write_all(resolved.records, |record| {
-                store.record_identity(partition, record)
+                tables.identities.record_identity(partition, record)
             })
             .await?;
-            write_all(resolved.revived, |key| store.clear_status(partition, key)).await?;
+            write_all(resolved.revived, |key| {
+                tables.status.clear_status(partition, key)
+            })
+            .await?;
             let refused = match tasks.is_empty() {
                 true => Vec::new(),
-                false => store.persist(partition, tasks.clone()).await?,
+                false => tables.schedule.persist(partition, tasks.clone()).await?,
             };
             let mut cancelled = canceller.apply(cancels, cancelled_at).await?;
             for key in resolved.superseded_rows {
                 // An optimisation: a superseded row left behind is skipped when loaded.
-                let _ = store.remove_scheduled(partition, key).await;
+                let _ = tables.schedule.remove_scheduled(partition, key).await;
             }
             cancelled.extend(resolved.superseded);
             // Deferred records applied are forgotten last: applied again after a failure, each
             // is a duplicate of its identity's record (at or before its offset).
             write_all(applied, |(ordering_id, offset)| {
-                store.forget_deferred_identity_record(partition, ordering_id, offset)
+                tables
+                    .schedule
+                    .forget_deferred_identity_record(partition, ordering_id, offset)
             })
             .await?;
             Ok((tasks, refused, cancelled, lower, deferred, deferred_records))
@@ -950,7 +1009,7 @@ impl Handler<LoadTasks> for TaskPersistence {
         // Reserved while the load runs, so a read-back elsewhere in the tree cannot take it.
         let reserved = self.in_flight.reserve(limit);
         let load = load_whole_ties(
-            Arc::clone(&self.store) as Arc<dyn ScheduleStore>,
+            Arc::clone(&self.tables.schedule),
             self.partition,
             self.cursor.clone(),
             self.ties.clone(),

@@ -130,7 +130,7 @@ mod tests {
     use crate::admin::test_app::state;
     use crate::enqueue::{Enqueuer, Outbox};
     use crate::store::memory::MemoryStore;
-    use crate::store::{BucketProgress, JobRecord, JobStore, MemberOutcome, TaskStatus, TaskStore};
+    use crate::store::{BucketProgress, JobRecord, JobStore, MemberOutcome, TaskStatus};
 
     /// A job of 2,000 buckets, every one finished (bucket 7 failed) after reporting 10 items:
     /// the list reads about one row per 32 buckets, not every bucket (issue 30, defect 9).
@@ -180,8 +180,7 @@ mod tests {
                 result: None,
                 finished_at: now,
             };
-            let shared: Arc<dyn TaskStore> = store.clone();
-            let shared = crate::groups::GroupTables::of(&shared);
+            let shared = crate::groups::GroupTables::from(&crate::store::Tables::of(&store));
             let enqueuer: Arc<dyn Enqueuer> = Arc::new(Outbox::default());
             crate::groups::member_finished(shared, enqueuer, task, member, outcome, now)
                 .await

@@ -23,7 +23,7 @@ use scheduler_client::wire::MAX_GROUP_NUMBER;
 use std::sync::Arc;
 
 use crate::store::group_marks::{children, root_level, FANOUT};
-use crate::store::{GroupKey, GroupMark, GroupStore, GroupTally, JobStore, StoreResult, TaskStore};
+use crate::store::{GroupKey, GroupMark, GroupStore, GroupTally, JobStore, StoreResult, Tables};
 
 /// The tables a group's steps use: its members and marks, and its jobs' progress.
 #[derive(Clone)]
@@ -32,12 +32,11 @@ pub(crate) struct GroupTables {
     pub(crate) jobs: Arc<dyn JobStore>,
 }
 
-impl GroupTables {
-    /// The group tables of `store`.
-    pub(crate) fn of(store: &Arc<dyn TaskStore>) -> Self {
+impl From<&Tables> for GroupTables {
+    fn from(tables: &Tables) -> Self {
         GroupTables {
-            groups: store.clone(),
-            jobs: store.clone(),
+            groups: Arc::clone(&tables.groups),
+            jobs: Arc::clone(&tables.jobs),
         }
     }
 }

@@ -220,7 +220,6 @@ pub(crate) fn outcome_of(group: GroupKey, state: GroupState) -> GroupOutcome {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::TaskStore;
 
     /// Finishes member `index` of group `g` (knowing `total` if given), completed, on `store`;
     /// a join it enqueues goes to `outbox`.
@@ -244,8 +243,7 @@ mod tests {
             result: None,
             finished_at: now,
         };
-        let shared: Arc<dyn TaskStore> = Arc::new(store.clone());
-        let shared = GroupTables::of(&shared);
+        let shared = GroupTables::from(&crate::store::Tables::of(&Arc::new(store.clone())));
         let enqueuer: Arc<dyn Enqueuer> = Arc::new(outbox.clone());
         runtime.block_on(member_finished(
             shared, enqueuer, task, member, outcome, now,

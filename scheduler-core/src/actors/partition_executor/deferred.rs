@@ -11,7 +11,9 @@ use scheduler_client::{RunOrder, Task, TaskKey};
 use tracing::{debug, warn};
 
 use crate::in_flight::Pin;
-use crate::store::{DeferralList, ListBehind, PartitionId, StoreResult, TaskStore};
+use crate::store::{
+    DeferralList, DeferredStore, ListBehind, PartitionId, ScheduleStore, StoreResult,
+};
 
 /// The most run orders one listing write carries.
 pub(super) const LIST_BATCH: usize = 500;
@@ -102,8 +104,12 @@ pub(super) fn tree_id(holder: &str, started: DateTime<Utc>) -> String {
 
 /// Drops the lists of the tree `tree` of `partition`, as it stops (it reads them no more). A
 /// failure is logged: the rows expire.
-pub(super) async fn drop_lists(store: Arc<dyn TaskStore>, partition: PartitionId, tree: String) {
-    match store.drop_deferral_lists(partition, tree.clone()).await {
+pub(super) async fn drop_lists(
+    lists: Arc<dyn DeferredStore>,
+    partition: PartitionId,
+    tree: String,
+) {
+    match lists.drop_deferral_lists(partition, tree.clone()).await {
         Ok(()) => debug!(partition, %tree, "the tree's deferred-task lists dropped"),
         Err(e) => {
             warn!(partition, %tree, error = %e, "the tree's deferred-task lists not dropped; their rows expire")
@@ -114,12 +120,12 @@ pub(super) async fn drop_lists(store: Arc<dyn TaskStore>, partition: PartitionId
 /// Copies a batch of the rows of `take.list` from `take.next`, the ones before `take.until`,
 /// into `own`. Returns where the next batch starts (`None`: every row is copied).
 pub(super) async fn copy_taken_over(
-    store: Arc<dyn TaskStore>,
+    lists: Arc<dyn DeferredStore>,
     take: (DeferralList, RunOrder, DateTime<Utc>),
     own: DeferralList,
 ) -> StoreResult<Option<RunOrder>> {
     let (list, next, until) = take;
-    let rows = store.listed_deferred(list, next, LIST_BATCH).await?;
+    let rows = lists.listed_deferred(list, next, LIST_BATCH).await?;
     let last_batch = rows.len() < LIST_BATCH;
     let before: Vec<RunOrder> = (rows.iter())
         .take_while(|run| run.scheduled_time < until)
@@ -128,7 +134,7 @@ pub(super) async fn copy_taken_over(
     let done = last_batch || before.len() < rows.len();
     let next = before.last().map(RunOrder::successor);
     if !before.is_empty() {
-        store.list_deferred(own, before).await?;
+        lists.list_deferred(own, before).await?;
     }
     Ok(if done { None } else { next })
 }
@@ -141,22 +147,22 @@ pub(super) struct ReadBack {
     pub(super) tasks: Vec<Task>,
 }
 
-/// Reads up to `limit` rows of `list` from `from`, then each task they name (single-row reads of
-/// the schedule, at once).
+/// Reads up to `limit` rows of `list` (in `lists`) from `from`, then each task they name
+/// (single-row reads of `schedule`, at once).
 pub(super) async fn read_back(
-    store: Arc<dyn TaskStore>,
+    (lists, schedule): (Arc<dyn DeferredStore>, Arc<dyn ScheduleStore>),
     list: DeferralList,
     from: RunOrder,
     limit: usize,
 ) -> StoreResult<ReadBack> {
-    let rows = store.listed_deferred(list.clone(), from, limit).await?;
+    let rows = lists.listed_deferred(list.clone(), from, limit).await?;
     let reads = rows.iter().map(|run| {
         let key = TaskKey {
             scheduled_time: run.scheduled_time,
             ordering_id: list.ordering_id.clone(),
             uniqueness_key: run.uniqueness_key.clone(),
         };
-        store.scheduled_task(list.partition, key)
+        schedule.scheduled_task(list.partition, key)
     });
     let found = try_join_all(reads).await?;
     // A task listed twice (deferred again under a new run order: a record delivered again) is

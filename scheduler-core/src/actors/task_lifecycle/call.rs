@@ -95,7 +95,7 @@ pub(super) async fn call(run: &mut TaskRun, task: &Task, ready: Ready) -> Result
 /// The status check again, in a slot that came late (see `call`).
 async fn read_status_again(run: &mut TaskRun, task: &Task) -> Result<Option<Found>, Halt> {
     let (store, hooks, partition) = (
-        run.tables.status.clone(),
+        run.deps.tables.status.clone(),
         run.deps.hooks.clone(),
         run.partition,
     );

@@ -27,7 +27,7 @@ pub(super) async fn check(run: &mut TaskRun, task: &mut Task) -> Result<Step<Che
     let lease = run.links.lease.clone();
     let earlier = run.attempts == 0 && lease.may_have_earlier_attempts(&run.key);
     let hooks = Arc::clone(&run.deps.hooks);
-    let (tables, stop) = (run.tables.clone(), run.stop.clone());
+    let (tables, stop) = (run.deps.tables.clone(), run.stop.clone());
     let status_read = status::read_status(tables, &hooks, run.partition, task, earlier, stop);
     let (ordering_id, task_text) = (run.key.ordering_id.clone(), run.key.to_string());
     let entered = run.entered;

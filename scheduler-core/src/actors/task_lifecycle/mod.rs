@@ -45,7 +45,7 @@ use scheduler_client::Task;
 use tracing::{debug, Instrument};
 use tracing_opentelemetry::OpenTelemetrySpanExt;
 
-use super::PartitionDeps;
+use super::RunDeps;
 use crate::hooks::Halt;
 use crate::in_flight::Pin;
 use crate::outcome::ExecutionOutcome;
@@ -70,7 +70,7 @@ pub(crate) async fn run_task(
     partition: PartitionId,
     task: Task,
     pin: Option<Pin>,
-    deps: PartitionDeps,
+    deps: RunDeps,
     links: ExecutionLinks,
 ) -> ExecutionOutcome {
     let key = task.key();

@@ -113,7 +113,11 @@ pub(super) async fn record_final(
     output: Option<&OutputSlot>,
 ) -> Result<ExecutionOutcome, Halt> {
     let hooks = Arc::clone(&run.deps.hooks);
-    let (store, partition, key) = (run.tables.status.clone(), run.partition, run.key.clone());
+    let (store, partition, key) = (
+        run.deps.tables.status.clone(),
+        run.partition,
+        run.key.clone(),
+    );
     let mut steps = run.steps(phase);
     for hook in hooks.iter() {
         hook.at_final_record(&mut steps, task, &record, output)
@@ -172,7 +176,11 @@ async fn record_attempt(
     phase: Phase,
     attempt: AttemptRecord,
 ) -> Result<Phase, Halt> {
-    let (store, partition, key) = (run.tables.attempts.clone(), run.partition, run.key.clone());
+    let (store, partition, key) = (
+        run.deps.tables.attempts.clone(),
+        run.partition,
+        run.key.clone(),
+    );
     let mut steps = run.steps(phase);
     steps.owner_of_outcome().await?;
     if let Err(e) = store.record_attempt(partition, key.clone(), attempt).await {
@@ -184,7 +192,7 @@ async fn record_attempt(
 /// Deletes the finished task from the schedule (an optimisation: a row left behind is
 /// skipped by the status check when loaded again).
 fn remove_from_schedule(run: &TaskRun) {
-    let delete = (run.tables.schedule).remove_scheduled(run.partition, run.key.clone());
+    let delete = (run.deps.tables.schedule).remove_scheduled(run.partition, run.key.clone());
     let (partition, key) = (run.partition, run.key.to_string());
     tokio::spawn(async move {
         if let Err(e) = delete.await {

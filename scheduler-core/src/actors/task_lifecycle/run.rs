@@ -2,7 +2,6 @@
 //! retried with a backoff, the tree's stop signal. The steps themselves read top to bottom in
 //! [`super`]; hooks reach these means through [`Steps`].
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use actix::Addr;
@@ -12,7 +11,7 @@ use tokio::sync::watch;
 use tracing::{debug, warn};
 
 use super::super::partition_ownership::{CheckOwnership, Ownership, PartitionOwnership};
-use super::super::{PartitionDeps, TreeError};
+use super::super::{RunDeps, TreeError};
 use crate::cancel_gate::CancelGate;
 use crate::clock::Stamp;
 use crate::hooks::{Halt, StepError, Steps};
@@ -20,7 +19,7 @@ use crate::in_flight::Pin;
 use crate::lease::{LeaseHold, TreeLease};
 use crate::outcome::StopReason;
 use crate::retry::exponential_period;
-use crate::store::{AttemptStore, PartitionId, ScheduleStore, StatusStore};
+use crate::store::PartitionId;
 
 /// First wait before retrying a store step (status read, lease write, record) that failed.
 const STORE_RETRY_BASE: Duration = Duration::from_millis(500);
@@ -40,23 +39,11 @@ pub struct ExecutionLinks {
     pub cancels: CancelGate,
 }
 
-/// The tables a task's life reads and writes itself (the hooks hold their own).
-#[derive(Clone)]
-pub(super) struct Tables {
-    /// Its status: read before every attempt, written once final.
-    pub(super) status: Arc<dyn StatusStore>,
-    /// Its attempts' history.
-    pub(super) attempts: Arc<dyn AttemptStore>,
-    /// The schedule it leaves once final.
-    pub(super) schedule: Arc<dyn ScheduleStore>,
-}
-
 /// One task's run in its tree.
 pub(super) struct TaskRun {
     pub(super) partition: PartitionId,
     pub(super) key: TaskKey,
-    pub(super) deps: PartitionDeps,
-    pub(super) tables: Tables,
+    pub(super) deps: RunDeps,
     pub(super) links: ExecutionLinks,
     pub(super) stop: watch::Receiver<Option<StopReason>>,
     /// Attempts made in this partition (an earlier tree's included, once read).
@@ -89,21 +76,15 @@ impl TaskRun {
         partition: PartitionId,
         key: TaskKey,
         pin: Option<Pin>,
-        deps: PartitionDeps,
+        deps: RunDeps,
         links: ExecutionLinks,
         span: tracing::Span,
     ) -> Self {
-        let tables = Tables {
-            status: deps.store.clone(),
-            attempts: deps.store.clone(),
-            schedule: deps.store.clone(),
-        };
         TaskRun {
             partition,
             key,
             stop: links.stop.clone(),
             deps,
-            tables,
             links,
             attempts: 0,
             entered: Stamp::now(),

@@ -7,7 +7,7 @@ use futures::future::BoxFuture;
 use scheduler_client::{Task, TaskKey};
 use tokio::sync::watch;
 
-use super::run::Tables;
+use super::super::RunTables;
 use crate::hooks::{Check, TaskHook};
 use crate::outcome::StopReason;
 use crate::store::{PartitionId, StatusRecord, StatusStore, StoreError, StoreResult};
@@ -25,7 +25,7 @@ pub(super) type Checked = (Option<Found>, Option<Box<Task>>);
 /// The status check of `task`, and, if an earlier tree may have attempted it (`earlier`), its
 /// last attempt number, read concurrently; `None` if the tree stops first.
 pub(super) async fn read_status(
-    tables: Tables,
+    tables: RunTables,
     hooks: &[Arc<dyn TaskHook>],
     partition: PartitionId,
     task: &Task,

@@ -24,6 +24,7 @@ use futures::{StreamExt, TryStreamExt};
 use scheduler_client::TaskKey;
 use tracing::{debug, info, warn};
 
+use super::PersistenceTables;
 use crate::actors::{TreeError, TreeResult};
 use crate::cancel_gate::{Applying, CancelGate};
 use crate::enqueue::Enqueuer;
@@ -31,9 +32,10 @@ use crate::groups;
 use crate::lease::TreeLease;
 use crate::metrics::{Metrics, ParkReason, Parked};
 use crate::retry::exponential_period;
+use crate::store::DeadLetterStore;
 use crate::store::{
     DeadReason, MemberOutcome, PartitionId, StatusRecord, StoreError, StoreResult, TaskStatus,
-    TaskStore, WRITE_CONCURRENCY,
+    WRITE_CONCURRENCY,
 };
 
 /// The first wait before a deferred cancel that failed is tried again (it doubles, to 10 s).
@@ -43,7 +45,7 @@ const DEFERRED_RETRY: Duration = Duration::from_millis(500);
 #[derive(Clone)]
 pub(super) struct Canceller {
     pub(super) partition: PartitionId,
-    pub(super) store: Arc<dyn TaskStore>,
+    pub(super) tables: PersistenceTables,
     pub(super) enqueuer: Arc<dyn Enqueuer>,
     pub(super) metrics: Arc<Metrics>,
     pub(super) lease: TreeLease,
@@ -77,7 +79,7 @@ impl Canceller {
             }
         }
         futures::stream::iter(deferred.iter().cloned())
-            .map(|key| self.store.defer_cancel(self.partition, key, at))
+            .map(|key| self.tables.schedule.defer_cancel(self.partition, key, at))
             .buffer_unordered(WRITE_CONCURRENCY)
             .try_collect::<()>()
             .await?;
@@ -112,7 +114,8 @@ impl Canceller {
             let attempt = async {
                 self.lease.wait_for_predecessors(&key.ordering_id).await?;
                 let cancelled = self.apply(vec![key.clone()], deferred.at).await?;
-                self.store
+                self.tables
+                    .schedule
                     .forget_deferred_cancel(partition, key.clone())
                     .await?;
                 Ok::<_, TreeError>(cancelled)
@@ -143,14 +146,14 @@ impl Canceller {
         cancels: Vec<TaskKey>,
         at: DateTime<Utc>,
     ) -> TreeResult<Vec<TaskKey>> {
-        let (store, enqueuer, metrics, partition) =
-            (&self.store, &self.enqueuer, &self.metrics, self.partition);
+        let (tables, enqueuer, metrics, partition) =
+            (&self.tables, &self.enqueuer, &self.metrics, self.partition);
         let gate = &self.gate;
         futures::stream::iter(cancels)
         .map(|key| {
-            let store = Arc::clone(store);
+            let tables = tables.clone();
             async move {
-                let cancelled = match store.cancel(partition, key.clone(), at).await {
+                let cancelled = match tables.status.cancel(partition, key.clone(), at).await {
                     Ok(None) => true,
                     Ok(Some(existing)) if existing.status == TaskStatus::Cancelled => false,
                     Ok(Some(existing)) => {
@@ -169,10 +172,10 @@ impl Canceller {
                 // so the outcome stands, as its tree would have written it. Unless this tree's
                 // call of it is under way (an earlier tree's status write was cut off, and the
                 // task runs again): that call's outcome replaces the cancellation.
-                if let Some(failed) = failed_status(store.as_ref(), &key).await? {
+                if let Some(failed) = failed_status(tables.dead_letters.as_ref(), &key).await? {
                     info!(partition, task = %key, status = failed.status.as_str(), "cancel ignored: the task had failed (its dead letter is recorded)");
                     if !gate.began(&key) {
-                        store.record_status(partition, key.clone(), failed).await?;
+                        tables.status.record_status(partition, key.clone(), failed).await?;
                     }
                     return Ok(None);
                 }
@@ -181,8 +184,8 @@ impl Canceller {
                 }
                 // A failed group step fails the batch, which is applied again (every step of it
                 // is idempotent): a member's cancel reaches its group before it is unscheduled.
-                finish_cancelled(&store, enqueuer, partition, &key, at).await?;
-                if let Err(e) = store.remove_scheduled(partition, key.clone()).await {
+                finish_cancelled(&tables, enqueuer, partition, &key, at).await?;
+                if let Err(e) = tables.schedule.remove_scheduled(partition, key.clone()).await {
                     debug!(partition, task = %key, error = %e, "cancelled task left in the schedule (it will be skipped)");
                 }
                 Ok(cancelled.then_some(key))
@@ -196,8 +199,11 @@ impl Canceller {
 }
 
 /// The final status a task's dead letter records, if it has one.
-async fn failed_status(store: &dyn TaskStore, key: &TaskKey) -> StoreResult<Option<StatusRecord>> {
-    let letter = store.dead_letter(key.clone()).await?;
+async fn failed_status(
+    dead_letters: &dyn DeadLetterStore,
+    key: &TaskKey,
+) -> StoreResult<Option<StatusRecord>> {
+    let letter = dead_letters.dead_letter(key.clone()).await?;
     Ok(letter.map(|letter| StatusRecord {
         status: match letter.reason {
             DeadReason::Invalid => TaskStatus::Dropped,
@@ -213,13 +219,16 @@ async fn failed_status(store: &dyn TaskStore, key: &TaskKey) -> StoreResult<Opti
 /// A cancelled task that is a member of a group records its outcome there (which may trigger
 /// the join); read from the schedule, where it still is.
 async fn finish_cancelled(
-    store: &Arc<dyn TaskStore>,
+    tables: &PersistenceTables,
     enqueuer: &Arc<dyn Enqueuer>,
     partition: PartitionId,
     key: &TaskKey,
     at: DateTime<Utc>,
 ) -> Result<(), crate::hooks::StepError> {
-    let scheduled = store.scheduled_task(partition, key.clone()).await?;
+    let scheduled = tables
+        .schedule
+        .scheduled_task(partition, key.clone())
+        .await?;
     let Some((task, member)) = scheduled.and_then(|t| t.group.clone().map(|m| (t, m))) else {
         return Ok(());
     };
@@ -231,7 +240,7 @@ async fn finish_cancelled(
         result: None,
         finished_at: at,
     };
-    let (tables, enqueuer) = (groups::GroupTables::of(store), Arc::clone(enqueuer));
+    let (tables, enqueuer) = (tables.groups.clone(), Arc::clone(enqueuer));
     groups::member_finished(tables, enqueuer, task, member, outcome, at).await?;
     Ok(())
 }

@@ -17,24 +17,24 @@
 //! ran, ran before the record was applied, like a call a replace finds running.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::Arc;
 
 use futures::{StreamExt, TryStreamExt};
 use scheduler_client::wire;
 use tracing::{info, warn};
 
+use super::PersistenceTables;
 use crate::actors::{IdentityOp, PolledTasks};
 use crate::cancel_gate::{Applying, CancelGate};
 use crate::lease::TreeLease;
 use crate::store::{
-    DeferredIdentityRecord, PartitionId, StoreError, StoreResult, TaskStore, WRITE_CONCURRENCY,
+    DeferredIdentityRecord, PartitionId, StoreError, StoreResult, WRITE_CONCURRENCY,
 };
 
 /// What deferring identity records needs.
 #[derive(Clone)]
 pub(super) struct IdentityDeferrer {
     pub(super) partition: PartitionId,
-    pub(super) store: Arc<dyn TaskStore>,
+    pub(super) tables: PersistenceTables,
     pub(super) lease: TreeLease,
     pub(super) gate: CancelGate,
 }
@@ -83,7 +83,11 @@ impl IdentityDeferrer {
         let deferral = self.held(deferred).await?;
         let partition = self.partition;
         futures::stream::iter(deferral.ops.iter().map(stored))
-            .map(|record| self.store.defer_identity_record(partition, record))
+            .map(|record| {
+                self.tables
+                    .schedule
+                    .defer_identity_record(partition, record)
+            })
             .buffer_unordered(WRITE_CONCURRENCY)
             .try_collect::<()>()
             .await?;
@@ -121,7 +125,12 @@ impl IdentityDeferrer {
         let mut holds = Vec::new();
         for identity in identities {
             let ordering_id = identity.ordering_id.clone();
-            if let Some(record) = self.store.identity(self.partition, identity).await? {
+            if let Some(record) = self
+                .tables
+                .identities
+                .identity(self.partition, identity)
+                .await?
+            {
                 let key = record.task.key();
                 holds.push((ordering_id, self.gate.applying(std::slice::from_ref(&key))));
             }
