@@ -371,7 +371,7 @@ async fn consistency_and_retention_settings_reach_the_driver_and_the_schema() {
         .await
         .expect("connect");
     assert_eq!(
-        defaults.levels(),
+        defaults.levels().await.expect("levels"),
         StoreLevels {
             consistency: Some(ConsistencyLevel::LocalQuorum),
             serial_consistency: Some(SerialConsistencyLevel::LocalSerial),
@@ -395,7 +395,7 @@ async fn consistency_and_retention_settings_reach_the_driver_and_the_schema() {
     };
     let store = CassandraStore::connect(&chosen).await.expect("connect");
     assert_eq!(
-        store.levels(),
+        store.levels().await.expect("levels"),
         StoreLevels {
             consistency: Some(ConsistencyLevel::One),
             serial_consistency: Some(SerialConsistencyLevel::Serial),

@@ -21,6 +21,10 @@
 //! makes current the key of a call under way, whose outcome would finish it, or of a task that
 //! already ran to its end, which counts as finished: its time moves 1 ms later (a key
 //! cancelled before has its status cleared instead).
+//!
+//! Over 500 lines: the resolution of a batch's records against their identities ([`resolve`],
+//! whose cases each need the states the ones before them left) and the hook that runs a task
+//! only while it is its identity's current one ([`IdentityHook`]).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;

@@ -43,9 +43,11 @@ use tracing::{debug, info, warn};
 
 mod cancels;
 mod identity_deferral;
+mod tables;
 
 use self::cancels::{Canceller, Deferred};
 use self::identity_deferral::{Deferral, IdentityDeferrer, WaitingRecords};
+pub use self::tables::PersistenceTables;
 use super::partition_executor::{StartTakeOver, TakeOverLists};
 use super::partition_ownership::{CheckOwnership, Ownership, PartitionOwnership};
 use super::partition_scheduler::{PartitionScheduler, ScheduleTasks, UnscheduleTasks};
@@ -53,7 +55,6 @@ use super::{PolledTasks, StopActor, TreeError, TreeResult};
 use crate::cancel_gate::CancelGate;
 use crate::clock::Clock;
 use crate::enqueue::Enqueuer;
-use crate::groups::GroupTables;
 use crate::identity;
 use crate::in_flight::{InFlight, Passed};
 use crate::lease::TreeLease;
@@ -63,9 +64,8 @@ use crate::retry::exponential_period;
 use crate::store::pages::{load_whole_ties, TieCursor};
 use crate::store::{
     last_of_each_key, schedule_start, DeferredCancel, ListBehind, LowWater, PartitionId,
-    ReadCursor, ScheduleStore, StoreError, StoreResult, WRITE_CONCURRENCY,
+    ReadCursor, StoreError, StoreResult, WRITE_CONCURRENCY,
 };
-use crate::store::{DeadLetterStore, IdentityStore, OwnershipStore, StatusStore, Tables};
 
 /// How often the low-water mark is considered for advancing.
 const LOW_WATER_INTERVAL: Duration = Duration::from_secs(5);
@@ -122,48 +122,6 @@ pub struct TasksLoaded {
     pub caught_up: bool,
     /// The time the read cursor has reached.
     pub cursor_at: DateTime<Utc>,
-}
-
-/// The tables a partition's persistence reads and writes: the schedule, the ownership's
-/// low-water mark, the identities' records and the statuses they read; and, to apply a cancel,
-/// the dead letters and the groups of the tasks it ends.
-#[derive(Clone)]
-pub struct PersistenceTables {
-    /// Where tasks are written and loaded from.
-    pub schedule: Arc<dyn ScheduleStore>,
-    /// Statuses: cancels recorded, a revived identity's cleared.
-    pub status: Arc<dyn StatusStore>,
-    /// The low-water mark.
-    pub ownership: Arc<dyn OwnershipStore>,
-    /// Identities' records.
-    pub identities: Arc<dyn IdentityStore>,
-    /// Dead letters (a cancel of a task that failed records its failure instead).
-    pub dead_letters: Arc<dyn DeadLetterStore>,
-    /// Groups (a cancelled member finishes in its group).
-    pub groups: GroupTables,
-}
-
-impl PersistenceTables {
-    /// What resolving identity records reads.
-    fn identity_tables(&self) -> identity::IdentityTables {
-        identity::IdentityTables {
-            identities: Arc::clone(&self.identities),
-            status: Arc::clone(&self.status),
-        }
-    }
-}
-
-impl From<&Tables> for PersistenceTables {
-    fn from(tables: &Tables) -> Self {
-        PersistenceTables {
-            schedule: Arc::clone(&tables.schedule),
-            status: Arc::clone(&tables.status),
-            ownership: Arc::clone(&tables.ownership),
-            identities: Arc::clone(&tables.identities),
-            dead_letters: Arc::clone(&tables.dead_letters),
-            groups: GroupTables::from(tables),
-        }
-    }
 }
 
 /// Writes and loads the schedule of one partition.

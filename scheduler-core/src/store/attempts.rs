@@ -76,8 +76,6 @@ pub trait AttemptStore: Send + Sync + 'static {
     ) -> BoxFuture<'static, StoreResult<()>>;
 }
 
-pub(in crate::store) use cassandra::AttemptStatements;
-
 /// `task_attempts` on Cassandra.
 mod cassandra {
     use std::sync::Arc;
@@ -86,23 +84,22 @@ mod cassandra {
     use futures::future::BoxFuture;
     use futures::FutureExt;
     use scheduler_client::TaskKey;
-    use scylla::client::session::Session;
     use scylla::statement::prepared::PreparedStatement;
 
     use super::{AttemptOutcome, AttemptRecord, AttemptStore};
     use crate::store::cassandra::rows::{limit_value, rows_of};
-    use crate::store::cassandra::CassandraStore;
+    use crate::store::cassandra::{CassandraStore, Preparing, TableStatements};
     use crate::store::{PartitionId, StoreError, StoreResult};
 
     /// The statements of `task_attempts`.
-    pub(in crate::store) struct AttemptStatements {
+    struct AttemptStatements {
         select_attempts: PreparedStatement,
         insert_attempt: PreparedStatement,
     }
 
-    impl AttemptStatements {
-        /// Prepares them on the tables of keyspace `ks`.
-        pub(in crate::store) async fn prepare(session: &Session, ks: &str) -> StoreResult<Self> {
+    impl TableStatements for AttemptStatements {
+        async fn prepare(on: &Preparing<'_>) -> StoreResult<Self> {
+            let (session, ks) = (on.session, on.keyspace);
             let prepare = |cql: String| async move {
                 session
                     .prepare(cql)
@@ -135,7 +132,10 @@ mod cassandra {
             async move {
                 let result = inner
                     .run(
-                        &inner.statements.attempts.select_attempts,
+                        &inner
+                            .statements::<AttemptStatements>()
+                            .await?
+                            .select_attempts,
                         (
                             key.scheduled_time,
                             key.ordering_id,
@@ -178,7 +178,10 @@ mod cassandra {
             async move {
                 inner
                     .run(
-                        &inner.statements.attempts.insert_attempt,
+                        &inner
+                            .statements::<AttemptStatements>()
+                            .await?
+                            .insert_attempt,
                         (
                             key.scheduled_time,
                             key.ordering_id,

@@ -150,7 +150,6 @@ pub trait DeadLetterStore: Send + Sync + 'static {
 /// days of its window in order and filters by type here (Cassandra 2.1 cannot filter a
 /// non-key column without `ALLOW FILTERING`, which would scan anyway).
 mod cassandra {
-    use scylla::client::session::Session;
     use scylla::statement::prepared::PreparedStatement;
     use std::sync::Arc;
 
@@ -162,7 +161,7 @@ mod cassandra {
 
     use crate::store::cassandra::rows::{first_row_of, limit_value, rows_of, with_stored_grouping};
     use crate::store::cassandra::statements::read_by_key;
-    use crate::store::cassandra::{CassandraStore, Inner, TableStatements};
+    use crate::store::cassandra::{CassandraStore, Inner, Preparing, TableStatements};
     use crate::store::dead_letters::{
         dead_letter_day, DeadLetter, DeadLetterFilter, DeadLetterStore, DeadReason,
     };
@@ -447,7 +446,8 @@ mod cassandra {
         "day_bucket = ? AND scheduled_time = ? AND ordering_id = ? AND uniqueness_key = ?";
 
     impl TableStatements for DeadLetterStatements {
-        async fn prepare(session: &Session, ks: &str) -> StoreResult<Self> {
+        async fn prepare(on: &Preparing<'_>) -> StoreResult<Self> {
+            let (session, ks) = (on.session, on.keyspace);
             let prepare = |cql: String| async move {
                 session
                     .prepare(cql)

@@ -78,7 +78,6 @@ pub trait IdentityStore: Send + Sync + 'static {
 /// (partition, orderingId), written with a TTL of the task's wait plus the status retention (none if that is 0),
 /// clamped to what Cassandra keeps (`store::ttl`).
 mod cassandra {
-    use scylla::client::session::Session;
     use scylla::statement::prepared::PreparedStatement;
     use std::sync::Arc;
 
@@ -89,7 +88,7 @@ mod cassandra {
     use scheduler_client::{Task, TaskData, TaskIdentity};
 
     use crate::store::cassandra::rows::{first_row_of, with_stored_grouping, with_stored_kind};
-    use crate::store::cassandra::{CassandraStore, TableStatements};
+    use crate::store::cassandra::{CassandraStore, Preparing, TableStatements};
     use crate::store::identities::identity_retention;
     use crate::store::{IdentityRecord, IdentityStore, PartitionId, StoreError, StoreResult};
 
@@ -200,7 +199,8 @@ mod cassandra {
     }
 
     impl TableStatements for IdentityStatements {
-        async fn prepare(session: &Session, ks: &str) -> StoreResult<Self> {
+        async fn prepare(on: &Preparing<'_>) -> StoreResult<Self> {
+            let (session, ks) = (on.session, on.keyspace);
             let prepare = |cql: String| async move {
                 session
                     .prepare(cql)

@@ -73,7 +73,6 @@ pub trait JobStore: Send + Sync + 'static {
 /// `group_progress`, a partition per group with a row per bucket that reported. Both kept for the
 /// status retention (the tables' `default_time_to_live`), like the groups they describe.
 mod cassandra {
-    use scylla::client::session::Session;
     use scylla::statement::prepared::PreparedStatement;
     use std::sync::Arc;
 
@@ -83,7 +82,7 @@ mod cassandra {
     use scheduler_client::TaskKey;
 
     use crate::store::cassandra::rows::rows_of;
-    use crate::store::cassandra::{CassandraStore, TableStatements};
+    use crate::store::cassandra::{CassandraStore, Preparing, TableStatements};
     use crate::store::{BucketProgress, GroupKey, JobRecord, JobStore, StoreError, StoreResult};
 
     /// The one partition every job is in.
@@ -302,7 +301,8 @@ mod cassandra {
                                group_id, buckets, started_at";
 
     impl TableStatements for JobStatements {
-        async fn prepare(session: &Session, ks: &str) -> StoreResult<Self> {
+        async fn prepare(on: &Preparing<'_>) -> StoreResult<Self> {
+            let (session, ks) = (on.session, on.keyspace);
             let prepare = |cql: String| async move {
                 session
                     .prepare(cql)

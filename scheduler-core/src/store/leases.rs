@@ -46,32 +46,29 @@ pub trait LeaseStore: Send + Sync + 'static {
     ) -> BoxFuture<'static, StoreResult<Vec<(String, LeaseRecord)>>>;
 }
 
-pub(in crate::store) use cassandra::LeaseStatements;
-
 /// `task_leases` on Cassandra: a row per holder in the partition's row, written with a TTL.
 mod cassandra {
     use std::sync::Arc;
 
     use futures::future::BoxFuture;
     use futures::FutureExt;
-    use scylla::client::session::Session;
     use scylla::statement::prepared::PreparedStatement;
 
     use super::{LeaseRecord, LeaseStore};
     use crate::store::cassandra::rows::{epoch_value, rows_of};
-    use crate::store::cassandra::CassandraStore;
+    use crate::store::cassandra::{CassandraStore, Preparing, TableStatements};
     use crate::store::{PartitionId, StoreError, StoreResult};
 
     /// The statements of `task_leases`.
-    pub(in crate::store) struct LeaseStatements {
+    struct LeaseStatements {
         insert: PreparedStatement,
         delete: PreparedStatement,
         select: PreparedStatement,
     }
 
-    impl LeaseStatements {
-        /// Prepares them on the tables of keyspace `ks`.
-        pub(in crate::store) async fn prepare(session: &Session, ks: &str) -> StoreResult<Self> {
+    impl TableStatements for LeaseStatements {
+        async fn prepare(on: &Preparing<'_>) -> StoreResult<Self> {
+            let (session, ks) = (on.session, on.keyspace);
             let prepare = |cql: String| async move {
                 session
                     .prepare(cql)
@@ -114,7 +111,7 @@ mod cassandra {
                     .max(1);
                 inner
                     .run(
-                        &inner.statements.leases.insert,
+                        &inner.statements::<LeaseStatements>().await?.insert,
                         (
                             partition,
                             holder,
@@ -140,7 +137,7 @@ mod cassandra {
             async move {
                 inner
                     .run(
-                        &inner.statements.leases.delete,
+                        &inner.statements::<LeaseStatements>().await?.delete,
                         (partition, holder),
                         "lease delete",
                     )
@@ -157,7 +154,11 @@ mod cassandra {
             let inner = Arc::clone(&self.inner);
             async move {
                 let result = inner
-                    .run(&inner.statements.leases.select, (partition,), "lease read")
+                    .run(
+                        &inner.statements::<LeaseStatements>().await?.select,
+                        (partition,),
+                        "lease read",
+                    )
                     .await?;
                 let rows = rows_of::<(String, Option<String>, Option<i64>, Option<String>)>(
                     result, "lease",

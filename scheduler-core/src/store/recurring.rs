@@ -134,11 +134,10 @@ mod cassandra {
     use scylla::statement::prepared::PreparedStatement;
 
     use crate::store::cassandra::rows::{first_row_of, limit_value, rows_of};
-    use scylla::client::session::Session;
 
     use crate::schedule_spec::ScheduleSpec;
     use crate::store::cassandra::statements::read_by_key;
-    use crate::store::cassandra::{CassandraStore, TableStatements};
+    use crate::store::cassandra::{CassandraStore, Preparing, TableStatements};
     use crate::store::{
         FireOutcome, FireRecord, RecurringStore, ScheduleRecord, StoreError, StoreResult,
     };
@@ -471,7 +470,8 @@ mod cassandra {
         "id, definition, paused, revision, created_at, updated_at, next_fire, last_fire";
 
     impl TableStatements for RecurringStatements {
-        async fn prepare(session: &Session, ks: &str) -> StoreResult<Self> {
+        async fn prepare(on: &Preparing<'_>) -> StoreResult<Self> {
+            let (session, ks) = (on.session, on.keyspace);
             let prepare = |cql: String| async move {
                 session
                     .prepare(cql)

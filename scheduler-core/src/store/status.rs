@@ -97,8 +97,6 @@ pub trait StatusStore: Send + Sync + 'static {
     ) -> BoxFuture<'static, StoreResult<Option<StatusRecord>>>;
 }
 
-pub(in crate::store) use cassandra::StatusStatements;
-
 /// `task_status` on Cassandra.
 mod cassandra {
     use std::sync::Arc;
@@ -107,26 +105,25 @@ mod cassandra {
     use futures::future::BoxFuture;
     use futures::FutureExt;
     use scheduler_client::TaskKey;
-    use scylla::client::session::Session;
     use scylla::statement::prepared::PreparedStatement;
 
     use super::{StatusRecord, StatusStore, TaskStatus};
     use crate::store::cassandra::rows::{applied, first_row_of, key_values};
     use crate::store::cassandra::statements::read_by_key;
-    use crate::store::cassandra::CassandraStore;
+    use crate::store::cassandra::{CassandraStore, Preparing, TableStatements};
     use crate::store::{PartitionId, StoreError, StoreResult};
 
     /// The statements of `task_status`.
-    pub(in crate::store) struct StatusStatements {
+    struct StatusStatements {
         select_status: PreparedStatement,
         insert_status: PreparedStatement,
         cancel_status: PreparedStatement,
         delete_status: PreparedStatement,
     }
 
-    impl StatusStatements {
-        /// Prepares them on the tables of keyspace `ks`.
-        pub(in crate::store) async fn prepare(session: &Session, ks: &str) -> StoreResult<Self> {
+    impl TableStatements for StatusStatements {
+        async fn prepare(on: &Preparing<'_>) -> StoreResult<Self> {
+            let (session, ks) = (on.session, on.keyspace);
             let prepare = |cql: String| async move {
                 session
                     .prepare(cql)
@@ -174,7 +171,7 @@ mod cassandra {
             async move {
                 let result = inner
                     .run(
-                        &inner.statements.status.select_status,
+                        &inner.statements::<StatusStatements>().await?.select_status,
                         key_values(partition, &key),
                         "status read",
                     )
@@ -224,7 +221,7 @@ mod cassandra {
                 let (p, bucket, time, ordering_id, uniqueness_key) = key_values(partition, &key);
                 inner
                     .run(
-                        &inner.statements.status.insert_status,
+                        &inner.statements::<StatusStatements>().await?.insert_status,
                         (
                             p,
                             bucket,
@@ -254,7 +251,7 @@ mod cassandra {
             async move {
                 inner
                     .run(
-                        &inner.statements.status.delete_status,
+                        &inner.statements::<StatusStatements>().await?.delete_status,
                         key_values(partition, &key),
                         "status delete",
                     )
@@ -276,7 +273,11 @@ mod cassandra {
                 let result = store
                     .inner
                     .run(
-                        &store.inner.statements.status.cancel_status,
+                        &store
+                            .inner
+                            .statements::<StatusStatements>()
+                            .await?
+                            .cancel_status,
                         (p, bucket, time, ordering_id, uniqueness_key, at),
                         "cancel",
                     )

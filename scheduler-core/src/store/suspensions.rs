@@ -159,12 +159,11 @@ mod cassandra {
     use chrono::{DateTime, Utc};
     use futures::future::BoxFuture;
     use futures::FutureExt;
-    use scylla::client::session::Session;
     use scylla::statement::prepared::PreparedStatement;
 
     use super::{Suspension, SuspensionStore, SuspensionTarget};
     use crate::store::cassandra::rows::rows_of;
-    use crate::store::cassandra::{CassandraStore, TableStatements};
+    use crate::store::cassandra::{CassandraStore, Preparing, TableStatements};
     use crate::store::{StoreError, StoreResult};
 
     /// The statements of `suspensions`: one partition (`shard` 0) holding every suspension.
@@ -175,7 +174,8 @@ mod cassandra {
     }
 
     impl TableStatements for SuspensionStatements {
-        async fn prepare(session: &Session, ks: &str) -> StoreResult<Self> {
+        async fn prepare(on: &Preparing<'_>) -> StoreResult<Self> {
+            let (session, ks) = (on.session, on.keyspace);
             let prepare = |cql: String| async move {
                 session
                     .prepare(cql)

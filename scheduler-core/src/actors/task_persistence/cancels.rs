@@ -24,7 +24,7 @@ use futures::{StreamExt, TryStreamExt};
 use scheduler_client::TaskKey;
 use tracing::{debug, info, warn};
 
-use super::PersistenceTables;
+use super::tables::PersistenceTables;
 use crate::actors::{TreeError, TreeResult};
 use crate::cancel_gate::{Applying, CancelGate};
 use crate::enqueue::Enqueuer;

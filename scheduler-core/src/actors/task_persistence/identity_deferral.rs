@@ -22,7 +22,7 @@ use futures::{StreamExt, TryStreamExt};
 use scheduler_client::wire;
 use tracing::{info, warn};
 
-use super::PersistenceTables;
+use super::tables::PersistenceTables;
 use crate::actors::{IdentityOp, PolledTasks};
 use crate::cancel_gate::{Applying, CancelGate};
 use crate::lease::TreeLease;

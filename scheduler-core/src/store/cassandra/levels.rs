@@ -78,7 +78,7 @@ pub struct StoreLevels {
 impl StoreLevels {
     /// Reads the levels back from the session's profile and the ownership statements (the
     /// claim's compare-and-set and the ownership check's read).
-    pub(super) fn read(
+    pub(in crate::store) fn read(
         session: &scylla::client::session::Session,
         claim: &scylla::statement::prepared::PreparedStatement,
         ownership_check: &scylla::statement::prepared::PreparedStatement,

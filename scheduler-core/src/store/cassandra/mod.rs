@@ -19,7 +19,7 @@ use scylla::serialize::row::SerializeRow;
 use scylla::statement::prepared::PreparedStatement;
 
 use super::{StoreError, StoreResult};
-use crate::settings::CassandraSettings;
+use crate::settings::{CassandraSettings, SerialConsistencyLevel};
 
 pub(in crate::store) mod levels;
 pub(in crate::store) mod rows;
@@ -28,7 +28,6 @@ pub(in crate::store) mod statements;
 pub use levels::StoreLevels;
 use rows::query_error;
 pub use schema::{Migration, META_KEYSPACE, SCHEMA_VERSION};
-use statements::Statements;
 
 /// Who holds the migration lock: this process, and a random part so two stores of one process
 /// differ.
@@ -48,17 +47,23 @@ pub struct CassandraStore {
 /// A table's prepared statements (in the table's own module), prepared once per session, when
 /// the table is first used.
 pub(in crate::store) trait TableStatements: Send + Sync + Sized + 'static {
-    /// Prepares them for the tables of `keyspace`.
-    fn prepare(
-        session: &Session,
-        keyspace: &str,
-    ) -> impl std::future::Future<Output = StoreResult<Self>> + Send;
+    /// Prepares them ([`Preparing`] says on what).
+    fn prepare(on: &Preparing<'_>) -> impl std::future::Future<Output = StoreResult<Self>> + Send;
+}
+
+/// What a table's statements are prepared on: the session, the keyspace of the tables, and the
+/// level claims of a partition run at (`CassandraSettings::ownership_serial_consistency`).
+pub(in crate::store) struct Preparing<'a> {
+    pub(in crate::store) session: &'a Session,
+    pub(in crate::store) keyspace: &'a str,
+    pub(in crate::store) ownership: SerialConsistencyLevel,
 }
 
 pub(in crate::store) struct Inner {
-    session: Session,
+    pub(in crate::store) session: Session,
     keyspace: String,
-    pub(in crate::store) statements: Statements,
+    /// The level ownership claims run at.
+    ownership: SerialConsistencyLevel,
     /// Tables' statements prepared so far, by type ([`TableStatements`]).
     prepared: std::sync::Mutex<
         std::collections::HashMap<std::any::TypeId, Arc<dyn std::any::Any + Send + Sync>>,
@@ -70,17 +75,6 @@ pub(in crate::store) struct Inner {
 }
 
 impl CassandraStore {
-    /// The consistency levels and request timeout the driver runs this store's statements
-    /// with, read back from the driver.
-    pub fn levels(&self) -> StoreLevels {
-        let statements = &self.inner.statements;
-        StoreLevels::read(
-            &self.inner.session,
-            &statements.ownership.claim_next,
-            &statements.ownership.select_epoch,
-        )
-    }
-
     /// How many statements this store has run, by operation (e.g. "task insert"): what a task
     /// costs in Cassandra, counted rather than assumed.
     pub fn statements_run(&self) -> Vec<(&'static str, u64)> {
@@ -106,7 +100,12 @@ impl Inner {
             Some(found) => found,
             None => {
                 // (Two first uses at once may both prepare: the statements are the same.)
-                let prepared = Arc::new(T::prepare(&self.session, &self.keyspace).await?);
+                let on = Preparing {
+                    session: &self.session,
+                    keyspace: &self.keyspace,
+                    ownership: self.ownership,
+                };
+                let prepared = Arc::new(T::prepare(&on).await?);
                 let mut cached = lock();
                 let entry = cached.entry(std::any::TypeId::of::<T>());
                 Arc::clone(entry.or_insert(prepared))
@@ -198,20 +197,15 @@ impl Inner {
 
 impl CassandraStore {
     /// Connects, checks that the keyspace is at this release's schema version (migrating it
-    /// first with `auto_migrate`), sets the retention and prepares the statements.
+    /// first with `auto_migrate`) and sets the retention. Each table prepares its statements
+    /// when it is first used.
     pub async fn connect(settings: &CassandraSettings) -> StoreResult<CassandraStore> {
         let session = Self::session(settings).await?;
         schema::check_or_migrate(&session, settings, &migration_holder()).await?;
-        let statements = Statements::prepare(
-            &session,
-            &settings.keyspace,
-            settings.ownership_serial_consistency,
-        )
-        .await?;
         let inner = Inner {
             session,
             keyspace: settings.keyspace.clone(),
-            statements,
+            ownership: settings.ownership_serial_consistency,
             prepared: Default::default(),
             status_ttl: settings.status_ttl,
             counts: Default::default(),

@@ -1,46 +1,4 @@
-//! The statements of the core tables, which every task uses: each table prepares its own (in
-//! its module), all of them as the store connects. A feature's table prepares its statements on
-//! first use instead (`TableStatements`).
-
-use scylla::client::session::Session;
-
-use crate::settings::SerialConsistencyLevel;
-use crate::store::attempts::AttemptStatements;
-use crate::store::deferred::DeferredStatements;
-use crate::store::leases::LeaseStatements;
-use crate::store::ownership::OwnershipStatements;
-use crate::store::schedule::ScheduleStatements;
-use crate::store::status::StatusStatements;
-use crate::store::StoreResult;
-
-/// The core tables' statements, prepared once per session.
-pub(in crate::store) struct Statements {
-    pub(in crate::store) schedule: ScheduleStatements,
-    pub(in crate::store) status: StatusStatements,
-    pub(in crate::store) attempts: AttemptStatements,
-    pub(in crate::store) ownership: OwnershipStatements,
-    pub(in crate::store) leases: LeaseStatements,
-    pub(in crate::store) deferred: DeferredStatements,
-}
-
-impl Statements {
-    /// Prepares them on the tables of keyspace `ks`; ownership claims run at `ownership` (see
-    /// `CassandraSettings::ownership_serial_consistency`).
-    pub(super) async fn prepare(
-        session: &Session,
-        ks: &str,
-        ownership: SerialConsistencyLevel,
-    ) -> StoreResult<Statements> {
-        Ok(Statements {
-            schedule: ScheduleStatements::prepare(session, ks).await?,
-            status: StatusStatements::prepare(session, ks).await?,
-            attempts: AttemptStatements::prepare(session, ks).await?,
-            ownership: OwnershipStatements::prepare(session, ks, ownership).await?,
-            leases: LeaseStatements::prepare(session, ks).await?,
-            deferred: DeferredStatements::prepare(session, ks).await?,
-        })
-    }
-}
+//! What the tables' statements share: the clause of a read of one row by its key.
 
 /// The clause of a read of one row by its key: `prefix`, equalities on the partition key and the
 /// clustering columns before `last` (and, where `last` is the only clustering column, a lower

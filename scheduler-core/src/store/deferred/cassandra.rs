@@ -9,12 +9,11 @@ use std::sync::Arc;
 use futures::future::BoxFuture;
 use futures::FutureExt;
 use scheduler_client::RunOrder;
-use scylla::client::session::Session;
 use scylla::statement::batch::{Batch, BatchType};
 use scylla::statement::prepared::PreparedStatement;
 
 use crate::store::cassandra::rows::{limit_value, rows_of};
-use crate::store::cassandra::CassandraStore;
+use crate::store::cassandra::{CassandraStore, Preparing, TableStatements};
 use crate::store::deferred::{DeferralList, DeferredStore, DEFERRED_LIST_RETENTION};
 use crate::store::ttl::Retention;
 use crate::store::{PartitionId, StoreError, StoreResult};
@@ -23,15 +22,16 @@ use crate::store::{PartitionId, StoreError, StoreResult};
 const BATCH_ROWS: usize = 500;
 
 /// The statements of the deferred-task lists.
-pub(in crate::store) struct DeferredStatements {
+struct DeferredStatements {
     insert: PreparedStatement,
     select_from: PreparedStatement,
     delete: PreparedStatement,
     drop_lists: PreparedStatement,
 }
 
-impl DeferredStatements {
-    pub(in crate::store) async fn prepare(session: &Session, ks: &str) -> StoreResult<Self> {
+impl TableStatements for DeferredStatements {
+    async fn prepare(on: &Preparing<'_>) -> StoreResult<Self> {
+        let (session, ks) = (on.session, on.keyspace);
         let prepare = |cql: String| async move {
             session
                 .prepare(cql)
@@ -124,7 +124,8 @@ impl DeferredStore for CassandraStore {
         async move {
             let now = chrono::Utc::now();
             let ttl = Retention::after(now, DEFERRED_LIST_RETENTION).ttl_secs(now);
-            let insert = &store.inner.statements.deferred.insert;
+            let statements = store.inner.statements::<DeferredStatements>().await?;
+            let insert = &statements.insert;
             let values = |run: &RunOrder| {
                 let (p, tree, ordering, time, offset, unique) = row_values(&list, run);
                 (
@@ -169,7 +170,7 @@ impl DeferredStore for CassandraStore {
             );
             let result = inner
                 .run(
-                    &inner.statements.deferred.select_from,
+                    &inner.statements::<DeferredStatements>().await?.select_from,
                     values,
                     "deferred list read",
                 )
@@ -196,7 +197,8 @@ impl DeferredStore for CassandraStore {
     ) -> BoxFuture<'static, StoreResult<()>> {
         let store = self.clone();
         async move {
-            let delete = &store.inner.statements.deferred.delete;
+            let statements = store.inner.statements::<DeferredStatements>().await?;
+            let delete = &statements.delete;
             let values = |run: &RunOrder| {
                 let (p, tree, ordering, time, offset, unique) = row_values(&list, run);
                 (
@@ -222,7 +224,8 @@ impl DeferredStore for CassandraStore {
     ) -> BoxFuture<'static, StoreResult<()>> {
         let inner = Arc::clone(&self.inner);
         async move {
-            let drop_lists = &inner.statements.deferred.drop_lists;
+            let statements = inner.statements::<DeferredStatements>().await?;
+            let drop_lists = &statements.drop_lists;
             inner
                 .run(drop_lists, (partition, &tree), "deferred lists delete")
                 .await?;

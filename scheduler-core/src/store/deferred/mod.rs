@@ -23,8 +23,6 @@ mod cassandra;
 #[cfg(any(test, feature = "testing"))]
 mod memory;
 
-pub(in crate::store) use cassandra::DeferredStatements;
-
 /// The list of one orderingId's deferred tasks in one tree of a partition.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct DeferralList {

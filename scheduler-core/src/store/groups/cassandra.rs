@@ -14,10 +14,9 @@ use futures::FutureExt;
 use scheduler_client::TaskKey;
 
 use crate::store::cassandra::rows::{first_row_of, rows_of};
-use scylla::client::session::Session;
 use scylla::statement::prepared::PreparedStatement;
 
-use crate::store::cassandra::{CassandraStore, Inner, TableStatements};
+use crate::store::cassandra::{CassandraStore, Inner, Preparing, TableStatements};
 use crate::store::groups::stored_group_number;
 use crate::store::{
     GroupHeader, GroupKey, GroupMark, GroupState, GroupStore, GroupTally, MemberOutcome,
@@ -450,7 +449,8 @@ struct GroupStatements {
 }
 
 impl TableStatements for GroupStatements {
-    async fn prepare(session: &Session, ks: &str) -> StoreResult<Self> {
+    async fn prepare(on: &Preparing<'_>) -> StoreResult<Self> {
+        let (session, ks) = (on.session, on.keyspace);
         let prepare = |cql: String| async move {
             session
                 .prepare(cql)

@@ -13,33 +13,29 @@ use scylla::statement::prepared::PreparedStatement;
 use super::{LowWater, OwnershipStore, PartitionOwner};
 use crate::settings::SerialConsistencyLevel;
 use crate::store::cassandra::rows::{applied, epoch_value, first_row_of};
-use crate::store::cassandra::{levels, CassandraStore};
+use crate::store::cassandra::{levels, CassandraStore, Preparing, StoreLevels, TableStatements};
 use crate::store::{DeferralList, ListBehind, PartitionId, StoreError, StoreResult};
 
 /// Claims lost to a concurrent claimer in a row before giving up (each retry re-reads the epoch).
 const CLAIM_ATTEMPTS: u32 = 10;
 
 /// The statements of `partition_owners`.
-pub(in crate::store) struct OwnershipStatements {
+struct OwnershipStatements {
     select_low_water: PreparedStatement,
     set_low_water: PreparedStatement,
     advance_low_water: PreparedStatement,
-    pub(in crate::store) select_epoch: PreparedStatement,
+    select_epoch: PreparedStatement,
     select_epoch_serial: PreparedStatement,
     claim_first: PreparedStatement,
-    pub(in crate::store) claim_next: PreparedStatement,
+    claim_next: PreparedStatement,
     select_owners: PreparedStatement,
 }
 
-impl OwnershipStatements {
-    /// Prepares them on the tables of keyspace `ks`; claims run at `ownership` (see
-    /// `CassandraSettings::ownership_serial_consistency`).
-    pub(in crate::store) async fn prepare(
-        session: &Session,
-        ks: &str,
-        ownership: SerialConsistencyLevel,
-    ) -> StoreResult<Self> {
-        let mut statements = Self::prepare_all(session, ks).await?;
+impl TableStatements for OwnershipStatements {
+    /// Claims (and the reads that must see them) run at `on.ownership`.
+    async fn prepare(on: &Preparing<'_>) -> StoreResult<Self> {
+        let ownership = on.ownership;
+        let mut statements = Self::prepare_all(on.session, on.keyspace).await?;
         statements
             .select_epoch_serial
             .set_consistency(levels::serial_read(ownership));
@@ -67,7 +63,9 @@ impl OwnershipStatements {
         }
         Ok(statements)
     }
+}
 
+impl OwnershipStatements {
     async fn prepare_all(session: &Session, ks: &str) -> StoreResult<Self> {
         let prepare = |cql: String| async move {
             session
@@ -140,13 +138,21 @@ impl OwnershipStore for CassandraStore {
                 let result = if current == 0 {
                     let values = (partition, &owner, at);
                     inner
-                        .run(&inner.statements.ownership.claim_first, values, claim)
+                        .run(
+                            &inner.statements::<OwnershipStatements>().await?.claim_first,
+                            values,
+                            claim,
+                        )
                         .await?
                 } else {
                     let (next, current) = (epoch_value(current + 1), epoch_value(current));
                     let values = (next, &owner, at, partition, current);
                     inner
-                        .run(&inner.statements.ownership.claim_next, values, claim)
+                        .run(
+                            &inner.statements::<OwnershipStatements>().await?.claim_next,
+                            values,
+                            claim,
+                        )
                         .await?
                 };
                 if applied(result, "partition owner")? {
@@ -171,7 +177,8 @@ impl OwnershipStore for CassandraStore {
     ) -> BoxFuture<'static, StoreResult<Option<LowWater>>> {
         let inner = Arc::clone(&self.inner);
         async move {
-            let statement = &inner.statements.ownership.select_low_water;
+            let statements = inner.statements::<OwnershipStatements>().await?;
+            let statement = &statements.select_low_water;
             let result = inner.run(statement, (partition,), "low-water read").await?;
             let row =
                 first_row_of::<(Option<DateTime<Utc>>, Option<String>)>(result, "partition owner")?;
@@ -209,7 +216,8 @@ impl OwnershipStore for CassandraStore {
         let inner = Arc::clone(&self.inner);
         async move {
             let values = (at, partition, epoch_value(epoch));
-            let statement = &inner.statements.ownership.set_low_water;
+            let statements = inner.statements::<OwnershipStatements>().await?;
+            let statement = &statements.set_low_water;
             let result = inner.run(statement, values, "low-water write").await?;
             applied(result, "partition owner")
         }
@@ -228,7 +236,8 @@ impl OwnershipStore for CassandraStore {
         async move {
             let listed = encode_behind(&behind, &lists)?;
             let values = (at, listed, partition, epoch_value(epoch));
-            let statement = &inner.statements.ownership.advance_low_water;
+            let statements = inner.statements::<OwnershipStatements>().await?;
+            let statement = &statements.advance_low_water;
             let result = inner.run(statement, values, "low-water write").await?;
             applied(result, "partition owner")
         }
@@ -244,7 +253,8 @@ impl OwnershipStore for CassandraStore {
                 Option<String>,
                 Option<DateTime<Utc>>,
             );
-            let statement = &inner.statements.ownership.select_owners;
+            let statements = inner.statements::<OwnershipStatements>().await?;
+            let statement = &statements.select_owners;
             let rows: Vec<Row> = inner
                 .run_paged(statement, (), "owners read", "partition owner")
                 .await?;
@@ -343,6 +353,18 @@ fn decode_behind(
 }
 
 impl CassandraStore {
+    /// The consistency levels and request timeout the driver runs this store's statements
+    /// with, read back from the driver (its claims' and ownership checks' statements, prepared
+    /// for that if they were not yet).
+    pub async fn levels(&self) -> StoreResult<StoreLevels> {
+        let statements = self.inner.statements::<OwnershipStatements>().await?;
+        Ok(StoreLevels::read(
+            &self.inner.session,
+            &statements.claim_next,
+            &statements.select_epoch,
+        ))
+    }
+
     /// The partition's epoch, read serially (`serial`, for a claim) or at the session's
     /// consistency (for ownership checks).
     fn read_epoch(
@@ -352,10 +374,11 @@ impl CassandraStore {
     ) -> BoxFuture<'static, StoreResult<u64>> {
         let inner = Arc::clone(&self.inner);
         async move {
+            let statements = inner.statements::<OwnershipStatements>().await?;
             let statement = if serial {
-                &inner.statements.ownership.select_epoch_serial
+                &statements.select_epoch_serial
             } else {
-                &inner.statements.ownership.select_epoch
+                &statements.select_epoch
             };
             let result = inner.run(statement, (partition,), "ownership read").await?;
             let epoch = first_row_of::<(Option<i64>,)>(result, "partition owner")?

@@ -14,8 +14,6 @@ mod cassandra;
 #[cfg(any(test, feature = "testing"))]
 mod memory;
 
-pub(in crate::store) use cassandra::OwnershipStatements;
-
 /// Partition ownership (`partition_owners`): the epoch every claim raises, which fences older
 /// trees.
 pub trait OwnershipStore: Send + Sync + 'static {

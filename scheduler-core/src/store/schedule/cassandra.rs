@@ -23,11 +23,13 @@ use crate::store::cassandra::rows::{
     first_row_of, key_values, limit_value, rows_of, task_from_row, TaskRow,
 };
 use crate::store::cassandra::statements::read_by_key;
-use crate::store::cassandra::{CassandraStore, Inner, WRITE_CONCURRENCY};
+use crate::store::cassandra::{
+    CassandraStore, Inner, Preparing, TableStatements, WRITE_CONCURRENCY,
+};
 use crate::store::{PartitionId, StoreError, StoreResult};
 
 /// The statements of the schedule and its neighbours.
-pub(in crate::store) struct ScheduleStatements {
+struct ScheduleStatements {
     insert_task: TaskInserts,
     insert_bucket: PreparedStatement,
     select_buckets: PreparedStatement,
@@ -88,9 +90,9 @@ impl TaskInserts {
     }
 }
 
-impl ScheduleStatements {
-    /// Prepares them on the tables of keyspace `ks`.
-    pub(in crate::store) async fn prepare(session: &Session, ks: &str) -> StoreResult<Self> {
+impl TableStatements for ScheduleStatements {
+    async fn prepare(on: &Preparing<'_>) -> StoreResult<Self> {
+        let (session, ks) = (on.session, on.keyspace);
         let prepare = |cql: String| async move {
             session
                 .prepare(cql)
@@ -208,7 +210,10 @@ impl ScheduleStore for CassandraStore {
                     let values = (partition, bucket);
                     inner
                         .run(
-                            &inner.statements.schedule.insert_bucket,
+                            &inner
+                                .statements::<ScheduleStatements>()
+                                .await?
+                                .insert_bucket,
                             values,
                             "bucket index write",
                         )
@@ -235,7 +240,8 @@ impl ScheduleStore for CassandraStore {
                             task.task_type,
                             task.priority,
                         );
-                        let inserts = &inner.statements.schedule.insert_task;
+                        let statements = inner.statements::<ScheduleStatements>().await?;
+                        let inserts = &statements.insert_task;
                         let op = "task insert";
                         // Only the columns the task has a value for: no null (tombstone) per task.
                         let written = match (task.on_conflict, grouping) {
@@ -301,12 +307,12 @@ impl ScheduleStore for CassandraStore {
                     cursor = ReadCursor::From(bucket);
                 }
                 let remaining = limit_value(limit - tasks.len());
-                let statements = &inner.statements;
+                let statements = inner.statements::<ScheduleStatements>().await?;
                 let result = match &cursor {
                     ReadCursor::From(from) => {
                         let values = (partition, bucket, *from, until, remaining);
                         inner
-                            .run(&statements.schedule.load_from, values, "schedule load")
+                            .run(&statements.load_from, values, "schedule load")
                             .await
                     }
                     ReadCursor::After(key) => {
@@ -320,7 +326,7 @@ impl ScheduleStore for CassandraStore {
                             remaining,
                         );
                         inner
-                            .run(&statements.schedule.load_after, values, "schedule load")
+                            .run(&statements.load_after, values, "schedule load")
                             .await
                     }
                 }?;
@@ -342,7 +348,7 @@ impl ScheduleStore for CassandraStore {
         async move {
             inner
                 .run(
-                    &inner.statements.schedule.delete_task,
+                    &inner.statements::<ScheduleStatements>().await?.delete_task,
                     key_values(partition, &key),
                     "schedule delete",
                 )
@@ -361,7 +367,7 @@ impl ScheduleStore for CassandraStore {
         async move {
             let result = inner
                 .run(
-                    &inner.statements.schedule.select_task,
+                    &inner.statements::<ScheduleStatements>().await?.select_task,
                     key_values(partition, &key),
                     "task read",
                 )
@@ -408,7 +414,8 @@ impl ScheduleStore for CassandraStore {
     ) -> BoxFuture<'static, StoreResult<Vec<TaskKey>>> {
         let inner = Arc::clone(&self.inner);
         async move {
-            let statement = &inner.statements.schedule.select_retrying;
+            let statements = inner.statements::<ScheduleStatements>().await?;
+            let statement = &statements.select_retrying;
             let rows: Vec<(DateTime<Utc>, String, String)> = inner
                 .run_paged(statement, (partition,), "retrying read", "retrying")
                 .await?;
@@ -439,7 +446,8 @@ impl ScheduleStore for CassandraStore {
                 &key.uniqueness_key,
                 at,
             );
-            let statement = &inner.statements.schedule.insert_deferred_cancel;
+            let statements = inner.statements::<ScheduleStatements>().await?;
+            let statement = &statements.insert_deferred_cancel;
             inner
                 .run(statement, values, "deferred cancel write")
                 .await?;
@@ -461,7 +469,8 @@ impl ScheduleStore for CassandraStore {
                 uniqueness_key,
             } = key;
             let values = (partition, scheduled_time, ordering_id, uniqueness_key);
-            let delete = &inner.statements.schedule.delete_deferred_cancel;
+            let statements = inner.statements::<ScheduleStatements>().await?;
+            let delete = &statements.delete_deferred_cancel;
             let operation = "deferred cancel delete";
             inner.run(delete, values, operation).await.map(|_| ())
         }
@@ -475,7 +484,8 @@ impl ScheduleStore for CassandraStore {
         let inner = Arc::clone(&self.inner);
         async move {
             type Row = (DateTime<Utc>, String, String, DateTime<Utc>);
-            let statement = &inner.statements.schedule.select_deferred_cancels;
+            let statements = inner.statements::<ScheduleStatements>().await?;
+            let statement = &statements.select_deferred_cancels;
             let rows: Vec<Row> = inner
                 .run_paged(
                     statement,
@@ -512,7 +522,8 @@ impl ScheduleStore for CassandraStore {
                 &record.record,
                 &record.trace_parent,
             );
-            let statement = &inner.statements.schedule.insert_deferred_identity;
+            let statements = inner.statements::<ScheduleStatements>().await?;
+            let statement = &statements.insert_deferred_identity;
             inner
                 .run(statement, values, "deferred identity record write")
                 .await?;
@@ -529,7 +540,8 @@ impl ScheduleStore for CassandraStore {
     ) -> BoxFuture<'static, StoreResult<()>> {
         let inner = Arc::clone(&self.inner);
         async move {
-            let statement = &inner.statements.schedule.delete_deferred_identity;
+            let statements = inner.statements::<ScheduleStatements>().await?;
+            let statement = &statements.delete_deferred_identity;
             inner
                 .run(
                     statement,
@@ -549,7 +561,8 @@ impl ScheduleStore for CassandraStore {
         let inner = Arc::clone(&self.inner);
         async move {
             type Row = (String, i64, String, Option<String>);
-            let statement = &inner.statements.schedule.select_deferred_identity;
+            let statements = inner.statements::<ScheduleStatements>().await?;
+            let statement = &statements.select_deferred_identity;
             let rows: Vec<Row> = inner
                 .run_paged(
                     statement,
@@ -592,16 +605,12 @@ impl ScheduleStore for CassandraStore {
                 // The rows first: a bucket whose rows are gone but not its index row is only
                 // read once more; the other way round would hide live rows from loading.
                 let values = (stamp.0, partition, bucket);
-                let statements = &inner.statements;
+                let statements = inner.statements::<ScheduleStatements>().await?;
                 inner
-                    .run(
-                        &statements.schedule.forget_bucket_rows,
-                        values,
-                        "bucket delete",
-                    )
+                    .run(&statements.forget_bucket_rows, values, "bucket delete")
                     .await?;
                 inner
-                    .run(&statements.schedule.forget_bucket, values, "bucket delete")
+                    .run(&statements.forget_bucket, values, "bucket delete")
                     .await?;
                 forgotten += 1;
             }
@@ -645,7 +654,10 @@ impl IndexedBuckets {
             );
             let result = inner
                 .run(
-                    &inner.statements.schedule.select_buckets,
+                    &inner
+                        .statements::<ScheduleStatements>()
+                        .await?
+                        .select_buckets,
                     values,
                     "bucket index read",
                 )

@@ -16,8 +16,6 @@ mod cassandra;
 #[cfg(any(test, feature = "testing"))]
 mod memory;
 
-pub(in crate::store) use cassandra::ScheduleStatements;
-
 /// Where a load of the schedule starts.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ReadCursor {
