@@ -99,13 +99,8 @@ mod cassandra {
 
     impl TableStatements for AttemptStatements {
         async fn prepare(on: &Preparing<'_>) -> StoreResult<Self> {
-            let (session, ks) = (on.session, on.keyspace);
-            let prepare = |cql: String| async move {
-                session
-                    .prepare(cql)
-                    .await
-                    .map_err(|e| StoreError::query("prepare attempt statement", e))
-            };
+            let ks = on.keyspace;
+            let prepare = |cql: String| on.prepare("prepare attempt statement", cql);
             let key_columns = "scheduled_time, ordering_id, uniqueness_key";
             Ok(AttemptStatements {
                 select_attempts: prepare(format!(

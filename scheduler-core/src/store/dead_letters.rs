@@ -447,13 +447,8 @@ mod cassandra {
 
     impl TableStatements for DeadLetterStatements {
         async fn prepare(on: &Preparing<'_>) -> StoreResult<Self> {
-            let (session, ks) = (on.session, on.keyspace);
-            let prepare = |cql: String| async move {
-                session
-                    .prepare(cql)
-                    .await
-                    .map_err(|e| StoreError::query("prepare dead-letter statement", e))
-            };
+            let ks = on.keyspace;
+            let prepare = |cql: String| on.prepare("prepare dead-letter statement", cql);
             Ok(DeadLetterStatements {
                 insert: prepare(format!(
                     "INSERT INTO {ks}.dead_letters (day_bucket, {COLUMNS}) \
@@ -505,10 +500,22 @@ mod memory {
     use super::*;
     use crate::store::memory::MemoryStore;
 
+    /// The table's rows, by task key.
+    type Rows = std::collections::BTreeMap<TaskKey, DeadLetter>;
+
+    // Read by the unit tests and the simulation.
+    #[cfg_attr(not(test), allow(dead_code))]
+    impl MemoryStore {
+        /// Every dead letter, by task key.
+        pub fn all_dead_letters(&self) -> Rows {
+            self.lock().table::<Rows>().clone()
+        }
+    }
+
     impl DeadLetterStore for MemoryStore {
         fn add_dead_letter(&self, letter: DeadLetter) -> BoxFuture<'static, StoreResult<()>> {
             self.run("dead-letter write", move |s| {
-                s.dead_letters.insert(letter.task.key(), letter);
+                s.table::<Rows>().insert(letter.task.key(), letter);
             })
         }
 
@@ -519,7 +526,7 @@ mod memory {
             limit: usize,
         ) -> BoxFuture<'static, StoreResult<Vec<DeadLetter>>> {
             self.run("dead-letter list", move |s| {
-                s.dead_letters
+                s.table::<Rows>()
                     .iter()
                     .filter(|(key, _)| after.as_ref().is_none_or(|after| *key > after))
                     .filter(|(key, _)| {
@@ -535,7 +542,7 @@ mod memory {
 
         fn dead_letter(&self, key: TaskKey) -> BoxFuture<'static, StoreResult<Option<DeadLetter>>> {
             self.run("dead-letter read", move |s| {
-                s.dead_letters.get(&key).cloned()
+                s.table::<Rows>().get(&key).cloned()
             })
         }
 
@@ -546,7 +553,7 @@ mod memory {
             at: DateTime<Utc>,
         ) -> BoxFuture<'static, StoreResult<()>> {
             self.run("dead-letter redrive mark", move |s| {
-                if let Some(letter) = s.dead_letters.get_mut(&key) {
+                if let Some(letter) = s.table::<Rows>().get_mut(&key) {
                     letter.redrives = redrives;
                     letter.redriven_at = Some(at);
                 }
@@ -555,7 +562,7 @@ mod memory {
 
         fn remove_dead_letter(&self, key: TaskKey) -> BoxFuture<'static, StoreResult<()>> {
             self.run("dead-letter delete", move |s| {
-                s.dead_letters.remove(&key);
+                s.table::<Rows>().remove(&key);
             })
         }
     }

@@ -200,13 +200,8 @@ mod cassandra {
 
     impl TableStatements for IdentityStatements {
         async fn prepare(on: &Preparing<'_>) -> StoreResult<Self> {
-            let (session, ks) = (on.session, on.keyspace);
-            let prepare = |cql: String| async move {
-                session
-                    .prepare(cql)
-                    .await
-                    .map_err(|e| StoreError::query("prepare identity statement", e))
-            };
+            let ks = on.keyspace;
+            let prepare = |cql: String| on.prepare("prepare identity statement", cql);
             Ok(IdentityStatements {
                 select: prepare(format!(
                     "SELECT scheduled_time, task_data, task_type, priority, on_conflict, max_wait_ms, \
@@ -232,6 +227,37 @@ mod memory {
     use super::*;
     use crate::store::memory::MemoryStore;
 
+    /// The table's rows: each identity's record, when it expires (with a retention), and every
+    /// write of one in order, with when it was applied.
+    #[derive(Default)]
+    struct Rows {
+        records: std::collections::HashMap<(PartitionId, TaskIdentity), IdentityRecord>,
+        expiry: std::collections::HashMap<(PartitionId, TaskIdentity), DateTime<Utc>>,
+        writes: Vec<(IdentityRecord, tokio::time::Instant)>,
+    }
+
+    // Read by the unit tests and the simulation.
+    #[cfg_attr(not(test), allow(dead_code))]
+    impl MemoryStore {
+        /// Every identity's record, with its partition.
+        pub fn identity_records(&self) -> Vec<(PartitionId, IdentityRecord)> {
+            let mut state = self.lock();
+            let records = state.table::<Rows>().records.iter();
+            records
+                .map(|((p, _), r)| {
+                    let record = IdentityRecord::read_back(r.task.clone(), r.first_time, r.offset);
+                    (*p, record)
+                })
+                .collect()
+        }
+
+        /// Every identity write, in order, with when it was applied (the simulation checks that
+        /// a task superseded then never starts afterwards).
+        pub fn identity_writes(&self) -> Vec<(IdentityRecord, tokio::time::Instant)> {
+            self.lock().table::<Rows>().writes.clone()
+        }
+    }
+
     impl IdentityStore for MemoryStore {
         fn identity(
             &self,
@@ -240,11 +266,16 @@ mod memory {
         ) -> BoxFuture<'static, StoreResult<Option<IdentityRecord>>> {
             self.run("identity read", move |s| {
                 let key = (partition, identity);
-                let expired = match (&s.retention, s.identity_expiry.get(&key)) {
-                    (Some((_, clock)), Some(expiry)) => clock.now() >= *expiry,
+                let clock = s
+                    .retention
+                    .as_ref()
+                    .map(|(_, clock)| std::sync::Arc::clone(clock));
+                let rows = s.table::<Rows>();
+                let expired = match (clock, rows.expiry.get(&key)) {
+                    (Some(clock), Some(expiry)) => clock.now() >= *expiry,
                     _ => false,
                 };
-                (s.identities.get(&key).filter(|_| !expired))
+                (rows.records.get(&key).filter(|_| !expired))
                     .map(|r| IdentityRecord::read_back(r.task.clone(), r.first_time, r.offset))
             })
         }
@@ -255,24 +286,26 @@ mod memory {
             record: IdentityRecord,
         ) -> BoxFuture<'static, StoreResult<()>> {
             self.run("identity write", move |s| {
-                s.identity_writes
+                let retention = s.retention.clone();
+                let rows = s.table::<Rows>();
+                rows.writes
                     .push((record.clone(), tokio::time::Instant::now()));
                 // As `task_identities` does: the record's offset, not the task's field, is kept.
                 let mut record = record;
                 record.task.enqueue_offset = None;
                 let key = (partition, record.task.identity());
-                if let Some((status_ttl, clock)) = &s.retention {
+                if let Some((status_ttl, clock)) = &retention {
                     let now = clock.now();
                     let retention =
                         identity_retention(record.task.scheduled_time, now, *status_ttl);
                     match retention.ttl_secs(now) {
-                        0 => s.identity_expiry.remove(&key),
-                        secs => s
-                            .identity_expiry
+                        0 => rows.expiry.remove(&key),
+                        secs => rows
+                            .expiry
                             .insert(key.clone(), now + chrono::TimeDelta::seconds(secs.into())),
                     };
                 }
-                s.identities.insert(key, record);
+                rows.records.insert(key, record);
             })
         }
     }

@@ -302,13 +302,8 @@ mod cassandra {
 
     impl TableStatements for JobStatements {
         async fn prepare(on: &Preparing<'_>) -> StoreResult<Self> {
-            let (session, ks) = (on.session, on.keyspace);
-            let prepare = |cql: String| async move {
-                session
-                    .prepare(cql)
-                    .await
-                    .map_err(|e| StoreError::query("prepare job statement", e))
-            };
+            let ks = on.keyspace;
+            let prepare = |cql: String| on.prepare("prepare job statement", cql);
             Ok(JobStatements {
                 insert_job: prepare(format!(
                     "INSERT INTO {ks}.jobs (shard, {JOB_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
@@ -348,23 +343,32 @@ mod memory {
     use super::*;
     use crate::store::memory::MemoryStore;
 
+    /// The tables' rows: jobs by id, buckets' progress by group and bucket.
+    #[derive(Default)]
+    struct Rows {
+        jobs: std::collections::BTreeMap<String, JobRecord>,
+        progress: std::collections::BTreeMap<(GroupKey, u32), BucketProgress>,
+    }
+
     impl JobStore for MemoryStore {
         fn record_job(&self, job: JobRecord) -> BoxFuture<'static, StoreResult<()>> {
             self.run("job write", move |s| {
-                s.jobs.insert(job.id.clone(), job);
+                s.table::<Rows>().jobs.insert(job.id.clone(), job);
             })
         }
 
         fn jobs(&self) -> BoxFuture<'static, StoreResult<Vec<JobRecord>>> {
             self.run("jobs read", |s| {
-                let mut jobs: Vec<JobRecord> = s.jobs.values().cloned().collect();
+                let mut jobs: Vec<JobRecord> = s.table::<Rows>().jobs.values().cloned().collect();
                 jobs.sort_by_key(|job| std::cmp::Reverse(job.started_at));
                 jobs
             })
         }
 
         fn job(&self, id: String) -> BoxFuture<'static, StoreResult<Option<JobRecord>>> {
-            self.run("jobs read", move |s| s.jobs.get(&id).cloned())
+            self.run("jobs read", move |s| {
+                s.table::<Rows>().jobs.get(&id).cloned()
+            })
         }
 
         fn record_progress(
@@ -373,7 +377,9 @@ mod memory {
             progress: BucketProgress,
         ) -> BoxFuture<'static, StoreResult<()>> {
             self.run("progress write", move |s| {
-                s.progress.insert((group, progress.bucket), progress);
+                s.table::<Rows>()
+                    .progress
+                    .insert((group, progress.bucket), progress);
             })
         }
 
@@ -382,7 +388,7 @@ mod memory {
             group: GroupKey,
         ) -> BoxFuture<'static, StoreResult<Vec<BucketProgress>>> {
             self.run("progress read", move |s| {
-                let progress: Vec<BucketProgress> = (s.progress.iter())
+                let progress: Vec<BucketProgress> = (s.table::<Rows>().progress.iter())
                     .filter(|((g, _), _)| *g == group)
                     .map(|(_, p)| p.clone())
                     .collect();
@@ -398,7 +404,7 @@ mod memory {
             last: u32,
         ) -> BoxFuture<'static, StoreResult<Vec<BucketProgress>>> {
             self.run("progress read", move |s| {
-                let progress: Vec<BucketProgress> = (s.progress)
+                let progress: Vec<BucketProgress> = (s.table::<Rows>().progress)
                     .range((group.clone(), first)..=(group, last))
                     .map(|(_, p)| p.clone())
                     .collect();

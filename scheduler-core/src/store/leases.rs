@@ -68,13 +68,8 @@ mod cassandra {
 
     impl TableStatements for LeaseStatements {
         async fn prepare(on: &Preparing<'_>) -> StoreResult<Self> {
-            let (session, ks) = (on.session, on.keyspace);
-            let prepare = |cql: String| async move {
-                session
-                    .prepare(cql)
-                    .await
-                    .map_err(|e| StoreError::query("prepare lease statement", e))
-            };
+            let ks = on.keyspace;
+            let prepare = |cql: String| on.prepare("prepare lease statement", cql);
             Ok(LeaseStatements {
                 insert: prepare(format!(
                     "INSERT INTO {ks}.task_leases (partition_id, holder, node, epoch, running) \

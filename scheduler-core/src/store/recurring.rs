@@ -471,13 +471,8 @@ mod cassandra {
 
     impl TableStatements for RecurringStatements {
         async fn prepare(on: &Preparing<'_>) -> StoreResult<Self> {
-            let (session, ks) = (on.session, on.keyspace);
-            let prepare = |cql: String| async move {
-                session
-                    .prepare(cql)
-                    .await
-                    .map_err(|e| StoreError::query("prepare recurring schedule statement", e))
-            };
+            let ks = on.keyspace;
+            let prepare = |cql: String| on.prepare("prepare recurring schedule statement", cql);
             let mut select_all = prepare(format!(
                 "SELECT {SCHEDULE_COLUMNS} FROM {ks}.recurring_schedules WHERE shard = ?"
             ))
@@ -616,10 +611,17 @@ mod memory {
     use crate::store::memory::MemoryStore;
     use crate::store::StoreResult;
 
+    /// The tables' rows: schedules by id, their fires by schedule and fire time.
+    #[derive(Default)]
+    struct Rows {
+        schedules: std::collections::BTreeMap<String, ScheduleRecord>,
+        fires: std::collections::BTreeMap<(String, DateTime<Utc>), FireRecord>,
+    }
+
     impl RecurringStore for MemoryStore {
         fn recurring_schedules(&self) -> BoxFuture<'static, StoreResult<Vec<ScheduleRecord>>> {
             self.run("schedules read", |s| {
-                s.recurring.values().cloned().collect()
+                s.table::<Rows>().schedules.values().cloned().collect()
             })
         }
 
@@ -627,7 +629,9 @@ mod memory {
             &self,
             id: String,
         ) -> BoxFuture<'static, StoreResult<Option<ScheduleRecord>>> {
-            self.run("schedules read", move |s| s.recurring.get(&id).cloned())
+            self.run("schedules read", move |s| {
+                s.table::<Rows>().schedules.get(&id).cloned()
+            })
         }
 
         fn put_recurring_schedule(
@@ -635,7 +639,9 @@ mod memory {
             record: ScheduleRecord,
         ) -> BoxFuture<'static, StoreResult<()>> {
             self.run("schedule write", move |s| {
-                s.recurring.insert(record.spec.id.clone(), record);
+                s.table::<Rows>()
+                    .schedules
+                    .insert(record.spec.id.clone(), record);
             })
         }
 
@@ -648,7 +654,7 @@ mod memory {
             // Cassandra's update of a deleted row leaves a row without a definition, which reads
             // as no schedule: here, nothing.
             self.run("schedule write", move |s| {
-                if let Some(record) = s.recurring.get_mut(&id) {
+                if let Some(record) = s.table::<Rows>().schedules.get_mut(&id) {
                     record.last_fire = last_fire;
                     record.next_fire = next_fire;
                 }
@@ -657,8 +663,9 @@ mod memory {
 
         fn delete_recurring_schedule(&self, id: String) -> BoxFuture<'static, StoreResult<()>> {
             self.run("schedule write", move |s| {
-                s.recurring.remove(&id);
-                s.fires.retain(|(of, _), _| *of != id);
+                let rows = s.table::<Rows>();
+                rows.schedules.remove(&id);
+                rows.fires.retain(|(of, _), _| *of != id);
             })
         }
 
@@ -669,7 +676,9 @@ mod memory {
         ) -> BoxFuture<'static, StoreResult<()>> {
             self.run("fire write", move |s| {
                 for fire in fires {
-                    s.fires.insert((id.clone(), fire.fire_time), fire);
+                    s.table::<Rows>()
+                        .fires
+                        .insert((id.clone(), fire.fire_time), fire);
                 }
             })
         }
@@ -680,7 +689,10 @@ mod memory {
             limit: usize,
         ) -> BoxFuture<'static, StoreResult<Vec<FireRecord>>> {
             self.run("fires read", move |s| {
-                let of_id = s.fires.range((id.clone(), DateTime::<Utc>::MIN_UTC)..);
+                let of_id = s
+                    .table::<Rows>()
+                    .fires
+                    .range((id.clone(), DateTime::<Utc>::MIN_UTC)..);
                 let mut fires: Vec<FireRecord> = of_id
                     .take_while(|((of, _), _)| *of == id)
                     .map(|(_, f)| f.clone())

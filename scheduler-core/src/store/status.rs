@@ -123,13 +123,8 @@ mod cassandra {
 
     impl TableStatements for StatusStatements {
         async fn prepare(on: &Preparing<'_>) -> StoreResult<Self> {
-            let (session, ks) = (on.session, on.keyspace);
-            let prepare = |cql: String| async move {
-                session
-                    .prepare(cql)
-                    .await
-                    .map_err(|e| StoreError::query("prepare status statement", e))
-            };
+            let ks = on.keyspace;
+            let prepare = |cql: String| on.prepare("prepare status statement", cql);
             let key_columns = "scheduled_time, ordering_id, uniqueness_key";
             let key_match =
                 "partition_id = ? AND hour_bucket = ? AND scheduled_time = ? AND ordering_id = ? \

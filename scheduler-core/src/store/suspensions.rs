@@ -175,13 +175,8 @@ mod cassandra {
 
     impl TableStatements for SuspensionStatements {
         async fn prepare(on: &Preparing<'_>) -> StoreResult<Self> {
-            let (session, ks) = (on.session, on.keyspace);
-            let prepare = |cql: String| async move {
-                session
-                    .prepare(cql)
-                    .await
-                    .map_err(|e| StoreError::query("prepare suspension statement", e))
-            };
+            let ks = on.keyspace;
+            let prepare = |cql: String| on.prepare("prepare suspension statement", cql);
             Ok(SuspensionStatements {
                 select_all: prepare(format!(
                     "SELECT kind, target, since, reason FROM {ks}.suspensions WHERE shard = ?"

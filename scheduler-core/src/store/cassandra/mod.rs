@@ -54,9 +54,20 @@ pub(in crate::store) trait TableStatements: Send + Sync + Sized + 'static {
 /// What a table's statements are prepared on: the session, the keyspace of the tables, and the
 /// level claims of a partition run at (`CassandraSettings::ownership_serial_consistency`).
 pub(in crate::store) struct Preparing<'a> {
-    pub(in crate::store) session: &'a Session,
+    session: &'a Session,
     pub(in crate::store) keyspace: &'a str,
     pub(in crate::store) ownership: SerialConsistencyLevel,
+}
+
+impl Preparing<'_> {
+    /// Prepares `cql`; a failure names `operation`.
+    pub(in crate::store) async fn prepare(
+        &self,
+        operation: &'static str,
+        cql: String,
+    ) -> StoreResult<PreparedStatement> {
+        (self.session.prepare(cql).await).map_err(|e| StoreError::query(operation, e))
+    }
 }
 
 pub(in crate::store) struct Inner {

@@ -16,7 +16,7 @@ use crate::store::cassandra::rows::{limit_value, rows_of};
 use crate::store::cassandra::{CassandraStore, Preparing, TableStatements};
 use crate::store::deferred::{DeferralList, DeferredStore, DEFERRED_LIST_RETENTION};
 use crate::store::ttl::Retention;
-use crate::store::{PartitionId, StoreError, StoreResult};
+use crate::store::{PartitionId, StoreResult};
 
 /// The rows of one write or delete batch at most (one mutation of one partition each).
 const BATCH_ROWS: usize = 500;
@@ -31,13 +31,8 @@ struct DeferredStatements {
 
 impl TableStatements for DeferredStatements {
     async fn prepare(on: &Preparing<'_>) -> StoreResult<Self> {
-        let (session, ks) = (on.session, on.keyspace);
-        let prepare = |cql: String| async move {
-            session
-                .prepare(cql)
-                .await
-                .map_err(|e| StoreError::query("prepare deferred-task lists", e))
-        };
+        let ks = on.keyspace;
+        let prepare = |cql: String| on.prepare("prepare deferred-task lists", cql);
         let list = "partition_id = ? AND tree = ? AND ordering_id = ?";
         Ok(DeferredStatements {
             insert: prepare(format!(

@@ -450,13 +450,8 @@ struct GroupStatements {
 
 impl TableStatements for GroupStatements {
     async fn prepare(on: &Preparing<'_>) -> StoreResult<Self> {
-        let (session, ks) = (on.session, on.keyspace);
-        let prepare = |cql: String| async move {
-            session
-                .prepare(cql)
-                .await
-                .map_err(|e| StoreError::query("prepare group statement", e))
-        };
+        let ks = on.keyspace;
+        let prepare = |cql: String| on.prepare("prepare group statement", cql);
         let insert = |total: bool, fail_fast: bool| {
             let mut columns = "task_type, group_id, member, ordering_id, scheduled_time, \
                                uniqueness_key, status, error, result, finished_at"

@@ -6,6 +6,24 @@ use futures::FutureExt;
 use super::*;
 use crate::store::memory::MemoryStore;
 
+/// The tables' rows: each group's members (and header, and parent), its parent's result, and
+/// its completion tree's finished nodes by level and node.
+#[derive(Default)]
+struct Rows {
+    groups: std::collections::BTreeMap<GroupKey, GroupState>,
+    parent_results: std::collections::BTreeMap<GroupKey, serde_json::Value>,
+    marks: std::collections::BTreeMap<(GroupKey, u8, u32), GroupTally>,
+}
+
+// Read by the unit tests and the simulation.
+#[cfg_attr(not(test), allow(dead_code))]
+impl MemoryStore {
+    /// Every group the store holds.
+    pub fn groups(&self) -> std::collections::BTreeMap<GroupKey, GroupState> {
+        self.lock().table::<Rows>().groups.clone()
+    }
+}
+
 impl GroupStore for MemoryStore {
     fn record_member(
         &self,
@@ -21,7 +39,7 @@ impl GroupStore for MemoryStore {
             total
                 .map(|t| stored_group_number(t, operation))
                 .transpose()?;
-            let state = s.groups.entry(group).or_default();
+            let state = s.table::<Rows>().groups.entry(group).or_default();
             state.total = total.or(state.total);
             state.fail_fast |= fail_fast;
             if fail_fast && outcome.is_failure() && state.failed_by.is_none() {
@@ -38,7 +56,7 @@ impl GroupStore for MemoryStore {
 
     fn group(&self, group: GroupKey) -> BoxFuture<'static, StoreResult<Option<GroupState>>> {
         self.run("group read", move |s| {
-            let state = s.groups.get(&group).cloned();
+            let state = s.table::<Rows>().groups.get(&group).cloned();
             // The header, then a row per member.
             s.group_rows_read += 1 + state.as_ref().map_or(0, |g| g.members.len());
             state
@@ -52,10 +70,13 @@ impl GroupStore for MemoryStore {
     ) -> BoxFuture<'static, StoreResult<()>> {
         self.run("group write", move |s| {
             match parent.result {
-                Some(result) => s.parent_results.insert(group.clone(), result),
-                None => s.parent_results.remove(&group),
+                Some(result) => s
+                    .table::<Rows>()
+                    .parent_results
+                    .insert(group.clone(), result),
+                None => s.table::<Rows>().parent_results.remove(&group),
             };
-            s.groups.entry(group).or_default().parent = Some(parent.task);
+            s.table::<Rows>().groups.entry(group).or_default().parent = Some(parent.task);
         })
     }
 
@@ -64,8 +85,8 @@ impl GroupStore for MemoryStore {
         group: GroupKey,
     ) -> BoxFuture<'static, StoreResult<Option<ParentRecord>>> {
         self.run("group read", move |s| {
-            let task = s.groups.get(&group)?.parent.clone()?;
-            let result = s.parent_results.get(&group).cloned();
+            let task = s.table::<Rows>().groups.get(&group)?.parent.clone()?;
+            let result = s.table::<Rows>().parent_results.get(&group).cloned();
             Some(ParentRecord { task, result })
         })
     }
@@ -73,7 +94,8 @@ impl GroupStore for MemoryStore {
     fn group_header(&self, group: GroupKey) -> BoxFuture<'static, StoreResult<GroupHeader>> {
         self.run("group read", move |s| {
             s.group_rows_read += 1;
-            s.groups
+            s.table::<Rows>()
+                .groups
                 .get(&group)
                 .map(|state| GroupHeader {
                     total: state.total,
@@ -91,11 +113,12 @@ impl GroupStore for MemoryStore {
         last: u32,
     ) -> BoxFuture<'static, StoreResult<Vec<(u32, TaskStatus)>>> {
         self.run("group read", move |s| {
-            let members: Vec<(u32, TaskStatus)> = (s.groups.get(&group).into_iter())
-                .flat_map(|state| &state.members)
-                .filter(|m| (first..=last).contains(&m.index))
-                .map(|m| (m.index, m.status))
-                .collect();
+            let members: Vec<(u32, TaskStatus)> =
+                (s.table::<Rows>().groups.get(&group).into_iter())
+                    .flat_map(|state| &state.members)
+                    .filter(|m| (first..=last).contains(&m.index))
+                    .map(|m| (m.index, m.status))
+                    .collect();
             s.group_rows_read += members.len();
             members
         })
@@ -109,7 +132,8 @@ impl GroupStore for MemoryStore {
         self.run("group mark write", move |s| {
             // Cassandra's `int` columns.
             stored_group_number(mark.node, "group mark write")?;
-            s.group_marks
+            s.table::<Rows>()
+                .marks
                 .insert((group, mark.level, mark.node), mark.tally);
             Ok(())
         })
@@ -142,7 +166,7 @@ fn marks_between(
     first: (GroupKey, u8, u32),
     last: (GroupKey, u8, u32),
 ) -> Vec<GroupMark> {
-    let marks: Vec<GroupMark> = (s.group_marks.range(first..=last))
+    let marks: Vec<GroupMark> = (s.table::<Rows>().marks.range(first..=last))
         .map(|((_, level, node), tally)| GroupMark {
             level: *level,
             node: *node,

@@ -78,35 +78,12 @@ pub(in crate::store) struct State {
     /// Every status write, in order, with when it was applied (the simulation checks that a
     /// final status never changes and that nothing starts after it).
     pub(in crate::store) status_writes: Vec<(TaskKey, StatusRecord, tokio::time::Instant)>,
-    /// Every identity write, in order, with when it was applied.
-    pub(in crate::store) identity_writes: Vec<(super::IdentityRecord, tokio::time::Instant)>,
-    /// Identities' current tasks.
-    pub(in crate::store) identities:
-        HashMap<(PartitionId, scheduler_client::TaskIdentity), super::IdentityRecord>,
     /// When set, the status retention and the clock identity records expire by (as
     /// `task_identities`' TTL), with when each record expires (none: kept until deleted).
     pub(in crate::store) retention: Option<(std::time::Duration, Arc<dyn crate::clock::Clock>)>,
-    pub(in crate::store) identity_expiry:
-        HashMap<(PartitionId, scheduler_client::TaskIdentity), DateTime<Utc>>,
-    /// Dead letters, by task key.
-    pub(in crate::store) dead_letters: BTreeMap<TaskKey, super::DeadLetter>,
-    /// Groups, by key.
-    pub(in crate::store) groups: BTreeMap<super::GroupKey, super::GroupState>,
-    /// The groups' completion trees' finished nodes, by group, level and node.
-    pub(in crate::store) group_marks: BTreeMap<(super::GroupKey, u8, u32), super::GroupTally>,
-    /// The result of each group's parent (`group_members.parent_result`, beside `parent`).
-    pub(in crate::store) parent_results: BTreeMap<super::GroupKey, serde_json::Value>,
-    /// Jobs, by id.
-    pub(in crate::store) jobs: BTreeMap<String, super::JobRecord>,
-    /// Buckets' progress, by group and bucket.
-    pub(in crate::store) progress: BTreeMap<(super::GroupKey, u32), super::BucketProgress>,
     /// The rows of the tables whose in-memory twin lives with the table (see [`State::table`]),
     /// by their type.
     pub(in crate::store) tables: HashMap<std::any::TypeId, Box<dyn std::any::Any + Send>>,
-    /// Recurring schedules, by id.
-    pub(in crate::store) recurring: BTreeMap<String, super::ScheduleRecord>,
-    /// Their fires, by schedule and fire time.
-    pub(in crate::store) fires: BTreeMap<(String, DateTime<Utc>), super::FireRecord>,
     /// When set, a multi-row write applies its rows in a random order, as concurrent inserts
     /// land in Cassandra.
     pub(in crate::store) write_order: Option<fastrand::Rng>,
@@ -340,38 +317,9 @@ impl MemoryStore {
         self.lock().status.get(&(partition, key.clone())).cloned()
     }
 
-    /// Every identity's record, with its partition.
-    pub fn identity_records(&self) -> Vec<(PartitionId, super::IdentityRecord)> {
-        self.lock()
-            .identities
-            .iter()
-            .map(|((p, _), r)| {
-                let record =
-                    super::IdentityRecord::read_back(r.task.clone(), r.first_time, r.offset);
-                (*p, record)
-            })
-            .collect()
-    }
-
-    /// Every identity write, in order, with when it was applied (the simulation checks that a
-    /// task superseded then never starts afterwards).
-    pub fn identity_writes(&self) -> Vec<(super::IdentityRecord, tokio::time::Instant)> {
-        self.lock().identity_writes.clone()
-    }
-
-    /// Every dead letter, by task key.
-    pub fn all_dead_letters(&self) -> BTreeMap<TaskKey, super::DeadLetter> {
-        self.lock().dead_letters.clone()
-    }
-
     /// Rows of the groups' tables read so far (members, marks, and each header read as one).
     pub fn group_rows_read(&self) -> usize {
         self.lock().group_rows_read
-    }
-
-    /// Every group the store holds.
-    pub fn groups(&self) -> BTreeMap<super::GroupKey, super::GroupState> {
-        self.lock().groups.clone()
     }
 
     /// Records a task as retrying in `retrying_tasks`, as a node of a release before schema

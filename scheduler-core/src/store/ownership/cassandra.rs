@@ -7,7 +7,6 @@ use chrono::{DateTime, Utc};
 use futures::future::BoxFuture;
 use futures::FutureExt;
 use scheduler_client::{RunOrder, TaskKey};
-use scylla::client::session::Session;
 use scylla::statement::prepared::PreparedStatement;
 
 use super::{LowWater, OwnershipStore, PartitionOwner};
@@ -35,7 +34,7 @@ impl TableStatements for OwnershipStatements {
     /// Claims (and the reads that must see them) run at `on.ownership`.
     async fn prepare(on: &Preparing<'_>) -> StoreResult<Self> {
         let ownership = on.ownership;
-        let mut statements = Self::prepare_all(on.session, on.keyspace).await?;
+        let mut statements = Self::prepare_all(on).await?;
         statements
             .select_epoch_serial
             .set_consistency(levels::serial_read(ownership));
@@ -66,13 +65,9 @@ impl TableStatements for OwnershipStatements {
 }
 
 impl OwnershipStatements {
-    async fn prepare_all(session: &Session, ks: &str) -> StoreResult<Self> {
-        let prepare = |cql: String| async move {
-            session
-                .prepare(cql)
-                .await
-                .map_err(|e| StoreError::query("prepare ownership statement", e))
-        };
+    async fn prepare_all(on: &Preparing<'_>) -> StoreResult<Self> {
+        let ks = on.keyspace;
+        let prepare = |cql: String| on.prepare("prepare ownership statement", cql);
         Ok(OwnershipStatements {
             select_low_water: prepare(format!(
                 "SELECT low_water, behind_mark FROM {ks}.partition_owners WHERE partition_id = ?"

@@ -12,7 +12,6 @@ use futures::future::BoxFuture;
 use futures::{FutureExt, StreamExt, TryStreamExt};
 use scheduler_client::wire::encode_grouping;
 use scheduler_client::{Task, TaskKey};
-use scylla::client::session::Session;
 use scylla::statement::prepared::PreparedStatement;
 
 use super::{
@@ -58,7 +57,8 @@ struct TaskInserts {
 }
 
 impl TaskInserts {
-    async fn prepare(session: &Session, ks: &str) -> StoreResult<Self> {
+    async fn prepare(on: &Preparing<'_>) -> StoreResult<Self> {
+        let ks = on.keyspace;
         let prepare = |identity: bool, grouped: bool| {
             let mut columns = "partition_id, hour_bucket, scheduled_time, ordering_id, \
                                uniqueness_key, task_data, enqueue_offset, task_type, priority"
@@ -74,12 +74,7 @@ impl TaskInserts {
             }
             let marks = vec!["?"; count].join(", ");
             let cql = format!("INSERT INTO {ks}.scheduled_tasks ({columns}) VALUES ({marks})");
-            async move {
-                session
-                    .prepare(cql)
-                    .await
-                    .map_err(|e| StoreError::query("prepare insert", e))
-            }
+            on.prepare("prepare insert", cql)
         };
         Ok(TaskInserts {
             plain: prepare(false, false).await?,
@@ -92,13 +87,8 @@ impl TaskInserts {
 
 impl TableStatements for ScheduleStatements {
     async fn prepare(on: &Preparing<'_>) -> StoreResult<Self> {
-        let (session, ks) = (on.session, on.keyspace);
-        let prepare = |cql: String| async move {
-            session
-                .prepare(cql)
-                .await
-                .map_err(|e| StoreError::query("prepare schedule statement", e))
-        };
+        let ks = on.keyspace;
+        let prepare = |cql: String| on.prepare("prepare schedule statement", cql);
         let key_columns = "scheduled_time, ordering_id, uniqueness_key";
         let task_columns =
             "task_data, enqueue_offset, task_type, priority, on_conflict, max_wait_ms, grouping";
@@ -111,7 +101,7 @@ impl TableStatements for ScheduleStatements {
             key_columns,
         );
         Ok(ScheduleStatements {
-            insert_task: TaskInserts::prepare(session, ks).await?,
+            insert_task: TaskInserts::prepare(on).await?,
             insert_bucket: prepare(format!(
                 "INSERT INTO {ks}.schedule_buckets (partition_id, hour_bucket) VALUES (?, ?)"
             ))
