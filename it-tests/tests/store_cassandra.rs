@@ -283,6 +283,69 @@ async fn of_many_records_of_one_key_in_a_batch_the_last_is_kept_and_a_refused_on
         .expect("drop keyspace");
 }
 
+/// A polled batch goes to Cassandra as a few unlogged batches, one hour bucket (one Cassandra
+/// partition) each, not a request per task; every insert variant reads back whole, and a task
+/// too large to share a batch is written alone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_polled_batch_is_written_in_a_few_batches_per_hour_bucket_and_reads_back_whole() {
+    Stack::from_env().require_cassandra().await;
+    let keyspace = unique_name("it_store_batches");
+    let _teardown = Teardown::new(Stack::from_env()).keyspace(&keyspace);
+    let store = CassandraStore::connect(&settings(&keyspace))
+        .await
+        .expect("connect and create schema");
+    let at = Utc
+        .with_ymd_and_hms(2030, 1, 1, 10, 0, 0)
+        .single()
+        .expect("valid time");
+    // 300 tasks over three hour buckets: plain, with a conflict mode, in a group, both.
+    let mut tasks: Vec<Task> = (0..300u64)
+        .map(|n| {
+            let time = at + TimeDelta::seconds((n as i64 * 37) % (3 * 3600));
+            let mut task = task(time, &format!("o{}", n % 11), n).of_type("t");
+            if n % 4 == 0 {
+                task = task.on_conflict(OnConflict::Replace);
+            }
+            if n % 5 == 0 {
+                task = task.in_group(GroupMember::new(format!("g{}", n % 3), 1 + n as u32));
+            }
+            task
+        })
+        .collect();
+    let pad = serde_json::json!({ "pad": "x".repeat(40 * 1024) });
+    let large = Task::new(
+        "big",
+        at,
+        "u-big",
+        pad.as_object().cloned().unwrap_or_default(),
+    );
+    tasks.push(large.clone());
+
+    let refused = store.persist(2, tasks.clone()).await.expect("persist");
+    assert!(refused.is_empty(), "{refused:?}");
+
+    let mut expected = tasks;
+    expected.sort_by_key(Task::key);
+    let loaded = store
+        .load(2, ReadCursor::From(at), at + TimeDelta::hours(4), 1000)
+        .await
+        .expect("load");
+    assert_eq!(loaded.len(), expected.len());
+    assert!(
+        loaded == expected,
+        "the tasks read back differ from those written"
+    );
+
+    let run: std::collections::BTreeMap<_, _> = store.statements_run().into_iter().collect();
+    let batches = run.get("task insert batch").copied().unwrap_or(0);
+    let alone = run.get("task insert").copied().unwrap_or(0);
+    assert_eq!(alone, 1, "only the large task is written alone: {run:?}");
+    assert!(
+        (3..=15).contains(&batches),
+        "{batches} batches for 300 small tasks over three buckets: {run:?}"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_keyspace_from_before_enqueue_offsets_is_migrated_and_its_rows_still_load() {
     let stack = Stack::from_env();

@@ -9,11 +9,11 @@ use std::sync::Arc;
 
 use chrono::{DateTime, TimeDelta, Utc};
 use futures::future::BoxFuture;
-use futures::{FutureExt, StreamExt, TryStreamExt};
-use scheduler_client::wire::encode_grouping;
+use futures::FutureExt;
 use scheduler_client::{Task, TaskKey};
 use scylla::statement::prepared::PreparedStatement;
 
+use super::inserts::{self, Row, TaskInserts};
 use super::{
     hour_bucket, last_of_each_key, DeferredCancel, DeferredIdentityRecord, ReadCursor, RefusedTask,
     ScheduleStore, WriteStamp,
@@ -22,10 +22,8 @@ use crate::store::cassandra::rows::{
     first_row_of, key_values, limit_value, rows_of, task_from_row, TaskRow,
 };
 use crate::store::cassandra::statements::read_by_key;
-use crate::store::cassandra::{
-    CassandraStore, Inner, Preparing, TableStatements, WRITE_CONCURRENCY,
-};
-use crate::store::{PartitionId, StoreError, StoreResult};
+use crate::store::cassandra::{CassandraStore, Inner, Preparing, TableStatements};
+use crate::store::{PartitionId, StoreResult};
 
 /// The statements of the schedule and its neighbours.
 struct ScheduleStatements {
@@ -45,44 +43,6 @@ struct ScheduleStatements {
     load_after: PreparedStatement,
     delete_task: PreparedStatement,
     select_task: PreparedStatement,
-}
-
-/// The four inserts of a task into the schedule: with or without a conflict mode
-/// (`on_conflict`, `max_wait_ms`), with or without a group (`grouping`).
-struct TaskInserts {
-    plain: PreparedStatement,
-    identity: PreparedStatement,
-    grouped: PreparedStatement,
-    grouped_identity: PreparedStatement,
-}
-
-impl TaskInserts {
-    async fn prepare(on: &Preparing<'_>) -> StoreResult<Self> {
-        let ks = on.keyspace;
-        let prepare = |identity: bool, grouped: bool| {
-            let mut columns = "partition_id, hour_bucket, scheduled_time, ordering_id, \
-                               uniqueness_key, task_data, enqueue_offset, task_type, priority"
-                .to_string();
-            let mut count = 9;
-            if identity {
-                columns.push_str(", on_conflict, max_wait_ms");
-                count += 2;
-            }
-            if grouped {
-                columns.push_str(", grouping");
-                count += 1;
-            }
-            let marks = vec!["?"; count].join(", ");
-            let cql = format!("INSERT INTO {ks}.scheduled_tasks ({columns}) VALUES ({marks})");
-            on.prepare("prepare insert", cql)
-        };
-        Ok(TaskInserts {
-            plain: prepare(false, false).await?,
-            identity: prepare(true, false).await?,
-            grouped: prepare(false, true).await?,
-            grouped_identity: prepare(true, true).await?,
-        })
-    }
 }
 
 impl TableStatements for ScheduleStatements {
@@ -212,67 +172,10 @@ impl ScheduleStore for CassandraStore {
             }))
             .await?;
             // Concurrent inserts of one key land in any order: write only the last.
-            futures::stream::iter(last_of_each_key(tasks))
-                .map(|task| {
-                    let inner = &inner;
-                    async move {
-                        let key = task.key();
-                        let grouping = encode_grouping(&task);
-                        let data = serde_json::Value::Object(task.task_data).to_string();
-                        let (p, b, t, o, u, d, e, ty, pr) = (
-                            partition,
-                            hour_bucket(task.scheduled_time),
-                            task.scheduled_time,
-                            task.ordering_id,
-                            task.uniqueness_key,
-                            data,
-                            task.enqueue_offset,
-                            task.task_type,
-                            task.priority,
-                        );
-                        let statements = inner.statements::<ScheduleStatements>().await?;
-                        let inserts = &statements.insert_task;
-                        let op = "task insert";
-                        // Only the columns the task has a value for: no null (tombstone) per task.
-                        let written = match (task.on_conflict, grouping) {
-                            (None, None) => {
-                                let values = (p, b, t, o, u, d, e, ty, pr);
-                                inner.run(&inserts.plain, values, op).await
-                            }
-                            (None, Some(g)) => {
-                                let values = (p, b, t, o, u, d, e, ty, pr, g);
-                                inner.run(&inserts.grouped, values, op).await
-                            }
-                            (Some(mode), grouping) => {
-                                let wait = mode
-                                    .max_wait()
-                                    .map(|w| i64::try_from(w.as_millis()).unwrap_or(i64::MAX));
-                                let mode = mode.as_str();
-                                match grouping {
-                                    None => {
-                                        let values = (p, b, t, o, u, d, e, ty, pr, mode, wait);
-                                        inner.run(&inserts.identity, values, op).await
-                                    }
-                                    Some(g) => {
-                                        let values = (p, b, t, o, u, d, e, ty, pr, mode, wait, g);
-                                        inner.run(&inserts.grouped_identity, values, op).await
-                                    }
-                                }
-                            }
-                        };
-                        match written {
-                            Ok(_) => Ok(None),
-                            Err(StoreError::Refused { reason, .. }) => {
-                                Ok(Some(RefusedTask { key, reason }))
-                            }
-                            Err(e) => Err(e),
-                        }
-                    }
-                })
-                .buffer_unordered(WRITE_CONCURRENCY)
-                .try_filter_map(|refused| futures::future::ready(Ok(refused)))
-                .try_collect()
-                .await
+            let rows = last_of_each_key(tasks).into_iter();
+            let rows = rows.map(|task| Row::of(partition, task)).collect();
+            let statements = inner.statements::<ScheduleStatements>().await?;
+            inserts::write(&inner, &statements.insert_task, rows).await
         }
         .boxed()
     }

@@ -13,6 +13,7 @@ use scheduler_client::{Task, TaskKey};
 use super::{PartitionId, StoreResult};
 
 mod cassandra;
+mod inserts;
 #[cfg(any(test, feature = "testing"))]
 mod memory;
 
