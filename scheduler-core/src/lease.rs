@@ -69,6 +69,9 @@ struct Inner {
     holder: String,
     node: String,
     epoch: EpochCell,
+    /// Whether the tree inherited its epoch (a rebuilt tree, which follows the one it replaced)
+    /// rather than claimed the partition itself.
+    inherited: bool,
     store: Arc<dyn LeaseStore>,
     ttl: Duration,
     state: Mutex<Running>,
@@ -111,6 +114,10 @@ struct EarlierTraces {
     at_claim: Option<HashSet<String>>,
     /// When the tree's start-up reads were made (after `at_claim`).
     started_at: Option<DateTime<Utc>>,
+    /// Whether the tree claimed the partition first (epoch 1, not inherited by a rebuilt tree):
+    /// no tree came before it, so none recorded an attempt (every tree claims the partition, or
+    /// inherits the claim of the tree it replaces, since schema version 1).
+    first_claim: bool,
 }
 
 /// How far an earlier tree's node may have called a task ahead of this one's clock (their
@@ -204,7 +211,9 @@ impl Drop for LeaseHold {
 
 impl TreeLease {
     /// Starts keeping the lease of a new tree of `partition` on node `node`; `epoch` is the
-    /// tree's ownership epoch (recorded with the lease for operators). The writer runs on the
+    /// tree's ownership epoch (recorded with the lease for operators): already set for a
+    /// rebuilt tree, which inherits it, still 0 for a tree whose claim is to come (the tree's
+    /// ownership claims only once it runs, after the lease is started). The writer runs on the
     /// current tokio runtime until the tree is closed and its last call returned.
     pub fn start(
         partition: PartitionId,
@@ -224,6 +233,7 @@ impl TreeLease {
             partition,
             holder,
             node: node.to_string(),
+            inherited: epoch.get() > 0,
             epoch,
             store,
             ttl,
@@ -322,6 +332,7 @@ impl TreeLease {
         let mut traces = self.inner.traces();
         if traces.at_claim.is_none() {
             traces.at_claim = Some(predecessors.blocked.clone());
+            traces.first_claim = !self.inner.inherited && self.inner.epoch.get() == 1;
         }
         drop(traces);
         if !predecessors.blocked.is_empty() {
@@ -340,14 +351,16 @@ impl TreeLease {
         self.inner.traces().started_at = Some(at);
     }
 
-    /// Whether an earlier tree may have recorded attempts of `key`: a task of an orderingId
-    /// still running in an earlier tree at the claim (its call may record attempts until it
-    /// ends), or one due before the tree started (an earlier tree may have called it). A task
-    /// due after that was not called by an earlier tree; one called by an earlier tree after
-    /// the claim was fenced. (Unknown: yes.)
+    /// Whether an earlier tree may have recorded attempts of `key`: none if the tree's claim
+    /// was the partition's first; else a task of an orderingId still running in an earlier
+    /// tree at the claim (its call may record attempts until it ends), or one due before the
+    /// tree started (an earlier tree may have called it). A task due after that was not called
+    /// by an earlier tree; one called by an earlier tree after the claim was fenced. (Unknown:
+    /// yes.)
     pub fn may_have_earlier_attempts(&self, key: &TaskKey) -> bool {
         let traces = self.inner.traces();
         match (&traces.at_claim, traces.started_at) {
+            (Some(_), Some(_)) if traces.first_claim => false,
             (Some(at_claim), Some(started_at)) => {
                 at_claim.contains(&key.ordering_id)
                     || key.scheduled_time < started_at + EARLIER_CALL_MARGIN

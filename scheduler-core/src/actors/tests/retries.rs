@@ -204,6 +204,92 @@ fn attempt_numbers_and_the_retry_budget_continue_in_the_next_tree() {
 }
 
 #[test]
+fn the_first_tree_a_partition_ever_had_reads_no_attempts_and_a_later_one_reads_those_it_must() {
+    run_paused(|| async {
+        let settings = SchedulingSettings {
+            backoff_factor: Duration::from_secs(10),
+            max_backoff: Duration::from_secs(10),
+            ..SchedulingSettings::default()
+        };
+        let h = Harness::new(
+            settings,
+            Duration::ZERO,
+            &[
+                ("fine", Behaviour::Succeed),
+                ("doomed", Behaviour::FailAlways),
+            ],
+        );
+        h.assign().await;
+        // Due as the tree starts: an earlier tree could have called them, had there been one.
+        let fine: Vec<Task> = (0..5).map(|n| task("fine", t0(), &n.to_string())).collect();
+        let doomed = task("doomed", t0(), "d");
+        let mut all = fine.clone();
+        all.push(doomed.clone());
+        h.enqueue(all).await;
+        advance(Duration::from_secs(5)).await;
+        for t in &fine {
+            let status = h.store.status_of(P, &t.key()).map(|s| s.status);
+            assert_eq!(status, Some(TaskStatus::Completed));
+        }
+        assert_eq!(
+            h.store.requests_of("attempts read"),
+            0,
+            "no tree of the partition came before this one"
+        );
+        // The next tree finds the retrying task due before it started: it reads its attempts.
+        h.topic.send(RevokePartitions).await.expect("revoke");
+        h.assign().await;
+        advance(Duration::from_secs(30)).await;
+        assert!(h.store.requests_of("attempts read") >= 1);
+        let numbers: Vec<u32> = (h.store.attempts(P, &doomed.key()).iter())
+            .map(|a| a.attempt)
+            .collect();
+        assert!(numbers.windows(2).all(|w| w[1] == w[0] + 1), "{numbers:?}");
+    });
+}
+
+#[test]
+fn a_rebuilt_tree_goes_on_from_the_attempts_of_the_tree_it_replaced_even_the_first() {
+    run_paused(|| async {
+        let settings = SchedulingSettings {
+            max_task_retries: 20,
+            backoff_factor: Duration::from_secs(1),
+            max_backoff: Duration::from_secs(1),
+            // A load every second or so, so that failing ones soon rebuild the tree.
+            max_look_ahead: Duration::from_secs(2),
+            prefetch_window: Duration::from_secs(1),
+            ..SchedulingSettings::default()
+        };
+        let h = Harness::new(
+            settings,
+            Duration::ZERO,
+            &[("doomed", Behaviour::FailAlways)],
+        );
+        h.assign().await;
+        let doomed = task("doomed", t0(), "d");
+        h.enqueue(vec![doomed.clone()]).await;
+        advance(Duration::from_secs(3)).await;
+        assert!(
+            !h.store.attempts(P, &doomed.key()).is_empty(),
+            "attempts made"
+        );
+        // Loads fail until the partition is rebuilt: the new tree inherits the first one's
+        // epoch (1), and must still read the attempts it made.
+        h.store.fail_op("schedule load", 8);
+        advance(Duration::from_secs(30)).await;
+        let numbers: Vec<u32> = (h.store.attempts(P, &doomed.key()).iter())
+            .map(|a| a.attempt)
+            .collect();
+        let expected: Vec<u32> = (1..=numbers.len() as u32).collect();
+        assert_eq!(numbers, expected, "no attempt number used twice");
+        assert!(
+            h.store.requests_of("attempts read") >= 1,
+            "the rebuilt tree read them"
+        );
+    });
+}
+
+#[test]
 fn a_task_done_in_one_attempt_is_recorded_by_its_status_alone() {
     run_paused(|| async {
         let h = Harness::new(

@@ -144,6 +144,8 @@ pub struct MemoryStore {
         Arc<Mutex<std::collections::BTreeSet<(PartitionId, TaskKey)>>>,
     /// Hour buckets loads have queried (Cassandra's load walks one query per bucket).
     pub(in crate::store) buckets_read: Arc<AtomicUsize>,
+    /// Requests made so far, by operation (the Cassandra store's `statements_run`).
+    requests: Arc<Mutex<BTreeMap<&'static str, usize>>>,
     /// Failures to inject into one operation only, by name.
     op_failures: Arc<Mutex<HashMap<&'static str, usize>>>,
     /// Added latency per operation name (the value is read when the call is made, so a slow
@@ -317,6 +319,12 @@ impl MemoryStore {
         self.lock().status.get(&(partition, key.clone())).cloned()
     }
 
+    /// How many requests of `operation` were made so far.
+    pub fn requests_of(&self, operation: &str) -> usize {
+        let requests = self.requests.lock().unwrap_or_else(PoisonError::into_inner);
+        requests.get(operation).copied().unwrap_or(0)
+    }
+
     /// Rows of the groups' tables read so far (members, marks, and each header read as one).
     pub fn group_rows_read(&self) -> usize {
         self.lock().group_rows_read
@@ -440,6 +448,9 @@ impl MemoryStore {
         injectable: bool,
         f: impl FnOnce(&mut State) -> StoreResult<T>,
     ) -> BoxFuture<'static, StoreResult<T>> {
+        *(self.requests.lock().unwrap_or_else(PoisonError::into_inner))
+            .entry(operation)
+            .or_default() += 1;
         let cut = move || {
             let cut = std::io::Error::other("cut off by a pause of the process");
             Err(StoreError::query(operation, cut))
