@@ -248,6 +248,15 @@ impl Figures {
                 format!("{total:.2}"),
                 top.join(", "),
             );
+            let rows: f64 = t.rows_per_task.iter().map(|(_, n)| n).sum();
+            let top: Vec<String> = (t.rows_per_task.iter().take(6))
+                .map(|(operation, n)| format!("{operation} {n:.2}"))
+                .collect();
+            row(
+                "  CQL rows per task, written or read".into(),
+                format!("{rows:.2}"),
+                top.join(", "),
+            );
         }
         if let Some(p) = &self.punctuality {
             row(
@@ -491,6 +500,9 @@ impl Figures {
                 "tasks": t.tasks, "ordering_ids": t.ordering_ids, "enqueue_s": t.enqueue_s,
                 "total_s": t.total_s, "tasks_per_s": t.tasks_per_s, "duplicates": t.duplicates,
                 "statements_per_task": t.statements_per_task.iter()
+                    .map(|(operation, n)| json!({"operation": operation, "per_task": n}))
+                    .collect::<Vec<_>>(),
+                "rows_per_task": t.rows_per_task.iter()
                     .map(|(operation, n)| json!({"operation": operation, "per_task": n}))
                     .collect::<Vec<_>>(),
                 "ratio_to_ceiling": self.ceilings.map(|c| t.tasks_per_s / c.tasks_per_s()),

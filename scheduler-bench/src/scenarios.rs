@@ -47,6 +47,9 @@ pub struct Throughput {
     /// CQL statements the node ran per task (its own `scheduler_cql_statements_total`, over
     /// everything it did until the last task ran), by operation, most first.
     pub statements_per_task: Vec<(String, f64)>,
+    /// CQL rows the node's statements wrote or read per task (its own
+    /// `scheduler_cql_rows_total`), by operation, most first.
+    pub rows_per_task: Vec<(String, f64)>,
 }
 
 /// Lateness at a steady rate.
@@ -234,6 +237,7 @@ pub async fn throughput_and_punctuality(
     let total_s = seconds_between(started, last);
     let samples = probe.samples();
     let distinct: HashSet<&str> = samples.iter().map(|s| s.uniqueness_key.as_str()).collect();
+    let metrics = node.metrics();
     let throughput = Throughput {
         tasks,
         ordering_ids,
@@ -241,10 +245,8 @@ pub async fn throughput_and_punctuality(
         total_s,
         tasks_per_s: tasks as f64 / total_s,
         duplicates: (samples.len() - distinct.len()) as u64,
-        statements_per_task: statements_by_operation(&node.metrics())
-            .into_iter()
-            .map(|(operation, n)| (operation, n as f64 / tasks.max(1) as f64))
-            .collect(),
+        statements_per_task: per_task(&metrics, "scheduler_cql_statements_total", tasks),
+        rows_per_task: per_task(&metrics, "scheduler_cql_rows_total", tasks),
     };
 
     let punctuality = punctuality(
@@ -598,12 +600,22 @@ pub async fn big_group(members: u32) -> Result<BigGroup, BenchError> {
     })
 }
 
-/// The node's `scheduler_cql_statements_total` by operation, most first.
-fn statements_by_operation(metrics: &str) -> Vec<(String, u64)> {
+/// The node's counter `name` (`scheduler_cql_statements_total`, `scheduler_cql_rows_total`)
+/// by operation, per task of `tasks`, most first.
+fn per_task(metrics: &str, name: &str, tasks: usize) -> Vec<(String, f64)> {
+    by_operation(metrics, name)
+        .into_iter()
+        .map(|(operation, n)| (operation, n as f64 / tasks.max(1) as f64))
+        .collect()
+}
+
+/// The node's counter `name` by operation, most first.
+fn by_operation(metrics: &str, name: &str) -> Vec<(String, u64)> {
+    let prefix = format!("{name}{{operation=\"");
     let mut counts: Vec<(String, u64)> = metrics
         .lines()
         .filter_map(|line| {
-            let rest = line.strip_prefix("scheduler_cql_statements_total{operation=\"")?;
+            let rest = line.strip_prefix(prefix.as_str())?;
             let (operation, value) = rest.split_once("\"}")?;
             Some((
                 operation.to_string(),

@@ -128,8 +128,18 @@ fn long_durations() -> Histogram {
     Histogram::new(exponential_buckets(0.001, 2.0, 20))
 }
 
-/// Reads how many statements the store has run, by operation.
-pub type StatementSource = Box<dyn Fn() -> Vec<(&'static str, u64)> + Send + Sync>;
+/// What the store has run on Cassandra so far, by operation: statements (requests; a batch is
+/// one) and rows (written, or returned by reads).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CqlCounts {
+    /// Statements run, by operation.
+    pub statements: Vec<(&'static str, u64)>,
+    /// Rows written or read, by operation.
+    pub rows: Vec<(&'static str, u64)>,
+}
+
+/// Reads what the store has run so far ([`CqlCounts`]).
+pub type StatementSource = Box<dyn Fn() -> CqlCounts + Send + Sync>;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct OperationLabel {
@@ -156,6 +166,7 @@ pub struct Metrics {
     in_memory: Family<StageLabels, Gauge>,
     stale: Family<PartitionLabel, Gauge>,
     statements: Family<OperationLabel, Counter>,
+    rows: Family<OperationLabel, Counter>,
     dead_letters: Family<DeadLabels, Counter>,
     identity_records: Family<IdentityLabels, Counter>,
     schedule_fires: Family<OutcomeLabel, Counter>,
@@ -217,6 +228,7 @@ impl Metrics {
         let in_memory = Family::default();
         let stale = Family::default();
         let statements = Family::default();
+        let rows = Family::default();
         let (dead_letters, redriven, purged) =
             (Family::default(), Family::default(), Counter::default());
         let (no_handler, waiting_for_handler) = (Family::default(), Family::default());
@@ -335,12 +347,18 @@ impl Metrics {
         );
         registry.register(
             "scheduler_cql_statements",
-            "Statements the node ran on Cassandra, by operation (read when scraped)",
+            "Statements the node ran on Cassandra, by operation (a batch is one; read when scraped)",
             statements.clone(),
+        );
+        registry.register(
+            "scheduler_cql_rows",
+            "Rows the node's statements wrote or read on Cassandra, by operation (read when scraped)",
+            rows.clone(),
         );
         Metrics {
             registry: None,
             statements,
+            rows,
             dead_letters,
             identity_records,
             schedule_fires,
@@ -627,7 +645,7 @@ impl Metrics {
             .inc();
     }
 
-    /// Where the statement counts come from (the node's store); set once.
+    /// Where the statement and row counts come from (the node's store); set once.
     pub fn count_statements_from(&self, source: StatementSource) {
         let _ = self.statement_source.set(source);
     }
@@ -648,10 +666,16 @@ impl Metrics {
     /// Reads what is sampled when scraped: statement counts and tasks in memory.
     fn refresh(&self, in_flight: &InFlightGauges) {
         if let Some(source) = self.statement_source.get() {
-            for (operation, count) in source() {
-                let counter = self.statements.get_or_create(&OperationLabel { operation });
-                // The store's counts only grow: the counter catches up with them.
-                counter.inc_by(count.saturating_sub(counter.get()));
+            let counts = source();
+            for (family, counts) in [
+                (&self.statements, counts.statements),
+                (&self.rows, counts.rows),
+            ] {
+                for (operation, count) in counts {
+                    let counter = family.get_or_create(&OperationLabel { operation });
+                    // The store's counts only grow: the counter catches up with them.
+                    counter.inc_by(count.saturating_sub(counter.get()));
+                }
             }
         }
         self.in_memory.clear();

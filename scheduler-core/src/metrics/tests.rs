@@ -50,7 +50,10 @@ fn statement_counts_are_read_from_the_store_when_scraped() {
     let counts = std::sync::Arc::new(std::sync::Mutex::new(vec![("task insert", 5u64)]));
     let source = std::sync::Arc::clone(&counts);
     metrics.count_statements_from(Box::new(move || {
-        source.lock().map(|c| c.clone()).unwrap_or_default()
+        let statements = source.lock().map(|c| c.clone()).unwrap_or_default();
+        // Rows: ten per statement.
+        let rows = statements.iter().map(|(op, n)| (*op, n * 10)).collect();
+        crate::metrics::CqlCounts { statements, rows }
     }));
     let gauges = InFlightGauges::default();
     assert!(metrics
@@ -64,6 +67,10 @@ fn statement_counts_are_read_from_the_store_when_scraped() {
     );
     assert!(
         text.contains("scheduler_cql_statements_total{operation=\"status read\"} 3"),
+        "{text}"
+    );
+    assert!(
+        text.contains("scheduler_cql_rows_total{operation=\"task insert\"} 120"),
         "{text}"
     );
 }

@@ -88,7 +88,10 @@ impl Prepared {
         let schedules =
             RecurringSchedules::new(store.clone(), Arc::clone(&enqueuer), Arc::clone(&clock));
         let counted = store.clone();
-        metrics.count_statements_from(Box::new(move || counted.statements_run()));
+        metrics.count_statements_from(Box::new(move || crate::metrics::CqlCounts {
+            statements: counted.statements_run(),
+            rows: counted.rows_run(),
+        }));
         let cassandra = Arc::clone(&store);
         let store: Arc<dyn TaskStore> = store;
         let events = match &queue.kafka.events_topic {

@@ -81,20 +81,33 @@ pub(in crate::store) struct Inner {
     >,
     /// How long statuses are kept: identities are kept as long after their task's time.
     pub(in crate::store) status_ttl: std::time::Duration,
-    /// Statements run so far, by operation.
-    counts: std::sync::Mutex<std::collections::BTreeMap<&'static str, u64>>,
+    /// Statements run and rows written or read so far, by operation.
+    counts: std::sync::Mutex<std::collections::BTreeMap<&'static str, Counted>>,
+}
+
+/// What one operation's statements did (see [`CassandraStore::statements_run`]).
+#[derive(Debug, Clone, Copy, Default)]
+struct Counted {
+    statements: u64,
+    rows: u64,
 }
 
 impl CassandraStore {
-    /// How many statements this store has run, by operation (e.g. "task insert"): what a task
-    /// costs in Cassandra, counted rather than assumed.
+    /// How many statements this store has run, by operation (e.g. "task insert"; a batch is
+    /// one): what a task costs in Cassandra, counted rather than assumed.
     pub fn statements_run(&self) -> Vec<(&'static str, u64)> {
-        let counts = self
-            .inner
-            .counts
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        counts.iter().map(|(op, n)| (*op, *n)).collect()
+        self.counted(|c| c.statements)
+    }
+
+    /// How many rows this store's statements have written (each row of a batch; one for a
+    /// write of one row or a partition) or read (the rows returned), by operation.
+    pub fn rows_run(&self) -> Vec<(&'static str, u64)> {
+        self.counted(|c| c.rows)
+    }
+
+    fn counted(&self, pick: fn(&Counted) -> u64) -> Vec<(&'static str, u64)> {
+        let counts = (self.inner.counts.lock()).unwrap_or_else(std::sync::PoisonError::into_inner);
+        counts.iter().map(|(op, n)| (*op, pick(n))).collect()
     }
 }
 
@@ -135,32 +148,45 @@ impl Inner {
         values: impl SerializeRow,
         operation: &'static str,
     ) -> StoreResult<QueryResult> {
-        self.count(operation);
-        self.session
-            .execute_unpaged(statement, values)
-            .await
-            .map_err(query_error(operation))
+        self.count(operation, 0);
+        let result = self.session.execute_unpaged(statement, values).await;
+        let result = result.map_err(query_error(operation))?;
+        // A read counts the rows it returned; a write, the row it wrote.
+        let rows = match result.is_rows() {
+            true => (result.clone().into_rows_result()).map_or(0, |rows| rows.rows_num()),
+            false => 1,
+        };
+        self.count_rows(operation, rows);
+        Ok(result)
     }
 
-    /// Counts a statement of `operation` (see [`CassandraStore::statements_run`]).
-    pub(in crate::store) fn count(&self, operation: &'static str) {
-        *self
-            .counts
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .entry(operation)
-            .or_default() += 1;
+    /// Counts a statement of `operation`, and `rows` rows it wrote (see
+    /// [`CassandraStore::statements_run`], [`CassandraStore::rows_run`]).
+    fn count(&self, operation: &'static str, rows: usize) {
+        let mut counts = (self.counts.lock()).unwrap_or_else(std::sync::PoisonError::into_inner);
+        let counted = counts.entry(operation).or_default();
+        counted.statements += 1;
+        counted.rows += u64::try_from(rows).unwrap_or(u64::MAX);
+    }
+
+    /// Counts `rows` rows a statement of `operation` wrote or read, once it answered.
+    fn count_rows(&self, operation: &'static str, rows: usize) {
+        let mut counts = (self.counts.lock()).unwrap_or_else(std::sync::PoisonError::into_inner);
+        let counted = counts.entry(operation).or_default();
+        counted.rows += u64::try_from(rows).unwrap_or(u64::MAX);
     }
 
     /// Runs `batch` with `values` (one row of values per statement); a failure names
-    /// `operation`. Counted once in [`CassandraStore::statements_run`], whatever its statements.
+    /// `operation`. Counted once in [`CassandraStore::statements_run`], whatever its statements,
+    /// and a row per statement in [`CassandraStore::rows_run`].
     pub(in crate::store) async fn run_batch(
         &self,
         batch: &scylla::statement::batch::Batch,
         values: impl scylla::serialize::batch::BatchValues,
         operation: &'static str,
     ) -> StoreResult<QueryResult> {
-        self.count(operation);
+        // Its rows are counted as sent: a batch of one partition is applied whole or not at all.
+        self.count(operation, batch.statements.len());
         self.session
             .batch(batch, values)
             .await
@@ -182,7 +208,7 @@ impl Inner {
         R: for<'frame, 'metadata> scylla::deserialize::row::DeserializeRow<'frame, 'metadata>,
     {
         use scylla::errors::NextRowError;
-        self.count(operation);
+        self.count(operation, 0);
         let corrupt = |reason: String| StoreError::Corrupt { what, reason };
         let pager = self
             .session
@@ -196,7 +222,10 @@ impl Inner {
         loop {
             match rows.try_next().await {
                 Ok(Some(row)) => decoded.push(row),
-                Ok(None) => return Ok(decoded),
+                Ok(None) => {
+                    self.count_rows(operation, decoded.len());
+                    return Ok(decoded);
+                }
                 Err(e @ NextRowError::RowDeserializationError(_)) => {
                     return Err(corrupt(e.to_string()))
                 }
