@@ -126,7 +126,8 @@ pub trait ScheduleStore: Send + Sync + 'static {
 
     /// The partition's tasks recorded as retrying (`retrying_tasks`) by nodes of releases
     /// before schema version 8, which kept there the tasks their mark passed. Read only when the
-    /// partition's mark was last written by such a node ([`LowWater::behind`] is `None`).
+    /// partition's mark was last written by such a node
+    /// ([`LowWater::behind`](crate::store::LowWater::behind) is `None`).
     fn legacy_retrying(
         &self,
         partition: PartitionId,
