@@ -15,8 +15,8 @@ use scheduler_core::settings::{CassandraSettings, ConsistencyLevel, SerialConsis
 use scheduler_core::store::{
     AttemptOutcome, AttemptRecord, AttemptStore, BucketProgress, CassandraStore, DeadLetter,
     DeadLetterFilter, DeadLetterStore, DeadReason, DeferralList, DeferredIdentityRecord,
-    DeferredStore, FireOutcome, FireRecord, GroupKey, GroupMark, GroupStore, GroupTally,
-    IdentityRecord, IdentityStore, JobStore, ListBehind, MemberOutcome, OwnershipStore,
+    DeferredStore, FinishStore, FireOutcome, FireRecord, GroupKey, GroupMark, GroupStore,
+    GroupTally, IdentityRecord, IdentityStore, JobStore, ListBehind, MemberOutcome, OwnershipStore,
     ParentRecord, PartitionOwner, ReadCursor, RecurringStore, ScheduleRecord, ScheduleStore,
     StatusRecord, StatusStore, StoreError, StoreLevels, Suspension, SuspensionStore,
     SuspensionTarget, TaskStatus,
@@ -343,6 +343,68 @@ async fn a_polled_batch_is_written_in_a_few_batches_per_hour_bucket_and_reads_ba
     assert!(
         (3..=15).contains(&batches),
         "{batches} batches for 300 small tasks over three buckets: {run:?}"
+    );
+}
+
+/// A task's end is one request: its final status and its removal from the schedule, both rows
+/// of one partition key, go as one batch.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tasks_final_status_and_its_removal_from_the_schedule_are_one_request() {
+    Stack::from_env().require_cassandra().await;
+    let keyspace = unique_name("it_store_finish");
+    let _teardown = Teardown::new(Stack::from_env()).keyspace(&keyspace);
+    let store = CassandraStore::connect(&settings(&keyspace))
+        .await
+        .expect("connect and create schema");
+    let at = Utc
+        .with_ymd_and_hms(2030, 1, 1, 10, 0, 0)
+        .single()
+        .expect("valid time");
+    let (done, other) = (task(at, "o", 1), task(at, "o", 2));
+    let refused = store
+        .persist(5, vec![done.clone(), other.clone()])
+        .await
+        .expect("persist");
+    assert!(refused.is_empty(), "{refused:?}");
+    let record = StatusRecord {
+        status: TaskStatus::Completed,
+        attempts: 1,
+        updated_at: at + TimeDelta::seconds(1),
+        last_error: None,
+        result: Some(serde_json::json!({ "ok": true })),
+    };
+    let before: std::collections::BTreeMap<_, _> = store.statements_run().into_iter().collect();
+    store
+        .finish(5, done.key(), record.clone())
+        .await
+        .expect("finish");
+    let after: std::collections::BTreeMap<_, _> = store.statements_run().into_iter().collect();
+    let rows: std::collections::BTreeMap<_, _> = store.rows_run().into_iter().collect();
+    let writes = |counts: &std::collections::BTreeMap<&str, u64>| {
+        counts.get("status write").copied().unwrap_or(0)
+    };
+    assert_eq!(
+        writes(&after) - writes(&before),
+        1,
+        "one request: {after:?}"
+    );
+    assert_eq!(
+        rows.get("status write").copied(),
+        Some(2),
+        "of two rows: {rows:?}"
+    );
+    assert!(!after.contains_key("schedule delete"), "{after:?}");
+
+    let status = store.status(5, done.key()).await.expect("status read");
+    assert_eq!(status, Some(record));
+    assert_eq!(
+        store.scheduled_task(5, done.key()).await.expect("read"),
+        None
+    );
+    assert_eq!(
+        store.scheduled_task(5, other.key()).await.expect("read"),
+        Some(other.clone()),
+        "the other task of the bucket stays"
     );
 }
 

@@ -19,7 +19,8 @@ use crate::in_flight::InFlightGauges;
 use crate::metrics::Metrics;
 use crate::settings::SchedulingSettings;
 use crate::store::{
-    AttemptStore, LeaseStore, ScheduleStore, StatusStore, Suspensions, Tables, TaskStore,
+    AttemptStore, FinishStore, LeaseStore, ScheduleStore, StatusStore, Suspensions, Tables,
+    TaskStore,
 };
 use crate::suspend::SuspensionHook;
 
@@ -192,8 +193,10 @@ pub struct RunDeps {
 /// The tables a task's run reads and writes itself.
 #[derive(Clone)]
 pub struct RunTables {
-    /// Its status: read before every attempt, written once final.
+    /// Its status: read before every attempt.
     pub status: Arc<dyn StatusStore>,
+    /// Its final status, written with its removal from the schedule.
+    pub finish: Arc<dyn FinishStore>,
     /// Its attempts' history.
     pub attempts: Arc<dyn AttemptStore>,
     /// The schedule it leaves once final (and the executor reads deferred tasks back from).
@@ -207,6 +210,7 @@ impl PartitionDeps {
         RunDeps {
             tables: RunTables {
                 status: Arc::clone(&tables.status),
+                finish: Arc::clone(&tables.finish),
                 attempts: Arc::clone(&tables.attempts),
                 schedule: Arc::clone(&tables.schedule),
             },

@@ -9,6 +9,7 @@ pub mod attempts;
 mod cassandra;
 pub mod dead_letters;
 pub mod deferred;
+pub mod finish;
 pub(crate) mod group_marks;
 pub mod groups;
 pub mod identities;
@@ -32,6 +33,7 @@ use std::sync::Arc;
 pub use attempts::{AttemptOutcome, AttemptRecord, AttemptStore};
 pub use dead_letters::{DeadLetter, DeadLetterFilter, DeadLetterStore, DeadReason};
 pub use deferred::{DeferralList, DeferredStore, ListBehind};
+pub use finish::FinishStore;
 pub use groups::{
     GroupHeader, GroupKey, GroupMark, GroupState, GroupStore, GroupTally, MemberOutcome,
     ParentRecord,
@@ -177,6 +179,7 @@ pub trait TaskStore:
     ScheduleStore
     + DeferredStore
     + StatusStore
+    + FinishStore
     + AttemptStore
     + OwnershipStore
     + DeadLetterStore
@@ -192,6 +195,7 @@ impl<T> TaskStore for T where
     T: ScheduleStore
         + DeferredStore
         + StatusStore
+        + FinishStore
         + AttemptStore
         + OwnershipStore
         + DeadLetterStore
@@ -213,6 +217,8 @@ pub struct Tables {
     pub deferred: Arc<dyn DeferredStore>,
     /// Final statuses.
     pub status: Arc<dyn StatusStore>,
+    /// A final status and the removal from the schedule, at once.
+    pub finish: Arc<dyn FinishStore>,
     /// Attempt histories.
     pub attempts: Arc<dyn AttemptStore>,
     /// Partition ownership and low-water marks.
@@ -236,6 +242,7 @@ impl Tables {
             schedule: store.clone(),
             deferred: store.clone(),
             status: store.clone(),
+            finish: store.clone(),
             attempts: store.clone(),
             ownership: store.clone(),
             leases: store.clone(),

@@ -98,7 +98,7 @@ pub trait StatusStore: Send + Sync + 'static {
 }
 
 /// `task_status` on Cassandra.
-mod cassandra {
+pub(in crate::store) mod cassandra {
     use std::sync::Arc;
 
     use chrono::{DateTime, Utc};
@@ -110,7 +110,7 @@ mod cassandra {
     use super::{StatusRecord, StatusStore, TaskStatus};
     use crate::store::cassandra::rows::{applied, first_row_of, key_values};
     use crate::store::cassandra::statements::read_by_key;
-    use crate::store::cassandra::{CassandraStore, Preparing, TableStatements};
+    use crate::store::cassandra::{CassandraStore, Inner, Preparing, TableStatements, Writes};
     use crate::store::{PartitionId, StoreError, StoreResult};
 
     /// The statements of `task_status`.
@@ -154,6 +154,43 @@ mod cassandra {
                     .await?,
             })
         }
+    }
+
+    /// The values of a status insert.
+    fn insert_values(
+        partition: PartitionId,
+        key: &TaskKey,
+        status: StatusRecord,
+    ) -> impl scylla::serialize::row::SerializeRow + Send + Sync + 'static {
+        let (p, bucket, time, ordering_id, uniqueness_key) = key_values(partition, key);
+        (
+            p,
+            bucket,
+            time,
+            ordering_id,
+            uniqueness_key,
+            status.status.as_str(),
+            i32::try_from(status.attempts).unwrap_or(i32::MAX),
+            status.updated_at,
+            status.last_error,
+            status.result.map(|value| value.to_string()),
+        )
+    }
+
+    /// Adds the write of a task's final status to `writes`.
+    pub(in crate::store) async fn add_status(
+        inner: &Inner,
+        writes: &mut Writes,
+        partition: PartitionId,
+        key: &TaskKey,
+        status: StatusRecord,
+    ) -> StoreResult<()> {
+        let statements = inner.statements::<StatusStatements>().await?;
+        writes.add(
+            &statements.insert_status,
+            insert_values(partition, key, status),
+        );
+        Ok(())
     }
 
     impl StatusStore for CassandraStore {
@@ -213,24 +250,10 @@ mod cassandra {
         ) -> BoxFuture<'static, StoreResult<()>> {
             let inner = Arc::clone(&self.inner);
             async move {
-                let (p, bucket, time, ordering_id, uniqueness_key) = key_values(partition, &key);
+                let statements = inner.statements::<StatusStatements>().await?;
+                let values = insert_values(partition, &key, status);
                 inner
-                    .run(
-                        &inner.statements::<StatusStatements>().await?.insert_status,
-                        (
-                            p,
-                            bucket,
-                            time,
-                            ordering_id,
-                            uniqueness_key,
-                            status.status.as_str(),
-                            i32::try_from(status.attempts).unwrap_or(i32::MAX),
-                            status.updated_at,
-                            status.last_error,
-                            status.result.map(|value| value.to_string()),
-                        ),
-                        "status write",
-                    )
+                    .run(&statements.insert_status, values, "status write")
                     .await
                     .map(|_| ())
             }
@@ -290,14 +313,26 @@ mod cassandra {
 
 /// `task_status` in memory.
 #[cfg(any(test, feature = "testing"))]
-mod memory {
+pub(in crate::store) mod memory {
     use chrono::{DateTime, Utc};
     use futures::future::BoxFuture;
     use scheduler_client::TaskKey;
 
     use super::{StatusRecord, StatusStore};
-    use crate::store::memory::MemoryStore;
+    use crate::store::memory::{MemoryStore, State};
     use crate::store::{PartitionId, StoreResult};
+
+    /// Records a task's final status.
+    pub(in crate::store) fn record(
+        s: &mut State,
+        partition: PartitionId,
+        key: TaskKey,
+        status: StatusRecord,
+    ) {
+        s.status_writes
+            .push((key.clone(), status.clone(), tokio::time::Instant::now()));
+        s.status.insert((partition, key), status);
+    }
 
     impl StatusStore for MemoryStore {
         fn status(
@@ -316,11 +351,7 @@ mod memory {
             key: TaskKey,
             status: StatusRecord,
         ) -> BoxFuture<'static, StoreResult<()>> {
-            self.run("status write", move |s| {
-                s.status_writes
-                    .push((key.clone(), status.clone(), tokio::time::Instant::now()));
-                s.status.insert((partition, key), status);
-            })
+            self.run("status write", move |s| record(s, partition, key, status))
         }
 
         fn clear_status(

@@ -103,8 +103,8 @@ pub(super) fn status_record(
 }
 
 /// Records the final status, as owner, confirming ownership again before every retry of
-/// the write, after the hooks' writes that come before it; then takes the task out of the
-/// schedule and tells the hooks.
+/// the write, after the hooks' writes that come before it, and takes the task out of the
+/// schedule in the same request; then tells the hooks.
 pub(super) async fn record_final(
     run: &mut TaskRun,
     phase: Phase,
@@ -114,7 +114,7 @@ pub(super) async fn record_final(
 ) -> Result<ExecutionOutcome, Halt> {
     let hooks = Arc::clone(&run.deps.hooks);
     let (store, partition, key) = (
-        run.deps.tables.status.clone(),
+        run.deps.tables.finish.clone(),
         run.partition,
         run.key.clone(),
     );
@@ -126,7 +126,7 @@ pub(super) async fn record_final(
     // (The attempt is not repeated: only the record is retried.)
     steps
         .store_step("status write", true, || {
-            store.record_status(partition, key.clone(), record.clone())
+            store.finish(partition, key.clone(), record.clone())
         })
         .await?;
     drop(steps);
@@ -134,7 +134,6 @@ pub(super) async fn record_final(
     for hook in hooks.iter() {
         hook.finished(&run.key, &record);
     }
-    remove_from_schedule(run);
     Ok(match record.status {
         TaskStatus::Completed => ExecutionOutcome::Completed,
         TaskStatus::Failed => ExecutionOutcome::Failed,

@@ -70,6 +70,36 @@ impl Preparing<'_> {
     }
 }
 
+/// Rows of several tables written in one request: an unlogged batch, for rows that share a
+/// partition key (so the same replicas, where Cassandra applies them as one mutation). Each
+/// table adds its own rows (`store/finish.rs` is the example).
+pub(in crate::store) struct Writes {
+    batch: scylla::statement::batch::Batch,
+    values: Vec<Box<dyn SerializeRow + Send + Sync>>,
+}
+
+impl Writes {
+    /// No row yet.
+    pub(in crate::store) fn new() -> Writes {
+        Writes {
+            batch: scylla::statement::batch::Batch::new(
+                scylla::statement::batch::BatchType::Unlogged,
+            ),
+            values: Vec::new(),
+        }
+    }
+
+    /// Adds `statement` with `values`.
+    pub(in crate::store) fn add(
+        &mut self,
+        statement: &PreparedStatement,
+        values: impl SerializeRow + Send + Sync + 'static,
+    ) {
+        self.batch.append_statement(statement.clone());
+        self.values.push(Box::new(values));
+    }
+}
+
 pub(in crate::store) struct Inner {
     pub(in crate::store) session: Session,
     keyspace: String,
@@ -191,6 +221,16 @@ impl Inner {
             .batch(batch, values)
             .await
             .map_err(query_error(operation))
+    }
+
+    /// Runs `writes` as one request; a failure names `operation`.
+    pub(in crate::store) async fn run_writes(
+        &self,
+        writes: Writes,
+        operation: &'static str,
+    ) -> StoreResult<()> {
+        let Writes { batch, values } = writes;
+        self.run_batch(&batch, values, operation).await.map(|_| ())
     }
 
     /// Runs `statement` with `values` a page at a time (the statement's page size), every row

@@ -22,7 +22,7 @@ use crate::store::cassandra::rows::{
     first_row_of, key_values, limit_value, rows_of, task_from_row, TaskRow,
 };
 use crate::store::cassandra::statements::read_by_key;
-use crate::store::cassandra::{CassandraStore, Inner, Preparing, TableStatements};
+use crate::store::cassandra::{CassandraStore, Inner, Preparing, TableStatements, Writes};
 use crate::store::{PartitionId, StoreResult};
 
 /// The statements of the schedule and its neighbours.
@@ -138,6 +138,18 @@ impl TableStatements for ScheduleStatements {
             .await?,
         })
     }
+}
+
+/// Adds the delete of a task's row to `writes`.
+pub(in crate::store) async fn add_removal(
+    inner: &Inner,
+    writes: &mut Writes,
+    partition: PartitionId,
+    key: &TaskKey,
+) -> StoreResult<()> {
+    let statements = inner.statements::<ScheduleStatements>().await?;
+    writes.add(&statements.delete_task, key_values(partition, key));
+    Ok(())
 }
 
 impl ScheduleStore for CassandraStore {

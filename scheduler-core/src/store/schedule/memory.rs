@@ -13,8 +13,15 @@ use super::{
     hour_bucket, DeferredCancel, DeferredIdentityRecord, ReadCursor, RefusedTask, ScheduleStore,
     WriteStamp,
 };
-use crate::store::memory::{MemoryStore, CLUSTERING_KEY_LIMIT};
+use crate::store::memory::{MemoryStore, State, CLUSTERING_KEY_LIMIT};
 use crate::store::{PartitionId, StoreResult};
+
+/// Deletes a task's row (leaving a tombstone, as Cassandra does).
+pub(in crate::store) fn remove(s: &mut State, partition: PartitionId, key: TaskKey) {
+    if s.schedule.remove(&(partition, key.clone())).is_some() {
+        s.tombstones.insert((partition, key));
+    }
+}
 
 impl ScheduleStore for MemoryStore {
     fn persist(
@@ -125,11 +132,7 @@ impl ScheduleStore for MemoryStore {
         partition: PartitionId,
         key: TaskKey,
     ) -> BoxFuture<'static, StoreResult<()>> {
-        self.run("schedule delete", move |s| {
-            if s.schedule.remove(&(partition, key.clone())).is_some() {
-                s.tombstones.insert((partition, key));
-            }
-        })
+        self.run("schedule delete", move |s| remove(s, partition, key))
     }
 
     fn scheduled_task(

@@ -12,10 +12,10 @@ use scheduler_client::{Task, TaskKey};
 
 use super::{PartitionId, StoreResult};
 
-mod cassandra;
+pub(in crate::store) mod cassandra;
 mod inserts;
 #[cfg(any(test, feature = "testing"))]
-mod memory;
+pub(in crate::store) mod memory;
 
 /// Where a load of the schedule starts.
 #[derive(Debug, Clone, PartialEq, Eq)]
