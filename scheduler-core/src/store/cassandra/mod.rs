@@ -193,16 +193,18 @@ impl Inner {
     /// Counts a statement of `operation`, and `rows` rows it wrote (see
     /// [`CassandraStore::statements_run`], [`CassandraStore::rows_run`]).
     fn count(&self, operation: &'static str, rows: usize) {
-        let mut counts = (self.counts.lock()).unwrap_or_else(std::sync::PoisonError::into_inner);
-        let counted = counts.entry(operation).or_default();
-        counted.statements += 1;
-        counted.rows += u64::try_from(rows).unwrap_or(u64::MAX);
+        self.add(operation, 1, rows);
     }
 
     /// Counts `rows` rows a statement of `operation` wrote or read, once it answered.
     fn count_rows(&self, operation: &'static str, rows: usize) {
+        self.add(operation, 0, rows);
+    }
+
+    fn add(&self, operation: &'static str, statements: u64, rows: usize) {
         let mut counts = (self.counts.lock()).unwrap_or_else(std::sync::PoisonError::into_inner);
         let counted = counts.entry(operation).or_default();
+        counted.statements += statements;
         counted.rows += u64::try_from(rows).unwrap_or(u64::MAX);
     }
 
