@@ -2150,3 +2150,70 @@ async fn the_upgrade_to_group_marks_marks_the_finished_nodes_of_stored_groups() 
         }]
     );
 }
+
+/// The statuses of many tasks are read in one request per hour bucket and 100 keys, naming only
+/// their rows: a key with a status is found, one without is not, a neighbour never is.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn statuses_are_read_a_bucket_of_keys_at_a_time_finding_exactly_the_keys_with_one() {
+    Stack::from_env().require_cassandra().await;
+    let keyspace = unique_name("it_store_statuses");
+    let _teardown = Teardown::new(Stack::from_env()).keyspace(&keyspace);
+    let store = CassandraStore::connect(&settings(&keyspace))
+        .await
+        .expect("connect and create schema");
+    let at = Utc
+        .with_ymd_and_hms(2030, 1, 1, 10, 0, 0)
+        .single()
+        .expect("valid time");
+    // 150 keys in one hour, 30 in the next; every third has a status, and so does a neighbour
+    // of each key that is not asked for.
+    let keys: Vec<TaskKey> = (0..180u64)
+        .map(|n| {
+            let s = i64::try_from(n).expect("small");
+            let time = at + TimeDelta::seconds(if n < 150 { s } else { 3_600 + s });
+            task(time, &format!("o{}", n % 7), n).key()
+        })
+        .collect();
+    let record = |status| StatusRecord {
+        status,
+        attempts: 1,
+        updated_at: at,
+        last_error: None,
+        result: None,
+    };
+    let mut expected = std::collections::HashSet::new();
+    for (n, key) in keys.iter().enumerate() {
+        if n % 3 == 0 {
+            store
+                .record_status(5, key.clone(), record(TaskStatus::Completed))
+                .await
+                .expect("status write");
+            expected.insert(key.clone());
+        }
+        let mut neighbour = key.clone();
+        neighbour.uniqueness_key.push('x');
+        store
+            .record_status(5, neighbour, record(TaskStatus::Cancelled))
+            .await
+            .expect("status write");
+    }
+    // And one in another partition of the engine.
+    store
+        .record_status(6, keys[1].clone(), record(TaskStatus::Completed))
+        .await
+        .expect("status write");
+    let before: std::collections::BTreeMap<_, _> = store.statements_run().into_iter().collect();
+    let found = store.with_status(5, keys).await.expect("statuses read");
+    let after: std::collections::BTreeMap<_, _> = store.statements_run().into_iter().collect();
+    assert_eq!(found, expected);
+    let reads = |counts: &std::collections::BTreeMap<&str, u64>| {
+        counts.get("status batch read").copied().unwrap_or(0)
+    };
+    assert_eq!(
+        reads(&after) - reads(&before),
+        3,
+        "100 and 50 keys of the first hour, 30 of the second: {after:?}"
+    );
+    let rows: std::collections::BTreeMap<_, _> = store.rows_run().into_iter().collect();
+    assert_eq!(rows.get("status batch read").copied(), Some(60), "{rows:?}");
+}

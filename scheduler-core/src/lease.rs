@@ -369,6 +369,15 @@ impl TreeLease {
         }
     }
 
+    /// Whether an earlier tree's lease listed `ordering_id` at this tree's claim (its call of a
+    /// task of it may record an outcome until it ends); yes if the leases were not read yet.
+    pub fn listed_at_claim(&self, ordering_id: &str) -> bool {
+        match &self.inner.traces().at_claim {
+            Some(at_claim) => at_claim.contains(ordering_id),
+            None => true,
+        }
+    }
+
     /// The lease holder's name: the tree's, unique in the process.
     pub fn holder(&self) -> &str {
         &self.inner.holder

@@ -46,6 +46,7 @@ pub mod handler;
 mod hooks;
 mod identity;
 mod in_flight;
+mod known_statuses;
 mod lease;
 mod metrics;
 pub mod node;

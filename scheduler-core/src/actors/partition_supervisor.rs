@@ -24,6 +24,7 @@ use super::{PartitionDeps, StopActor};
 use crate::cancel_gate::CancelGate;
 use crate::epoch::EpochCell;
 use crate::in_flight::InFlight;
+use crate::known_statuses::KnownStatuses;
 use crate::lease::TreeLease;
 use crate::outcome::StopReason;
 use crate::store::{PartitionId, ReadCursor};
@@ -218,9 +219,20 @@ impl Actor for PartitionSupervisor {
         );
         self.lease = Some(lease.clone());
         let cancels = CancelGate::new();
+        // The tree's status reads and writes go through what it knows of its tasks' statuses.
+        let known = KnownStatuses::new(
+            deps.tables.status.clone(),
+            deps.tables.finish.clone(),
+            2 * deps.settings.max_in_flight_tasks,
+        );
+        let mut run_deps = deps.run_deps();
+        run_deps.tables.status = Arc::new(known.clone());
+        run_deps.tables.finish = Arc::new(known.clone());
+        let mut persistence_tables = PersistenceTables::from(&deps.tables);
+        persistence_tables.status = Arc::new(known.clone());
         executor_ctx.run(PartitionExecutor::new(
             p,
-            deps.run_deps(),
+            run_deps,
             deps.tables.deferred.clone(),
             ExecutionLinks {
                 ownership: ownership.clone(),
@@ -240,7 +252,7 @@ impl Actor for PartitionSupervisor {
         ));
         persistence_ctx.run(TaskPersistence::new(
             p,
-            PersistenceTables::from(&deps.tables),
+            persistence_tables,
             PersistenceLinks {
                 scheduler: scheduler.clone(),
                 deferred: executor.clone().recipient(),
@@ -253,6 +265,7 @@ impl Actor for PartitionSupervisor {
                 stop: self.stop.subscribe(),
                 ownership: ownership.clone(),
                 cancels,
+                known,
                 lease,
                 enqueuer: deps.enqueuer.clone(),
             },

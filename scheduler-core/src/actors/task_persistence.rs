@@ -57,6 +57,7 @@ use crate::clock::Clock;
 use crate::enqueue::Enqueuer;
 use crate::identity;
 use crate::in_flight::{InFlight, Passed};
+use crate::known_statuses::KnownStatuses;
 use crate::lease::TreeLease;
 use crate::metrics::{Metrics, ParkReason, Parked};
 use crate::outcome::StopReason;
@@ -153,6 +154,8 @@ pub struct TaskPersistence {
     ownership: Addr<PartitionOwnership>,
     /// Cancels being applied, seen by tasks already checked.
     cancels: CancelGate,
+    /// Statuses of the tasks entering the tree, read in batches.
+    known: KnownStatuses,
     lease: TreeLease,
     /// The tree's epoch (0 until its claim completed: nothing is written or loaded before).
     epoch: u64,
@@ -192,6 +195,9 @@ pub struct PersistenceLinks {
     pub ownership: Addr<PartitionOwnership>,
     /// Tells tasks already checked that a cancel of theirs is being applied.
     pub cancels: CancelGate,
+    /// What the tree knows of its tasks' statuses: the tasks pushed and loaded are checked in
+    /// batches.
+    pub known: KnownStatuses,
     /// The tree's running-task lease: told, at the start, what earlier trees left (their
     /// running calls) and when it started, so tasks know whether to read attempts.
     pub lease: TreeLease,
@@ -226,6 +232,7 @@ impl TaskPersistence {
             stop: links.stop,
             ownership: links.ownership,
             cancels: links.cancels,
+            known: links.known,
             lease: links.lease,
             epoch: 0,
             low_water: start,
@@ -733,6 +740,14 @@ impl TaskPersistence {
         // Of several records of one key in a batch, the last in partition order wins, in the
         // store and in memory alike.
         let tasks = last_of_each_key(tasks);
+        // The statuses of the tasks pushed now are read in batches as they are written, but for
+        // those of an orderingId an earlier tree was calling at the claim (`known_statuses`).
+        let checking: Vec<TaskKey> = tasks
+            .iter()
+            .map(Task::key)
+            .filter(|key| self.has_passed(key) && !self.lease.listed_at_claim(&key.ordering_id))
+            .collect();
+        let known = self.known.clone();
         let started = std::time::Instant::now();
         let (partition, epoch) = (self.partition, self.epoch);
         let tables = self.tables.clone();
@@ -811,7 +826,15 @@ impl TaskPersistence {
             .await?;
             let refused = match tasks.is_empty() {
                 true => Vec::new(),
-                false => tables.schedule.persist(partition, tasks.clone()).await?,
+                false => {
+                    let written = tables.schedule.persist(partition, tasks.clone());
+                    let checked = known.check(partition, checking);
+                    let (refused, checked) = futures::future::join(written, checked).await;
+                    if let Err(e) = checked {
+                        debug!(partition, error = %e, "statuses not read in a batch: each task reads its own");
+                    }
+                    refused?
+                }
             };
             let mut cancelled = canceller.apply(cancels, cancelled_at).await?;
             for key in resolved.superseded_rows {
@@ -974,6 +997,18 @@ impl Handler<LoadTasks> for TaskPersistence {
             until,
             limit,
         );
+        // The loaded tasks' statuses are read in batches (`known_statuses`).
+        let (known, lease, partition) = (self.known.clone(), self.lease.clone(), self.partition);
+        let load = async move {
+            let page = load.await?;
+            let keys: Vec<TaskKey> = (page.tasks.iter().map(Task::key))
+                .filter(|key| !lease.listed_at_claim(&key.ordering_id))
+                .collect();
+            if let Err(e) = known.check(partition, keys).await {
+                debug!(partition, error = %e, "statuses not read in a batch: each task reads its own");
+            }
+            Ok(page)
+        };
         AtomicResponse::new(Box::pin(load.into_actor(self).map(
             move |result, act, _| {
                 drop(reserved);

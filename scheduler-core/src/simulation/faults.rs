@@ -35,6 +35,8 @@ impl World {
                     "task insert",
                     "epoch read",
                     "cancel",
+                    "status batch read",
+                    "status read",
                 ];
                 let op = ops[self.rng.usize(0..ops.len())];
                 let latency = Duration::from_millis(self.rng.u64(100..2_500));
@@ -225,6 +227,8 @@ impl World {
             "task insert",
             "epoch read",
             "cancel",
+            "status batch read",
+            "status read",
         ] {
             for store in self.keyspaces() {
                 store.set_latency(op, Duration::ZERO);

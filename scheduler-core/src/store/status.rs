@@ -4,11 +4,16 @@
 //! The whole table in one place: its rows and [`StatusStore`], its statements and
 //! implementation on Cassandra (`cassandra`), its in-memory twin (`memory`).
 
+use std::collections::{BTreeMap, HashSet};
+
 use chrono::{DateTime, Utc};
 use futures::future::BoxFuture;
 use scheduler_client::TaskKey;
 
-use super::{PartitionId, StoreResult};
+use super::{hour_bucket, PartitionId, StoreResult};
+
+/// The most keys one read of [`StatusStore::with_status`] names.
+pub const KEYS_PER_STATUS_READ: usize = 100;
 
 /// Final state of a task.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -70,6 +75,17 @@ pub trait StatusStore: Send + Sync + 'static {
         key: TaskKey,
     ) -> BoxFuture<'static, StoreResult<Option<StatusRecord>>>;
 
+    /// Of `keys`, those with a recorded status: one request per hour bucket (the table's
+    /// partition) and [`KEYS_PER_STATUS_READ`] keys, reading only their rows. A key it names may
+    /// have had its status deleted (Cassandra 2.1.0 may answer a read naming a row's key with
+    /// the row deleted after a flush: design.md, "Reads by key"): read such a key's status with
+    /// [`StatusStore::status`] before acting on it. A key it does not name had no status.
+    fn with_status(
+        &self,
+        partition: PartitionId,
+        keys: Vec<TaskKey>,
+    ) -> BoxFuture<'static, StoreResult<HashSet<TaskKey>>>;
+
     /// Records a task's final state.
     fn record_status(
         &self,
@@ -97,6 +113,26 @@ pub trait StatusStore: Send + Sync + 'static {
     ) -> BoxFuture<'static, StoreResult<Option<StatusRecord>>>;
 }
 
+/// `keys` in the reads [`StatusStore::with_status`] makes: by hour bucket, at most
+/// [`KEYS_PER_STATUS_READ`] each.
+fn status_reads(keys: Vec<TaskKey>) -> Vec<(DateTime<Utc>, Vec<TaskKey>)> {
+    let mut by_bucket: BTreeMap<DateTime<Utc>, Vec<TaskKey>> = BTreeMap::new();
+    for key in keys {
+        by_bucket
+            .entry(hour_bucket(key.scheduled_time))
+            .or_default()
+            .push(key);
+    }
+    by_bucket
+        .into_iter()
+        .flat_map(|(bucket, keys)| {
+            keys.chunks(KEYS_PER_STATUS_READ)
+                .map(|chunk| (bucket, chunk.to_vec()))
+                .collect::<Vec<_>>()
+        })
+        .collect()
+}
+
 /// `task_status` on Cassandra.
 pub(in crate::store) mod cassandra {
     use std::sync::Arc;
@@ -107,8 +143,12 @@ pub(in crate::store) mod cassandra {
     use scheduler_client::TaskKey;
     use scylla::statement::prepared::PreparedStatement;
 
-    use super::{StatusRecord, StatusStore, TaskStatus};
-    use crate::store::cassandra::rows::{applied, first_row_of, key_values};
+    use std::collections::HashSet;
+
+    use futures::{StreamExt, TryStreamExt};
+
+    use super::{status_reads, StatusRecord, StatusStore, TaskStatus};
+    use crate::store::cassandra::rows::{applied, first_row_of, key_values, rows_of};
     use crate::store::cassandra::statements::read_by_key;
     use crate::store::cassandra::{CassandraStore, Inner, Preparing, TableStatements, Writes};
     use crate::store::{PartitionId, StoreError, StoreResult};
@@ -116,6 +156,7 @@ pub(in crate::store) mod cassandra {
     /// The statements of `task_status`.
     struct StatusStatements {
         select_status: PreparedStatement,
+        select_with_status: PreparedStatement,
         insert_status: PreparedStatement,
         cancel_status: PreparedStatement,
         delete_status: PreparedStatement,
@@ -138,6 +179,13 @@ pub(in crate::store) mod cassandra {
                 select_status: prepare(format!(
                     "SELECT uniqueness_key, status, attempts, updated_at, last_error, result \
                  FROM {ks}.task_status WHERE {by_key}"
+                ))
+                .await?,
+                // Only the keys named: a read of their rows, not a slice (Cassandra 2.1 and
+                // later take a multi-column IN on the clustering columns).
+                select_with_status: prepare(format!(
+                    "SELECT {key_columns} FROM {ks}.task_status WHERE partition_id = ? \
+                     AND hour_bucket = ? AND ({key_columns}) IN ?"
                 ))
                 .await?,
                 insert_status: prepare(format!(
@@ -242,6 +290,40 @@ pub(in crate::store) mod cassandra {
             .boxed()
         }
 
+        fn with_status(
+            &self,
+            partition: PartitionId,
+            keys: Vec<TaskKey>,
+        ) -> BoxFuture<'static, StoreResult<HashSet<TaskKey>>> {
+            let inner = Arc::clone(&self.inner);
+            async move {
+                let statements = inner.statements::<StatusStatements>().await?;
+                let inner = &inner;
+                let statement = &statements.select_with_status;
+                futures::stream::iter(status_reads(keys))
+                    .map(|(bucket, keys)| async move {
+                        let named: Vec<(DateTime<Utc>, String, String)> = keys
+                            .into_iter()
+                            .map(|k| (k.scheduled_time, k.ordering_id, k.uniqueness_key))
+                            .collect();
+                        let values = (partition, bucket, named);
+                        let result = inner.run(statement, values, "status batch read").await?;
+                        rows_of::<(DateTime<Utc>, String, String)>(result, "status")
+                    })
+                    .buffer_unordered(crate::store::WRITE_CONCURRENCY)
+                    .map_ok(|rows| futures::stream::iter(rows.into_iter().map(Ok)))
+                    .try_flatten()
+                    .map_ok(|(scheduled_time, ordering_id, uniqueness_key)| TaskKey {
+                        scheduled_time,
+                        ordering_id,
+                        uniqueness_key,
+                    })
+                    .try_collect()
+                    .await
+            }
+            .boxed()
+        }
+
         fn record_status(
             &self,
             partition: PartitionId,
@@ -318,7 +400,11 @@ pub(in crate::store) mod memory {
     use futures::future::BoxFuture;
     use scheduler_client::TaskKey;
 
-    use super::{StatusRecord, StatusStore};
+    use std::collections::HashSet;
+
+    use futures::FutureExt;
+
+    use super::{status_reads, StatusRecord, StatusStore};
     use crate::store::memory::{MemoryStore, State};
     use crate::store::{PartitionId, StoreResult};
 
@@ -343,6 +429,31 @@ pub(in crate::store) mod memory {
             self.run("status read", move |s| {
                 s.status.get(&(partition, key)).cloned()
             })
+        }
+
+        fn with_status(
+            &self,
+            partition: PartitionId,
+            keys: Vec<TaskKey>,
+        ) -> BoxFuture<'static, StoreResult<HashSet<TaskKey>>> {
+            let reads: Vec<_> = status_reads(keys)
+                .into_iter()
+                .map(|(_, keys)| {
+                    self.run("status batch read", move |s| {
+                        keys.into_iter()
+                            .filter(|key| s.status.contains_key(&(partition, key.clone())))
+                            .collect::<Vec<_>>()
+                    })
+                })
+                .collect();
+            async move {
+                let mut found = HashSet::new();
+                for read in futures::future::join_all(reads).await {
+                    found.extend(read?);
+                }
+                Ok(found)
+            }
+            .boxed()
         }
 
         fn record_status(

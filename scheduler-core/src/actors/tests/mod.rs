@@ -12,6 +12,7 @@ mod ownership;
 mod retries;
 mod scheduling;
 mod starts;
+mod statuses;
 mod suspensions;
 mod task_types;
 

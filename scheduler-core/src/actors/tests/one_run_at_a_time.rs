@@ -279,8 +279,10 @@ fn a_task_whose_lease_lapsed_while_its_status_was_read_checks_ownership_again_be
         // Lease TTL 6 s (renewed every 2 s); every call takes 20 s.
         let h = Harness::new(SchedulingSettings::default(), Duration::from_secs(20), &[]);
         let other = h.second_node(SchedulingSettings::default());
-        // The status read takes 10 s (a slow replica, or a pause of the process in it).
+        // The status read takes 10 s (a slow replica, or a pause of the process in it). The
+        // batch read as the task is persisted fails, so the task reads its status by key.
         h.store.set_latency("status read", Duration::from_secs(10));
+        h.store.fail_op("status batch read", 1);
         h.assign().await;
         let t = task("a", t0(), "1");
         h.enqueue(vec![t.clone()]).await;

@@ -1,0 +1,80 @@
+//! The status check before a run: read in batches as tasks enter the tree, by key where the tree
+//! does not know the answer (`known_statuses`).
+
+use super::*;
+
+#[test]
+fn tasks_pushed_and_loaded_read_their_statuses_in_batches_not_one_by_one() {
+    run_paused(|| async {
+        let h = Harness::new(SchedulingSettings::default(), Duration::ZERO, &[]);
+        h.assign().await;
+        // 60 due now over 6 orderingIds (pushed as they are written), 60 due in two hours
+        // (written ahead of the read cursor, loaded later).
+        let now: Vec<Task> = (0..60)
+            .map(|n| task(&format!("o{}", n % 6), t0() + ms(n), &n.to_string()))
+            .collect();
+        let later: Vec<Task> = (0..60)
+            .map(|n| {
+                task(
+                    &format!("o{}", n % 6),
+                    t0() + ms(7_200_000 + n),
+                    &n.to_string(),
+                )
+            })
+            .collect();
+        h.enqueue(now.iter().chain(&later).cloned().collect()).await;
+        advance(Duration::from_secs(7_300)).await;
+        for t in now.iter().chain(&later) {
+            let status = h.store.status_of(P, &t.key()).map(|s| s.status);
+            assert_eq!(status, Some(TaskStatus::Completed), "{}", t.key());
+        }
+        assert_eq!(
+            h.store.requests_of("status read"),
+            0,
+            "every status was known from a batch read"
+        );
+        let batches = h.store.requests_of("status batch read");
+        assert!(
+            (2..=6).contains(&batches),
+            "{batches} batch reads for 120 tasks"
+        );
+    });
+}
+
+#[test]
+fn a_key_that_finished_or_was_cancelled_is_not_run_when_its_record_comes_again() {
+    run_paused(|| async {
+        // Every call takes 2 s.
+        let h = Harness::new(SchedulingSettings::default(), Duration::from_secs(2), &[]);
+        h.assign().await;
+        let (done, running, cancelled) = (
+            task("a", t0(), "done"),
+            task("b", t0(), "running"),
+            task("c", t0() + ms(60_000), "cancelled"),
+        );
+        h.enqueue(vec![done.clone(), running.clone()]).await;
+        advance(Duration::from_secs(3)).await;
+        // `done` finished; `running`'s copy again while its first call runs (the batch read
+        // finds no status yet); `cancelled` cancelled before it is ever scheduled.
+        h.enqueue(vec![running.clone()]).await;
+        h.cancel(vec![cancelled.key()]).await;
+        advance(Duration::from_secs(3)).await;
+        h.enqueue(vec![done.clone(), running.clone(), cancelled.clone()])
+            .await;
+        advance(Duration::from_secs(120)).await;
+        assert_eq!(
+            h.recorder.call_times("a").len(),
+            1,
+            "a finished key runs once"
+        );
+        assert_eq!(
+            h.recorder.call_times("b").len(),
+            1,
+            "a finished key runs once"
+        );
+        assert!(
+            h.recorder.call_times("c").is_empty(),
+            "a cancelled key never runs"
+        );
+    });
+}
