@@ -134,7 +134,13 @@ pub async fn run(url: &str, profile: Profile, sizes: Sizes) -> anyhow::Result<Va
         "profile": profile.name(),
         "settings": settings(profile),
     });
-    for (phase, name) in [(Phase::Steady, "steady"), (Phase::Burst, "burst")] {
+    let mut phases = vec![(Phase::Steady, "steady", sizes)];
+    if let Some(rate) = sizes.rate_high {
+        // The steady phase again at the higher rate.
+        phases.push((Phase::Steady, "steady_high", Sizes { rate, ..sizes }));
+    }
+    phases.push((Phase::Burst, "burst", sizes));
+    for (phase, name, sizes) in phases {
         let session = Session::start(url, profile).await?;
         let measured =
             workload::run(phase, session.producer.clone(), &session.recorder, sizes).await;

@@ -10,6 +10,7 @@
 //! A separate package (not in the engine's workspace) so that the engine's builds and tests
 //! never compile a database driver they do not use.
 
+mod cpu;
 mod graphile;
 mod workload;
 
@@ -61,6 +62,9 @@ struct Args {
     /// Steady-phase tasks per second.
     #[arg(long, default_value_t = 500.0)]
     rate: f64,
+    /// If set, the steady phase runs again at this rate (the engine's 90% load).
+    #[arg(long)]
+    rate_high: Option<f64>,
     /// Steady-phase seconds.
     #[arg(long, default_value_t = 30)]
     steady_secs: u64,
@@ -96,6 +100,7 @@ fn run(args: &Args) -> anyhow::Result<()> {
     );
     let sizes = workload::Sizes {
         rate: args.rate,
+        rate_high: args.rate_high,
         steady: Duration::from_secs(args.steady_secs),
         burst: args.burst,
         queues: args.queues,

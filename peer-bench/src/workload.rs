@@ -100,6 +100,8 @@ impl Recorder {
 pub struct Sizes {
     /// Steady-phase tasks per second.
     pub rate: f64,
+    /// If set, the steady phase runs again at this rate.
+    pub rate_high: Option<f64>,
     /// Steady-phase duration.
     pub steady: Duration,
     /// Burst tasks.
@@ -222,6 +224,7 @@ async fn burst(
         })
         .collect();
     let mut batches = tasks.chunks(BURST_BATCH).map(<[NewTask]>::to_vec);
+    let cpu_before = crate::cpu::CpuSnapshot::take();
     let started = Instant::now();
     let mut in_flight = tokio::task::JoinSet::new();
     loop {
@@ -240,6 +243,7 @@ async fn burst(
     let enqueue_s = started.elapsed().as_secs_f64();
     let limit = Duration::from_secs(120).max(Duration::from_millis(sizes.burst as u64 * 5));
     let timed_out = wait_for(recorder, true, sizes.burst, limit).await;
+    let cpu = cpu_before.per_task_since(sizes.burst);
     let runs = recorder.phase(true);
     let (duplicates, missing) = check(&runs, sizes.burst as u64);
     let out_of_order = out_of_order(&runs, sizes.queues);
@@ -259,6 +263,7 @@ async fn burst(
         "out_of_order": out_of_order,
         "timed_out": timed_out,
         "wait_limit_s": limit.as_secs(),
+        "cpu_ms_per_task": cpu,
     }))
 }
 

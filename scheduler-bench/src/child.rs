@@ -1,8 +1,10 @@
 //! Nodes in their own OS process, for the figures that need one: peak RSS of a node, and a node
 //! that is killed. The parent runs `scheduler-bench node --settings <json>`; the child starts a
 //! node with a counting [`Probe`] and reports its progress as one JSON line on stdout every few
-//! milliseconds until SIGTERM, which shuts the node down cleanly.
+//! milliseconds until SIGTERM, which shuts the node down cleanly. With `--executions FILE` the
+//! probe also writes a line per execution to `FILE` (see [`Probe::logging_to`]).
 
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use chrono::Utc;
@@ -39,6 +41,8 @@ pub struct Progress {
     pub last_ms: i64,
     /// Tasks held in memory (the `scheduler_tasks_in_memory` gauge).
     pub in_memory: u64,
+    /// Executions whose line could not be written to the executions file.
+    pub unlogged: u64,
     /// The node has shut down.
     pub stopped: bool,
 }
@@ -63,6 +67,7 @@ impl Progress {
             first_ms: int("first_ms"),
             last_ms: int("last_ms"),
             in_memory: int("in_memory").max(0) as u64,
+            unlogged: int("unlogged").max(0) as u64,
             stopped: value.get("stopped").and_then(|v| v.as_bool()) == Some(true),
         }
     }
@@ -76,16 +81,25 @@ impl Progress {
             "first_ms": self.first_ms,
             "last_ms": self.last_ms,
             "in_memory": self.in_memory,
+            "unlogged": self.unlogged,
             "stopped": self.stopped,
         })
     }
 }
 
-/// The child's side: runs a node until SIGTERM, reporting progress on stdout.
-pub async fn run_child(settings_json: &str, partitions: u32) -> Result<(), BenchError> {
+/// The child's side: runs a node until SIGTERM, reporting progress on stdout; writes each
+/// execution to `executions` when given.
+pub async fn run_child(
+    settings_json: &str,
+    partitions: u32,
+    executions: Option<&Path>,
+) -> Result<(), BenchError> {
     let settings: Settings = serde_json::from_str(settings_json)
         .map_err(|e| BenchError::Setup(format!("child settings: {e}")))?;
-    let probe = Probe::new(partitions, false);
+    let probe = match executions {
+        Some(path) => Probe::logging_to(partitions, path)?,
+        None => Probe::new(partitions, false),
+    };
     let node = SchedulerNode::start(settings, probe.clone())
         .await
         .map_err(|e| BenchError::Setup(format!("child node: {e}")))?;
@@ -114,6 +128,7 @@ pub async fn run_child(settings_json: &str, partitions: u32) -> Result<(), Bench
         progress.executed = probe.executed();
         progress.first_ms = probe.first().map_or(0, |t| t.timestamp_millis());
         progress.last_ms = probe.last().map_or(0, |t| t.timestamp_millis());
+        progress.unlogged = probe.unlogged();
         if changed || ticks.is_multiple_of(REPORT_EVERY) {
             progress.in_memory =
                 it_tests::engine::metric_sum(&node.metrics(), "scheduler_tasks_in_memory", &[])
@@ -126,6 +141,7 @@ pub async fn run_child(settings_json: &str, partitions: u32) -> Result<(), Bench
         .map_err(|e| BenchError::Setup(format!("child shutdown: {e}")))?;
     progress.stopped = true;
     progress.executed = probe.executed();
+    progress.unlogged = probe.unlogged();
     report(&progress);
     Ok(())
 }
@@ -146,13 +162,36 @@ pub struct ChildNode {
 impl ChildNode {
     /// Starts a node process with `settings` for a topic of `partitions` partitions.
     pub fn spawn(settings: &Settings, partitions: u32) -> Result<ChildNode, BenchError> {
+        ChildNode::start(settings, partitions, None)
+    }
+
+    /// Starts a node process like [`ChildNode::spawn`] that also writes a line per execution to
+    /// `executions` (see [`Probe::logging_to`]).
+    pub fn spawn_logging(
+        settings: &Settings,
+        partitions: u32,
+        executions: &Path,
+    ) -> Result<ChildNode, BenchError> {
+        ChildNode::start(settings, partitions, Some(executions))
+    }
+
+    fn start(
+        settings: &Settings,
+        partitions: u32,
+        executions: Option<&Path>,
+    ) -> Result<ChildNode, BenchError> {
         let exe = std::env::current_exe()
             .map_err(|e| BenchError::Setup(format!("cannot find the bench binary: {e}")))?;
         let settings_json = serde_json::to_string(settings)
             .map_err(|e| BenchError::Setup(format!("settings: {e}")))?;
-        let mut child = Command::new(exe)
+        let mut command = Command::new(exe);
+        command
             .args(["node", "--partitions", &partitions.to_string()])
-            .args(["--settings", &settings_json])
+            .args(["--settings", &settings_json]);
+        if let Some(path) = executions {
+            command.arg("--executions").arg(path);
+        }
+        let mut child = command
             .stdout(std::process::Stdio::piped())
             .kill_on_drop(true)
             .spawn()
@@ -231,16 +270,18 @@ impl ChildNode {
             .ok_or_else(|| BenchError::Child("no VmHWM in /proc status".into()))
     }
 
-    /// Asks the node to shut down cleanly (SIGTERM) and waits until it has left the group.
-    pub async fn stop(mut self, timeout: Duration) -> Result<(), BenchError> {
+    /// Asks the node to shut down cleanly (SIGTERM) and waits until it has left the group;
+    /// returns its last report.
+    pub async fn stop(mut self, timeout: Duration) -> Result<Progress, BenchError> {
         self.signal("TERM")?;
-        self.wait_for(timeout, "the node to shut down", |p| p.stopped)
+        let last = self
+            .wait_for(timeout, "the node to shut down", |p| p.stopped)
             .await?;
         self.child
             .wait()
             .await
             .map_err(|e| BenchError::Child(format!("node process: {e}")))?;
-        Ok(())
+        Ok(last)
     }
 
     /// Sends SIGTERM without waiting: the node starts leaving the group.
@@ -256,13 +297,16 @@ impl ChildNode {
             .map_err(|e| BenchError::Child(format!("cannot kill the node: {e}")))
     }
 
-    /// Waits for the process to exit.
-    pub async fn wait_exit(mut self, timeout: Duration) -> Result<(), BenchError> {
+    /// Waits for the process to exit; returns its last report (each line it wrote read).
+    pub async fn wait_exit(mut self, timeout: Duration) -> Result<Progress, BenchError> {
         tokio::time::timeout(timeout, self.child.wait())
             .await
             .map_err(|_| BenchError::Timeout("the node process to exit".into()))?
             .map_err(|e| BenchError::Child(format!("node process: {e}")))?;
-        Ok(())
+        // The reader sees the end of the output once the process is gone.
+        let drained = async { while self.progress.changed().await.is_ok() {} };
+        let _ = tokio::time::timeout(Duration::from_secs(1), drained).await;
+        Ok(self.progress())
     }
 
     fn signal(&self, name: &str) -> Result<(), BenchError> {

@@ -2,7 +2,7 @@
 //! each figure beside the raw ceiling of the same services measured in the same run.
 //!
 //! ```text
-//! scheduler-bench run [--quick] [--out FILE] [--only ceilings,throughput,handoff,cold,backlog,busy,group,tombstones,peers]
+//! scheduler-bench run [--quick] [--out FILE] [--only ceilings,throughput,handoff,cold,backlog,busy,group,tombstones,peers,failover]
 //! ```
 //!
 //! Prints a table and writes the figures as JSON. `--quick` runs every scenario small (under
@@ -10,6 +10,8 @@
 
 mod ceilings;
 mod child;
+mod cpu;
+mod failover;
 mod peers;
 mod probe;
 mod report;
@@ -62,6 +64,9 @@ enum Command {
         /// Partitions of the topic.
         #[arg(long)]
         partitions: u32,
+        /// Writes a line per execution to this file (the failover scenario's check).
+        #[arg(long)]
+        executions: Option<PathBuf>,
     },
 }
 
@@ -94,6 +99,9 @@ enum Scenario {
     Tombstones,
     /// The same workload on peer libraries (graphile_worker on PostgreSQL), side by side.
     Peers,
+    /// Three node processes under a steady load; one leaves (SIGTERM), then one is killed
+    /// (SIGKILL); every execution checked.
+    Failover,
 }
 
 /// How big each scenario is.
@@ -110,6 +118,7 @@ struct Sizes {
     busy_ordering_ids: usize,
     group_members: u32,
     finished_tasks: usize,
+    failover_window: Duration,
 }
 
 impl Sizes {
@@ -130,6 +139,7 @@ impl Sizes {
                 busy_ordering_ids: 50,
                 group_members: 2_000,
                 finished_tasks: 20_000,
+                failover_window: failover::QUICK_WINDOW,
             }
         } else {
             Sizes {
@@ -145,6 +155,7 @@ impl Sizes {
                 busy_ordering_ids: 500,
                 group_members: scheduler_client::wire::MAX_GROUP_NUMBER,
                 finished_tasks: 300_000,
+                failover_window: failover::FULL_WINDOW,
             }
         }
     }
@@ -163,6 +174,7 @@ fn main() -> ExitCode {
         Command::Node {
             settings,
             partitions,
+            executions,
         } => {
             // A node process logs to stderr only when asked (RUST_LOG), to keep runs quiet.
             if std::env::var_os("RUST_LOG").is_some() {
@@ -171,7 +183,11 @@ fn main() -> ExitCode {
                     .with_writer(std::io::stderr)
                     .init();
             }
-            runtime.block_on(child::run_child(&settings, partitions))
+            runtime.block_on(child::run_child(
+                &settings,
+                partitions,
+                executions.as_deref(),
+            ))
         }
         Command::Run(args) => runtime.block_on(run(args)),
     };
@@ -196,7 +212,7 @@ async fn run(args: RunArgs) -> Result<(), BenchError> {
             Some(ceilings::measure(sizes.kafka_records, sizes.cassandra_inserts).await?);
     }
     if wanted(Scenario::Throughput) {
-        step("throughput, then punctuality at half of it");
+        step("throughput, then punctuality at half of it and at 90%");
         let (throughput, punctuality) = scenarios::throughput_and_punctuality(
             sizes.throughput_tasks,
             sizes.ordering_ids,
@@ -204,7 +220,7 @@ async fn run(args: RunArgs) -> Result<(), BenchError> {
         )
         .await?;
         figures.throughput = Some(throughput);
-        figures.punctuality = Some(punctuality);
+        figures.punctuality = punctuality;
     }
     if wanted(Scenario::Handoff) {
         for leave in [Leave::Clean, Leave::Kill] {
@@ -213,6 +229,19 @@ async fn run(args: RunArgs) -> Result<(), BenchError> {
                 .handoffs
                 .push(scenarios::handoff(leave, sizes.handoff_window).await?);
         }
+    }
+    if wanted(Scenario::Failover) {
+        // At the engine's half-load rate when this run measured it (at most the quick rate in
+        // the quick run, where it takes about 40 s).
+        let measured = figures.punctuality.first().map(|p| p.rate_per_s);
+        let rate = match (args.quick, measured) {
+            (true, m) => m.map_or(failover::QUICK_RATE, |m| m.min(failover::QUICK_RATE)),
+            (false, m) => m.unwrap_or(failover::DEFAULT_RATE),
+        };
+        step(&format!(
+            "failover: three nodes at {rate:.0} tasks/s, one leaves, one is killed"
+        ));
+        figures.failover = Some(failover::failover(rate, sizes.failover_window).await?);
     }
     if wanted(Scenario::Cold) {
         step("cold load");
@@ -244,12 +273,13 @@ async fn run(args: RunArgs) -> Result<(), BenchError> {
         // At the engine's half-load rate when this run measured it.
         let rate = figures
             .punctuality
-            .as_ref()
+            .first()
             .map_or(peers::DEFAULT_RATE, |p| p.rate_per_s);
         step(&format!(
             "peers: the same workload on graphile_worker (dev/postgres), {rate:.0} tasks/s"
         ));
-        let measured = peers::measure(rate, sizes.punctual_for).await;
+        let rate_high = figures.punctuality.get(1).map(|p| p.rate_per_s);
+        let measured = peers::measure(rate, rate_high, sizes.punctual_for).await;
         figures.peers = Some(measured.map_err(|e| e.to_string()));
     }
     step("done");

@@ -41,8 +41,12 @@ pub struct PeerRun {
     pub p99_ms: Option<f64>,
     /// 99.9th percentile.
     pub p999_ms: Option<f64>,
+    /// The steady phase again at the engine's 90% rate: p50, p99, p99.9 (if it ran).
+    pub high: Option<[Option<f64>; 3]>,
     /// Burst throughput, jobs/s (None: not every burst task ran within the wait).
     pub jobs_per_s: Option<f64>,
+    /// CPU milliseconds per burst task: the worker process, PostgreSQL, and the total.
+    pub cpu_ms_per_task: Vec<(String, f64)>,
     /// Runs beyond one per task, both phases.
     pub duplicates: u64,
     /// Tasks that never ran within the waits, both phases.
@@ -58,6 +62,8 @@ pub struct PeerRun {
 pub struct Peers {
     /// Steady tasks per second.
     pub rate_per_s: f64,
+    /// The second steady rate (the engine's 90%), if one ran.
+    pub rate_high_per_s: Option<f64>,
     /// Steady seconds.
     pub steady_s: f64,
     /// One per system and profile.
@@ -89,8 +95,12 @@ async fn run(program: &Path, args: &[&str], what: &str) -> Result<String, BenchE
 }
 
 /// Brings PostgreSQL up, builds `peer-bench` and runs every system and profile with the
-/// engine's steady `rate` for `steady`.
-pub async fn measure(rate: f64, steady: Duration) -> Result<Peers, BenchError> {
+/// engine's steady `rate` for `steady`, and again at `rate_high` if given.
+pub async fn measure(
+    rate: f64,
+    rate_high: Option<f64>,
+    steady: Duration,
+) -> Result<Peers, BenchError> {
     let repo = repo();
     let postgres = repo.join("dev/postgres");
     let up = run(&postgres, &["up"], "dev/postgres up").await?;
@@ -121,26 +131,35 @@ pub async fn measure(rate: f64, steady: Duration) -> Result<Peers, BenchError> {
     for (system, profile) in RUNS {
         let out = repo.join(format!("target/bench/peers/{system}-{profile}.json"));
         let out_arg = out.to_string_lossy().into_owned();
+        let high = rate_high.map(|r| format!("{r:.0}"));
+        let mut high_args = Vec::new();
+        if let Some(high) = &high {
+            high_args = vec!["--rate-high", high.as_str()];
+        }
         let line = run(
             &binary,
             &[
-                "--system",
-                system,
-                "--database-url",
-                &url,
-                "--rate",
-                &format!("{rate:.0}"),
-                "--steady-secs",
-                &steady.as_secs().to_string(),
-                "--burst",
-                &BURST.to_string(),
-                "--queues",
-                &QUEUES.to_string(),
-                "--profile",
-                profile,
-                "--out",
-                &out_arg,
-            ],
+                &high_args[..],
+                &[
+                    "--system",
+                    system,
+                    "--database-url",
+                    &url,
+                    "--rate",
+                    &format!("{rate:.0}"),
+                    "--steady-secs",
+                    &steady.as_secs().to_string(),
+                    "--burst",
+                    &BURST.to_string(),
+                    "--queues",
+                    &QUEUES.to_string(),
+                    "--profile",
+                    profile,
+                    "--out",
+                    &out_arg,
+                ],
+            ]
+            .concat(),
             &format!("peer-bench --system {system} --profile {profile}"),
         )
         .await?;
@@ -153,6 +172,7 @@ pub async fn measure(rate: f64, steady: Duration) -> Result<Peers, BenchError> {
     }
     Ok(Peers {
         rate_per_s: rate,
+        rate_high_per_s: rate_high,
         steady_s: steady.as_secs_f64(),
         runs,
     })
@@ -171,7 +191,18 @@ fn peer_run(document: Value) -> PeerRun {
         p50_ms: steady["p50_ms"].as_f64(),
         p99_ms: steady["p99_ms"].as_f64(),
         p999_ms: steady["p999_ms"].as_f64(),
+        high: document
+            .get("steady_high")
+            .map(|high| ["p50_ms", "p99_ms", "p999_ms"].map(|key| high[key].as_f64())),
         jobs_per_s: burst["jobs_per_s"].as_f64(),
+        cpu_ms_per_task: burst["cpu_ms_per_task"]
+            .as_object()
+            .map(|each| {
+                each.iter()
+                    .filter_map(|(name, ms)| Some((name.clone(), ms.as_f64()?)))
+                    .collect()
+            })
+            .unwrap_or_default(),
         duplicates: both("duplicates"),
         missing: both("missing"),
         out_of_order: both("out_of_order"),

@@ -1,12 +1,19 @@
 //! The benchmarks' executor: a no-op that counts executions and, when asked, records when each
-//! one started relative to its scheduled time and which partition it belongs to.
+//! one started relative to its scheduled time and which partition it belongs to, in memory or
+//! as one line per execution in a file (the failover scenario's node processes).
 
+use std::fmt::Write as _;
+use std::fs::File;
+use std::io::Write as _;
+use std::path::Path;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use chrono::{DateTime, Utc};
 use scheduler_client::{partition_for, Task};
 use scheduler_core::{TaskContext, TaskError, TaskHandler};
+
+use crate::BenchError;
 
 /// One recorded execution.
 #[derive(Debug, Clone)]
@@ -29,6 +36,26 @@ struct ProbeState {
     first_ms: AtomicI64,
     last_ms: AtomicI64,
     samples: Mutex<Vec<Sample>>,
+    /// Where each execution is written, when asked.
+    log: Option<Mutex<ExecutionLog>>,
+    /// Executions whose line could not be written.
+    unlogged: AtomicU64,
+}
+
+/// A file of executions, one line each:
+/// `uniqueness key \t orderingId \t scheduled (ms since the epoch) \t started (µs since the
+/// epoch) \t partition`. The benchmarks' keys and orderingIds hold no tab or newline.
+///
+/// Each line is written to the file (one `write`, no buffer in the process) before the call
+/// returns, so before the engine can count the task as run: a node killed with SIGKILL loses no
+/// line of a task the engine considers done (the kernel holds what was written). A task whose
+/// line was written but whose end the engine did not record runs again elsewhere, and counts
+/// as a duplicate. The start is in microseconds so that two starts of one orderingId in the
+/// same millisecond still show their order.
+struct ExecutionLog {
+    file: File,
+    /// The line being written (reused).
+    line: String,
 }
 
 /// A no-op executor that counts what it runs (shared by clones).
@@ -38,6 +65,22 @@ pub struct Probe(Arc<ProbeState>);
 impl Probe {
     /// A probe for a topic of `partitions` partitions; `record_each` keeps a [`Sample`] per call.
     pub fn new(partitions: u32, record_each: bool) -> Probe {
+        Probe::build(partitions, record_each, None)
+    }
+
+    /// A probe that writes a line per execution to `path` (created, or truncated), and keeps
+    /// no [`Sample`] in memory.
+    pub fn logging_to(partitions: u32, path: &Path) -> Result<Probe, BenchError> {
+        let file = File::create(path)
+            .map_err(|e| BenchError::Setup(format!("cannot create {}: {e}", path.display())))?;
+        let log = ExecutionLog {
+            file,
+            line: String::with_capacity(128),
+        };
+        Ok(Probe::build(partitions, false, Some(Mutex::new(log))))
+    }
+
+    fn build(partitions: u32, record_each: bool, log: Option<Mutex<ExecutionLog>>) -> Probe {
         Probe(Arc::new(ProbeState {
             partitions,
             record_each,
@@ -45,12 +88,19 @@ impl Probe {
             first_ms: AtomicI64::new(0),
             last_ms: AtomicI64::new(0),
             samples: Mutex::new(Vec::new()),
+            log,
+            unlogged: AtomicU64::new(0),
         }))
     }
 
     /// Executions so far.
     pub fn executed(&self) -> u64 {
         self.0.executed.load(Ordering::SeqCst)
+    }
+
+    /// Executions whose line could not be written to the file (see [`Probe::logging_to`]).
+    pub fn unlogged(&self) -> u64 {
+        self.0.unlogged.load(Ordering::SeqCst)
     }
 
     /// When the first execution started.
@@ -111,6 +161,23 @@ impl TaskHandler for Probe {
                     started,
                     lateness_us,
                 });
+        }
+        if let Some(log) = &state.log {
+            let mut log = log.lock().unwrap_or_else(PoisonError::into_inner);
+            let ExecutionLog { file, line } = &mut *log;
+            line.clear();
+            let formatted = writeln!(
+                line,
+                "{}\t{}\t{}\t{}\t{}",
+                task.uniqueness_key,
+                task.ordering_id,
+                task.scheduled_time.timestamp_millis(),
+                started.timestamp_micros(),
+                partition_for(&task.ordering_id, state.partitions),
+            );
+            if formatted.is_err() || file.write_all(line.as_bytes()).is_err() {
+                state.unlogged.fetch_add(1, Ordering::SeqCst);
+            }
         }
         state.executed.fetch_add(1, Ordering::SeqCst);
         Ok(())

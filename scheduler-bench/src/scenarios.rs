@@ -19,6 +19,7 @@ use scheduler_core::SchedulerNode;
 
 use crate::ceilings::{bench_task, PRODUCE_CONCURRENCY};
 use crate::child::ChildNode;
+use crate::cpu::{self, CpuSnapshot};
 use crate::probe::Probe;
 use crate::BenchError;
 
@@ -50,11 +51,16 @@ pub struct Throughput {
     /// CQL rows the node's statements wrote or read per task (its own
     /// `scheduler_cql_rows_total`), by operation, most first.
     pub rows_per_task: Vec<(String, f64)>,
+    /// CPU milliseconds per task of each process, from the first enqueue to the last run (the
+    /// node is the bench process, with the client producing the tasks), and their total.
+    pub cpu_per_task_ms: Vec<(String, f64)>,
 }
 
 /// Lateness at a steady rate.
 #[derive(Debug, Clone)]
 pub struct Punctuality {
+    /// The load, as a fraction of the throughput measured before it.
+    pub load: f64,
     /// Tasks per second scheduled.
     pub rate_per_s: f64,
     /// Tasks measured.
@@ -204,13 +210,17 @@ fn quantile(sorted: &[f64], q: f64) -> f64 {
     sorted[rank - 1]
 }
 
+/// The loads lateness is measured at, as fractions of the measured throughput.
+pub const PUNCTUALITY_LOADS: [f64; 2] = [0.5, 0.9];
+
 /// Runs `tasks` tasks due now over `ordering_ids` orderingIds through one node, then, on the
-/// same node, tasks `PUNCTUALITY_LEAD` ahead at half the measured rate for `punctual_for`.
+/// same node, tasks `PUNCTUALITY_LEAD` ahead at each of [`PUNCTUALITY_LOADS`] of the measured
+/// rate for `punctual_for`.
 pub async fn throughput_and_punctuality(
     tasks: usize,
     ordering_ids: usize,
     punctual_for: Duration,
-) -> Result<(Throughput, Punctuality), BenchError> {
+) -> Result<(Throughput, Vec<Punctuality>), BenchError> {
     let env = TestEnv::new("bench_tput", PARTITIONS).await;
     let probe = Probe::new(PARTITIONS, true);
     let node = env
@@ -218,6 +228,8 @@ pub async fn throughput_and_punctuality(
         .await;
     let scheduler = env.scheduler(Duration::from_secs(10));
 
+    let processes = cpu::stack_processes();
+    let cpu_before = CpuSnapshot::take(&processes);
     let started = Utc::now();
     enqueue(&scheduler, tasks, |i| {
         bench_task(
@@ -233,6 +245,7 @@ pub async fn throughput_and_punctuality(
         probe.executed() >= tasks as u64
     })
     .await?;
+    let cpu_per_task_ms = CpuSnapshot::take(&processes).per_task_since(&cpu_before, tasks);
     let last = probe.last().unwrap_or(started);
     let total_s = seconds_between(started, last);
     let samples = probe.samples();
@@ -247,18 +260,17 @@ pub async fn throughput_and_punctuality(
         duplicates: (samples.len() - distinct.len()) as u64,
         statements_per_task: per_task(&metrics, "scheduler_cql_statements_total", tasks),
         rows_per_task: per_task(&metrics, "scheduler_cql_rows_total", tasks),
+        cpu_per_task_ms,
     };
 
-    let punctuality = punctuality(
-        &scheduler,
-        &probe,
-        throughput.tasks_per_s / 2.0,
-        ordering_ids,
-        punctual_for,
-    )
-    .await?;
+    let mut lateness = Vec::new();
+    for load in PUNCTUALITY_LOADS {
+        let rate = throughput.tasks_per_s * load;
+        let measured = punctuality(&scheduler, &probe, rate, ordering_ids, punctual_for).await?;
+        lateness.push(Punctuality { load, ..measured });
+    }
     node.shutdown().await.map_err(node_error)?;
-    Ok((throughput, punctuality))
+    Ok((throughput, lateness))
 }
 
 async fn punctuality(
@@ -317,6 +329,7 @@ async fn punctuality(
         .collect();
     lateness.sort_by(f64::total_cmp);
     Ok(Punctuality {
+        load: 0.5,
         rate_per_s,
         tasks: lateness.len(),
         p50_ms: quantile(&lateness, 0.50),
