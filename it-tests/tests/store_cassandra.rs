@@ -2217,3 +2217,60 @@ async fn statuses_are_read_a_bucket_of_keys_at_a_time_finding_exactly_the_keys_w
     let rows: std::collections::BTreeMap<_, _> = store.rows_run().into_iter().collect();
     assert_eq!(rows.get("status batch read").copied(), Some(60), "{rows:?}");
 }
+
+/// Tasks' ends of one hour bucket that come while a request of that bucket is under way go
+/// together in the next request (a group commit): far fewer requests than tasks, every status
+/// written and every task removed from the schedule.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_ends_of_a_busy_bucket_are_written_a_few_requests_for_many_tasks() {
+    Stack::from_env().require_cassandra().await;
+    let keyspace = unique_name("it_store_ends");
+    let _teardown = Teardown::new(Stack::from_env()).keyspace(&keyspace);
+    let store = CassandraStore::connect(&settings(&keyspace))
+        .await
+        .expect("connect and create schema");
+    let at = Utc
+        .with_ymd_and_hms(2030, 1, 1, 10, 0, 0)
+        .single()
+        .expect("valid time");
+    let tasks: Vec<Task> = (0..200u64)
+        .map(|n| {
+            task(
+                at + TimeDelta::seconds(i64::try_from(n).expect("small")),
+                "o",
+                n,
+            )
+        })
+        .collect();
+    let refused = store.persist(4, tasks.clone()).await.expect("persist");
+    assert!(refused.is_empty(), "{refused:?}");
+    let record = StatusRecord {
+        status: TaskStatus::Completed,
+        attempts: 1,
+        updated_at: at,
+        last_error: None,
+        result: None,
+    };
+    let ends = tasks
+        .iter()
+        .map(|t| store.finish(4, t.key(), record.clone()));
+    for end in futures::future::join_all(ends).await {
+        end.expect("finish");
+    }
+    let run: std::collections::BTreeMap<_, _> = store.statements_run().into_iter().collect();
+    let rows: std::collections::BTreeMap<_, _> = store.rows_run().into_iter().collect();
+    let requests = run.get("status write").copied().unwrap_or(0);
+    assert!(
+        (4..=100).contains(&requests),
+        "{requests} requests for 200 ends: {run:?}"
+    );
+    assert_eq!(rows.get("status write").copied(), Some(400), "{rows:?}");
+    let keys: Vec<TaskKey> = tasks.iter().map(Task::key).collect();
+    let finished = store.with_status(4, keys).await.expect("statuses read");
+    assert_eq!(finished.len(), 200);
+    let left = store
+        .load(4, ReadCursor::From(at), at + TimeDelta::hours(1), 1000)
+        .await
+        .expect("load");
+    assert!(left.is_empty(), "{} tasks left in the schedule", left.len());
+}

@@ -2,8 +2,10 @@
 //! schedule (`scheduled_tasks`). Both rows have the same partition key (partition and hour
 //! bucket), so on Cassandra they go as one unlogged batch that the replicas apply as one
 //! mutation: one request where there were two, and the row never outlives the status it needs.
-//! Each table adds its own row (`status::cassandra::add_status`,
-//! `schedule::cassandra::add_removal`); this module only puts them together.
+//! Ends of one bucket that come while a request of that bucket is under way go together in the
+//! next request (a group commit: see `cassandra::Waiting`). Each table adds its own row
+//! (`status::cassandra::add_status`, `schedule::cassandra::add_removal`); this module only puts
+//! them together.
 
 use futures::future::BoxFuture;
 use scheduler_client::TaskKey;
@@ -23,15 +25,142 @@ pub trait FinishStore: Send + Sync + 'static {
 }
 
 mod cassandra {
-    use std::sync::Arc;
+    use std::collections::hash_map::Entry;
+    use std::collections::HashMap;
+    use std::sync::{Arc, Mutex, PoisonError};
 
+    use chrono::{DateTime, Utc};
     use futures::future::BoxFuture;
     use futures::FutureExt;
     use scheduler_client::TaskKey;
+    use tokio::sync::oneshot;
 
     use super::FinishStore;
-    use crate::store::cassandra::{CassandraStore, Writes};
-    use crate::store::{schedule, status, PartitionId, StatusRecord, StoreResult};
+    use crate::store::cassandra::{CassandraStore, Inner, Writes};
+    use crate::store::StoreResult;
+    use crate::store::{hour_bucket, schedule, status, PartitionId, StatusRecord, StoreError};
+
+    /// Tasks' ends in one request at most.
+    const FINISHES_PER_BATCH: usize = 50;
+    /// The estimated size of one request at most, as a polled batch's inserts (see
+    /// `schedule/inserts.rs`).
+    const BATCH_BYTES: usize = 32 * 1024;
+
+    /// The ends waiting for a request of their hour bucket (their Cassandra partition), by
+    /// partition and bucket. A bucket listed here has a request under way: ends of it that
+    /// come meanwhile wait and go together in the next one (a group commit), so a busy bucket
+    /// costs a request per round trip instead of one per task, and a quiet one a request per
+    /// task, at once, as before.
+    #[derive(Default)]
+    struct Waiting(Mutex<HashMap<Bucket, Vec<End>>>);
+
+    /// A Cassandra partition of the schedule and statuses: an engine partition and hour bucket.
+    type Bucket = (PartitionId, DateTime<Utc>);
+
+    /// One task's end, waiting.
+    struct End {
+        key: TaskKey,
+        status: StatusRecord,
+        /// Told once its request answered: `Err(None)` when a request of several failed (each
+        /// is then written alone, so that each gets its own error).
+        done: oneshot::Sender<Result<(), Option<StoreError>>>,
+    }
+
+    impl End {
+        /// The estimated bytes of its two rows.
+        fn bytes(&self) -> usize {
+            let key = self.key.ordering_id.len() + self.key.uniqueness_key.len() + 32;
+            let error = self.status.last_error.as_ref().map_or(0, String::len);
+            let result = (self.status.result.as_ref()).map_or(0, |r| r.to_string().len());
+            2 * key + error + result + 48
+        }
+    }
+
+    impl Waiting {
+        fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<Bucket, Vec<End>>> {
+            self.0.lock().unwrap_or_else(PoisonError::into_inner)
+        }
+
+        /// The next request's ends of `bucket`, or none (and the bucket unlisted) if none wait.
+        fn next(&self, bucket: Bucket) -> Vec<End> {
+            let mut waiting = self.lock();
+            let Some(ends) = waiting.get_mut(&bucket) else {
+                return Vec::new();
+            };
+            if ends.is_empty() {
+                waiting.remove(&bucket);
+                return Vec::new();
+            }
+            let (mut count, mut bytes) = (0, 0);
+            for end in ends.iter() {
+                if count > 0 && (count == FINISHES_PER_BATCH || bytes + end.bytes() > BATCH_BYTES) {
+                    break;
+                }
+                count += 1;
+                bytes += end.bytes();
+            }
+            ends.drain(..count).collect()
+        }
+    }
+
+    /// Writes the ends of `bucket` a request at a time until none wait.
+    async fn write_bucket(inner: Arc<Inner>, bucket: Bucket) {
+        let waiting = inner.shared::<Waiting>();
+        loop {
+            let ends = waiting.next(bucket);
+            if ends.is_empty() {
+                return;
+            }
+            let mut writes = Writes::new();
+            let mut added = Ok(());
+            for end in &ends {
+                let status = end.status.clone();
+                added =
+                    status::cassandra::add_status(&inner, &mut writes, bucket.0, &end.key, status)
+                        .await;
+                if added.is_ok() {
+                    added =
+                        schedule::cassandra::add_removal(&inner, &mut writes, bucket.0, &end.key)
+                            .await;
+                }
+                if added.is_err() {
+                    break;
+                }
+            }
+            // Counted as a status write (of two rows a task).
+            let written = match added {
+                Ok(()) => inner.run_writes(writes, "status write").await,
+                Err(e) => Err(e),
+            };
+            match written {
+                // A receiver gone (its task's run stopped) needs no answer.
+                Ok(()) => ends.into_iter().for_each(|end| {
+                    let _ = end.done.send(Ok(()));
+                }),
+                Err(e) if ends.len() == 1 => {
+                    if let Some(end) = ends.into_iter().next() {
+                        let _ = end.done.send(Err(Some(e)));
+                    }
+                }
+                Err(_) => ends.into_iter().for_each(|end| {
+                    let _ = end.done.send(Err(None));
+                }),
+            }
+        }
+    }
+
+    /// One task's end alone, in one request.
+    async fn write_alone(
+        inner: &Inner,
+        partition: PartitionId,
+        key: &TaskKey,
+        status: StatusRecord,
+    ) -> StoreResult<()> {
+        let mut writes = Writes::new();
+        status::cassandra::add_status(inner, &mut writes, partition, key, status).await?;
+        schedule::cassandra::add_removal(inner, &mut writes, partition, key).await?;
+        inner.run_writes(writes, "status write").await
+    }
 
     impl FinishStore for CassandraStore {
         fn finish(
@@ -42,11 +171,35 @@ mod cassandra {
         ) -> BoxFuture<'static, StoreResult<()>> {
             let inner = Arc::clone(&self.inner);
             async move {
-                let mut writes = Writes::new();
-                status::cassandra::add_status(&inner, &mut writes, partition, &key, status).await?;
-                schedule::cassandra::add_removal(&inner, &mut writes, partition, &key).await?;
-                // Counted as a status write (of two rows).
-                inner.run_writes(writes, "status write").await
+                let bucket = (partition, hour_bucket(key.scheduled_time));
+                let (done, answer) = oneshot::channel();
+                let end = End {
+                    key: key.clone(),
+                    status: status.clone(),
+                    done,
+                };
+                // A bucket listed has a writer (until it finds nothing left and unlists it).
+                let first = match inner.shared::<Waiting>().lock().entry(bucket) {
+                    Entry::Occupied(mut listed) => {
+                        listed.get_mut().push(end);
+                        false
+                    }
+                    Entry::Vacant(unlisted) => {
+                        unlisted.insert(vec![end]);
+                        true
+                    }
+                };
+                if first {
+                    // The bucket had no request under way: this end starts its writer, which
+                    // outlives this call (another task's end may be waiting on it).
+                    tokio::spawn(write_bucket(Arc::clone(&inner), bucket));
+                }
+                match answer.await {
+                    Ok(Ok(())) => Ok(()),
+                    Ok(Err(Some(e))) => Err(e),
+                    // A request of several failed, or the writer was dropped: alone, once.
+                    Ok(Err(None)) | Err(_) => write_alone(&inner, partition, &key, status).await,
+                }
             }
             .boxed()
         }

@@ -109,6 +109,10 @@ pub(in crate::store) struct Inner {
     prepared: std::sync::Mutex<
         std::collections::HashMap<std::any::TypeId, Arc<dyn std::any::Any + Send + Sync>>,
     >,
+    /// Tables' state shared by every use of the session, by type ([`Inner::shared`]).
+    shared: std::sync::Mutex<
+        std::collections::HashMap<std::any::TypeId, Arc<dyn std::any::Any + Send + Sync>>,
+    >,
     /// How long statuses are kept: identities are kept as long after their task's time.
     pub(in crate::store) status_ttl: std::time::Duration,
     /// Statements run and rows written or read so far, by operation.
@@ -142,6 +146,17 @@ impl CassandraStore {
 }
 
 impl Inner {
+    /// A table's state shared by every use of the session (the finishes waiting for a batch of
+    /// their bucket, `store/finish.rs`), made on first use.
+    pub(in crate::store) fn shared<T: Default + Send + Sync + 'static>(&self) -> Arc<T> {
+        let mut shared = (self.shared.lock()).unwrap_or_else(std::sync::PoisonError::into_inner);
+        let entry = shared
+            .entry(std::any::TypeId::of::<T>())
+            .or_insert_with(|| Arc::new(T::default()));
+        // Always the type it is filed under.
+        Arc::clone(entry).downcast::<T>().unwrap_or_default()
+    }
+
     /// The prepared statements of a table ([`TableStatements`]), prepared on first use.
     pub(in crate::store) async fn statements<T: TableStatements>(&self) -> StoreResult<Arc<T>> {
         let lock = || {
@@ -289,6 +304,7 @@ impl CassandraStore {
             keyspace: settings.keyspace.clone(),
             ownership: settings.ownership_serial_consistency,
             prepared: Default::default(),
+            shared: Default::default(),
             status_ttl: settings.status_ttl,
             counts: Default::default(),
         };
