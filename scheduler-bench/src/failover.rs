@@ -24,6 +24,7 @@ use scheduler_core::settings::SchedulingSettings;
 
 use crate::ceilings::bench_task;
 use crate::child::ChildNode;
+use crate::scenarios::wait_until;
 use crate::BenchError;
 
 /// Tasks per second when the run did not measure the engine's half-load rate.
@@ -125,7 +126,7 @@ pub async fn failover(rate_per_s: f64, window: Duration) -> Result<Failover, Ben
     let second = ChildNode::spawn_logging(&settings, PARTITIONS, &files.path(1))?;
     let third = ChildNode::spawn_logging(&settings, PARTITIONS, &files.path(2))?;
     let nodes = [first, second, third];
-    poll(
+    wait_until(
         GROUP_LIMIT,
         "the three nodes to split the partitions",
         || split(&nodes.iter().collect::<Vec<_>>()),
@@ -227,7 +228,7 @@ async fn leave_then_kill(
     let left_at = Utc::now();
     let left_instant = Instant::now();
     left.begin_stop()?;
-    poll(
+    wait_until(
         GROUP_LIMIT,
         "the two other nodes to split the partitions",
         || split(&[&killed, &staying]),
@@ -260,22 +261,6 @@ fn split(nodes: &[&ChildNode]) -> bool {
     owned.iter().all(|o| !o.is_empty())
         && distinct.len() == PARTITIONS as usize
         && owned.iter().map(Vec::len).sum::<usize>() == PARTITIONS as usize
-}
-
-/// Polls `condition` every 20 ms until it holds; fails after `timeout` saying `what`.
-async fn poll(
-    timeout: Duration,
-    what: &str,
-    mut condition: impl FnMut() -> bool,
-) -> Result<(), BenchError> {
-    let deadline = Instant::now() + timeout;
-    while !condition() {
-        if Instant::now() > deadline {
-            return Err(BenchError::Timeout(format!("{what} (after {timeout:?})")));
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    Ok(())
 }
 
 /// The uniqueness key of task `i`.

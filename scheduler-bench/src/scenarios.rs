@@ -178,7 +178,7 @@ async fn enqueue(
 }
 
 /// Polls `condition` every 20 ms until it holds; fails after `timeout` saying `what`.
-async fn wait_until(
+pub(crate) async fn wait_until(
     timeout: Duration,
     what: &str,
     mut condition: impl FnMut() -> bool,

@@ -160,6 +160,22 @@ impl KnownStatuses {
         }
     }
 
+    /// `write` of `key`'s status, with `key` forgotten as it begins and kept out of reads under
+    /// way until it ends ([`Self::writing`]).
+    fn while_writing<T: Send + 'static>(
+        &self,
+        key: &TaskKey,
+        write: impl FnOnce() -> BoxFuture<'static, StoreResult<T>>,
+    ) -> BoxFuture<'static, StoreResult<T>> {
+        let guard = self.writing(key);
+        let write = write();
+        async move {
+            let _guard = guard;
+            write.await
+        }
+        .boxed()
+    }
+
     /// `key` if it is known unfinished, forgotten now: a run takes it once.
     fn take_unfinished(&self, key: &TaskKey) -> bool {
         self.lock().unfinished.remove(key)
@@ -246,13 +262,10 @@ impl StatusStore for KnownStatuses {
         key: TaskKey,
         status: StatusRecord,
     ) -> BoxFuture<'static, StoreResult<()>> {
-        let write = self.writing(&key);
-        let recorded = self.shared.status.record_status(partition, key, status);
-        async move {
-            let _write = write;
-            recorded.await
-        }
-        .boxed()
+        let status_store = &self.shared.status;
+        self.while_writing(&key, || {
+            status_store.record_status(partition, key.clone(), status)
+        })
     }
 
     fn clear_status(
@@ -260,13 +273,8 @@ impl StatusStore for KnownStatuses {
         partition: PartitionId,
         key: TaskKey,
     ) -> BoxFuture<'static, StoreResult<()>> {
-        let write = self.writing(&key);
-        let cleared = self.shared.status.clear_status(partition, key);
-        async move {
-            let _write = write;
-            cleared.await
-        }
-        .boxed()
+        let status_store = &self.shared.status;
+        self.while_writing(&key, || status_store.clear_status(partition, key.clone()))
     }
 
     fn cancel(
@@ -275,13 +283,8 @@ impl StatusStore for KnownStatuses {
         key: TaskKey,
         at: DateTime<Utc>,
     ) -> BoxFuture<'static, StoreResult<Option<StatusRecord>>> {
-        let write = self.writing(&key);
-        let cancelled = self.shared.status.cancel(partition, key, at);
-        async move {
-            let _write = write;
-            cancelled.await
-        }
-        .boxed()
+        let status_store = &self.shared.status;
+        self.while_writing(&key, || status_store.cancel(partition, key.clone(), at))
     }
 }
 
@@ -293,13 +296,8 @@ impl FinishStore for KnownStatuses {
         key: TaskKey,
         status: StatusRecord,
     ) -> BoxFuture<'static, StoreResult<()>> {
-        let write = self.writing(&key);
-        let finished = self.shared.finish.finish(partition, key, status);
-        async move {
-            let _write = write;
-            finished.await
-        }
-        .boxed()
+        let finish = &self.shared.finish;
+        self.while_writing(&key, || finish.finish(partition, key.clone(), status))
     }
 }
 
