@@ -204,6 +204,71 @@ mod cassandra {
             .boxed()
         }
     }
+
+    #[cfg(test)]
+    mod tests {
+        use super::*;
+        use crate::store::TaskStatus;
+
+        fn end(
+            n: usize,
+            error_bytes: usize,
+        ) -> (End, oneshot::Receiver<Result<(), Option<StoreError>>>) {
+            let (done, answer) = oneshot::channel();
+            let at: DateTime<Utc> = "2030-01-01T10:00:00Z".parse().unwrap_or_default();
+            let end = End {
+                key: TaskKey {
+                    scheduled_time: at,
+                    ordering_id: "o".into(),
+                    uniqueness_key: format!("u{n}"),
+                },
+                status: StatusRecord {
+                    status: TaskStatus::Failed,
+                    attempts: 1,
+                    updated_at: at,
+                    last_error: Some("x".repeat(error_bytes)),
+                    result: None,
+                },
+                done,
+            };
+            (end, answer)
+        }
+
+        #[test]
+        fn a_buckets_ends_go_in_requests_of_at_most_50_or_32_kib_and_the_bucket_is_unlisted_when_none_wait(
+        ) {
+            let waiting = Waiting::default();
+            let bucket = (3, DateTime::<Utc>::default());
+            let mut answers = Vec::new();
+            let mut ends = Vec::new();
+            for n in 0..120 {
+                // Ten large ends (8 KiB of error each) among small ones.
+                let (e, a) = end(n, if n % 12 == 0 { 8 * 1024 } else { 10 });
+                ends.push(e);
+                answers.push(a);
+            }
+            waiting.lock().insert(bucket, ends);
+            let mut sizes = Vec::new();
+            loop {
+                let next = waiting.next(bucket);
+                if next.is_empty() {
+                    break;
+                }
+                let bytes: usize = next.iter().map(End::bytes).sum();
+                assert!(next.len() <= FINISHES_PER_BATCH);
+                assert!(bytes <= BATCH_BYTES || next.len() == 1, "{bytes}");
+                sizes.push(next.len());
+            }
+            assert_eq!(
+                sizes.iter().sum::<usize>(),
+                120,
+                "every end once: {sizes:?}"
+            );
+            assert!(sizes.len() <= 6, "{sizes:?}");
+            assert!(waiting.lock().is_empty(), "unlisted once none wait");
+            drop(answers);
+        }
+    }
 }
 
 #[cfg(any(test, feature = "testing"))]
