@@ -260,14 +260,24 @@ impl ChildNode {
 
     /// The process's peak resident set size so far, in bytes (Linux `VmHWM`).
     pub fn peak_rss_bytes(&self) -> Result<u64, BenchError> {
+        self.status_bytes("VmHWM")
+    }
+
+    /// The process's resident set size now, in bytes (Linux `VmRSS`).
+    pub fn rss_bytes(&self) -> Result<u64, BenchError> {
+        self.status_bytes("VmRSS")
+    }
+
+    /// The size `field` of the process's `/proc` status, in bytes.
+    fn status_bytes(&self, field: &str) -> Result<u64, BenchError> {
         let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid))
             .map_err(|e| BenchError::Child(format!("cannot read the node's status: {e}")))?;
         status
             .lines()
-            .find_map(|line| line.strip_prefix("VmHWM:"))
+            .find_map(|line| line.strip_prefix(field)?.strip_prefix(':'))
             .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
             .map(|kb| kb * 1024)
-            .ok_or_else(|| BenchError::Child("no VmHWM in /proc status".into()))
+            .ok_or_else(|| BenchError::Child(format!("no {field} in /proc status")))
     }
 
     /// Asks the node to shut down cleanly (SIGTERM) and waits until it has left the group;

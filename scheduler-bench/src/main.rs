@@ -2,7 +2,7 @@
 //! each figure beside the raw ceiling of the same services measured in the same run.
 //!
 //! ```text
-//! scheduler-bench run [--quick] [--out FILE] [--only ceilings,throughput,handoff,cold,backlog,busy,group,tombstones,peers,failover]
+//! scheduler-bench run [--quick] [--out FILE] [--only ceilings,throughput,handoff,cold,backlog,busy,group,tombstones,scale,peers,failover]
 //! ```
 //!
 //! Prints a table and writes the figures as JSON. `--quick` runs every scenario small (under
@@ -15,6 +15,7 @@ mod failover;
 mod peers;
 mod probe;
 mod report;
+mod scale;
 mod scenarios;
 mod tombstones;
 
@@ -97,6 +98,9 @@ enum Scenario {
     /// Issue 12's baseline: a restart after many tasks finished in one partition (run only
     /// when named in `--only`).
     Tombstones,
+    /// Millions of pending tasks written straight to Cassandra, then a takeover at each size
+    /// (run only when named in `--only`; with `--quick`, at a tenth of the full sizes).
+    Scale,
     /// The same workload on peer libraries (graphile_worker on PostgreSQL), side by side.
     Peers,
     /// Three node processes under a steady load; one leaves (SIGTERM), then one is killed
@@ -118,6 +122,8 @@ struct Sizes {
     busy_ordering_ids: usize,
     group_members: u32,
     finished_tasks: usize,
+    /// Pending tasks at each step of the scale scenario, ascending.
+    scale_pending: [usize; 2],
     failover_window: Duration,
 }
 
@@ -139,6 +145,7 @@ impl Sizes {
                 busy_ordering_ids: 50,
                 group_members: 2_000,
                 finished_tasks: 20_000,
+                scale_pending: [100_000, 1_000_000],
                 failover_window: failover::QUICK_WINDOW,
             }
         } else {
@@ -155,6 +162,7 @@ impl Sizes {
                 busy_ordering_ids: 500,
                 group_members: scheduler_client::wire::MAX_GROUP_NUMBER,
                 finished_tasks: 300_000,
+                scale_pending: [1_000_000, 10_000_000],
                 failover_window: failover::FULL_WINDOW,
             }
         }
@@ -263,6 +271,13 @@ async fn run(args: RunArgs) -> Result<(), BenchError> {
     if args.only.contains(&Scenario::Tombstones) {
         step("tombstones: a restart after many tasks finished in one partition");
         figures.tombstones = Some(tombstones::tombstones(sizes.finished_tasks).await?);
+    }
+    if args.only.contains(&Scenario::Scale) {
+        let [first, last] = sizes.scale_pending;
+        step(&format!(
+            "scale: {first}, then {last} pending tasks in Cassandra, a takeover at each"
+        ));
+        figures.scale = Some(scale::scale(&sizes.scale_pending).await?);
     }
     if wanted(Scenario::Peers) && args.quick {
         eprintln!(

@@ -8,6 +8,7 @@ use serde_json::{json, Value};
 use crate::ceilings::{Ceilings, CQL_WRITES_PER_TASK};
 use crate::failover::{Failover, Moved};
 use crate::peers::{self, PeerRun, Peers};
+use crate::scale::{self, Scale};
 use crate::scenarios::{
     Backlog, BigGroup, BusyPartition, ColdLoad, Handoff, Leave, Punctuality, Throughput,
 };
@@ -37,6 +38,8 @@ pub struct Figures {
     pub group: Option<BigGroup>,
     /// A restart among many finished tasks.
     pub tombstones: Option<Tombstones>,
+    /// Millions of pending tasks, and a takeover at each size.
+    pub scale: Option<Scale>,
     /// The same workload on peer libraries (or why it could not run).
     pub peers: Option<Result<Peers, String>>,
     /// Three nodes under load, one leaving and one killed.
@@ -57,6 +60,14 @@ pub struct Target {
 }
 
 const MB: f64 = 1024.0 * 1024.0;
+
+/// The scale scenario's resident set counts as flat while it grows by no more than this
+/// fraction of the first step's, or by [`FLAT_RSS_BYTES`], whichever is larger.
+const FLAT_RSS_FRACTION: f64 = 0.10;
+/// See [`FLAT_RSS_FRACTION`].
+const FLAT_RSS_BYTES: f64 = 16.0 * MB;
+/// A taken-over partition runs its first due task within this many seconds (issue's target).
+const FIRST_DUE_S: f64 = 2.0;
 
 impl Figures {
     /// The targets (issues 5 and 13) that this run measured.
@@ -186,6 +197,35 @@ impl Figures {
                 met: t.new_task_ran_s < 5.0,
             });
         }
+        if let Some(s) = &self.scale {
+            if let (Some(first), Some(last)) = (s.steps.first(), s.steps.last()) {
+                let (from, to) = (
+                    first.settled_rss_bytes as f64,
+                    last.settled_rss_bytes as f64,
+                );
+                let allowed = (from * FLAT_RSS_FRACTION).max(FLAT_RSS_BYTES);
+                targets.push(Target {
+                    name: "node RSS, pending tasks x10",
+                    goal: format!("<= +{:.0} MB", allowed / MB),
+                    value: format!(
+                        "{:.0} to {:.0} MB ({} to {})",
+                        from / MB,
+                        to / MB,
+                        first.pending,
+                        last.pending
+                    ),
+                    met: to - from <= allowed,
+                });
+            }
+            for step in &s.steps {
+                targets.push(Target {
+                    name: "first due task after a takeover",
+                    goal: format!("< {FIRST_DUE_S:.0} s"),
+                    value: format!("{:.2} s with {}", step.first_due_ms / 1000.0, step.pending),
+                    met: step.first_due_ms / 1000.0 < FIRST_DUE_S,
+                });
+            }
+        }
         targets
     }
 
@@ -280,6 +320,26 @@ impl Figures {
                 "restart time",
                 t.new_task_ran_s.max(f64::MIN_POSITIVE),
             );
+        }
+        if let Some(s) = &self.scale {
+            for step in &s.steps {
+                check(&mut problems, "scale write rate", step.written_per_s);
+                check(&mut problems, "scale RSS", step.settled_rss_bytes as f64);
+                if !(step.quickest_partition_ms >= 0.0
+                    && step.quickest_partition_ms <= step.first_due_ms)
+                {
+                    problems.push(format!(
+                        "scale: due tasks ran {:.0} to {:.0} ms after the assignment",
+                        step.quickest_partition_ms, step.first_due_ms
+                    ));
+                }
+                if step.executed != u64::from(s.partitions) {
+                    problems.push(format!(
+                        "scale: {} executions with {} pending, not one per partition ({})",
+                        step.executed, step.pending, s.partitions
+                    ));
+                }
+            }
         }
         if let Some(Err(e)) = &self.peers {
             problems.push(format!("peers: {e}"));
@@ -477,6 +537,37 @@ impl Figures {
                     |n| format!("{n} tombstoned cells read (Cassandra's log)"),
                 ),
             );
+        }
+        if let Some(s) = &self.scale {
+            for step in &s.steps {
+                row(
+                    format!(
+                        "scale: {} pending over {} partitions, a takeover",
+                        step.pending, s.partitions
+                    ),
+                    format!("first due {:.0} ms", step.first_due_ms),
+                    format!(
+                        "quickest partition {:.0} ms; RSS {:.0} MB after {:.0} s (peak {:.0} MB), \
+                         {} in memory",
+                        step.quickest_partition_ms,
+                        step.settled_rss_bytes as f64 / MB,
+                        scale::SETTLE.as_secs_f64(),
+                        step.peak_rss_bytes as f64 / MB,
+                        step.in_memory
+                    ),
+                );
+                row(
+                    format!(
+                        "  {} written straight to Cassandra ({} orderingIds)",
+                        step.written, s.ordering_ids
+                    ),
+                    rate(step.written_per_s, "tasks"),
+                    format!(
+                        "{:.0} s, {} retried, {} writes at once at the end",
+                        step.write_s, step.retries, step.concurrency
+                    ),
+                );
+            }
         }
         let mut out = String::new();
         let width = rows.iter().map(|r| r.0.len()).max().unwrap_or(0);
@@ -729,6 +820,21 @@ impl Figures {
                 "finished": t.finished, "first_node_s": t.first_node_s, "load_s": t.load_s,
                 "new_task_ran_s": t.new_task_ran_s,
                 "tombstones_read": t.tombstones_read,
+            })),
+            "scale": self.scale.as_ref().map(|s| json!({
+                "partitions": s.partitions, "ordering_ids": s.ordering_ids,
+                "pending_from_s": scale::PENDING_FROM.num_seconds(),
+                "pending_span_s": scale::PENDING_SPAN.num_seconds(),
+                "settle_s": scale::SETTLE.as_secs_f64(),
+                "steps": s.steps.iter().map(|step| json!({
+                    "pending": step.pending, "written": step.written, "write_s": step.write_s,
+                    "written_per_s": step.written_per_s, "retries": step.retries,
+                    "write_concurrency": step.concurrency, "first_due_ms": step.first_due_ms,
+                    "quickest_partition_ms": step.quickest_partition_ms,
+                    "peak_rss_bytes": step.peak_rss_bytes,
+                    "settled_rss_bytes": step.settled_rss_bytes,
+                    "in_memory": step.in_memory, "executed": step.executed,
+                })).collect::<Vec<_>>(),
             })),
             "peers": self.peers_json(),
             "targets": targets,
