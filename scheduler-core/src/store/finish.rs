@@ -61,9 +61,17 @@ mod cassandra {
     struct End {
         key: TaskKey,
         status: StatusRecord,
-        /// Told once its request answered: `Err(None)` when a request of several failed (each
-        /// is then written alone, so that each gets its own error).
-        done: oneshot::Sender<Result<(), Option<StoreError>>>,
+        /// Told once its request answered.
+        done: oneshot::Sender<Answer>,
+    }
+
+    /// What became of an end's request.
+    enum Answer {
+        Written,
+        /// Its request, of this end alone, failed.
+        Failed(StoreError),
+        /// A request of several failed: each end is written again alone, to get its own answer.
+        Again(TaskKey, StatusRecord),
     }
 
     impl End {
@@ -111,42 +119,42 @@ mod cassandra {
             if ends.is_empty() {
                 return;
             }
-            let mut writes = Writes::new();
-            let mut added = Ok(());
-            for end in &ends {
-                let status = end.status.clone();
-                added =
-                    status::cassandra::add_status(&inner, &mut writes, bucket.0, &end.key, status)
-                        .await;
-                if added.is_ok() {
-                    added =
-                        schedule::cassandra::add_removal(&inner, &mut writes, bucket.0, &end.key)
-                            .await;
+            let written = async {
+                let mut writes = Writes::new();
+                for end in &ends {
+                    add_end(&inner, &mut writes, bucket.0, &end.key, end.status.clone()).await?;
                 }
-                if added.is_err() {
-                    break;
-                }
+                // Counted as a status write (of two rows a task).
+                inner.run_writes(writes, "status write").await
             }
-            // Counted as a status write (of two rows a task).
-            let written = match added {
-                Ok(()) => inner.run_writes(writes, "status write").await,
-                Err(e) => Err(e),
-            };
-            match written {
-                // A receiver gone (its task's run stopped) needs no answer.
-                Ok(()) => ends.into_iter().for_each(|end| {
-                    let _ = end.done.send(Ok(()));
-                }),
-                Err(e) if ends.len() == 1 => {
-                    if let Some(end) = ends.into_iter().next() {
-                        let _ = end.done.send(Err(Some(e)));
+            .await;
+            let alone = ends.len() == 1;
+            let mut failure = written.err();
+            for End { key, status, done } in ends {
+                let answer = match failure.take() {
+                    None => Answer::Written,
+                    Some(e) if alone => Answer::Failed(e),
+                    Some(e) => {
+                        failure = Some(e);
+                        Answer::Again(key, status)
                     }
-                }
-                Err(_) => ends.into_iter().for_each(|end| {
-                    let _ = end.done.send(Err(None));
-                }),
+                };
+                // A receiver gone (its task's run stopped) needs no answer.
+                let _ = done.send(answer);
             }
         }
+    }
+
+    /// Adds a task's end to `writes`: its status row and its schedule row's removal.
+    async fn add_end(
+        inner: &Inner,
+        writes: &mut Writes,
+        partition: PartitionId,
+        key: &TaskKey,
+        status: StatusRecord,
+    ) -> StoreResult<()> {
+        status::cassandra::add_status(inner, writes, partition, key, status).await?;
+        schedule::cassandra::add_removal(inner, writes, partition, key).await
     }
 
     /// One task's end alone, in one request.
@@ -157,8 +165,7 @@ mod cassandra {
         status: StatusRecord,
     ) -> StoreResult<()> {
         let mut writes = Writes::new();
-        status::cassandra::add_status(inner, &mut writes, partition, key, status).await?;
-        schedule::cassandra::add_removal(inner, &mut writes, partition, key).await?;
+        add_end(inner, &mut writes, partition, key, status).await?;
         inner.run_writes(writes, "status write").await
     }
 
@@ -173,11 +180,7 @@ mod cassandra {
             async move {
                 let bucket = (partition, hour_bucket(key.scheduled_time));
                 let (done, answer) = oneshot::channel();
-                let end = End {
-                    key: key.clone(),
-                    status: status.clone(),
-                    done,
-                };
+                let end = End { key, status, done };
                 // A bucket listed has a writer (until it finds nothing left and unlists it).
                 let first = match inner.shared::<Waiting>().lock().entry(bucket) {
                     Entry::Occupied(mut listed) => {
@@ -195,10 +198,17 @@ mod cassandra {
                     tokio::spawn(write_bucket(Arc::clone(&inner), bucket));
                 }
                 match answer.await {
-                    Ok(Ok(())) => Ok(()),
-                    Ok(Err(Some(e))) => Err(e),
-                    // A request of several failed, or the writer was dropped: alone, once.
-                    Ok(Err(None)) | Err(_) => write_alone(&inner, partition, &key, status).await,
+                    Ok(Answer::Written) => Ok(()),
+                    Ok(Answer::Failed(e)) => Err(e),
+                    Ok(Answer::Again(key, status)) => {
+                        write_alone(&inner, partition, &key, status).await
+                    }
+                    // The writer was dropped (the runtime is shutting down): the end may be
+                    // tried again, as after any failed write.
+                    Err(_) => Err(StoreError::query(
+                        "status write",
+                        std::io::Error::other("the bucket's writer stopped before it answered"),
+                    )),
                 }
             }
             .boxed()
@@ -210,10 +220,7 @@ mod cassandra {
         use super::*;
         use crate::store::TaskStatus;
 
-        fn end(
-            n: usize,
-            error_bytes: usize,
-        ) -> (End, oneshot::Receiver<Result<(), Option<StoreError>>>) {
+        fn end(n: usize, error_bytes: usize) -> (End, oneshot::Receiver<Answer>) {
             let (done, answer) = oneshot::channel();
             let at: DateTime<Utc> = "2030-01-01T10:00:00Z".parse().unwrap_or_default();
             let end = End {
