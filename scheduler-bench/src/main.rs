@@ -2,7 +2,7 @@
 //! each figure beside the raw ceiling of the same services measured in the same run.
 //!
 //! ```text
-//! scheduler-bench run [--quick] [--out FILE] [--only ceilings,throughput,handoff,cold,backlog,busy,group,tombstones,scale,peers,failover]
+//! scheduler-bench run [--quick] [--out FILE] [--only ceilings,throughput,handoff,cold,backlog,busy,group,tombstones,scale,ends,peers,failover]
 //! ```
 //!
 //! Prints a table and writes the figures as JSON. `--quick` runs every scenario small (under
@@ -11,6 +11,7 @@
 mod ceilings;
 mod child;
 mod cpu;
+mod ends;
 mod failover;
 mod peers;
 mod probe;
@@ -101,6 +102,9 @@ enum Scenario {
     /// Millions of pending tasks written straight to Cassandra, then a takeover at each size
     /// (run only when named in `--only`; with `--quick`, at a tenth of the full sizes).
     Scale,
+    /// The two forms of a task's end (status row and removal, status in the schedule row),
+    /// side by side on Cassandra (run only when named in `--only`).
+    Ends,
     /// The same workload on peer libraries (graphile_worker on PostgreSQL), side by side.
     Peers,
     /// Three node processes under a steady load; one leaves (SIGTERM), then one is killed
@@ -122,6 +126,8 @@ struct Sizes {
     busy_ordering_ids: usize,
     group_members: u32,
     finished_tasks: usize,
+    /// Tasks ended in each form of the ends scenario.
+    ended_tasks: usize,
     /// Pending tasks at each step of the scale scenario, ascending.
     scale_pending: [usize; 2],
     failover_window: Duration,
@@ -145,6 +151,7 @@ impl Sizes {
                 busy_ordering_ids: 50,
                 group_members: 2_000,
                 finished_tasks: 20_000,
+                ended_tasks: 10_000,
                 scale_pending: [100_000, 1_000_000],
                 failover_window: failover::QUICK_WINDOW,
             }
@@ -162,6 +169,7 @@ impl Sizes {
                 busy_ordering_ids: 500,
                 group_members: scheduler_client::wire::MAX_GROUP_NUMBER,
                 finished_tasks: 300_000,
+                ended_tasks: 100_000,
                 scale_pending: [1_000_000, 10_000_000],
                 failover_window: failover::FULL_WINDOW,
             }
@@ -278,6 +286,13 @@ async fn run(args: RunArgs) -> Result<(), BenchError> {
             "scale: {first}, then {last} pending tasks in Cassandra, a takeover at each"
         ));
         figures.scale = Some(scale::scale(&sizes.scale_pending).await?);
+    }
+    if args.only.contains(&Scenario::Ends) {
+        step(&format!(
+            "ends: {} tasks ended in each of two forms, then read back",
+            sizes.ended_tasks
+        ));
+        figures.ends = Some(ends::ends(sizes.ended_tasks).await?);
     }
     if wanted(Scenario::Peers) && args.quick {
         eprintln!(

@@ -6,6 +6,7 @@
 use serde_json::{json, Value};
 
 use crate::ceilings::{Ceilings, CQL_WRITES_PER_TASK};
+use crate::ends::Ends;
 use crate::failover::{Failover, Moved};
 use crate::peers::{self, PeerRun, Peers};
 use crate::scale::{self, Scale};
@@ -40,6 +41,8 @@ pub struct Figures {
     pub tombstones: Option<Tombstones>,
     /// Millions of pending tasks, and a takeover at each size.
     pub scale: Option<Scale>,
+    /// The two forms of a task's end, side by side.
+    pub ends: Option<Ends>,
     /// The same workload on peer libraries (or why it could not run).
     pub peers: Option<Result<Peers, String>>,
     /// Three nodes under load, one leaving and one killed.
@@ -341,6 +344,20 @@ impl Figures {
                 }
             }
         }
+        if let Some(e) = &self.ends {
+            for form in &e.forms {
+                check(&mut problems, "ends per second", form.ends_per_s);
+                check(&mut problems, "requests per end", form.requests_per_end);
+            }
+            // The removals' form reads no finished row back; the other reads every one.
+            let returned: Vec<usize> = e.forms.iter().map(|f| f.reload_rows).collect();
+            if returned != [0, e.tasks] {
+                problems.push(format!(
+                    "ends: the reads back returned {returned:?} rows, not [0, {}]",
+                    e.tasks
+                ));
+            }
+        }
         if let Some(Err(e)) = &self.peers {
             problems.push(format!("peers: {e}"));
         }
@@ -569,6 +586,36 @@ impl Figures {
                 );
             }
         }
+        if let Some(e) = &self.ends {
+            for form in &e.forms {
+                let (total, each) = cpu_cells(&form.cpu_per_end_ms);
+                row(
+                    format!("end of {} tasks: {}", e.tasks, form.name),
+                    rate(form.ends_per_s, "ends"),
+                    format!(
+                        "{:.3} requests and {:.2} rows an end; CPU {total} an end ({each})",
+                        form.requests_per_end, form.rows_per_end
+                    ),
+                );
+                let (total, each) = cpu_cells(&form.reload_cpu_per_task_ms);
+                row(
+                    "  its buckets read back from their start".into(),
+                    format!("{:.0} ms", form.reload_ms),
+                    format!(
+                        "{} rows returned; CPU {total} a finished task ({each})",
+                        form.reload_rows
+                    ),
+                );
+            }
+            for part in &e.parts {
+                let (total, each) = cpu_cells(&part.cpu_per_end_ms);
+                row(
+                    format!("  alone: {}", part.name),
+                    rate(part.ends_per_s, "ends"),
+                    format!("CPU {total} an end ({each})"),
+                );
+            }
+        }
         let mut out = String::new();
         let width = rows.iter().map(|r| r.0.len()).max().unwrap_or(0);
         let width2 = rows.iter().map(|r| r.1.len()).max().unwrap_or(0);
@@ -771,9 +818,7 @@ impl Figures {
                 "rows_per_task": t.rows_per_task.iter()
                     .map(|(operation, n)| json!({"operation": operation, "per_task": n}))
                     .collect::<Vec<_>>(),
-                "cpu_ms_per_task": t.cpu_per_task_ms.iter()
-                    .map(|(process, ms)| json!({"process": process, "ms": ms}))
-                    .collect::<Vec<_>>(),
+                "cpu_ms_per_task": cpu_json(&t.cpu_per_task_ms),
                 "ratio_to_ceiling": self.ceilings.map(|c| t.tasks_per_s / c.tasks_per_s()),
             })),
             "punctuality": self.punctuality.iter().map(|p| json!({
@@ -836,6 +881,20 @@ impl Figures {
                     "in_memory": step.in_memory, "executed": step.executed,
                 })).collect::<Vec<_>>(),
             })),
+            "ends": self.ends.as_ref().map(|e| json!({
+                "tasks": e.tasks,
+                "forms": e.forms.iter().map(|f| json!({
+                    "name": f.name, "requests_per_end": f.requests_per_end,
+                    "rows_per_end": f.rows_per_end, "ends_per_s": f.ends_per_s,
+                    "cpu_per_end_ms": cpu_json(&f.cpu_per_end_ms),
+                    "reload_ms": f.reload_ms, "reload_rows": f.reload_rows,
+                    "reload_cpu_per_task_ms": cpu_json(&f.reload_cpu_per_task_ms),
+                })).collect::<Vec<_>>(),
+                "parts": e.parts.iter().map(|p| json!({
+                    "name": p.name, "ends_per_s": p.ends_per_s,
+                    "cpu_per_end_ms": cpu_json(&p.cpu_per_end_ms),
+                })).collect::<Vec<_>>(),
+            })),
             "peers": self.peers_json(),
             "targets": targets,
         })
@@ -861,6 +920,13 @@ fn cpu_cells(per_task_ms: &[(String, f64)]) -> (String, String) {
         .map(|(name, ms)| format!("{name} {ms:.3}"))
         .collect();
     (total, each.join(", "))
+}
+
+/// A CPU-per-task breakdown as JSON: each process and the total.
+fn cpu_json(per_task_ms: &[(String, f64)]) -> Value {
+    (per_task_ms.iter())
+        .map(|(process, ms)| json!({"process": process, "ms": ms}))
+        .collect()
 }
 
 fn rate(per_s: f64, unit: &str) -> String {
