@@ -6,6 +6,7 @@
 //! one machine, beside the peer's (its worker process and PostgreSQL's, which `peer-bench`
 //! measures the same way).
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 /// A process whose CPU time is measured, by name.
@@ -20,6 +21,14 @@ pub struct Measured {
 /// CPU seconds each measured process had used at one moment (`None`: not readable).
 #[derive(Debug, Clone)]
 pub struct CpuSnapshot(Vec<(&'static str, Option<f64>)>);
+
+/// Cassandra's name among the measured processes.
+pub const CASSANDRA: &str = "Cassandra";
+
+/// The process id of the measured process named `name`, if it was found.
+pub fn pid_of(processes: &[Measured], name: &str) -> Option<u32> {
+    (processes.iter().find(|p| p.name == name)).and_then(|p| p.pid)
+}
 
 /// The bench process (the node and the producing client) and the stack's services.
 pub fn stack_processes() -> Vec<Measured> {
@@ -38,7 +47,7 @@ pub fn stack_processes() -> Vec<Measured> {
             pid: from_file("kafka"),
         },
         Measured {
-            name: "Cassandra",
+            name: CASSANDRA,
             pid: from_file("cassandra"),
         },
         Measured {
@@ -117,6 +126,81 @@ impl CpuSnapshot {
     }
 }
 
+/// CPU seconds of one process's threads so far, by what they do (`thread_kind`): which part of
+/// Cassandra (serving requests, compaction, garbage collection, ...) its CPU goes to. A thread
+/// that ends between two snapshots takes its time with it, so the kinds may sum to less than
+/// the process.
+#[derive(Debug, Clone, Default)]
+pub struct ThreadSnapshot(BTreeMap<&'static str, f64>);
+
+impl ThreadSnapshot {
+    /// The CPU seconds of `pid`'s threads by kind (empty if it is not readable).
+    pub fn take(pid: Option<u32>) -> ThreadSnapshot {
+        let mut kinds = BTreeMap::new();
+        let Some(pid) = pid else {
+            return ThreadSnapshot(kinds);
+        };
+        let ticks = ticks_per_second();
+        let Ok(threads) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+            return ThreadSnapshot(kinds);
+        };
+        for thread in threads.flatten() {
+            let path = thread.path();
+            let comm = std::fs::read_to_string(path.join("comm")).unwrap_or_default();
+            let stat = std::fs::read_to_string(path.join("stat")).unwrap_or_default();
+            if let Some(t) = parse_stat(&stat) {
+                *kinds.entry(thread_kind(comm.trim())).or_insert(0.0) += t as f64 / ticks;
+            }
+        }
+        ThreadSnapshot(kinds)
+    }
+
+    /// Milliseconds of CPU per task each kind spent since `before`, over `tasks` tasks, most
+    /// first.
+    pub fn per_task_since(&self, before: &ThreadSnapshot, tasks: usize) -> Vec<(String, f64)> {
+        let tasks = tasks.max(1) as f64;
+        let mut per: Vec<(String, f64)> = (self.0.iter())
+            .map(|(kind, after)| {
+                let spent = after - before.0.get(kind).copied().unwrap_or(0.0);
+                (kind.to_string(), spent.max(0.0) * 1000.0 / tasks)
+            })
+            .filter(|(_, ms)| *ms > 0.0)
+            .collect();
+        per.sort_by(|a, b| b.1.total_cmp(&a.1));
+        per
+    }
+}
+
+/// What a JVM thread of Cassandra does, from its name as Linux keeps it (15 characters:
+/// "SharedPool-Work" for "SharedPool-Worker-12").
+fn thread_kind(name: &str) -> &'static str {
+    const KINDS: [(&str, &str); 9] = [
+        ("SharedPool-Work", "requests"),
+        ("Native-Transpor", "requests"),
+        ("nioEventLoopGro", "network"),
+        ("CompactionExecu", "compaction"),
+        ("MemtableFlushWr", "memtable flush"),
+        ("MemtablePostFlu", "memtable flush"),
+        ("PERIODIC-COMMIT", "commit log"),
+        ("COMMIT-LOG-ALLO", "commit log"),
+        ("CompilerThre", "JIT compiler"),
+    ];
+    const GC: [&str; 5] = [
+        "GC Thread",
+        "G1 ",
+        "VM Thread",
+        "GC task",
+        "Concurrent Mark",
+    ];
+    if let Some((_, kind)) = KINDS.iter().find(|(prefix, _)| name.contains(prefix)) {
+        return kind;
+    }
+    if GC.iter().any(|prefix| name.starts_with(prefix)) {
+        return "garbage collection";
+    }
+    "other"
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -140,5 +224,31 @@ mod tests {
         // This process is readable, and spends something.
         let me = stack_processes();
         assert!(CpuSnapshot::take(&me[..1]).0[0].1.is_some());
+    }
+
+    #[test]
+    fn threads_are_grouped_by_what_they_do_and_their_cpu_is_per_task_most_first() {
+        assert_eq!(thread_kind("SharedPool-Work"), "requests");
+        assert_eq!(thread_kind("C2 CompilerThre"), "JIT compiler");
+        assert_eq!(thread_kind("GC Thread#3"), "garbage collection");
+        assert_eq!(thread_kind("G1 Conc#0"), "garbage collection");
+        assert_eq!(thread_kind("GossipTasks:1"), "other");
+        let before = ThreadSnapshot(BTreeMap::from([("requests", 1.0), ("compaction", 1.0)]));
+        let after = ThreadSnapshot(BTreeMap::from([
+            ("requests", 2.0),
+            ("compaction", 4.0),
+            ("other", 0.5),
+        ]));
+        let per = after.per_task_since(&before, 1000);
+        assert_eq!(
+            per,
+            [
+                ("compaction".to_string(), 3.0),
+                ("requests".to_string(), 1.0),
+                ("other".to_string(), 0.5)
+            ]
+        );
+        // This process's threads are readable.
+        assert!(!ThreadSnapshot::take(Some(std::process::id())).0.is_empty());
     }
 }

@@ -308,7 +308,7 @@ async fn run(args: RunArgs) -> Result<(), BenchError> {
         step(&format!(
             "peers: the same workload on graphile_worker (dev/postgres), {rate:.0} tasks/s"
         ));
-        let rate_high = figures.punctuality.get(1).map(|p| p.rate_per_s);
+        let rate_high = figures.high_load().map(|p| p.rate_per_s);
         let measured = peers::measure(rate, rate_high, sizes.punctual_for).await;
         figures.peers = Some(measured.map_err(|e| e.to_string()));
     }
