@@ -7,7 +7,8 @@ into target/python-venv). The format is the table "Wire format v1" in design.md:
     {"version":1,"orderingId":"customer-7","scheduledTime":"2026-11-22T06:00:00.000Z",
      "uniquenessKey":"reminder-1","taskData":{...}}
 
-plus, only when set, "taskType", "priority", "onConflict", "maxWaitMs" and "group". Each record is keyed
+plus, only when set, "taskType", "priority", "onConflict", "maxWaitMs", "group" and "limitKey" (the key
+per-key limits count the task under, e.g. a tenant). Each record is keyed
 by its orderingId and goes to partition (murmur2(orderingId) & 0x7fffffff) % partitions, which
 is what librdkafka's `murmur2_random` partitioner computes for a keyed record (the Java
 producer's default; librdkafka's own default, `consistent_random`, is CRC32 and would put tasks
@@ -56,6 +57,7 @@ MAX_TASK_TYPE_BYTES = 128
 MAX_TASK_DATA_DEPTH = 64  # taskData itself is level 1
 MAX_RECORD_BYTES = 512 * 1024  # the nodes' default scheduling.max_task_data_bytes
 MAX_GROUP_ID_BYTES = 1024
+MAX_LIMIT_KEY_BYTES = 256
 # A group's index and total: at most the largest group (its join holds every outcome).
 MAX_GROUP_NUMBER = 10_000
 # The times the wire format carries and the engine holds (UTC): 1900-01-01 to 9999-12-31.
@@ -193,14 +195,16 @@ def encode_task(
     on_conflict=None,
     max_wait_ms=None,
     group=None,
+    limit_key=None,
     now=None,
     grace_s=DEFAULT_GRACE_S,
 ):
     """The task's wire-format v1 record value (UTF-8 JSON bytes), after checking the limits.
 
     `group` makes it a member of a group: a dict of the wire format's `id`, `index` (from 1),
-    optional `total`, `failFast` and `joinType`. `scheduled_time` may be at most `grace_s`
-    before `now` (default: the clock). Optional fields are written only when they differ from
+    optional `total`, `failFast` and `joinType`. `limit_key` (1 to 256 bytes) is the key per-key
+    limits count the task under, independent of its orderingId. `scheduled_time` may be at most
+    `grace_s` before `now` (default: the clock). Optional fields are written only when they differ from
     their defaults, as the Rust client does: for the same task (taskData's keys in the same
     order) the record is byte for byte the Rust client's."""
     _check_key("orderingId", ordering_id)
@@ -255,6 +259,11 @@ def encode_task(
                 "would never finish its group"
             )
         record["group"] = _group_record(group)
+    if limit_key is not None:
+        if not isinstance(limit_key, str):
+            raise TaskError(f"limitKey {limit_key!r} is not a string")
+        _check_key("limitKey", limit_key, MAX_LIMIT_KEY_BYTES, "limitKey is 0 bytes, not 1 to 256")
+        record["limitKey"] = limit_key
     # Compact, UTF-8 as is (no \u escapes for non-ASCII), and no NaN or Infinity (not JSON).
     try:
         text = json.dumps(record, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
@@ -278,6 +287,7 @@ def schedule_task(
     on_conflict=None,
     max_wait_ms=None,
     group=None,
+    limit_key=None,
     timeout_s=DEFAULT_TIMEOUT_S,
     grace_s=DEFAULT_GRACE_S,
 ):
@@ -295,6 +305,7 @@ def schedule_task(
         on_conflict,
         max_wait_ms,
         group,
+        limit_key,
         grace_s=grace_s,
     )
     delivery = _send(producer, topic, ordering_id, value)
@@ -359,9 +370,9 @@ def _wait(producer, deliveries, timeout_s):
         raise KafkaException(f"{len(failed)} of {len(deliveries)} record(s) failed: {failed[0]}")
 
 
-def _check_key(field, value, max_bytes=MAX_KEY_BYTES):
+def _check_key(field, value, max_bytes=MAX_KEY_BYTES, empty=None):
     if not isinstance(value, str) or not value:
-        raise TaskError(f"{field} must be a non-empty string")
+        raise TaskError(empty or f"{field} must be a non-empty string")
     try:
         size = len(value.encode("utf-8"))
     except UnicodeEncodeError as e:
@@ -437,6 +448,7 @@ WIRE_FIELDS = {
     "onConflict": "on_conflict",
     "maxWaitMs": "max_wait_ms",
     "group": "group",
+    "limitKey": "limit_key",
 }
 
 
@@ -512,6 +524,7 @@ def _parse_args(argv):
     one.add_argument("--priority", type=int, help="priority among due tasks (higher first)")
     one.add_argument("--on-conflict", choices=CONFLICT_MODES, help="conflict mode of the identity")
     one.add_argument("--max-wait-ms", type=int, help="with --on-conflict debounce")
+    one.add_argument("--limit-key", help="the key per-key limits count the task under")
     return parser.parse_args(argv)
 
 
@@ -534,6 +547,7 @@ def _tasks_from_args(args):
             "priority": args.priority,
             "on_conflict": args.on_conflict,
             "max_wait_ms": args.max_wait_ms,
+            "limit_key": args.limit_key,
         }
     ]
 

@@ -892,6 +892,73 @@ async fn grouped_and_join_tasks_keep_their_group_everywhere_a_task_is_stored_and
     drop_keyspace(&keyspace).await;
 }
 
+/// A limit key (issue 33) travels in the task's `grouping` text: the schedule, identities and
+/// dead letters, every table that keeps a whole task, read it back; a task without one has
+/// none.
+#[tokio::test]
+async fn a_tasks_limit_key_is_kept_everywhere_a_task_is_stored() {
+    Stack::from_env().require_cassandra().await;
+    let keyspace = unique_name("it_store_limit_key");
+    let _teardown = Teardown::new(Stack::from_env()).keyspace(&keyspace);
+    let store = CassandraStore::connect(&settings(&keyspace))
+        .await
+        .expect("connect and create schema");
+    let at = Utc
+        .with_ymd_and_hms(2030, 1, 1, 10, 0, 0)
+        .single()
+        .expect("valid time");
+    let limited = task(at, "o1", 1).with_limit_key("tenant-ä");
+    let grouped = task(at, "o2", 2)
+        .in_group(GroupMember::new("g-1", 1))
+        .with_limit_key("api:billing");
+    let plain = task(at, "o3", 3);
+    let tasks = vec![limited.clone(), grouped.clone(), plain.clone()];
+    let refused = store.persist(3, tasks.clone()).await.expect("persist");
+    assert!(refused.is_empty(), "{refused:?}");
+    let loaded = store
+        .load(3, ReadCursor::From(at), at + TimeDelta::hours(1), 100)
+        .await
+        .expect("load");
+    let keys: Vec<_> = loaded.iter().map(|t| t.limit_key.as_deref()).collect();
+    assert_eq!(keys, [Some("tenant-ä"), Some("api:billing"), None]);
+    assert_eq!(loaded, tasks, "loaded whole");
+    for task in &tasks {
+        let read = store.scheduled_task(3, task.key()).await.expect("read");
+        assert_eq!(read.as_ref(), Some(task), "read by key");
+        let record = IdentityRecord {
+            task: task.clone().enqueued_at(5),
+            first_time: at,
+            offset: 5,
+        };
+        store
+            .record_identity(3, record.clone())
+            .await
+            .expect("identity write");
+        let identity = store.identity(3, task.identity()).await.expect("identity");
+        assert_eq!(identity, Some(record), "identity of {}", task.key());
+        store
+            .add_dead_letter(DeadLetter {
+                partition: 3,
+                task: task.clone(),
+                attempts: 1,
+                last_error: "boom".into(),
+                reason: DeadReason::Invalid,
+                dead_at: at,
+                redriven_at: None,
+                redrives: 0,
+            })
+            .await
+            .expect("dead-letter write");
+        let letter = store
+            .dead_letter(task.key())
+            .await
+            .expect("dead-letter read")
+            .expect("the dead letter");
+        assert_eq!(letter.task.limit_key, task.limit_key, "dead letter");
+    }
+    drop_keyspace(&keyspace).await;
+}
+
 fn outcome(index: u32, status: TaskStatus, millis: i64) -> MemberOutcome {
     let finished_at = Utc
         .timestamp_millis_opt(1_900_000_000_000 + millis)

@@ -170,10 +170,14 @@ pub(crate) struct ScheduleArgs {
     /// identity may be pushed back (500ms, 10s, 5m, 2h).
     #[arg(long, value_name = "DURATION")]
     pub(crate) max_wait: Option<String>,
+    /// The key per-key limits count the task under (a tenant, an upstream API), independent
+    /// of --ordering-id (1-256 bytes).
+    #[arg(long, value_name = "KEY")]
+    pub(crate) limit_key: Option<String>,
     /// Schedule the records of this file instead of one task from flags.
     #[arg(long, conflicts_with_all = [
         "ordering_id", "at", "delay", "unique", "data", "task_type", "priority", "on_conflict",
-        "max_wait",
+        "max_wait", "limit_key",
     ])]
     pub(crate) file: Option<PathBuf>,
     /// How far in the past a task may be (the nodes' grace window).

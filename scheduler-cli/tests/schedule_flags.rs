@@ -1,7 +1,7 @@
-//! `scheduler schedule` refuses bad `--type`, `--priority`, `--on-conflict` and `--max-wait`
-//! flags with the usage exit code and one line saying why, before it talks to Kafka (none
-//! listens at the bootstrap address these tests give). What good flags send is tested beside
-//! the command (`commands::schedule`), and end to end by the it-tests.
+//! `scheduler schedule` refuses bad `--type`, `--priority`, `--on-conflict`, `--max-wait` and
+//! `--limit-key` flags with the usage exit code and one line saying why, before it talks to
+//! Kafka (none listens at the bootstrap address these tests give). What good flags send is
+//! tested beside the command (`commands::schedule`), and end to end by the it-tests.
 
 use std::process::Command;
 
@@ -56,6 +56,10 @@ fn bad_type_priority_and_conflict_flags_exit_with_the_usage_code_and_say_why() {
         (&["--on-conflict", "sometimes"], "invalid value 'sometimes'"),
         (&["--priority", "1e3"], "invalid value '1e3'"),
         (&["--in", "soon"], "--in: duration \"soon\""),
+        (
+            &["--limit-key", ""],
+            "--limit-key: limitKey is 0 bytes, not 1 to 256",
+        ),
     ] {
         let (code, printed) = schedule(flags);
         assert_eq!(
@@ -75,6 +79,7 @@ fn a_file_brings_its_own_type_priority_and_conflict_mode() {
         &["--priority", "1"],
         &["--on-conflict", "replace"],
         &["--max-wait", "1m"],
+        &["--limit-key", "tenant"],
     ] {
         let mut args = vec!["--bootstrap", "127.0.0.1:1", "--file", "tasks.json"];
         args.extend(flags);

@@ -218,6 +218,10 @@ pub struct Task {
     /// header (by default the current OpenTelemetry span's, see [`crate::trace`]), kept with the
     /// task by the node, and linked from the span of its execution.
     pub trace_parent: Option<String>,
+    /// The key the task's per-key limits count it under (a tenant, an upstream API), set with
+    /// [`Task::with_limit_key`]; independent of `ordering_id`, which still decides its partition
+    /// and its order. `None`: no per-key limit applies to it.
+    pub limit_key: Option<String>,
 }
 
 impl Task {
@@ -240,6 +244,7 @@ impl Task {
             group: None,
             join_of: None,
             trace_parent: None,
+            limit_key: None,
         }
     }
 
@@ -269,6 +274,13 @@ impl Task {
     /// The task with a priority among due tasks waiting for a slot (higher first).
     pub fn with_priority(mut self, priority: i32) -> Task {
         self.priority = priority;
+        self
+    }
+
+    /// The task counted under `limit_key` by per-key limits (1 to
+    /// [`MAX_LIMIT_KEY_BYTES`](crate::wire::MAX_LIMIT_KEY_BYTES) bytes).
+    pub fn with_limit_key(mut self, limit_key: impl Into<String>) -> Task {
+        self.limit_key = Some(limit_key.into());
         self
     }
 

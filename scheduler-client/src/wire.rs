@@ -22,6 +22,9 @@
 //! {"version":1,"orderingId":"...","scheduledTime":"...","uniquenessKey":"...","taskData":{},"group":{"id":"recon-x","index":3,"total":100}}
 //! ```
 //!
+//! A task may carry a limit key (`limitKey`, e.g. a tenant or an upstream API), independent of
+//! its `orderingId`: the key per-key limits count it under.
+//!
 //! A task may carry a conflict mode (`onConflict`: `replace`, `keepTime`, `debounce` with
 //! `maxWaitMs`, or `ifAbsent`; see [`crate::OnConflict`]), applied by the owning node to a pending
 //! task of the same identity (orderingId and uniquenessKey).
@@ -51,6 +54,7 @@
 //! - `taskType` is 1 to [`MAX_TASK_TYPE_BYTES`] (128) bytes of ASCII letters, digits and
 //!   `-_.:/`: it names metrics series and appears in `--exec type=command` arguments.
 //! - `priority` is an integer in the i32 range.
+//! - `limitKey`, when present, is 1 to [`MAX_LIMIT_KEY_BYTES`] (256) bytes of UTF-8.
 //! - `scheduledTime` is RFC 3339 and, in UTC, from [`earliest_time`] (1900-01-01T00:00:00.000Z:
 //!   loading a partition with no low-water mark starts before it) to [`latest_time`]
 //!   (9999-12-31T23:59:59.999Z: RFC 3339 has four-digit years, so the engine can write any time
@@ -99,6 +103,10 @@ pub const MAX_GROUP_ID_BYTES: usize = MAX_ORDERING_ID_BYTES;
 
 /// The longest `taskType`, in bytes.
 pub const MAX_TASK_TYPE_BYTES: usize = 128;
+
+/// The longest `limitKey`, in UTF-8 bytes: a name (a tenant, an upstream API), held in memory
+/// by every node that runs tasks of it and shown by the admin API.
+pub const MAX_LIMIT_KEY_BYTES: usize = 256;
 
 /// The highest group `index` and `total`: the largest group. Its join is given every member's
 /// outcome in memory (each result up to 16 KiB: at most 160 MiB), and its members' numbers fit
@@ -160,6 +168,19 @@ pub enum ContentError {
         "scheduledTime {0} is outside 1900-01-01T00:00:00.000Z to 9999-12-31T23:59:59.999Z, the times the engine holds"
     )]
     TimeOutOfRange(String),
+    /// `limitKey` is empty or longer than [`MAX_LIMIT_KEY_BYTES`].
+    #[error("limitKey is {0} bytes, not 1 to 256")]
+    BadLimitKey(usize),
+}
+
+/// Checks a limit key: 1 to [`MAX_LIMIT_KEY_BYTES`] bytes.
+pub fn check_limit_key(limit_key: Option<&str>) -> Result<(), ContentError> {
+    match limit_key {
+        Some(key) if key.is_empty() || key.len() > MAX_LIMIT_KEY_BYTES => {
+            Err(ContentError::BadLimitKey(key.len()))
+        }
+        _ => Ok(()),
+    }
 }
 
 /// Checks a group membership and a join's group id: ids of 1 to [`MAX_GROUP_ID_BYTES`] bytes,
@@ -289,6 +310,7 @@ pub fn check_task(task: &Task) -> Result<(), ContentError> {
     check_conflict(task.on_conflict)?;
     check_group(task.group.as_ref(), task.join_of.as_deref())?;
     check_group_conflict(task)?;
+    check_limit_key(task.limit_key.as_deref())?;
     check_task_data(&task.task_data)
 }
 
@@ -392,6 +414,9 @@ pub enum DecodeError {
         "scheduledTime {0} is outside 1900-01-01T00:00:00.000Z to 9999-12-31T23:59:59.999Z, the times the engine holds"
     )]
     TimeOutOfRange(String),
+    /// `limitKey` breaks its limits (see [`check_limit_key`]).
+    #[error("limitKey is {0} bytes, not 1 to 256")]
+    BadLimitKey(usize),
 }
 
 impl From<ContentError> for DecodeError {
@@ -407,11 +432,15 @@ impl From<ContentError> for DecodeError {
             ContentError::BadGroup(why) => DecodeError::BadGroup(why),
             ContentError::BadConflict(why) => DecodeError::BadConflict(why),
             ContentError::TimeOutOfRange(time) => DecodeError::TimeOutOfRange(time),
+            ContentError::BadLimitKey(bytes) => DecodeError::BadLimitKey(bytes),
         }
     }
 }
 
 /// A decoded record: a task to schedule, or the cancellation of one.
+// A record is decoded, matched and its task moved on once; none is kept in a collection of
+// records, so boxing the task would cost an allocation a record and save no memory.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone, PartialEq)]
 pub enum Record {
     /// Schedule (or replace) this task.
@@ -443,6 +472,7 @@ impl DecodeError {
             DecodeError::BadTaskType(_) => "task_type",
             DecodeError::BadConflict(_) => "conflict",
             DecodeError::BadGroup(_) => "group",
+            DecodeError::BadLimitKey(_) => "limit_key",
         }
     }
 }
@@ -467,6 +497,8 @@ struct WireOut<'a> {
     group: Option<WireGroup>,
     #[serde(skip_serializing_if = "Option::is_none")]
     join_of: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    limit_key: Option<&'a str>,
 }
 
 /// `group` on the wire: `{"id":"...","index":3,"total":200,"failFast":true,"joinType":"..."}`
@@ -509,8 +541,8 @@ impl From<WireGroup> for GroupMember {
 }
 
 /// What the node stores of a task besides its columns (a `grouping` column, named for what it
-/// first held): the wire's `group` and `joinOf`, and the record's `traceparent` header, in one
-/// JSON object. Readers ignore fields they do not know, so a field added here needs no schema
+/// first held): the wire's `group`, `joinOf` and `limitKey`, and the record's `traceparent`
+/// header, in one JSON object. Readers ignore fields they do not know, so a field added here needs no schema
 /// change and older nodes read newer rows.
 #[derive(Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -521,18 +553,25 @@ struct Grouping {
     join_of: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     trace_parent: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    limit_key: Option<String>,
 }
 
-/// A task's `group`, `joinOf` and trace context as one JSON text, for storage; `None` when it
-/// has none of them.
+/// A task's `group`, `joinOf`, `limitKey` and trace context as one JSON text, for storage;
+/// `None` when it has none of them.
 pub fn encode_grouping(task: &Task) -> Option<String> {
-    if task.group.is_none() && task.join_of.is_none() && task.trace_parent.is_none() {
+    if task.group.is_none()
+        && task.join_of.is_none()
+        && task.trace_parent.is_none()
+        && task.limit_key.is_none()
+    {
         return None;
     }
     let grouping = Grouping {
         group: task.group.as_ref().map(WireGroup::from),
         join_of: task.join_of.clone(),
         trace_parent: task.trace_parent.clone(),
+        limit_key: task.limit_key.clone(),
     };
     serde_json::to_string(&grouping).ok()
 }
@@ -544,6 +583,7 @@ pub fn with_grouping(mut task: Task, stored: Option<&str>) -> Result<Task, serde
         task.group = grouping.group.map(GroupMember::from);
         task.join_of = grouping.join_of;
         task.trace_parent = grouping.trace_parent;
+        task.limit_key = grouping.limit_key;
     }
     Ok(task)
 }
@@ -576,6 +616,7 @@ struct WireIn<'a> {
     max_wait_ms: Option<u64>,
     group: Option<WireGroup>,
     join_of: Option<String>,
+    limit_key: Option<String>,
 }
 
 /// The latest time the wire format carries: RFC 3339 has four-digit years.
@@ -611,6 +652,7 @@ pub fn encode(task: &Task) -> Vec<u8> {
             .map(|wait| u64::try_from(wait.as_millis()).unwrap_or(u64::MAX)),
         group: task.group.as_ref().map(WireGroup::from),
         join_of: task.join_of.as_deref(),
+        limit_key: task.limit_key.as_deref(),
     };
     // Serializing strings and a JSON map into a Vec cannot fail.
     serde_json::to_vec(&out).unwrap_or_default()
@@ -738,6 +780,7 @@ pub fn decode_record(value: Option<&[u8]>, max_size: usize) -> Result<Record, De
                 .with_priority(wire.priority.unwrap_or(0));
             task.group = group;
             task.join_of = wire.join_of;
+            task.limit_key = wire.limit_key;
             match conflict_mode(wire.on_conflict.as_deref(), wire.max_wait_ms)? {
                 Some(mode) => task.on_conflict(mode),
                 None => task,

@@ -136,5 +136,8 @@ fn by_hand(record: &Value) -> Option<Task> {
         }
         task = task.in_group(member);
     }
+    if record.get("limitKey").is_some() {
+        task = task.with_limit_key(text("limitKey")?);
+    }
     Some(task)
 }

@@ -44,6 +44,9 @@ use crate::store::{
 };
 
 /// A record that acts on a task's identity.
+// Most records of an identity schedule a task: boxing it would cost an allocation each and
+// save no memory in the lists they wait in.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone, PartialEq)]
 pub enum IdentityOp {
     /// Schedule a task with a conflict mode (its `enqueue_offset` is its record's offset).

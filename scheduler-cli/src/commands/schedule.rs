@@ -66,6 +66,7 @@ fn print_scheduled(tasks: &[Task], json: bool, out: &mut dyn Write) -> Outcome {
                     "priority": t.priority,
                     "onConflict": t.on_conflict.map(OnConflict::as_str),
                     "maxWaitMs": max_wait.map(|w| u64::try_from(w.as_millis()).unwrap_or(u64::MAX)),
+                    "limitKey": t.limit_key,
                 })
             })
             .collect();
@@ -78,10 +79,13 @@ fn print_scheduled(tasks: &[Task], json: bool, out: &mut dyn Write) -> Outcome {
     Ok(())
 }
 
-/// A task's type, priority and conflict mode, as a table line shows them (the mode spelled as
+/// A task's type, priority, limit key and conflict mode, as a table line shows them (the mode spelled as
 /// `--on-conflict` takes it).
 fn details(task: &Task) -> String {
     let mut text = format!("type {}, priority {}", task.task_type, task.priority);
+    if let Some(key) = &task.limit_key {
+        text.push_str(&format!(", limit key {key}"));
+    }
     let mode = match task.on_conflict {
         None => return text,
         Some(OnConflict::Replace) => "replace".to_string(),
@@ -111,9 +115,12 @@ fn task_from_flags(args: &ScheduleArgs) -> Result<Task, Failure> {
     };
     // The wire format's check (also the client's), here to name the flag.
     wire::check_task_type(&args.task_type).map_err(|e| Failure::usage(format!("--type: {e}")))?;
-    let task = Task::new(ordering_id, at, unique, data)
+    wire::check_limit_key(args.limit_key.as_deref())
+        .map_err(|e| Failure::usage(format!("--limit-key: {e}")))?;
+    let mut task = Task::new(ordering_id, at, unique, data)
         .of_type(args.task_type.clone())
         .with_priority(args.priority);
+    task.limit_key = args.limit_key.clone();
     Ok(
         match conflict_mode(args.on_conflict, args.max_wait.as_deref())? {
             Some(mode) => task.on_conflict(mode),
@@ -229,6 +236,9 @@ mod tests {
             (typed.task_type.as_str(), typed.priority),
             ("send-email", -3)
         );
+        assert_eq!(plain.limit_key, None);
+        let limited = sent(&["--limit-key", "tenant-7"]);
+        assert_eq!(limited.limit_key.as_deref(), Some("tenant-7"));
         for (flag, mode) in [
             ("replace", OnConflict::Replace),
             ("keep-time", OnConflict::KeepTime),
@@ -249,6 +259,11 @@ mod tests {
     fn bad_type_priority_and_conflict_flags_are_refused() {
         assert!(refusal(&["--type", "send email"]).starts_with("--type: taskType"));
         assert!(refusal(&["--type", ""]).starts_with("--type: taskType"));
+        let long = "k".repeat(257);
+        assert_eq!(
+            refusal(&["--limit-key", &long]),
+            "--limit-key: limitKey is 257 bytes, not 1 to 256"
+        );
         assert!(refusal(&["--on-conflict", "debounce"]).contains("needs --max-wait"));
         for flags in [
             &["--max-wait", "5m"][..],
@@ -281,7 +296,7 @@ mod tests {
                 "--max-wait",
                 "90s",
             ]),
-            sent(&["--on-conflict", "keep-time"]),
+            sent(&["--on-conflict", "keep-time", "--limit-key", "tenant-7"]),
         ];
         let mut out = Vec::new();
         assert!(print_scheduled(&tasks, false, &mut out).is_ok());
@@ -289,16 +304,16 @@ mod tests {
             String::from_utf8_lossy(&out),
             "scheduled o/2026-11-22T09:00:00.000Z/u (type default, priority 0)\n\
              scheduled o/2026-11-22T09:00:00.000Z/u (type sync, priority 5, on conflict debounce, max wait 1m 30s)\n\
-             scheduled o/2026-11-22T09:00:00.000Z/u (type default, priority 0, on conflict keep-time)\n"
+             scheduled o/2026-11-22T09:00:00.000Z/u (type default, priority 0, limit key tenant-7, on conflict keep-time)\n"
         );
         let mut out = Vec::new();
         assert!(print_scheduled(&tasks[..2], true, &mut out).is_ok());
         assert_eq!(
             String::from_utf8_lossy(&out),
             "{\"scheduled\":[\
-             {\"maxWaitMs\":null,\"onConflict\":null,\"orderingId\":\"o\",\"priority\":0,\
+             {\"limitKey\":null,\"maxWaitMs\":null,\"onConflict\":null,\"orderingId\":\"o\",\"priority\":0,\
              \"scheduledTime\":\"2026-11-22T09:00:00.000Z\",\"taskType\":\"default\",\"uniquenessKey\":\"u\"},\
-             {\"maxWaitMs\":90000,\"onConflict\":\"debounce\",\"orderingId\":\"o\",\"priority\":5,\
+             {\"limitKey\":null,\"maxWaitMs\":90000,\"onConflict\":\"debounce\",\"orderingId\":\"o\",\"priority\":5,\
              \"scheduledTime\":\"2026-11-22T09:00:00.000Z\",\"taskType\":\"sync\",\"uniquenessKey\":\"u\"}]}\n"
         );
     }

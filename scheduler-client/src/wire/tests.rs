@@ -368,15 +368,41 @@ fn group_members_and_joins_have_the_documented_shape_and_round_trip() {
     // The stored form carries the same fields back.
     let traced =
         sample().with_trace_parent("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01");
-    for task in [member, open, join, child, sample(), traced] {
+    let limited = sample().with_limit_key("tenant-a");
+    for task in [member, open, join, child, sample(), traced, limited] {
         let stored = encode_grouping(&task);
         let plain = Task {
             group: None,
             join_of: None,
             trace_parent: None,
+            limit_key: None,
             ..task.clone()
         };
         assert_eq!(with_grouping(plain, stored.as_deref()).unwrap(), task);
+    }
+}
+
+#[test]
+fn a_limit_key_is_an_optional_field_that_round_trips_and_is_refused_empty_or_too_long() {
+    let limited = sample().with_limit_key("tenant-ä");
+    let text = String::from_utf8(encode(&limited)).unwrap();
+    assert!(text.ends_with(r#""limitKey":"tenant-ä"}"#), "{text}");
+    assert_eq!(decode(Some(text.as_bytes()), 1 << 20).unwrap(), limited);
+    // A record without it (every earlier one) has none.
+    let plain = decode(Some(&encode(&sample())), 1 << 20).unwrap();
+    assert_eq!(plain.limit_key, None);
+    let longest = "k".repeat(MAX_LIMIT_KEY_BYTES);
+    check_task(&sample().with_limit_key(longest.as_str())).unwrap();
+    for (key, bytes) in [(String::new(), 0), (format!("{longest}k"), 257)] {
+        let task = sample().with_limit_key(key);
+        let error = check_task(&task).unwrap_err();
+        assert_eq!(error, ContentError::BadLimitKey(bytes));
+        let decoded = decode(Some(&encode(&task)), 1 << 20).unwrap_err();
+        assert_eq!(decoded.reason(), "limit_key");
+        assert!(
+            decoded.to_string().contains(&format!("{bytes} bytes")),
+            "{decoded}"
+        );
     }
 }
 

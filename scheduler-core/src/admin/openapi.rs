@@ -427,8 +427,8 @@ fn operations(a: &mut Answers) -> Vec<Operation> {
 /// key's `maxLength` counts characters, the decoder bytes: the schema's bound is the looser).
 fn enqueue_body() -> Value {
     use scheduler_client::wire::{
-        MAX_DEBOUNCE_WAIT_MS, MAX_GROUP_ID_BYTES, MAX_GROUP_NUMBER, MAX_ORDERING_ID_BYTES,
-        MAX_UNIQUENESS_KEY_BYTES,
+        MAX_DEBOUNCE_WAIT_MS, MAX_GROUP_ID_BYTES, MAX_GROUP_NUMBER, MAX_LIMIT_KEY_BYTES,
+        MAX_ORDERING_ID_BYTES, MAX_UNIQUENESS_KEY_BYTES,
     };
     let task_type = json!({"type": "string", "pattern": "^[A-Za-z0-9._:/-]{1,128}$"});
     let task = json!({
@@ -444,6 +444,7 @@ fn enqueue_body() -> Value {
             "priority": {"type": "integer", "format": "int32", "description": "Higher runs first among tasks due together (default 0)"},
             "onConflict": {"enum": ["replace", "keepTime", "debounce", "ifAbsent"], "description": "Applied to a pending task of the same identity (orderingId and uniquenessKey)"},
             "maxWaitMs": {"type": "integer", "minimum": 0, "maximum": MAX_DEBOUNCE_WAIT_MS, "description": "With onConflict debounce: the longest a task is pushed back"},
+            "limitKey": {"type": "string", "minLength": 1, "maxLength": MAX_LIMIT_KEY_BYTES, "description": "The key per-key limits count the task under (a tenant, an upstream API), independent of orderingId; at most 256 bytes"},
             "group": {
                 "type": "object",
                 "required": ["id", "index"],
