@@ -16,6 +16,7 @@ use crate::clock::Clock;
 #[cfg(test)]
 use crate::handler::TaskHandler;
 use crate::handler::{Handlers, TaskContext, TaskError};
+use crate::hooks::{CallGate, GatePass};
 use crate::outcome::StopReason;
 use crate::slots::{PrioritySlots, SlotPermit};
 use crate::store::DeadLetter;
@@ -31,6 +32,8 @@ pub struct CallPool {
     timeout: Duration,
     /// Types with an execution timeout of their own.
     type_timeouts: Arc<BTreeMap<String, Duration>>,
+    /// What a due task passes before it takes a slot (per-key limits).
+    gates: Arc<[Arc<dyn CallGate>]>,
     clock: Arc<dyn Clock>,
 }
 
@@ -86,8 +89,15 @@ impl CallPool {
             handlers: Arc::new(handlers),
             timeout,
             type_timeouts: Arc::default(),
+            gates: Arc::new([]),
             clock,
         }
+    }
+
+    /// A due task passes `gates`, in order, before it takes a slot (see [`CallGate`]).
+    pub fn with_gates(mut self, gates: Vec<Arc<dyn CallGate>>) -> Self {
+        self.gates = gates.into();
+        self
     }
 
     /// Calls of the types in `timeouts` are cut off after their own timeout.
@@ -154,10 +164,11 @@ impl CallPool {
         mut stop: watch::Receiver<Option<StopReason>>,
     ) -> impl Future<Output = Called<H>> + 'static {
         let handlers = Arc::clone(&self.handlers);
-        let (timeout, clock, permits) = (
+        let (timeout, clock, permits, gates) = (
             self.timeout_of(&task.task_type),
             Arc::clone(&self.clock),
             Arc::clone(&self.permits),
+            Arc::clone(&self.gates),
         );
         let (answer, answered) = oneshot::channel();
         self.runtime.spawn(async move {
@@ -167,6 +178,13 @@ impl CallPool {
                     clock.sleep_until(at).await;
                 }
                 let asked = tokio::time::Instant::now();
+                // The gates first, holding no slot while they wait.
+                let mut passes = Vec::new();
+                for gate in gates.iter() {
+                    if let Some(pass) = gate.enter(&task) {
+                        passes.push(pass.await);
+                    }
+                }
                 let slot = permits.acquire(task.priority).await;
                 let waited = asked.elapsed();
                 // The time by this node's clock once more, now that the slot is had: at once
@@ -174,7 +192,7 @@ impl CallPool {
                 // waits end only when the process runs) acts on a freed slot only once it
                 // runs again, as a real one would.
                 clock.sleep_until(at).await;
-                (slot, waited)
+                (Slot(slot, passes), waited)
             };
             let had = tokio::select! {
                 biased;
@@ -190,7 +208,6 @@ impl CallPool {
                 let _ = answer.send(Called::NotReady(held));
                 return;
             }
-            let slot = Slot(slot);
             if waited > STALE_AFTER {
                 let _ = answer.send(Called::Stale { held, slot });
                 return;
@@ -207,9 +224,12 @@ impl CallPool {
 /// store while a task waits for a slot.
 pub(crate) const STALE_AFTER: Duration = Duration::from_millis(100);
 
-/// One of the pool's slots, had by a call that was not made yet ([`Called::Stale`]); given
-/// back when dropped.
-pub(crate) struct Slot(#[allow(dead_code)] SlotPermit);
+/// One of the pool's slots and the task's passes of the pool's gates, had by a call that was
+/// not made yet ([`Called::Stale`]); given back when dropped.
+pub(crate) struct Slot(
+    #[allow(dead_code)] SlotPermit,
+    #[allow(dead_code)] Vec<GatePass>,
+);
 
 impl CallPool {
     /// Calls the handler for `task` in `slot` at once (see [`Called::Stale`]), on the pool's

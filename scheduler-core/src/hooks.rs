@@ -15,6 +15,10 @@
 //! | [`found_final`](TaskHook::found_final) | the status check found a final status | a member's outcome in its group |
 //! | [`finished`](TaskHook::finished) | after the final status is stored | a completion event |
 //!
+//! One more point is the executor's, not the lifecycle's: a [`CallGate`], which a due task passes
+//! before it takes an executor slot, holding what the gate gave it until its call returns (a
+//! per-key concurrency limit, `crate::limits`).
+//!
 //! A hook reaches the store through the [`Steps`] of the run it is called in: a step retried
 //! until it succeeds (abandoned when the tree stops), a write made only as the partition's owner.
 
@@ -224,4 +228,23 @@ pub trait TaskHook: Send + Sync + 'static {
 
     /// The task's final `record` is stored.
     fn finished(&self, _key: &TaskKey, _record: &StatusRecord) {}
+}
+
+/// What a task holds from a [`CallGate`] until its call returns (e.g. a permit of its limit
+/// key): dropped then, which lets the next task of the gate through.
+pub struct GatePass(#[allow(dead_code)] Box<dyn Send>);
+
+impl GatePass {
+    /// A pass holding `held` until the call returns.
+    pub fn new(held: impl Send + 'static) -> GatePass {
+        GatePass(Box::new(held))
+    }
+}
+
+/// A gate a due task passes before it takes one of the executor's slots: it waits there
+/// holding no slot, pending, its attempt not used, and keeps its pass until its call returns.
+/// The hook point of per-key limits.
+pub trait CallGate: Send + Sync + 'static {
+    /// `None`: the task passes at once. Else it waits for the pass the future gives.
+    fn enter(&self, task: &Task) -> Option<BoxFuture<'static, GatePass>>;
 }

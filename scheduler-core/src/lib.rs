@@ -48,6 +48,7 @@ mod identity;
 mod in_flight;
 mod known_statuses;
 mod lease;
+mod limits;
 mod metrics;
 pub mod node;
 mod outcome;

@@ -16,6 +16,7 @@ use crate::handler::Handlers;
 use crate::hooks::TaskHook;
 use crate::identity::IdentityHook;
 use crate::in_flight::InFlightGauges;
+use crate::limits::KeyConcurrency;
 use crate::metrics::Metrics;
 use crate::settings::SchedulingSettings;
 use crate::store::{
@@ -116,8 +117,8 @@ impl DepsBuilder {
         self
     }
 
-    /// The dependencies, with the call pool of the settings' limits (and per-type timeouts)
-    /// and every feature attached: identities, suspensions, dead letters, groups (with
+    /// The dependencies, with the call pool of the settings' limits (per-type timeouts, per-key
+    /// concurrency) and every feature attached: identities, suspensions, dead letters, groups (with
     /// sub-tasks and jobs), completion events.
     pub fn build(self) -> PartitionDeps {
         let settings = self.settings;
@@ -130,6 +131,10 @@ impl DepsBuilder {
             Arc::clone(&self.clock),
         )
         .with_type_timeouts(settings.type_timeouts());
+        let pool = match KeyConcurrency::from_settings(&settings) {
+            Some(gate) => pool.with_gates(vec![Arc::new(gate)]),
+            None => pool,
+        };
         let metrics = self.metrics.unwrap_or_default();
         let suspensions = self
             .suspensions

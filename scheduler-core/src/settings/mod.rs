@@ -183,6 +183,9 @@ pub struct SchedulingSettings {
     pub max_queued_per_ordering: usize,
     /// User executor calls running at once on this node.
     pub executor_concurrency: usize,
+    /// Calls at once per limit key (`Task::limit_key`) of the queue's types that have no
+    /// limit of their own, on this node (none: no limit).
+    pub key_concurrency: Option<usize>,
     /// A task is dispatched this long before its time: its checks (lease write, ownership and
     /// status reads) are done by then and it is called at its time, not a few round trips
     /// after. Zero dispatches at the time.
@@ -216,6 +219,7 @@ impl Default for SchedulingSettings {
             lease_ttl: Duration::from_secs(6),
             max_queued_per_ordering: 32,
             executor_concurrency: 64,
+            key_concurrency: None,
             dispatch_lead: Duration::from_secs(1),
             execution_timeout: Duration::from_secs(300),
             max_task_data_bytes: defaults::MAX_TASK_BYTES,

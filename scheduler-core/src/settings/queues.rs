@@ -39,6 +39,8 @@ pub struct QueueSettings {
     pub create_topic_partitions: Option<u32>,
     /// Overrides `scheduling.executor_concurrency` (calls at once of this queue on a node).
     pub executor_concurrency: Option<usize>,
+    /// Overrides `scheduling.key_concurrency` (calls at once per limit key on a node).
+    pub key_concurrency: Option<usize>,
     /// Overrides `scheduling.max_in_flight_tasks` (per partition of this queue).
     pub max_in_flight_tasks: Option<usize>,
     /// Overrides `scheduling.max_task_retries`.
@@ -69,6 +71,9 @@ pub struct TypeLimits {
     /// How long one call may run.
     #[serde(with = "optional_duration")]
     pub execution_timeout: Option<Duration>,
+    /// Calls of this type at once per limit key, on a node (over the queue's
+    /// `key_concurrency`, which then does not count them).
+    pub key_concurrency: Option<usize>,
 }
 
 /// The limits a task of one type runs under: its type's, else its queue's.
@@ -168,6 +173,7 @@ impl Settings {
             let mut scheduling = self.scheduling.clone();
             let s = &mut scheduling;
             s.executor_concurrency = q.executor_concurrency.unwrap_or(s.executor_concurrency);
+            s.key_concurrency = q.key_concurrency.or(s.key_concurrency);
             s.max_in_flight_tasks = q.max_in_flight_tasks.unwrap_or(s.max_in_flight_tasks);
             s.max_task_retries = q.max_task_retries.unwrap_or(s.max_task_retries);
             s.backoff_factor = q.backoff_factor.unwrap_or(s.backoff_factor);

@@ -59,6 +59,8 @@ impl Settings {
             ("scheduling.persist_timeout", s.persist_timeout.is_zero(), "must be greater than zero"),
             ("scheduling.max_queued_per_ordering", s.max_queued_per_ordering == 0, "must be at least 1"),
             ("scheduling.executor_concurrency", s.executor_concurrency == 0, "must be at least 1"),
+            ("scheduling.key_concurrency", s.key_concurrency == Some(0), "must be at least 1 when set"),
+            ("scheduling.task_types.<type>.key_concurrency", s.task_types.values().any(|t| t.key_concurrency == Some(0)), "must be at least 1 when set"),
             ("scheduling.dispatch_lead", s.dispatch_lead >= s.max_look_ahead, "must be shorter than scheduling.max_look_ahead"),
             ("scheduling.lease_ttl", !is_whole_seconds_from_3(s.lease_ttl), "must be whole seconds, at least 3s"),
             ("scheduling.execution_timeout", s.execution_timeout.is_zero(), "must be greater than zero"),

@@ -5,6 +5,7 @@
 mod cancels;
 mod groups;
 mod identities;
+mod limits;
 mod low_water;
 mod memory;
 mod one_run_at_a_time;
@@ -103,6 +104,8 @@ struct Recorder {
     enqueue_offsets: Mutex<Vec<(TaskKey, Option<i64>)>>,
     running: Mutex<HashMap<String, usize>>,
     overlaps: AtomicUsize,
+    /// Calls running now per limit key, and the most ever at once.
+    by_limit_key: Mutex<HashMap<String, (usize, usize)>>,
     completed: AtomicUsize,
     peak_in_flight: AtomicUsize,
     /// The partition's next offset: the harness enqueues like the consumer, offsets rising.
@@ -129,6 +132,7 @@ impl Recorder {
             enqueue_offsets: Mutex::default(),
             running: Mutex::default(),
             overlaps: AtomicUsize::new(0),
+            by_limit_key: Mutex::default(),
             completed: AtomicUsize::new(0),
             peak_in_flight: AtomicUsize::new(0),
             next_offset: AtomicI64::new(0),
@@ -157,6 +161,12 @@ impl Recorder {
             .filter(|(k, _)| k.ordering_id == ordering_id)
             .map(|(_, offset)| *offset)
             .collect()
+    }
+
+    /// The most calls of `limit_key` that ever ran at once.
+    fn peak_of_limit_key(&self, limit_key: &str) -> usize {
+        let by_key = self.by_limit_key.lock().expect("lock");
+        by_key.get(limit_key).map_or(0, |(_, peak)| *peak)
     }
 
     fn call_times(&self, ordering_id: &str) -> Vec<DateTime<Utc>> {
@@ -198,7 +208,18 @@ impl TaskHandler for Arc<Recorder> {
                 self.overlaps.fetch_add(1, Ordering::SeqCst);
             }
         }
+        let limit_key = task.limit_key.clone();
+        if let Some(key) = &limit_key {
+            let mut by_key = self.by_limit_key.lock().expect("lock");
+            let (running, peak) = by_key.entry(key.clone()).or_default();
+            *running += 1;
+            *peak = (*peak).max(*running);
+        }
         tokio::time::sleep(self.work).await;
+        if let Some(key) = &limit_key {
+            let mut by_key = self.by_limit_key.lock().expect("lock");
+            by_key.entry(key.clone()).or_default().0 -= 1;
+        }
         *self
             .running
             .lock()

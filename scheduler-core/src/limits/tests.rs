@@ -1,0 +1,79 @@
+//! Unit tests of the per-key concurrency gate.
+
+use std::collections::BTreeMap;
+
+use chrono::Utc;
+use futures::FutureExt;
+
+use super::*;
+use crate::settings::TypeLimits;
+
+fn task(task_type: &str, key: Option<&str>) -> Task {
+    let mut task = Task::new("o", Utc::now(), "u", Default::default()).of_type(task_type);
+    task.limit_key = key.map(String::from);
+    task
+}
+
+fn gate(queue: Option<usize>, types: &[(&str, usize)]) -> Option<KeyConcurrency> {
+    let settings = SchedulingSettings {
+        key_concurrency: queue,
+        task_types: types
+            .iter()
+            .map(|(t, n)| {
+                let limits = TypeLimits {
+                    key_concurrency: Some(*n),
+                    ..TypeLimits::default()
+                };
+                (t.to_string(), limits)
+            })
+            .collect::<BTreeMap<_, _>>(),
+        ..SchedulingSettings::default()
+    };
+    KeyConcurrency::from_settings(&settings)
+}
+
+/// Enters `gate` with `task`: the pass if it came at once, `None` if the task waits.
+fn enter_now(gate: &KeyConcurrency, task: &Task) -> Option<GatePass> {
+    gate.enter(task).expect("a limited task").now_or_never()
+}
+
+#[test]
+fn no_limit_set_means_no_gate_and_a_task_without_a_key_passes_at_once() {
+    assert!(gate(None, &[]).is_none());
+    let gate = gate(Some(1), &[]).expect("a gate");
+    assert!(gate.enter(&task("any", None)).is_none());
+}
+
+#[tokio::test]
+async fn a_key_at_its_limit_holds_its_next_task_until_a_call_of_it_returns_and_no_other_key() {
+    let gate = gate(Some(2), &[]).expect("a gate");
+    let a = task("mail", Some("tenant-a"));
+    let first = enter_now(&gate, &a).expect("first of a passes");
+    let second = enter_now(&gate, &a).expect("second of a passes");
+    let mut third = gate.enter(&a).expect("limited");
+    assert!((&mut third).now_or_never().is_none(), "a third of a waits");
+    // Another key, and the same key of another type under the queue's limit, are counted
+    // apart from a's and together with a's respectively.
+    let b = enter_now(&gate, &task("mail", Some("tenant-b"))).expect("b passes");
+    assert!(
+        enter_now(&gate, &task("sms", Some("tenant-a"))).is_none(),
+        "the queue's limit counts every type of the key together"
+    );
+    drop(first);
+    let third = third.await;
+    drop((second, third, b));
+    assert!(!gate.in_use(None, "tenant-a") && !gate.in_use(None, "tenant-b"));
+}
+
+#[tokio::test]
+async fn a_types_own_limit_counts_its_calls_apart_from_the_queues() {
+    let gate = gate(Some(1), &[("report", 3)]).expect("a gate");
+    let passes: Vec<_> = (0..3)
+        .map(|_| enter_now(&gate, &task("report", Some("k"))).expect("within report's 3"))
+        .collect();
+    assert!(enter_now(&gate, &task("report", Some("k"))).is_none());
+    let other = enter_now(&gate, &task("mail", Some("k"))).expect("mail counts apart");
+    assert!(enter_now(&gate, &task("mail", Some("k"))).is_none());
+    drop((passes, other));
+    assert!(!gate.in_use(Some("report"), "k") && !gate.in_use(None, "k"));
+}
