@@ -795,16 +795,7 @@ async fn grouped_and_join_tasks_keep_their_group_everywhere_a_task_is_stored_and
     // Dead letters, read by key and listed.
     for task in [&member, &join, &plain] {
         store
-            .add_dead_letter(DeadLetter {
-                partition: 7,
-                task: task.clone(),
-                attempts: 3,
-                last_error: "boom".into(),
-                reason: DeadReason::RetriesExhausted,
-                dead_at: at,
-                redriven_at: None,
-                redrives: 0,
-            })
+            .add_dead_letter(letter(7, task, at))
             .await
             .expect("dead-letter write");
         let letter = store
@@ -937,16 +928,7 @@ async fn a_tasks_limit_key_is_kept_everywhere_a_task_is_stored() {
         let identity = store.identity(3, task.identity()).await.expect("identity");
         assert_eq!(identity, Some(record), "identity of {}", task.key());
         store
-            .add_dead_letter(DeadLetter {
-                partition: 3,
-                task: task.clone(),
-                attempts: 1,
-                last_error: "boom".into(),
-                reason: DeadReason::Invalid,
-                dead_at: at,
-                redriven_at: None,
-                redrives: 0,
-            })
+            .add_dead_letter(letter(3, task, at))
             .await
             .expect("dead-letter write");
         let letter = store
@@ -957,6 +939,20 @@ async fn a_tasks_limit_key_is_kept_everywhere_a_task_is_stored() {
         assert_eq!(letter.task.limit_key, task.limit_key, "dead letter");
     }
     drop_keyspace(&keyspace).await;
+}
+
+/// `task` as a dead letter of `partition` since `at`, after three failed attempts.
+fn letter(partition: i32, task: &Task, at: DateTime<Utc>) -> DeadLetter {
+    DeadLetter {
+        partition,
+        task: task.clone(),
+        attempts: 3,
+        last_error: "boom".into(),
+        reason: DeadReason::RetriesExhausted,
+        dead_at: at,
+        redriven_at: None,
+        redrives: 0,
+    }
 }
 
 fn outcome(index: u32, status: TaskStatus, millis: i64) -> MemberOutcome {
