@@ -199,8 +199,9 @@ pub struct Task {
     pub task_data: TaskData,
     /// Which handler runs the task ([`DEFAULT_TASK_TYPE`] unless set with [`Task::of_type`]).
     pub task_type: String,
-    /// When due tasks wait for an executor slot, higher priorities go first (default 0). It
-    /// never reorders the tasks of one `ordering_id`: they run one at a time, in schedule order.
+    /// When due tasks wait for an executor slot, higher priorities go first (default 0) among
+    /// the tasks of one limit key (keys take turns; tasks without one are one key). It never
+    /// reorders the tasks of one `ordering_id`: they run one at a time, in schedule order.
     pub priority: i32,
     /// What to do if a task of the same identity is pending (see [`OnConflict`]); `None`:
     /// the task is keyed by its time too.

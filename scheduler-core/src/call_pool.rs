@@ -1,6 +1,6 @@
 //! The bounded pool that calls the user's handlers: on a runtime of its own, at most
-//! `executor_concurrency` calls at once (due tasks waiting for a slot are served by priority),
-//! each cut off after its timeout.
+//! `executor_concurrency` calls at once (due tasks waiting for a slot take turns by limit key,
+//! and are served by priority within a key: `slots.rs`), each cut off after its timeout.
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -18,16 +18,17 @@ use crate::handler::TaskHandler;
 use crate::handler::{Handlers, TaskContext, TaskError};
 use crate::hooks::{CallGate, GatePass};
 use crate::outcome::StopReason;
-use crate::slots::{PrioritySlots, SlotPermit};
+use crate::slots::{FairSlots, SlotPermit};
 use crate::store::DeadLetter;
 
 /// Runs the user's handlers on a tokio runtime separate from the actors, at most `concurrency`
-/// calls at once (due tasks waiting for a slot are served by priority), each cut off after
+/// calls at once (due tasks waiting for a slot take turns by limit key, and are served by
+/// priority within a key), each cut off after
 /// `timeout` (by the node's clock). A panic or a timeout is a retryable failure.
 #[derive(Clone)]
 pub struct CallPool {
     runtime: tokio::runtime::Handle,
-    permits: Arc<PrioritySlots>,
+    permits: Arc<FairSlots>,
     handlers: Arc<Handlers>,
     timeout: Duration,
     /// Types with an execution timeout of their own.
@@ -85,7 +86,7 @@ impl CallPool {
     ) -> Self {
         CallPool {
             runtime,
-            permits: PrioritySlots::new(concurrency.max(1)),
+            permits: FairSlots::new(concurrency.max(1)),
             handlers: Arc::new(handlers),
             timeout,
             type_timeouts: Arc::default(),
@@ -185,7 +186,9 @@ impl CallPool {
                         passes.push(pass.await);
                     }
                 }
-                let slot = permits.acquire(task.priority).await;
+                let slot = permits
+                    .acquire(task.priority, task.limit_key.as_deref())
+                    .await;
                 let waited = asked.elapsed();
                 // The time by this node's clock once more, now that the slot is had: at once
                 // when it has passed, but a paused process (the simulation's clock, whose

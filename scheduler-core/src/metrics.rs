@@ -175,6 +175,7 @@ pub struct Metrics {
     no_handler: Family<TypeLabel, Counter>,
     waiting_for_handler: Family<TypeLabel, Gauge>,
     suspended: Family<PartitionLabel, Gauge>,
+    held_by_limit: Family<TypeLabel, Gauge>,
     /// The task types that have waited for a handler (the family cannot list its labels).
     waiting_types: Arc<Mutex<std::collections::BTreeSet<String>>>,
     statement_source: std::sync::OnceLock<StatementSource>,
@@ -235,6 +236,12 @@ impl Metrics {
         let identity_records = Family::default();
         let schedule_fires = Family::default();
         let suspended = Family::default();
+        let held_by_limit = Family::default();
+        registry.register(
+            "scheduler_tasks_held_by_limit",
+            "Due tasks waiting because their limit key is at its limit (key_concurrency) now, by task type",
+            held_by_limit.clone(),
+        );
         registry.register(
             "scheduler_schedule_fires",
             "Fire times of recurring schedules handled by this node's ticks, by outcome (enqueued, skippedOverlap, missed)",
@@ -367,6 +374,7 @@ impl Metrics {
             no_handler,
             waiting_for_handler,
             suspended,
+            held_by_limit,
             waiting_types: Default::default(),
             statement_source: std::sync::OnceLock::new(),
             persisted,
@@ -534,6 +542,17 @@ impl Metrics {
             .suspended
             .get_or_create(&PartitionLabel { partition })
             .clone();
+        gauge.inc();
+        WaitingForHandler(gauge)
+    }
+
+    /// A due task held back because its limit key is at its limit: counted until the returned
+    /// guard drops.
+    pub fn held_by_limit(&self, task_type: &str) -> WaitingForHandler {
+        let label = TypeLabel {
+            task_type: task_type.to_string(),
+        };
+        let gauge = self.held_by_limit.get_or_create(&label).clone();
         gauge.inc();
         WaitingForHandler(gauge)
     }

@@ -1,22 +1,34 @@
-//! The executor pool's slots: a counting semaphore whose waiters are served by priority, then in
-//! the order they came (tokio's semaphore is first come, first served only). Only one task of an
-//! orderingId waits at a time, so priority never reorders the tasks of one orderingId.
+//! The executor pool's slots: a counting semaphore whose waiters take turns by limit key
+//! (`Task::limit_key`; the tasks without one are one key together), each key in turn handing
+//! the slot to its own best waiter: the highest priority, then the earliest come (tokio's
+//! semaphore is first come, first served only). So under saturation the keys with waiting tasks
+//! share the slots evenly, and a key with a million due tasks delays another key's task by one
+//! turn per slot at most (issue 33, "fair shares"); without limit keys, every waiter is of one
+//! key and is served by priority, then in the order it came. Only one task of an orderingId
+//! waits at a time, so neither turns nor priority reorder the tasks of one orderingId.
 
-use std::collections::BinaryHeap;
+use std::collections::{BinaryHeap, HashMap, VecDeque};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use tokio::sync::oneshot;
 
-/// `slots` slots, handed to the highest-priority waiter as each is given back.
+/// A limit key, or none: the class a waiter takes its turns in.
+type Key = Option<String>;
+
+/// `slots` slots, handed to the best waiter of the key whose turn it is as each is given back.
 #[derive(Debug)]
-pub(crate) struct PrioritySlots {
+pub(crate) struct FairSlots {
     state: Mutex<State>,
 }
 
 #[derive(Debug)]
 struct State {
     free: usize,
-    waiting: BinaryHeap<Waiter>,
+    /// The waiters of each key with waiters (a key without any is removed).
+    waiting: HashMap<Key, BinaryHeap<Waiter>>,
+    /// The keys with waiters, in the order of their turns: the front is served next, and goes
+    /// to the back while it still has waiters.
+    turns: VecDeque<Key>,
     /// Arrival numbers: equal priorities are served first come, first served.
     arrivals: u64,
 }
@@ -53,7 +65,7 @@ impl Ord for Waiter {
 
 /// A slot, given back when dropped.
 #[derive(Debug)]
-pub(crate) struct SlotPermit(Arc<PrioritySlots>);
+pub(crate) struct SlotPermit(Arc<FairSlots>);
 
 impl Drop for SlotPermit {
     fn drop(&mut self) {
@@ -65,7 +77,7 @@ impl Drop for SlotPermit {
 /// just after, it gives the slot back.
 struct Waiting {
     woken: oneshot::Receiver<()>,
-    slots: Arc<PrioritySlots>,
+    slots: Arc<FairSlots>,
     served: bool,
 }
 
@@ -80,20 +92,22 @@ impl Drop for Waiting {
     }
 }
 
-impl PrioritySlots {
-    pub(crate) fn new(slots: usize) -> Arc<PrioritySlots> {
-        Arc::new(PrioritySlots {
+impl FairSlots {
+    pub(crate) fn new(slots: usize) -> Arc<FairSlots> {
+        Arc::new(FairSlots {
             state: Mutex::new(State {
                 free: slots,
-                waiting: BinaryHeap::new(),
+                waiting: HashMap::new(),
+                turns: VecDeque::new(),
                 arrivals: 0,
             }),
         })
     }
 
-    /// A slot, once one is free and no waiter of a higher priority (or of the same priority,
-    /// come earlier) waits for one.
-    pub(crate) async fn acquire(self: &Arc<Self>, priority: i32) -> SlotPermit {
+    /// A slot, once one is free and it is the turn of `key` (whose other waiters of a higher
+    /// priority, or of the same priority come earlier, are served first). A slot is free only
+    /// while nobody waits.
+    pub(crate) async fn acquire(self: &Arc<Self>, priority: i32, key: Option<&str>) -> SlotPermit {
         let woken = {
             let mut state = self.lock();
             if state.free > 0 && state.waiting.is_empty() {
@@ -103,11 +117,21 @@ impl PrioritySlots {
             let (wake, woken) = oneshot::channel();
             state.arrivals += 1;
             let arrival = state.arrivals;
-            state.waiting.push(Waiter {
+            let key: Key = key.map(String::from);
+            let waiter = Waiter {
                 priority,
                 arrival,
                 wake,
-            });
+            };
+            match state.waiting.get_mut(&key) {
+                Some(waiters) => waiters.push(waiter),
+                None => {
+                    state
+                        .waiting
+                        .insert(key.clone(), BinaryHeap::from([waiter]));
+                    state.turns.push_back(key);
+                }
+            }
             woken
         };
         let mut waiting = Waiting {
@@ -121,11 +145,26 @@ impl PrioritySlots {
         SlotPermit(Arc::clone(self))
     }
 
-    /// Hands a slot to the best waiter still waiting, or frees it.
+    /// Hands a slot to the best waiter still waiting of the key whose turn it is, or frees it.
     fn give_back(&self) {
         let mut state = self.lock();
-        while let Some(waiter) = state.waiting.pop() {
-            if waiter.wake.send(()).is_ok() {
+        while let Some(key) = state.turns.pop_front() {
+            let Some(waiters) = state.waiting.get_mut(&key) else {
+                continue;
+            };
+            let mut served = false;
+            while let Some(waiter) = waiters.pop() {
+                if waiter.wake.send(()).is_ok() {
+                    served = true;
+                    break;
+                }
+            }
+            if waiters.is_empty() {
+                state.waiting.remove(&key);
+            } else {
+                state.turns.push_back(key);
+            }
+            if served {
                 return;
             }
         }
@@ -142,31 +181,68 @@ mod tests {
     use super::*;
     use futures::FutureExt;
 
-    #[tokio::test]
-    async fn waiters_are_served_by_priority_then_arrival_and_leavers_lose_nothing() {
-        let slots = PrioritySlots::new(1);
-        let held = slots.acquire(0).await;
+    /// Waiters (name, priority, key) queued one after another behind a held slot; the order
+    /// they were served in once it is given back.
+    async fn served_order(
+        waiters: &[(&'static str, i32, Option<&'static str>)],
+    ) -> Vec<&'static str> {
+        let slots = FairSlots::new(1);
+        let held = slots.acquire(0, None).await;
         let order = Arc::new(Mutex::new(Vec::new()));
-        let mut waiters = Vec::new();
-        for (name, priority) in [("low", -1), ("mid-1", 5), ("high", 9), ("mid-2", 5)] {
+        let mut tasks = Vec::new();
+        for &(name, priority, key) in waiters {
             let (slots, order) = (Arc::clone(&slots), Arc::clone(&order));
-            waiters.push(tokio::spawn(async move {
-                let slot = slots.acquire(priority).await;
+            tasks.push(tokio::spawn(async move {
+                let slot = slots.acquire(priority, key).await;
                 order.lock().unwrap().push(name);
                 drop(slot);
             }));
             tokio::task::yield_now().await;
         }
+        drop(held);
+        for task in tasks {
+            task.await.unwrap();
+        }
+        // Every slot is free again.
+        let _a = slots.acquire(0, None).now_or_never().expect("a free slot");
+        let order = order.lock().unwrap().clone();
+        order
+    }
+
+    #[tokio::test]
+    async fn waiters_are_served_by_priority_then_arrival_and_leavers_lose_nothing() {
+        let slots = FairSlots::new(1);
+        let held = slots.acquire(0, None).await;
         // A waiter that gives up leaves the queue without taking a slot with it.
-        let mut leaver = Box::pin(slots.acquire(100));
+        let mut leaver = Box::pin(slots.acquire(100, None));
         assert!((&mut leaver).now_or_never().is_none());
         drop(leaver);
         drop(held);
-        for waiter in waiters {
-            waiter.await.unwrap();
-        }
-        assert_eq!(*order.lock().unwrap(), ["high", "mid-1", "mid-2", "low"]);
-        // Every slot is free again.
-        let _a = slots.acquire(0).now_or_never().expect("a free slot");
+        let _a = slots.acquire(0, None).now_or_never().expect("a free slot");
+        let order = served_order(&[
+            ("low", -1, None),
+            ("mid-1", 5, None),
+            ("high", 9, None),
+            ("mid-2", 5, None),
+        ])
+        .await;
+        assert_eq!(order, ["high", "mid-1", "mid-2", "low"]);
+    }
+
+    #[tokio::test]
+    async fn keys_take_turns_and_within_a_key_priority_then_arrival_decides() {
+        // Key a floods first; b and the tasks without a key come after, yet each is served in
+        // the first round of turns, not after all of a's.
+        let order = served_order(&[
+            ("a-1", 0, Some("a")),
+            ("a-2", 0, Some("a")),
+            ("a-3", 5, Some("a")),
+            ("a-4", 0, Some("a")),
+            ("b-1", 0, Some("b")),
+            ("none-1", 0, None),
+            ("b-2", 0, Some("b")),
+        ])
+        .await;
+        assert_eq!(order, ["a-3", "b-1", "none-1", "a-1", "b-2", "a-2", "a-4"]);
     }
 }

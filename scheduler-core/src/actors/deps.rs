@@ -131,11 +131,11 @@ impl DepsBuilder {
             Arc::clone(&self.clock),
         )
         .with_type_timeouts(settings.type_timeouts());
-        let pool = match KeyConcurrency::from_settings(&settings) {
+        let metrics = self.metrics.unwrap_or_default();
+        let pool = match KeyConcurrency::from_settings(&settings, Arc::clone(&metrics)) {
             Some(gate) => pool.with_gates(vec![Arc::new(gate)]),
             None => pool,
         };
-        let metrics = self.metrics.unwrap_or_default();
         let suspensions = self
             .suspensions
             .unwrap_or_else(|| watch::channel(Arc::default()).1);

@@ -23,6 +23,7 @@ use scheduler_client::Task;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::hooks::{CallGate, GatePass};
+use crate::metrics::Metrics;
 use crate::settings::SchedulingSettings;
 
 /// Who a limit counts together: the calls of one task type (its own limit) or of every type
@@ -37,11 +38,16 @@ pub struct KeyConcurrency {
     /// Types with a limit of their own.
     types: HashMap<String, usize>,
     keys: Arc<Mutex<HashMap<Scope, Arc<Semaphore>>>>,
+    /// Counts the tasks waiting here (`scheduler_tasks_held_by_limit`).
+    metrics: Arc<Metrics>,
 }
 
 impl KeyConcurrency {
-    /// The gate of `settings`' limits, if any is set.
-    pub fn from_settings(settings: &SchedulingSettings) -> Option<KeyConcurrency> {
+    /// The gate of `settings`' limits, if any is set, counting the tasks it holds in `metrics`.
+    pub fn from_settings(
+        settings: &SchedulingSettings,
+        metrics: Arc<Metrics>,
+    ) -> Option<KeyConcurrency> {
         let types: HashMap<String, usize> = (settings.task_types.iter())
             .filter_map(|(task_type, limits)| Some((task_type.clone(), limits.key_concurrency?)))
             .collect();
@@ -52,6 +58,7 @@ impl KeyConcurrency {
             queue: settings.key_concurrency,
             types,
             keys: Arc::default(),
+            metrics,
         })
     }
 
@@ -73,25 +80,31 @@ impl KeyConcurrency {
     }
 }
 
-/// A call's permit of its key, and the key's semaphore forgotten when it was the last user.
-struct KeyPermit {
-    permit: Option<OwnedSemaphorePermit>,
+/// A task's use of its key's semaphore, waiting or holding a permit: the semaphore is forgotten
+/// when its last user goes, whether it passed or stopped waiting.
+struct KeyUse {
+    semaphore: Option<Arc<Semaphore>>,
     scope: Scope,
     keys: Arc<Mutex<HashMap<Scope, Arc<Semaphore>>>>,
 }
 
-impl Drop for KeyPermit {
+impl Drop for KeyUse {
     fn drop(&mut self) {
         let mut keys = self.keys.lock().unwrap_or_else(PoisonError::into_inner);
-        // The permit goes back under the lock: a task entering meanwhile finds the key's
-        // semaphore, or none and makes a new one, never one about to be forgotten.
-        drop(self.permit.take());
-        let unused =
-            (keys.get(&self.scope)).is_some_and(|semaphore| Arc::strong_count(semaphore) == 1);
+        // Let go under the lock: a task entering meanwhile finds the key's semaphore, or none
+        // and makes a new one, never one about to be forgotten.
+        drop(self.semaphore.take());
+        let unused = (keys.get(&self.scope)).is_some_and(|s| Arc::strong_count(s) == 1);
         if unused {
             keys.remove(&self.scope);
         }
     }
+}
+
+/// A call's permit of its key (dropped first), then its use of the key's semaphore.
+struct KeyPermit {
+    _permit: Option<OwnedSemaphorePermit>,
+    _use: KeyUse,
 }
 
 impl CallGate for KeyConcurrency {
@@ -104,15 +117,27 @@ impl CallGate for KeyConcurrency {
                     .or_insert_with(|| Arc::new(Semaphore::new(limit))),
             )
         };
-        let keys = Arc::clone(&self.keys);
+        // A task that has to wait is counted as held while it does.
+        let held = (semaphore.available_permits() == 0)
+            .then(|| self.metrics.held_by_limit(&task.task_type));
+        let key_use = KeyUse {
+            semaphore: Some(semaphore),
+            scope,
+            keys: Arc::clone(&self.keys),
+        };
         Some(
             async move {
+                // (Only `key_use` is captured: dropped unpolled, it alone holds the semaphore.)
+                let semaphore = key_use.semaphore.clone();
                 // The semaphore is never closed: `acquire_owned` fails only on a closed one.
-                let permit = semaphore.acquire_owned().await.ok();
+                let permit = match semaphore {
+                    Some(semaphore) => semaphore.acquire_owned().await.ok(),
+                    None => None,
+                };
+                drop(held);
                 GatePass::new(KeyPermit {
-                    permit,
-                    scope,
-                    keys,
+                    _permit: permit,
+                    _use: key_use,
                 })
             }
             .boxed(),

@@ -29,7 +29,7 @@ fn gate(queue: Option<usize>, types: &[(&str, usize)]) -> Option<KeyConcurrency>
             .collect::<BTreeMap<_, _>>(),
         ..SchedulingSettings::default()
     };
-    KeyConcurrency::from_settings(&settings)
+    KeyConcurrency::from_settings(&settings, Arc::default())
 }
 
 /// Enters `gate` with `task`: the pass if it came at once, `None` if the task waits.
@@ -52,6 +52,18 @@ async fn a_key_at_its_limit_holds_its_next_task_until_a_call_of_it_returns_and_n
     let second = enter_now(&gate, &a).expect("second of a passes");
     let mut third = gate.enter(&a).expect("limited");
     assert!((&mut third).now_or_never().is_none(), "a third of a waits");
+    let held = |metrics: &Metrics| {
+        let text = metrics.encode(&Default::default());
+        let lines = text
+            .lines()
+            .filter(|l| l.starts_with("scheduler_tasks_held_by_limit{"));
+        lines.collect::<Vec<_>>().join("\n")
+    };
+    assert!(
+        held(&gate.metrics).contains("task_type=\"mail\"} 1"),
+        "{}",
+        held(&gate.metrics)
+    );
     // Another key, and the same key of another type under the queue's limit, are counted
     // apart from a's and together with a's respectively.
     let b = enter_now(&gate, &task("mail", Some("tenant-b"))).expect("b passes");
@@ -59,8 +71,22 @@ async fn a_key_at_its_limit_holds_its_next_task_until_a_call_of_it_returns_and_n
         enter_now(&gate, &task("sms", Some("tenant-a"))).is_none(),
         "the queue's limit counts every type of the key together"
     );
+    // A task that stops waiting, polled or not, leaves nothing behind.
+    let gone = gate
+        .enter(&task("mail", Some("tenant-c")))
+        .expect("limited");
+    drop(gone);
+    assert!(!gate.in_use(None, "tenant-c"));
+    let mut fourth = gate.enter(&a).expect("limited");
+    assert!((&mut fourth).now_or_never().is_none());
+    drop(fourth);
     drop(first);
     let third = third.await;
+    assert!(
+        held(&gate.metrics).contains("task_type=\"mail\"} 0"),
+        "{}",
+        held(&gate.metrics)
+    );
     drop((second, third, b));
     assert!(!gate.in_use(None, "tenant-a") && !gate.in_use(None, "tenant-b"));
 }

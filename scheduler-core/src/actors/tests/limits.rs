@@ -1,6 +1,7 @@
 //! Per-key concurrency (`key_concurrency`): a key's calls at once stay within its limit on a
 //! node, its other tasks wait at the executor's gate holding no slot, and other keys and
-//! tasks without a key are not held up.
+//! tasks without a key are not held up. Fair shares: when tasks wait for the executor's slots,
+//! keys take turns.
 
 use super::*;
 
@@ -50,6 +51,49 @@ fn a_keys_calls_at_once_stay_within_its_limit_and_hold_up_no_other_key() {
                 [t0() + ms(10)],
                 "{} is not held up by tenant a",
                 t.ordering_id
+            );
+        }
+    });
+}
+
+#[test]
+fn a_flooding_key_does_not_hold_up_another_keys_task_beyond_its_turn() {
+    run_paused(|| async {
+        // No limit: only the executor's two slots, which the keys share.
+        let settings = SchedulingSettings {
+            executor_concurrency: 2,
+            ..SchedulingSettings::default()
+        };
+        let h = Harness::new(settings, Duration::from_secs(1), &[]);
+        h.assign().await;
+        let a: Vec<Task> = (0..40)
+            .map(|i| keyed(&format!("a-{i}"), t0(), "tenant-a"))
+            .collect();
+        let b = keyed("b-0", t0() + ms(10), "tenant-b");
+        let free = task("free", t0() + ms(10), "1");
+        let mut all = a.clone();
+        all.extend([b.clone(), free.clone()]);
+        h.enqueue(all).await;
+        advance(Duration::from_secs(40)).await;
+        for t in a.iter().chain([&b, &free]) {
+            assert_eq!(
+                h.store.status_of(P, &t.key()).map(|s| s.status),
+                Some(TaskStatus::Completed),
+                "{}",
+                t.key()
+            );
+        }
+        // Come after a's forty, b and the unkeyed task get the first turns of the round
+        // (a, b, no key) as slots are given back, two a second: b at 1 s, the unkeyed task at
+        // 2 s. First come, first served, they would wait for a's backlog: 20 s.
+        for (t, by) in [(&b, ms(1_100)), (&free, ms(2_100))] {
+            let called = h.recorder.call_times(&t.ordering_id);
+            assert_eq!(called.len(), 1);
+            assert!(
+                called[0] <= t0() + by,
+                "{} called at {}, behind tenant a's backlog",
+                t.ordering_id,
+                called[0]
             );
         }
     });
