@@ -20,8 +20,9 @@
 //!   controller, executors, ownership), `PartitionDeps::builder` that wires it, and
 //!   `actors/task_lifecycle/`: a task's life as steps (check, before the call, call, record).
 //! - Features attached to a task's life at the hook points of `hooks.rs`: `identity.rs`,
-//!   `suspend.rs`, `groups/` (groups, sub-tasks, jobs), `dead_letter.rs`, `events.rs`; and
-//!   `recurring/`, a handler of an engine task type.
+//!   `suspend.rs`, `groups/` (groups, sub-tasks, jobs), `dead_letter.rs`, `events.rs`,
+//!   `limits/` (per-key limits, at the call pool's gate); and `recurring/`, a handler of an
+//!   engine task type.
 //! - The engine's parts: `call_pool.rs` (where handlers are called), `lease.rs` (one run at a
 //!   time per orderingId across trees), `cancel_gate.rs`, `in_flight.rs`, `metrics.rs`,
 //!   `enqueue.rs`, `outcome.rs`, `clock.rs`, `retry.rs`, `slots.rs`, `epoch.rs`.
