@@ -16,7 +16,7 @@ use crate::handler::Handlers;
 use crate::hooks::TaskHook;
 use crate::identity::IdentityHook;
 use crate::in_flight::InFlightGauges;
-use crate::limits::KeyConcurrency;
+use crate::limits;
 use crate::metrics::Metrics;
 use crate::settings::SchedulingSettings;
 use crate::store::{
@@ -132,10 +132,7 @@ impl DepsBuilder {
         )
         .with_type_timeouts(settings.type_timeouts());
         let metrics = self.metrics.unwrap_or_default();
-        let pool = match KeyConcurrency::from_settings(&settings, Arc::clone(&metrics)) {
-            Some(gate) => pool.with_gates(vec![Arc::new(gate)]),
-            None => pool,
-        };
+        let pool = pool.with_gates(limits::gates(&settings, &metrics, &self.clock));
         let suspensions = self
             .suspensions
             .unwrap_or_else(|| watch::channel(Arc::default()).1);

@@ -1,11 +1,14 @@
-//! Unit tests of the per-key concurrency gate.
+//! Unit tests of the per-key gates.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
 
 use chrono::Utc;
 use futures::FutureExt;
 
 use super::*;
+use crate::hooks::GatePass;
 use crate::settings::TypeLimits;
 
 fn task(task_type: &str, key: Option<&str>) -> Task {
@@ -102,4 +105,54 @@ async fn a_types_own_limit_counts_its_calls_apart_from_the_queues() {
     assert!(enter_now(&gate, &task("mail", Some("k"))).is_none());
     drop((passes, other));
     assert!(!gate.in_use(Some("report"), "k") && !gate.in_use(None, "k"));
+}
+
+fn rate_gate(rate: f64, burst: Option<u32>, clock: Arc<dyn Clock>) -> KeyRate {
+    let settings = SchedulingSettings {
+        key_rate: Some(rate),
+        key_burst: burst,
+        ..SchedulingSettings::default()
+    };
+    KeyRate::from_settings(&settings, Arc::default(), clock).expect("a gate")
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_keys_starts_keep_to_its_rate_after_its_burst_and_other_keys_start_at_once() {
+    let clock = Arc::new(crate::clock::TokioClock::starting_at(Utc::now()));
+    let gate = rate_gate(10.0, Some(2), clock);
+    let k = task("mail", Some("k"));
+    // The burst: two start at once.
+    assert!(gate.enter(&k).is_none() && gate.enter(&k).is_none());
+    // Then one every 100 ms, in the order they came.
+    let mut waiting: Vec<_> = (0..3).map(|_| gate.enter(&k).expect("waits")).collect();
+    assert!(gate.enter(&task("mail", Some("other"))).is_none());
+    assert!(gate.enter(&task("mail", None)).is_none());
+    for step in 0..3 {
+        tokio::time::advance(Duration::from_millis(99)).await;
+        assert!(
+            (&mut waiting[step]).now_or_never().is_none(),
+            "start {step} early"
+        );
+        tokio::time::advance(Duration::from_millis(1)).await;
+        assert!(
+            (&mut waiting[step]).now_or_never().is_some(),
+            "start {step} late"
+        );
+        if let Some(next) = waiting.get_mut(step + 1) {
+            assert!(next.now_or_never().is_none());
+        }
+    }
+    // After a quiet spell the burst is back.
+    tokio::time::advance(Duration::from_secs(1)).await;
+    assert!(gate.enter(&k).is_none() && gate.enter(&k).is_none());
+    assert!(gate.enter(&k).is_some());
+}
+
+#[test]
+fn the_burst_is_a_seconds_worth_unless_set() {
+    let clock: Arc<dyn Clock> = Arc::new(crate::clock::SystemClock);
+    let of = |gate: KeyRate| gate.rates.queue.expect("the queue's rate");
+    assert_eq!(of(rate_gate(2.5, None, Arc::clone(&clock))).burst, 3);
+    assert_eq!(of(rate_gate(0.2, None, Arc::clone(&clock))).burst, 1);
+    assert_eq!(of(rate_gate(50.0, Some(4), clock)).burst, 4);
 }

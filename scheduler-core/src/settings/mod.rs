@@ -186,6 +186,12 @@ pub struct SchedulingSettings {
     /// Calls at once per limit key (`Task::limit_key`) of the queue's types that have no
     /// limit of their own, on this node (none: no limit).
     pub key_concurrency: Option<usize>,
+    /// Starts a second per limit key of the queue's types that have no rate of their own, on
+    /// this node (none: no limit; at most 1,000,000).
+    pub key_rate: Option<f64>,
+    /// Starts at once per limit key within `key_rate` (default: a second's worth, at least 1;
+    /// at most 1,000,000).
+    pub key_burst: Option<u32>,
     /// A task is dispatched this long before its time: its checks (lease write, ownership and
     /// status reads) are done by then and it is called at its time, not a few round trips
     /// after. Zero dispatches at the time.
@@ -220,6 +226,8 @@ impl Default for SchedulingSettings {
             max_queued_per_ordering: 32,
             executor_concurrency: 64,
             key_concurrency: None,
+            key_rate: None,
+            key_burst: None,
             dispatch_lead: Duration::from_secs(1),
             execution_timeout: Duration::from_secs(300),
             max_task_data_bytes: defaults::MAX_TASK_BYTES,

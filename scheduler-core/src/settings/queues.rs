@@ -41,6 +41,10 @@ pub struct QueueSettings {
     pub executor_concurrency: Option<usize>,
     /// Overrides `scheduling.key_concurrency` (calls at once per limit key on a node).
     pub key_concurrency: Option<usize>,
+    /// Overrides `scheduling.key_rate` (starts a second per limit key on a node).
+    pub key_rate: Option<f64>,
+    /// Overrides `scheduling.key_burst`.
+    pub key_burst: Option<u32>,
     /// Overrides `scheduling.max_in_flight_tasks` (per partition of this queue).
     pub max_in_flight_tasks: Option<usize>,
     /// Overrides `scheduling.max_task_retries`.
@@ -74,6 +78,11 @@ pub struct TypeLimits {
     /// Calls of this type at once per limit key, on a node (over the queue's
     /// `key_concurrency`, which then does not count them).
     pub key_concurrency: Option<usize>,
+    /// Starts of this type a second per limit key, on a node (over the queue's `key_rate`).
+    pub key_rate: Option<f64>,
+    /// Starts of this type at once per limit key within its `key_rate` (default the queue's
+    /// `key_burst`, else a second's worth).
+    pub key_burst: Option<u32>,
 }
 
 /// The limits a task of one type runs under: its type's, else its queue's.
@@ -174,6 +183,8 @@ impl Settings {
             let s = &mut scheduling;
             s.executor_concurrency = q.executor_concurrency.unwrap_or(s.executor_concurrency);
             s.key_concurrency = q.key_concurrency.or(s.key_concurrency);
+            s.key_rate = q.key_rate.or(s.key_rate);
+            s.key_burst = q.key_burst.or(s.key_burst);
             s.max_in_flight_tasks = q.max_in_flight_tasks.unwrap_or(s.max_in_flight_tasks);
             s.max_task_retries = q.max_task_retries.unwrap_or(s.max_task_retries);
             s.backoff_factor = q.backoff_factor.unwrap_or(s.backoff_factor);

@@ -61,6 +61,10 @@ impl Settings {
             ("scheduling.executor_concurrency", s.executor_concurrency == 0, "must be at least 1"),
             ("scheduling.key_concurrency", s.key_concurrency == Some(0), "must be at least 1 when set"),
             ("scheduling.task_types.<type>.key_concurrency", s.task_types.values().any(|t| t.key_concurrency == Some(0)), "must be at least 1 when set"),
+            ("scheduling.key_rate", !is_key_rate(s.key_rate), KEY_RATE),
+            ("scheduling.task_types.<type>.key_rate", !s.task_types.values().all(|t| is_key_rate(t.key_rate)), KEY_RATE),
+            ("scheduling.key_burst", !is_key_burst(s.key_burst), KEY_BURST),
+            ("scheduling.task_types.<type>.key_burst", !s.task_types.values().all(|t| is_key_burst(t.key_burst)), KEY_BURST),
             ("scheduling.dispatch_lead", s.dispatch_lead >= s.max_look_ahead, "must be shorter than scheduling.max_look_ahead"),
             ("scheduling.lease_ttl", !is_whole_seconds_from_3(s.lease_ttl), "must be whole seconds, at least 3s"),
             ("scheduling.execution_timeout", s.execution_timeout.is_zero(), "must be greater than zero"),
@@ -94,6 +98,19 @@ impl Settings {
             None => Ok(()),
         }
     }
+}
+
+const KEY_RATE: &str = "must be a number of starts a second above 0, at most 1000000, when set";
+const KEY_BURST: &str = "must be from 1 to 1000000 when set";
+
+/// Whether `rate`, when set, is a rate of starts the limits handle (`limits::KeyRate`).
+fn is_key_rate(rate: Option<f64>) -> bool {
+    rate.is_none_or(|r| r.is_finite() && r > 0.0 && r <= 1e6)
+}
+
+/// Whether `burst`, when set, is a burst the limits handle.
+fn is_key_burst(burst: Option<u32>) -> bool {
+    burst.is_none_or(|b| (1..=1_000_000).contains(&b))
 }
 
 /// Whether the admin listener's address is one other machines may reach (not loopback).

@@ -98,3 +98,37 @@ fn a_flooding_key_does_not_hold_up_another_keys_task_beyond_its_turn() {
         }
     });
 }
+
+#[test]
+fn a_keys_starts_keep_to_its_rate_and_another_keys_task_starts_at_its_time() {
+    run_paused(|| async {
+        let settings = SchedulingSettings {
+            key_rate: Some(5.0),
+            key_burst: Some(1),
+            ..SchedulingSettings::default()
+        };
+        let h = Harness::new(settings, Duration::from_millis(10), &[]);
+        h.assign().await;
+        let a: Vec<Task> = (0..20)
+            .map(|i| keyed(&format!("a-{i}"), t0(), "tenant-a"))
+            .collect();
+        let b = keyed("b-0", t0() + ms(10), "tenant-b");
+        let mut all = a.clone();
+        all.push(b.clone());
+        h.enqueue(all).await;
+        advance(Duration::from_secs(30)).await;
+        let mut starts: Vec<_> = a
+            .iter()
+            .flat_map(|t| h.recorder.call_times(&t.ordering_id))
+            .collect();
+        starts.sort();
+        assert_eq!(starts.len(), 20, "each of a's tasks ran once");
+        // Five a second, one at a time: 200 ms apart, the first at its time.
+        assert_eq!(starts[0], t0());
+        for pair in starts.windows(2) {
+            assert!(pair[1] - pair[0] >= ms(200) - ms(1), "{pair:?}");
+        }
+        assert!(starts[19] <= t0() + ms(3_800 + 500), "{}", starts[19]);
+        assert_eq!(h.recorder.call_times("b-0"), [t0() + ms(10)]);
+    });
+}
