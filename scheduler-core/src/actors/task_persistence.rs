@@ -146,6 +146,7 @@ pub struct TaskPersistence {
     /// of their rows may be in Cassandra already. Loading stops short of that time until a
     /// batch through that offset is persisted; else a row that landed could run before an
     /// earlier task of its orderingId whose write failed (pushed when the batch comes again).
+    /// The low-water mark stops short of it too, for the same reason in the next tree.
     unacknowledged: Option<(DateTime<Utc>, i64)>,
     persist_timeout: Duration,
     /// Raised when the tree winds down.
@@ -551,7 +552,13 @@ impl TaskPersistence {
         let now = self.clock.now();
         // The tasks held in memory do not stop the mark: it lists those it passes (a head
         // retrying for hours, a suspended task, the tasks queued behind them), up to a bound.
-        let up_to = self.cursor.time().min(now - LOW_WATER_MARGIN);
+        let mut up_to = self.cursor.time().min(now - LOW_WATER_MARGIN);
+        // Nor past a batch whose persisting failed (see `unacknowledged`): some of its rows may
+        // be in Cassandra, and a new tree loading from the mark must find them all, its earliest
+        // first, not a later task of an orderingId while the earlier one comes again from Kafka.
+        if let Some((earliest, _)) = self.unacknowledged {
+            up_to = up_to.min(earliest);
+        }
         let passed = self.in_flight.behind(up_to, MAX_LISTED, MAX_LISTED_BYTES);
         let mark = passed.at;
         // Worth a write when a task done with lies at or after the mark (a new tree would read

@@ -40,8 +40,11 @@ fn env_u64(name: &str) -> Option<u64> {
 
 /// Seeds beyond the default range that once found a hole, run every time: 637 (a polled batch
 /// persisted a task due before the low-water mark that an advance, run first, had just moved
-/// past it; the next tree never loaded the task).
-const REGRESSION_SEEDS: [u64; 1] = [637];
+/// past it; the next tree never loaded the task); 6026 (the mark moved past the earliest task
+/// of a batch whose persisting had failed with its rows written: the next tree loaded from the
+/// mark the batch's later task of the orderingId and ran it before the earlier one, which came
+/// again from Kafka).
+const REGRESSION_SEEDS: [u64; 2] = [637, 6026];
 
 #[test]
 fn simulation_of_seeded_faults_keeps_every_promise() {
