@@ -227,6 +227,40 @@ impl World {
                 }
             }
         }
+        // At most `key_concurrency` calls of a limit key at once on a node (each node's call
+        // pool of a queue counts that queue's calls), among the calls that returned (a killed
+        // node's never do).
+        let limit = settings().key_concurrency.unwrap_or(usize::MAX);
+        let mut by_limit_key: BTreeMap<(usize, usize, &str), Vec<&Call>> = BTreeMap::new();
+        for call in &calls {
+            if let (Some(key), Some(_)) = (&call.limit_key, call.ended) {
+                let queue = queues::queue_of(&call.key.ordering_id);
+                by_limit_key
+                    .entry((call.node, queue, key))
+                    .or_default()
+                    .push(call);
+            }
+        }
+        for ((node, queue, key), mut of_key) in by_limit_key {
+            of_key.sort_by_key(|c| c.started);
+            // The calls running as each starts (a call that ended as another started is not).
+            let mut running: Vec<&Call> = Vec::new();
+            for call in of_key {
+                running.retain(|r| r.ended.is_some_and(|e| e > call.started));
+                running.push(call);
+                if running.len() > limit {
+                    let spans: Vec<String> = (running.iter())
+                        .map(|c| format!("{} ({})", c.key, span(self.origin, c)))
+                        .collect();
+                    v.push(format!(
+                        "limit: {} calls of limit key {key} at once on node {node} (queue {queue}), over {limit}: {}",
+                        running.len(),
+                        spans.join(", ")
+                    ));
+                    break;
+                }
+            }
+        }
         // Per orderingId, first starts in schedule (= enqueue) order, ties in enqueue order.
         let mut first_start: BTreeMap<&TaskKey, Instant> = BTreeMap::new();
         for call in &calls {

@@ -46,6 +46,8 @@ pub(super) struct Call {
     pub(super) ended: Option<Instant>,
     /// The call returned success.
     pub(super) succeeded: bool,
+    /// The task's limit key.
+    pub(super) limit_key: Option<String>,
 }
 
 /// What every node's executor shares: the plans and the log of calls.
@@ -126,6 +128,7 @@ impl TaskHandler for SimExecutor {
                 started_wall: self.shared.clock.now(),
                 ended: None,
                 succeeded: false,
+                limit_key: task.limit_key.clone(),
             });
             (calls.len() - 1, previous)
         };

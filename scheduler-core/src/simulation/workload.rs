@@ -3,15 +3,30 @@
 
 use super::*;
 
-/// The task with `key` whose data carries `version`.
+/// The task with `key` whose data carries `version`, and its limit key.
 pub(super) fn versioned(key: &TaskKey, version: i64) -> Task {
     let data = serde_json::json!({ "v": version });
-    Task::new(
+    let mut task = Task::new(
         key.ordering_id.clone(),
         key.scheduled_time,
         key.uniqueness_key.clone(),
         data.as_object().cloned().unwrap_or_default(),
-    )
+    );
+    task.limit_key = limit_key_of(key);
+    task
+}
+
+/// A third of the tasks carry one of two limit keys (`lk0`, `lk1`), drawn from their key, so
+/// every record of a key carries the same: with `key_concurrency` 1, a node calls one task of
+/// each at a time, whatever their orderingIds. The calm end's probe (orderingIds `probe…`)
+/// carries none: it checks that a stuck orderingId holds up no other, which a shared limit key
+/// would (rightly) do.
+pub(super) fn limit_key_of(key: &TaskKey) -> Option<String> {
+    if key.ordering_id.starts_with("probe") {
+        return None;
+    }
+    let sum: u32 = key.uniqueness_key.bytes().map(u32::from).sum();
+    sum.is_multiple_of(3).then(|| format!("lk{}", sum % 2))
 }
 
 impl World {
