@@ -776,20 +776,7 @@ async fn grouped_and_join_tasks_keep_their_group_everywhere_a_task_is_stored_and
 
     // Identities.
     for task in [&identity_member, &plain] {
-        let record = IdentityRecord {
-            task: task.clone().enqueued_at(17),
-            first_time: at,
-            offset: 17,
-        };
-        store
-            .record_identity(7, record.clone())
-            .await
-            .expect("identity write");
-        let read = store
-            .identity(7, task.identity())
-            .await
-            .expect("identity read");
-        assert_eq!(read, Some(record), "identity of {}", task.key());
+        identity_round_trips(&store, 7, task, at, 17).await;
     }
 
     // Dead letters, read by key and listed.
@@ -916,17 +903,7 @@ async fn a_tasks_limit_key_is_kept_everywhere_a_task_is_stored() {
     for task in &tasks {
         let read = store.scheduled_task(3, task.key()).await.expect("read");
         assert_eq!(read.as_ref(), Some(task), "read by key");
-        let record = IdentityRecord {
-            task: task.clone().enqueued_at(5),
-            first_time: at,
-            offset: 5,
-        };
-        store
-            .record_identity(3, record.clone())
-            .await
-            .expect("identity write");
-        let identity = store.identity(3, task.identity()).await.expect("identity");
-        assert_eq!(identity, Some(record), "identity of {}", task.key());
+        identity_round_trips(&store, 3, task, at, 5).await;
         store
             .add_dead_letter(letter(3, task, at))
             .await
@@ -939,6 +916,31 @@ async fn a_tasks_limit_key_is_kept_everywhere_a_task_is_stored() {
         assert_eq!(letter.task.limit_key, task.limit_key, "dead letter");
     }
     drop_keyspace(&keyspace).await;
+}
+
+/// Writes `task`'s identity record (its record at `offset`, first due `at`) and reads it back
+/// whole.
+async fn identity_round_trips(
+    store: &CassandraStore,
+    partition: i32,
+    task: &Task,
+    at: DateTime<Utc>,
+    offset: i64,
+) {
+    let record = IdentityRecord {
+        task: task.clone().enqueued_at(offset),
+        first_time: at,
+        offset,
+    };
+    store
+        .record_identity(partition, record.clone())
+        .await
+        .expect("identity write");
+    let read = store
+        .identity(partition, task.identity())
+        .await
+        .expect("identity read");
+    assert_eq!(read, Some(record), "identity of {}", task.key());
 }
 
 /// `task` as a dead letter of `partition` since `at`, after three failed attempts.

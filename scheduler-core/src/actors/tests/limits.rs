@@ -9,6 +9,25 @@ fn keyed(ordering_id: &str, at: DateTime<Utc>, key: &str) -> Task {
     task(ordering_id, at, "1").with_limit_key(key)
 }
 
+/// `count` tasks of tenant a, each of its own orderingId, all due at `t0`.
+fn tenant_a(count: usize) -> Vec<Task> {
+    (0..count)
+        .map(|i| keyed(&format!("a-{i}"), t0(), "tenant-a"))
+        .collect()
+}
+
+/// Asserts that every one of `tasks` completed.
+fn all_completed<'a>(h: &Harness, tasks: impl IntoIterator<Item = &'a Task>) {
+    for t in tasks {
+        assert_eq!(
+            h.store.status_of(P, &t.key()).map(|s| s.status),
+            Some(TaskStatus::Completed),
+            "{}",
+            t.key()
+        );
+    }
+}
+
 #[test]
 fn a_keys_calls_at_once_stay_within_its_limit_and_hold_up_no_other_key() {
     run_paused(|| async {
@@ -19,9 +38,7 @@ fn a_keys_calls_at_once_stay_within_its_limit_and_hold_up_no_other_key() {
         let h = Harness::new(settings, Duration::from_secs(1), &[]);
         h.assign().await;
         // Twenty orderingIds of tenant a, due together; then b's and an unkeyed task.
-        let a: Vec<Task> = (0..20)
-            .map(|i| keyed(&format!("a-{i}"), t0(), "tenant-a"))
-            .collect();
+        let a = tenant_a(20);
         let b = keyed("b-0", t0() + ms(10), "tenant-b");
         let free = task("free", t0() + ms(10), "1");
         let mut all = a.clone();
@@ -29,14 +46,7 @@ fn a_keys_calls_at_once_stay_within_its_limit_and_hold_up_no_other_key() {
         h.enqueue(all).await;
         advance(Duration::from_secs(30)).await;
         assert_eq!(h.recorder.peak_of_limit_key("tenant-a"), 2);
-        for t in a.iter().chain([&b, &free]) {
-            assert_eq!(
-                h.store.status_of(P, &t.key()).map(|s| s.status),
-                Some(TaskStatus::Completed),
-                "{}",
-                t.key()
-            );
-        }
+        all_completed(&h, a.iter().chain([&b, &free]));
         // a's twenty calls of 1 s, two at a time, take ten seconds; b and the unkeyed task
         // are called at their time, not after them.
         let a_times: Vec<_> = a
@@ -66,23 +76,14 @@ fn a_flooding_key_does_not_hold_up_another_keys_task_beyond_its_turn() {
         };
         let h = Harness::new(settings, Duration::from_secs(1), &[]);
         h.assign().await;
-        let a: Vec<Task> = (0..40)
-            .map(|i| keyed(&format!("a-{i}"), t0(), "tenant-a"))
-            .collect();
+        let a = tenant_a(40);
         let b = keyed("b-0", t0() + ms(10), "tenant-b");
         let free = task("free", t0() + ms(10), "1");
         let mut all = a.clone();
         all.extend([b.clone(), free.clone()]);
         h.enqueue(all).await;
         advance(Duration::from_secs(40)).await;
-        for t in a.iter().chain([&b, &free]) {
-            assert_eq!(
-                h.store.status_of(P, &t.key()).map(|s| s.status),
-                Some(TaskStatus::Completed),
-                "{}",
-                t.key()
-            );
-        }
+        all_completed(&h, a.iter().chain([&b, &free]));
         // Come after a's forty, b and the unkeyed task get the first turns of the round
         // (a, b, no key) as slots are given back, two a second: b at 1 s, the unkeyed task at
         // 2 s. First come, first served, they would wait for a's backlog: 20 s.
@@ -109,9 +110,7 @@ fn a_keys_starts_keep_to_its_rate_and_another_keys_task_starts_at_its_time() {
         };
         let h = Harness::new(settings, Duration::from_millis(10), &[]);
         h.assign().await;
-        let a: Vec<Task> = (0..20)
-            .map(|i| keyed(&format!("a-{i}"), t0(), "tenant-a"))
-            .collect();
+        let a = tenant_a(20);
         let b = keyed("b-0", t0() + ms(10), "tenant-b");
         let mut all = a.clone();
         all.push(b.clone());
