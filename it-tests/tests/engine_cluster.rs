@@ -278,3 +278,99 @@ async fn ten_thousand_tasks_over_five_hundred_ordering_ids_all_run_on_two_nodes(
     a.shutdown().await.expect("clean shutdown");
     b.shutdown().await.expect("clean shutdown");
 }
+
+/// The most executions of `log` whose calls overlapped at one moment, of the tasks `of`.
+fn most_at_once(
+    runs: &[it_tests::engine::Execution],
+    of: impl Fn(&Task) -> bool,
+    tasks: &[Task],
+) -> usize {
+    let keys: BTreeSet<_> = tasks.iter().filter(|t| of(t)).map(|t| t.key()).collect();
+    let mut edges: Vec<(chrono::DateTime<Utc>, i32)> = Vec::new();
+    for run in runs.iter().filter(|r| keys.contains(&r.key)) {
+        edges.push((run.started, 1));
+        edges.push((run.finished, -1));
+    }
+    // An end at the moment of a start comes first: that call no longer runs.
+    edges.sort_by_key(|(at, step)| (*at, *step));
+    let (mut now, mut most) = (0, 0);
+    for (_, step) in edges {
+        now += step;
+        most = most.max(now);
+    }
+    usize::try_from(most).unwrap_or(0)
+}
+
+/// `key_concurrency` counts a key's calls on every node together (issue 33): forty tasks of
+/// one tenant over forty orderingIds, spread over both nodes' partitions, never run more than
+/// two at once between them, and another tenant's tasks run at their time meanwhile.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_keys_calls_on_both_nodes_together_stay_within_its_limit() {
+    let _serial = ONE_AT_A_TIME.lock().await;
+    let env = TestEnv::new("it_key_limit", 4).await;
+    let log = Arc::new(Mutex::new(Vec::new()));
+    let scheduling = scheduler_core::settings::SchedulingSettings {
+        key_concurrency: Some(2),
+        ..TestEnv::quick_scheduling()
+    };
+    let start_limited = |name: &'static str| {
+        SchedulerNode::start(
+            env.settings(scheduling.clone()),
+            Recorder::new(name, &log, Duration::from_millis(300)),
+        )
+    };
+    let a = start_limited("a").await.expect("node starts");
+    let b = start_limited("b").await.expect("node starts");
+    wait_for_split(&a, &b, 4).await;
+
+    let scheduler = env.scheduler(Duration::from_secs(30));
+    let at = Utc::now() + TimeDelta::seconds(2);
+    let flood: Vec<Task> = (0..40)
+        .map(|i| task(&format!("k{i}"), at, &format!("k{i}")).with_limit_key("tenant-k"))
+        .collect();
+    let other: Vec<Task> = (0..6)
+        .map(|i| {
+            let due = at + TimeDelta::milliseconds(500 * i);
+            task(&format!("o{i}"), due, &format!("o{i}")).with_limit_key("tenant-o")
+        })
+        .collect();
+    let all: Vec<Task> = flood.iter().chain(&other).cloned().collect();
+    for result in
+        futures::future::join_all(all.iter().map(|t| scheduler.schedule_task(t.clone()))).await
+    {
+        result.expect("scheduled");
+    }
+    wait_until(Duration::from_secs(60), "all 46 tasks to run", || {
+        by_task(&log).len() == all.len()
+    })
+    .await;
+    let runs = executions(&log);
+    let by_node = |n: &str| {
+        let keys: BTreeSet<_> = flood.iter().map(Task::key).collect();
+        runs.iter()
+            .filter(|r| r.node == n && keys.contains(&r.key))
+            .count()
+    };
+    let k_most = most_at_once(&runs, |t| t.limit_key.as_deref() == Some("tenant-k"), &all);
+    let lateness: Vec<i64> = (other.iter())
+        .filter_map(|t| {
+            let run = runs.iter().find(|r| r.key == t.key())?;
+            Some((run.started - t.scheduled_time).num_milliseconds())
+        })
+        .collect();
+    println!(
+        "tenant-k: at most {k_most} at once (a ran {}, b {}); tenant-o lateness {lateness:?} ms",
+        by_node("a"),
+        by_node("b")
+    );
+    assert_eq!(
+        k_most, 2,
+        "two of k's calls at once across the nodes, never more"
+    );
+    assert!(
+        lateness.iter().all(|ms| *ms < 2_000),
+        "tenant-o's tasks are not held up by k's backlog: {lateness:?}"
+    );
+    a.shutdown().await.expect("clean shutdown");
+    b.shutdown().await.expect("clean shutdown");
+}

@@ -17,8 +17,8 @@ use scheduler_core::store::{
     DeadLetterFilter, DeadLetterStore, DeadReason, DeferralList, DeferredIdentityRecord,
     DeferredStore, FinishStore, FireOutcome, FireRecord, GroupKey, GroupMark, GroupStore,
     GroupTally, IdentityRecord, IdentityStore, JobStore, ListBehind, MemberOutcome, OwnershipStore,
-    ParentRecord, PartitionOwner, ReadCursor, RecurringStore, ScheduleRecord, ScheduleStore,
-    StatusRecord, StatusStore, StoreError, StoreLevels, Suspension, SuspensionStore,
+    ParentRecord, PartitionOwner, PermitStore, ReadCursor, RecurringStore, ScheduleRecord,
+    ScheduleStore, StatusRecord, StatusStore, StoreError, StoreLevels, Suspension, SuspensionStore,
     SuspensionTarget, TaskStatus,
 };
 use scheduler_core::{Task, TaskKey};
@@ -2338,4 +2338,79 @@ async fn the_ends_of_a_busy_bucket_are_written_a_few_requests_for_many_tasks() {
         .await
         .expect("load");
     assert!(left.is_empty(), "{} tasks left in the schedule", left.len());
+}
+
+/// Per-key permits across the cluster (schema version 13): a key's row changes only by a
+/// lightweight transaction on its version (a stale one is refused), leaves with its last
+/// holder, and a holder's heartbeat row lives for its TTL.
+#[tokio::test]
+async fn a_keys_permits_change_only_from_the_version_read_and_a_holder_lives_for_its_ttl() {
+    Stack::from_env().require_cassandra().await;
+    let keyspace = unique_name("it_store_permits");
+    let _teardown = Teardown::new(Stack::from_env()).keyspace(&keyspace);
+    let store = CassandraStore::connect(&settings(&keyspace))
+        .await
+        .expect("connect and create schema");
+    let (scope, key) = ("*".to_string(), "tenant-ä".to_string());
+    let holders = |pairs: &[(&str, u32)]| -> std::collections::BTreeMap<String, u32> {
+        pairs.iter().map(|(h, n)| (h.to_string(), *n)).collect()
+    };
+    let read = || store.key_holders(scope.clone(), key.clone());
+    assert_eq!(read().await.expect("read"), None);
+    let swap = |expected, to| store.swap_key_holders(scope.clone(), key.clone(), expected, to);
+    assert!(swap(None, holders(&[("a@1.0", 2)]))
+        .await
+        .expect("first take"));
+    assert!(
+        !swap(None, holders(&[("b@1.0", 2)]))
+            .await
+            .expect("a second first take"),
+        "a key taken is not taken again as if free"
+    );
+    let row = read().await.expect("read").expect("the key's row");
+    assert_eq!(
+        (row.version, row.holders.clone()),
+        (1, holders(&[("a@1.0", 2)]))
+    );
+    let both = holders(&[("a@1.0", 1), ("b@1.0", 1)]);
+    assert!(swap(Some(1), both.clone()).await.expect("swap at 1"));
+    assert!(
+        !swap(Some(1), holders(&[("c@1.0", 2)]))
+            .await
+            .expect("a stale swap"),
+        "a swap from a version no longer current is refused"
+    );
+    let row = read().await.expect("read").expect("the key's row");
+    assert_eq!((row.version, row.holders), (2, both));
+    assert!(!swap(Some(1), holders(&[])).await.expect("a stale removal"));
+    assert!(swap(Some(2), holders(&[]))
+        .await
+        .expect("the last holder leaves"));
+    assert_eq!(
+        read().await.expect("read"),
+        None,
+        "the row left with its last holder"
+    );
+    assert!(swap(None, holders(&[("b@1.0", 1)]))
+        .await
+        .expect("taken again"));
+    assert_eq!(read().await.expect("read").map(|r| r.version), Some(1));
+
+    store
+        .beat("a@1.0".into(), Duration::from_secs(2))
+        .await
+        .expect("beat");
+    store
+        .beat("b@1.0".into(), Duration::from_secs(30))
+        .await
+        .expect("beat");
+    let mut live = store.live_holders().await.expect("holders");
+    live.sort();
+    assert_eq!(live, ["a@1.0", "b@1.0"]);
+    tokio::time::sleep(Duration::from_millis(3_100)).await;
+    assert_eq!(
+        store.live_holders().await.expect("holders"),
+        ["b@1.0"],
+        "a's row expired with its TTL"
+    );
 }

@@ -2,7 +2,7 @@
 //! each figure beside the raw ceiling of the same services measured in the same run.
 //!
 //! ```text
-//! scheduler-bench run [--quick] [--out FILE] [--only ceilings,throughput,handoff,cold,backlog,busy,group,tombstones,scale,ends,peers,failover]
+//! scheduler-bench run [--quick] [--out FILE] [--only ceilings,throughput,handoff,cold,backlog,busy,group,tombstones,scale,ends,limits,peers,failover]
 //! ```
 //!
 //! Prints a table and writes the figures as JSON. `--quick` runs every scenario small (under
@@ -13,6 +13,7 @@ mod child;
 mod cpu;
 mod ends;
 mod failover;
+mod limits;
 mod peers;
 mod probe;
 mod report;
@@ -105,6 +106,9 @@ enum Scenario {
     /// The two forms of a task's end (status row and removal, status in the schedule row),
     /// side by side on Cassandra (run only when named in `--only`).
     Ends,
+    /// The throughput burst with per-key limits on (keys not saturated) and off, alternating
+    /// (run only when named in `--only`).
+    Limits,
     /// The same workload on peer libraries (graphile_worker on PostgreSQL), side by side.
     Peers,
     /// Three node processes under a steady load; one leaves (SIGTERM), then one is killed
@@ -128,6 +132,9 @@ struct Sizes {
     finished_tasks: usize,
     /// Tasks ended in each form of the ends scenario.
     ended_tasks: usize,
+    /// Tasks of each burst of the limits scenario, and the limit keys they carry.
+    limits_tasks: usize,
+    limit_keys: usize,
     /// Pending tasks at each step of the scale scenario, ascending.
     scale_pending: [usize; 2],
     failover_window: Duration,
@@ -152,6 +159,8 @@ impl Sizes {
                 group_members: 2_000,
                 finished_tasks: 20_000,
                 ended_tasks: 10_000,
+                limits_tasks: 5_000,
+                limit_keys: 1_000,
                 scale_pending: [100_000, 1_000_000],
                 failover_window: failover::QUICK_WINDOW,
             }
@@ -170,6 +179,8 @@ impl Sizes {
                 group_members: scheduler_client::wire::MAX_GROUP_NUMBER,
                 finished_tasks: 300_000,
                 ended_tasks: 100_000,
+                limits_tasks: 100_000,
+                limit_keys: 1_000,
                 scale_pending: [1_000_000, 10_000_000],
                 failover_window: failover::FULL_WINDOW,
             }
@@ -293,6 +304,14 @@ async fn run(args: RunArgs) -> Result<(), BenchError> {
             sizes.ended_tasks
         ));
         figures.ends = Some(ends::ends(sizes.ended_tasks).await?);
+    }
+    if args.only.contains(&Scenario::Limits) {
+        step(&format!(
+            "limits: bursts of {} tasks over {} limit keys, limits off and on, twice",
+            sizes.limits_tasks, sizes.limit_keys
+        ));
+        figures.limits =
+            Some(limits::cost(sizes.limits_tasks, sizes.ordering_ids, sizes.limit_keys).await?);
     }
     if wanted(Scenario::Peers) && args.quick {
         eprintln!(

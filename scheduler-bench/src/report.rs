@@ -8,6 +8,7 @@ use serde_json::{json, Value};
 use crate::ceilings::{Ceilings, CQL_WRITES_PER_TASK};
 use crate::ends::Ends;
 use crate::failover::{Failover, Moved};
+use crate::limits::LimitsCost;
 use crate::peers::{self, PeerRun, Peers};
 use crate::scale::{self, Scale};
 use crate::scenarios::{
@@ -43,6 +44,8 @@ pub struct Figures {
     pub scale: Option<Scale>,
     /// The two forms of a task's end, side by side.
     pub ends: Option<Ends>,
+    /// The throughput burst with per-key limits on and off.
+    pub limits: Option<LimitsCost>,
     /// The same workload on peer libraries (or why it could not run).
     pub peers: Option<Result<Peers, String>>,
     /// Three nodes under load, one leaving and one killed.
@@ -117,6 +120,16 @@ impl Figures {
                     met: value < limit,
                 });
             }
+        }
+        if let Some(l) = &self.limits {
+            // Issue 33: limits on (keys not saturated) keep 90% of the throughput.
+            let ratio = l.ratio();
+            targets.push(Target {
+                name: "throughput with per-key limits on / off",
+                goal: ">= 90%".into(),
+                value: format!("{:.0}%", ratio * 100.0),
+                met: ratio >= 0.9,
+            });
         }
         for h in &self.handoffs {
             let (name, limit) = match h.leave {
@@ -359,6 +372,11 @@ impl Figures {
                     "ends: the reads back returned {returned:?} rows, not [0, {}]",
                     e.tasks
                 ));
+            }
+        }
+        if let Some(l) = &self.limits {
+            for run in &l.runs {
+                check(&mut problems, "tasks per second (limits)", run.tasks_per_s);
             }
         }
         if let Some(Err(e)) = &self.peers {
@@ -635,6 +653,26 @@ impl Figures {
                     format!("  alone: {}", part.name),
                     rate(part.ends_per_s, "ends"),
                     format!("CPU {total} an end ({each})"),
+                );
+            }
+        }
+        if let Some(l) = &self.limits {
+            for run in &l.runs {
+                let (total, each) = cpu_cells(&run.cpu_per_task_ms);
+                let writes: Vec<String> = (run.permit_writes_per_task.iter())
+                    .map(|(outcome, n)| format!("{outcome} {n:.4}"))
+                    .collect();
+                let on = match run.limits_on {
+                    true => format!("limits on (key_concurrency {})", l.limit),
+                    false => "limits off".to_string(),
+                };
+                row(
+                    format!("burst of {} over {} keys, {on}", l.tasks, l.keys),
+                    rate(run.tasks_per_s, "tasks"),
+                    format!(
+                        "permit writes a task: [{}]; CPU {total} a task ({each})",
+                        writes.join(", ")
+                    ),
                 );
             }
         }
@@ -924,6 +962,16 @@ impl Figures {
                 "parts": e.parts.iter().map(|p| json!({
                     "name": p.name, "ends_per_s": p.ends_per_s,
                     "cpu_per_end_ms": cpu_json(&p.cpu_per_end_ms),
+                })).collect::<Vec<_>>(),
+            })),
+            "limits": self.limits.as_ref().map(|l| json!({
+                "tasks": l.tasks, "keys": l.keys, "limit": l.limit, "ratio": l.ratio(),
+                "runs": l.runs.iter().map(|r| json!({
+                    "limits_on": r.limits_on, "tasks_per_s": r.tasks_per_s,
+                    "permit_writes_per_task": (r.permit_writes_per_task.iter())
+                        .map(|(outcome, n)| (outcome.clone(), json!(n)))
+                        .collect::<serde_json::Map<_, _>>(),
+                    "cpu_per_task_ms": cpu_json(&r.cpu_per_task_ms),
                 })).collect::<Vec<_>>(),
             })),
             "peers": self.peers_json(),

@@ -24,7 +24,7 @@ use crate::probe::Probe;
 use crate::BenchError;
 
 /// Partitions of the benchmark topics (the handoff splits them between two nodes).
-const PARTITIONS: u32 = 8;
+pub(crate) const PARTITIONS: u32 = 8;
 /// How far ahead punctuality tasks are scheduled.
 const PUNCTUALITY_LEAD: TimeDelta = TimeDelta::seconds(2);
 /// Gap between the due times of the handoff's probe tasks on one partition.
@@ -167,7 +167,7 @@ pub struct BigGroup {
 }
 
 /// Schedules `tasks` with `make(i)`, `PRODUCE_CONCURRENCY` at a time; fails on any error.
-async fn enqueue(
+pub(crate) async fn enqueue(
     scheduler: &Scheduler,
     tasks: usize,
     make: impl Fn(usize) -> scheduler_client::Task,
@@ -203,11 +203,11 @@ pub(crate) async fn wait_until(
     Ok(())
 }
 
-fn seconds_between(from: DateTime<Utc>, to: DateTime<Utc>) -> f64 {
+pub(crate) fn seconds_between(from: DateTime<Utc>, to: DateTime<Utc>) -> f64 {
     (to - from).num_microseconds().unwrap_or(i64::MAX) as f64 / 1e6
 }
 
-fn node_error(e: scheduler_core::NodeError) -> BenchError {
+pub(crate) fn node_error(e: scheduler_core::NodeError) -> BenchError {
     BenchError::Setup(format!("node: {e}"))
 }
 

@@ -207,7 +207,9 @@ impl CallPool {
                 let _ = answer.send(Called::Stopped);
                 return;
             };
-            if !ready(&held) {
+            // A pass that lapsed meanwhile (a permit's lease) is checked first: `ready`
+            // begins the call.
+            if !slot.passes_valid() || !ready(&held) {
                 let _ = answer.send(Called::NotReady(held));
                 return;
             }
@@ -229,10 +231,14 @@ pub(crate) const STALE_AFTER: Duration = Duration::from_millis(100);
 
 /// One of the pool's slots and the task's passes of the pool's gates, had by a call that was
 /// not made yet ([`Called::Stale`]); given back when dropped.
-pub(crate) struct Slot(
-    #[allow(dead_code)] SlotPermit,
-    #[allow(dead_code)] Vec<GatePass>,
-);
+pub(crate) struct Slot(#[allow(dead_code)] SlotPermit, Vec<GatePass>);
+
+impl Slot {
+    /// Whether every pass of the gates still lets the call start.
+    pub(crate) fn passes_valid(&self) -> bool {
+        self.1.iter().all(GatePass::is_valid)
+    }
+}
 
 impl CallPool {
     /// Calls the handler for `task` in `slot` at once (see [`Called::Stale`]), on the pool's

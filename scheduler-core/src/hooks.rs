@@ -231,13 +231,32 @@ pub trait TaskHook: Send + Sync + 'static {
 }
 
 /// What a task holds from a [`CallGate`] until its call returns (e.g. a permit of its limit
-/// key): dropped then, which lets the next task of the gate through.
-pub struct GatePass(#[allow(dead_code)] Box<dyn Send>);
+/// key): dropped then, which lets the next task of the gate through. A pass may lapse (a permit
+/// leased across the cluster whose lease may have expired): the call is then not made, and the
+/// task is checked again and passes the gates again.
+pub struct GatePass {
+    _held: Box<dyn Send>,
+    valid: Option<Box<dyn Fn() -> bool + Send>>,
+}
 
 impl GatePass {
     /// A pass holding `held` until the call returns.
     pub fn new(held: impl Send + 'static) -> GatePass {
-        GatePass(Box::new(held))
+        GatePass {
+            _held: Box::new(held),
+            valid: None,
+        }
+    }
+
+    /// The pass, valid only while `valid` says so (asked just before the call).
+    pub fn valid_while(mut self, valid: impl Fn() -> bool + Send + 'static) -> GatePass {
+        self.valid = Some(Box::new(valid));
+        self
+    }
+
+    /// Whether a call may start under this pass now.
+    pub fn is_valid(&self) -> bool {
+        self.valid.as_ref().is_none_or(|valid| valid())
     }
 }
 

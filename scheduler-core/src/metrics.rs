@@ -176,6 +176,7 @@ pub struct Metrics {
     waiting_for_handler: Family<TypeLabel, Gauge>,
     suspended: Family<PartitionLabel, Gauge>,
     held_by_limit: Family<TypeLabel, Gauge>,
+    key_permit_writes: Family<OutcomeLabel, Counter>,
     /// The task types that have waited for a handler (the family cannot list its labels).
     waiting_types: Arc<Mutex<std::collections::BTreeSet<String>>>,
     statement_source: std::sync::OnceLock<StatementSource>,
@@ -237,6 +238,12 @@ impl Metrics {
         let schedule_fires = Family::default();
         let suspended = Family::default();
         let held_by_limit = Family::default();
+        let key_permit_writes = Family::default();
+        registry.register(
+            "scheduler_key_permit_writes",
+            "Changes of a limit key's permits across the cluster (lightweight transactions), by outcome (applied, lost: another holder changed the key first, failed), and lapses (this node's permits given up: its heartbeat may have expired)",
+            key_permit_writes.clone(),
+        );
         registry.register(
             "scheduler_tasks_held_by_limit",
             "Due tasks waiting because their limit key is at its limit (key_concurrency) now, by task type",
@@ -375,6 +382,7 @@ impl Metrics {
             waiting_for_handler,
             suspended,
             held_by_limit,
+            key_permit_writes,
             waiting_types: Default::default(),
             statement_source: std::sync::OnceLock::new(),
             persisted,
@@ -555,6 +563,14 @@ impl Metrics {
         let gauge = self.held_by_limit.get_or_create(&label).clone();
         gauge.inc();
         WaitingForHandler(gauge)
+    }
+
+    /// A change of a limit key's permits with `outcome` (applied, lost, failed), or a lapse of
+    /// this node's permits (`lapsed`).
+    pub fn key_permit_write(&self, outcome: &'static str) {
+        self.key_permit_writes
+            .get_or_create(&OutcomeLabel { outcome })
+            .inc();
     }
 
     /// Due tasks waiting for a handler now, by task type (for the admin API).

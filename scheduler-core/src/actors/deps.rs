@@ -125,14 +125,22 @@ impl DepsBuilder {
         let runtime = self.runtime.unwrap_or_else(tokio::runtime::Handle::current);
         let pool = CallPool::with_handlers(
             self.handlers,
-            runtime,
+            runtime.clone(),
             settings.executor_concurrency,
             settings.execution_timeout,
             Arc::clone(&self.clock),
         )
         .with_type_timeouts(settings.type_timeouts());
         let metrics = self.metrics.unwrap_or_default();
-        let pool = pool.with_gates(limits::gates(&settings, &metrics, &self.clock));
+        let gates = limits::gates(
+            &settings,
+            &self.node_id,
+            Arc::clone(&self.tables.permits),
+            &metrics,
+            &self.clock,
+            &runtime,
+        );
+        let pool = pool.with_gates(gates);
         let suspensions = self
             .suspensions
             .unwrap_or_else(|| watch::channel(Arc::default()).1);

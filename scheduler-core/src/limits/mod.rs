@@ -10,8 +10,9 @@
 //! holds. A type's own limit counts that type's tasks per key; the queue's counts the tasks of
 //! every type without one of its own per key, together.
 //!
-//! The counts are this node's. Limits across the cluster (a key's calls on every node together)
-//! come next.
+//! `key_concurrency` holds across the cluster: each node leases permits of a key from the store
+//! while its tasks of the key need them (`permits`: what it guarantees when a node dies or is
+//! cut off, and what it costs). `key_rate` counts this node's starts.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -22,8 +23,10 @@ use crate::clock::Clock;
 use crate::hooks::CallGate;
 use crate::metrics::Metrics;
 use crate::settings::{SchedulingSettings, TypeLimits};
+use crate::store::PermitStore;
 
 mod concurrency;
+mod permits;
 mod rate;
 
 pub use concurrency::KeyConcurrency;
@@ -68,14 +71,26 @@ impl<T: Clone> Scoped<T> {
 
 /// The gates of `settings`' per-key limits, in the order a task passes them (concurrency, then
 /// rate: a task takes its start in the rate once it may run, so a start is never spent by a
-/// task still waiting for a call of its key to return).
+/// task still waiting for a call of its key to return). Node `node`'s concurrency permits are
+/// leased from `permits` by a task on `runtime`.
 pub fn gates(
     settings: &SchedulingSettings,
+    node: &str,
+    permits: Arc<dyn PermitStore>,
     metrics: &Arc<Metrics>,
     clock: &Arc<dyn Clock>,
+    runtime: &tokio::runtime::Handle,
 ) -> Vec<Arc<dyn CallGate>> {
     let mut gates: Vec<Arc<dyn CallGate>> = Vec::new();
-    if let Some(gate) = KeyConcurrency::from_settings(settings, Arc::clone(metrics)) {
+    let concurrency = KeyConcurrency::start(
+        settings,
+        node,
+        permits,
+        Arc::clone(metrics),
+        Arc::clone(clock),
+        runtime,
+    );
+    if let Some(gate) = concurrency {
         gates.push(Arc::new(gate));
     }
     if let Some(gate) = KeyRate::from_settings(settings, Arc::clone(metrics), Arc::clone(clock)) {

@@ -5,11 +5,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::Utc;
+use futures::future::BoxFuture;
 use futures::FutureExt;
 
 use super::*;
 use crate::hooks::GatePass;
 use crate::settings::TypeLimits;
+use crate::store::memory::MemoryStore;
+use crate::store::PermitStore;
 
 fn task(task_type: &str, key: Option<&str>) -> Task {
     let mut task = Task::new("o", Utc::now(), "u", Default::default()).of_type(task_type);
@@ -17,9 +20,16 @@ fn task(task_type: &str, key: Option<&str>) -> Task {
     task
 }
 
-fn gate(queue: Option<usize>, types: &[(&str, usize)]) -> Option<KeyConcurrency> {
+/// A node's gate of `key_concurrency` (`queue`, and `types`' own) over `store`.
+fn gate_on(
+    node: &str,
+    store: &MemoryStore,
+    queue: Option<usize>,
+    types: &[(&str, usize)],
+) -> Option<KeyConcurrency> {
     let settings = SchedulingSettings {
         key_concurrency: queue,
+        lease_ttl: TTL,
         task_types: types
             .iter()
             .map(|(t, n)| {
@@ -32,79 +42,213 @@ fn gate(queue: Option<usize>, types: &[(&str, usize)]) -> Option<KeyConcurrency>
             .collect::<BTreeMap<_, _>>(),
         ..SchedulingSettings::default()
     };
-    KeyConcurrency::from_settings(&settings, Arc::default())
+    let clock: Arc<dyn Clock> = Arc::new(crate::clock::TokioClock::starting_at(Utc::now()));
+    let runtime = tokio::runtime::Handle::current();
+    KeyConcurrency::start(
+        &settings,
+        node,
+        Arc::new(store.clone()),
+        Arc::default(),
+        clock,
+        &runtime,
+    )
 }
 
-/// Enters `gate` with `task`: the pass if it came at once, `None` if the task waits.
-fn enter_now(gate: &KeyConcurrency, task: &Task) -> Option<GatePass> {
-    gate.enter(task).expect("a limited task").now_or_never()
+const TTL: Duration = Duration::from_secs(3);
+
+/// Lets the gates' tasks run for `ms` of paused time.
+async fn after(ms: u64) {
+    for _ in 0..ms.div_ceil(10) {
+        tokio::time::advance(Duration::from_millis(10)).await;
+        for _ in 0..8 {
+            tokio::task::yield_now().await;
+        }
+    }
 }
 
-#[test]
-fn no_limit_set_means_no_gate_and_a_task_without_a_key_passes_at_once() {
-    assert!(gate(None, &[]).is_none());
-    let gate = gate(Some(1), &[]).expect("a gate");
+/// Enters `gate` with `task` and lets the gate's task run a moment: the pass if it came.
+async fn enter(
+    gate: &KeyConcurrency,
+    task: &Task,
+) -> Result<GatePass, BoxFuture<'static, GatePass>> {
+    let mut entering = gate.enter(task).expect("a limited task");
+    after(50).await;
+    match (&mut entering).now_or_never() {
+        Some(pass) => Ok(pass),
+        None => Err(entering),
+    }
+}
+
+/// The tasks held by a limit now, as `metrics` counts them.
+fn held(metrics: &Metrics) -> String {
+    let text = metrics.encode(&Default::default());
+    let lines = text
+        .lines()
+        .filter(|l| l.starts_with("scheduler_tasks_held_by_limit{"));
+    lines.collect::<Vec<_>>().join("\n")
+}
+
+#[tokio::test(start_paused = true)]
+async fn no_limit_set_means_no_gate_and_a_task_without_a_key_passes_at_once() {
+    let store = MemoryStore::new();
+    assert!(gate_on("n", &store, None, &[]).is_none());
+    let gate = gate_on("n", &store, Some(1), &[]).expect("a gate");
     assert!(gate.enter(&task("any", None)).is_none());
 }
 
-#[tokio::test]
-async fn a_key_at_its_limit_holds_its_next_task_until_a_call_of_it_returns_and_no_other_key() {
-    let gate = gate(Some(2), &[]).expect("a gate");
-    let a = task("mail", Some("tenant-a"));
-    let first = enter_now(&gate, &a).expect("first of a passes");
-    let second = enter_now(&gate, &a).expect("second of a passes");
-    let mut third = gate.enter(&a).expect("limited");
-    assert!((&mut third).now_or_never().is_none(), "a third of a waits");
-    let held = |metrics: &Metrics| {
-        let text = metrics.encode(&Default::default());
-        let lines = text
-            .lines()
-            .filter(|l| l.starts_with("scheduler_tasks_held_by_limit{"));
-        lines.collect::<Vec<_>>().join("\n")
-    };
+#[tokio::test(start_paused = true)]
+async fn a_keys_calls_on_every_node_together_stay_within_its_limit_and_hold_up_no_other_key() {
+    let store = MemoryStore::new();
+    let a = gate_on("node-a", &store, Some(2), &[]).expect("a gate");
+    let b = gate_on("node-b", &store, Some(2), &[]).expect("a gate");
+    let k = task("mail", Some("tenant-k"));
+    let first = enter(&a, &k).await.ok().expect("first of k passes on a");
+    let second = enter(&a, &k).await.ok().expect("second of k passes on a");
+    let mut on_b = enter(&b, &k).await.err().expect("a third of k waits on b");
+    after(5_000).await;
     assert!(
-        held(&gate.metrics).contains("task_type=\"mail\"} 1"),
+        (&mut on_b).now_or_never().is_none(),
+        "k's limit holds across nodes"
+    );
+    assert!(
+        held(&b.metrics).contains("task_type=\"mail\"} 1"),
         "{}",
-        held(&gate.metrics)
+        held(&b.metrics)
     );
     // Another key, and the same key of another type under the queue's limit, are counted
-    // apart from a's and together with a's respectively.
-    let b = enter_now(&gate, &task("mail", Some("tenant-b"))).expect("b passes");
+    // apart from k's and together with k's respectively.
+    let other = enter(&b, &task("mail", Some("tenant-o")))
+        .await
+        .ok()
+        .expect("o passes");
+    let mut sms = enter(&b, &task("sms", Some("tenant-k")))
+        .await
+        .err()
+        .expect("the queue's limit counts every type together");
+    // A's calls return: its permits come back to the cluster once a stops needing them.
+    drop((first, second));
+    after(2_500).await;
+    let on_b = (&mut on_b)
+        .now_or_never()
+        .expect("b's task passes once a gave k's permits back");
+    let sms = (&mut sms).now_or_never().expect("and the other of b's");
     assert!(
-        enter_now(&gate, &task("sms", Some("tenant-a"))).is_none(),
-        "the queue's limit counts every type of the key together"
-    );
-    // A task that stops waiting, polled or not, leaves nothing behind.
-    let gone = gate
-        .enter(&task("mail", Some("tenant-c")))
-        .expect("limited");
-    drop(gone);
-    assert!(!gate.in_use(None, "tenant-c"));
-    let mut fourth = gate.enter(&a).expect("limited");
-    assert!((&mut fourth).now_or_never().is_none());
-    drop(fourth);
-    drop(first);
-    let third = third.await;
-    assert!(
-        held(&gate.metrics).contains("task_type=\"mail\"} 0"),
+        held(&b.metrics).contains("task_type=\"mail\"} 0"),
         "{}",
-        held(&gate.metrics)
+        held(&b.metrics)
     );
-    drop((second, third, b));
-    assert!(!gate.in_use(None, "tenant-a") && !gate.in_use(None, "tenant-b"));
+    let holders = |scope: &str, key: &str| {
+        let got = store.key_holders(scope.into(), key.into()).now_or_never();
+        got.expect("memory answers at once")
+            .expect("read")
+            .map(|k| k.holders)
+    };
+    let on_b_now: Vec<u32> = holders("*", "tenant-k")
+        .expect("b holds k")
+        .into_values()
+        .collect();
+    assert_eq!(on_b_now, vec![2], "b holds both of k's permits, a none");
+    assert!(a.ledger.holding().is_empty());
+    // A task that stops waiting leaves nothing behind; b's permits go back once unused.
+    let gone = b.enter(&task("mail", Some("tenant-c"))).expect("limited");
+    drop(gone);
+    drop((on_b, sms, other));
+    after(1_500).await;
+    assert!(b.ledger.holding().is_empty(), "{:?}", b.ledger.holding());
+    assert_eq!(
+        holders("*", "tenant-k"),
+        None,
+        "the key's row is gone with its last holder"
+    );
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_types_own_limit_counts_its_calls_apart_from_the_queues() {
-    let gate = gate(Some(1), &[("report", 3)]).expect("a gate");
-    let passes: Vec<_> = (0..3)
-        .map(|_| enter_now(&gate, &task("report", Some("k"))).expect("within report's 3"))
-        .collect();
-    assert!(enter_now(&gate, &task("report", Some("k"))).is_none());
-    let other = enter_now(&gate, &task("mail", Some("k"))).expect("mail counts apart");
-    assert!(enter_now(&gate, &task("mail", Some("k"))).is_none());
+    let store = MemoryStore::new();
+    let gate = gate_on("n", &store, Some(1), &[("report", 3)]).expect("a gate");
+    let mut passes = Vec::new();
+    for _ in 0..3 {
+        passes.push(
+            enter(&gate, &task("report", Some("k")))
+                .await
+                .ok()
+                .expect("within report's 3"),
+        );
+    }
+    assert!(enter(&gate, &task("report", Some("k"))).await.is_err());
+    let other = enter(&gate, &task("mail", Some("k")))
+        .await
+        .ok()
+        .expect("mail counts apart");
+    assert!(enter(&gate, &task("mail", Some("k"))).await.is_err());
     drop((passes, other));
-    assert!(!gate.in_use(Some("report"), "k") && !gate.in_use(None, "k"));
+}
+
+/// A node cut off from the store (every request fails at once while `cut` is set).
+struct Cut(std::sync::atomic::AtomicBool);
+
+impl crate::store::memory::Gate for Cut {
+    fn send(&self, _operation: &'static str) -> Option<u64> {
+        (!self.0.load(std::sync::atomic::Ordering::SeqCst)).then_some(0)
+    }
+
+    fn answer(&self, sent: Option<u64>) -> BoxFuture<'static, bool> {
+        futures::future::ready(sent.is_some()).boxed()
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_cut_off_nodes_permits_lapse_before_they_return_to_the_cluster_and_count_once_it_is_back()
+{
+    let store = MemoryStore::new();
+    let cut = Arc::new(Cut(Default::default()));
+    let a_store = store.with_gate(Arc::clone(&cut) as Arc<dyn crate::store::memory::Gate>);
+    let a = gate_on("node-a", &a_store, Some(2), &[]).expect("a gate");
+    let b = gate_on("node-b", &store, Some(2), &[]).expect("a gate");
+    let k = task("mail", Some("k"));
+    let first = enter(&a, &k).await.ok().expect("passes");
+    let second = enter(&a, &k).await.ok().expect("passes");
+    let mut on_b = enter(&b, &k).await.err().expect("waits");
+    // A is cut off. Its passes stop letting calls start within two thirds of the TTL after
+    // its last heartbeat (it beats every third), and b gets a permit only once a's heartbeat
+    // row expired, a whole TTL after it was written: never while a's passes were valid.
+    cut.0.store(true, std::sync::atomic::Ordering::SeqCst);
+    let mut a_lapsed = None;
+    let mut b_passed = None;
+    for step in 0..60u64 {
+        after(100).await;
+        if a_lapsed.is_none() && !first.is_valid() {
+            a_lapsed = Some(step);
+        }
+        if b_passed.is_none() && (&mut on_b).now_or_never().is_some() {
+            b_passed = Some(step);
+        }
+    }
+    let (a_lapsed, b_passed) = (
+        a_lapsed.expect("a's passes lapse"),
+        b_passed.expect("b passes"),
+    );
+    assert!(a_lapsed <= 20, "lapsed after {a_lapsed} steps of 100 ms");
+    assert!(
+        b_passed > a_lapsed,
+        "b passed at {b_passed}, a lapsed at {a_lapsed}"
+    );
+    assert!(!second.is_valid());
+    // A is back: its two calls still run and count against its new permits before any other
+    // of its tasks starts (b holds one of k's two).
+    cut.0.store(false, std::sync::atomic::Ordering::SeqCst);
+    let mut next_on_a = enter(&a, &k).await.err().expect("waits");
+    after(3_000).await;
+    assert!(
+        (&mut next_on_a).now_or_never().is_none(),
+        "a's running calls count"
+    );
+    drop((first, second));
+    after(500).await;
+    let next = (&mut next_on_a)
+        .now_or_never()
+        .expect("a's task passes once its calls returned");
+    assert!(next.is_valid());
 }
 
 fn rate_gate(rate: f64, burst: Option<u32>, clock: Arc<dyn Clock>) -> KeyRate {

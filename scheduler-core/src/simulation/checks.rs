@@ -227,33 +227,33 @@ impl World {
                 }
             }
         }
-        // At most `key_concurrency` calls of a limit key at once on a node (each node's call
-        // pool of a queue counts that queue's calls), among the calls that returned (a killed
-        // node's never do).
+        // At most `key_concurrency` calls of a limit key at once across the cluster (each
+        // queue's calls counted apart), among the calls that returned (a killed node's never
+        // do), while their permits are live: a paused process stops renewing its heartbeat,
+        // so its running call may be joined by others once that may have expired.
         let limit = settings().key_concurrency.unwrap_or(usize::MAX);
-        let mut by_limit_key: BTreeMap<(usize, usize, &str), Vec<&Call>> = BTreeMap::new();
+        let mut by_limit_key: BTreeMap<(usize, &str), Vec<&Call>> = BTreeMap::new();
         for call in &calls {
             if let (Some(key), Some(_)) = (&call.limit_key, call.ended) {
                 let queue = queues::queue_of(&call.key.ordering_id);
-                by_limit_key
-                    .entry((call.node, queue, key))
-                    .or_default()
-                    .push(call);
+                by_limit_key.entry((queue, key)).or_default().push(call);
             }
         }
-        for ((node, queue, key), mut of_key) in by_limit_key {
+        for ((queue, key), mut of_key) in by_limit_key {
             of_key.sort_by_key(|c| c.started);
             // The calls running as each starts (a call that ended as another started is not).
             let mut running: Vec<&Call> = Vec::new();
             for call in of_key {
-                running.retain(|r| r.ended.is_some_and(|e| e > call.started));
+                running.retain(|r| {
+                    r.ended.is_some_and(|e| e > call.started) && !lease_lost(&self.nodes, r, call)
+                });
                 running.push(call);
                 if running.len() > limit {
                     let spans: Vec<String> = (running.iter())
-                        .map(|c| format!("{} ({})", c.key, span(self.origin, c)))
+                        .map(|c| format!("{} (node {}, {})", c.key, c.node, span(self.origin, c)))
                         .collect();
                     v.push(format!(
-                        "limit: {} calls of limit key {key} at once on node {node} (queue {queue}), over {limit}: {}",
+                        "limit: {} calls of limit key {key} at once (queue {queue}), over {limit}: {}",
                         running.len(),
                         spans.join(", ")
                     ));
@@ -403,9 +403,10 @@ pub(super) fn span(origin: Instant, call: &Call) -> String {
     }
 }
 
-/// Whether calls `a` and `b` (of one orderingId) may overlap: the earlier one's process was
-/// paused while it ran, and the later one started once that call's lease may have expired (it
-/// was renewed every third of the TTL before the pause, so not before two thirds of the TTL).
+/// Whether calls `a` and `b` (of one orderingId, or of one limit key) may overlap: the earlier
+/// one's process was paused while it ran, and the later one started once that call's lease (or
+/// its node's permits' heartbeat) may have expired (it was renewed every third of the TTL before
+/// the pause, so not before two thirds of the TTL).
 pub(super) fn lease_lost(nodes: &[Node], a: &Call, b: &Call) -> bool {
     let (earlier, later) = if a.started <= b.started {
         (a, b)

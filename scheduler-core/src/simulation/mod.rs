@@ -16,8 +16,10 @@
 //! - no two calls of one orderingId run at once, on any node, while the earlier one's lease is
 //!   live (a paused process stops renewing it: its call may be taken over);
 //! - per orderingId, tasks (enqueued in schedule order) first start in that order;
-//! - at most `key_concurrency` (1) calls of a limit key run at once on a node (a third of the
-//!   tasks carry one of two keys, [`workload::limit_key_of`]; the limit counts per node today);
+//! - at most `key_concurrency` (1) calls of a limit key run at once across the cluster while
+//!   their node's permits are live (a third of the tasks carry one of two keys,
+//!   [`workload::limit_key_of`]; a paused process's call may be joined by others once its
+//!   heartbeat may have expired);
 //! - nothing starts after its final status was stored, and a final status is never written
 //!   again (but for a retry of the same record by its own tree);
 //! - an attempt number is recorded once (a fenced tree records nothing);
@@ -128,7 +130,7 @@ fn settings() -> SchedulingSettings {
         drain_timeout: Duration::from_secs(2),
         lease_ttl: Duration::from_secs(3),
         executor_concurrency: 2,
-        // Per limit key, on a node (`workload::limit_key_of`).
+        // Per limit key, across the cluster (`workload::limit_key_of`).
         key_concurrency: Some(1),
         execution_timeout: Duration::from_secs(10),
         ..SchedulingSettings::default()

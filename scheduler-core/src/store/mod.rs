@@ -22,6 +22,7 @@ pub mod leases;
 pub(crate) mod memory;
 pub mod ownership;
 pub(crate) mod pages;
+pub mod permits;
 pub mod recurring;
 pub mod schedule;
 pub mod status;
@@ -42,6 +43,7 @@ pub use identities::{IdentityRecord, IdentityStore};
 pub use jobs::{BucketProgress, JobRecord, JobStore};
 pub use leases::{LeaseRecord, LeaseStore};
 pub use ownership::{LowWater, OwnershipStore, PartitionOwner};
+pub use permits::{KeyHolders, PermitStore};
 pub use recurring::{FireOutcome, FireRecord, RecurringStore, ScheduleRecord};
 pub use schedule::{
     hour_bucket, last_of_each_key, schedule_start, DeferredCancel, DeferredIdentityRecord,
@@ -188,6 +190,7 @@ pub trait TaskStore:
     + SuspensionStore
     + JobStore
     + RecurringStore
+    + PermitStore
 {
 }
 
@@ -204,6 +207,7 @@ impl<T> TaskStore for T where
         + SuspensionStore
         + JobStore
         + RecurringStore
+        + PermitStore
 {
 }
 
@@ -233,6 +237,8 @@ pub struct Tables {
     pub groups: Arc<dyn GroupStore>,
     /// Jobs and their progress.
     pub jobs: Arc<dyn JobStore>,
+    /// Per-key permits across the cluster.
+    pub permits: Arc<dyn PermitStore>,
 }
 
 impl Tables {
@@ -250,6 +256,7 @@ impl Tables {
             dead_letters: store.clone(),
             groups: store.clone(),
             jobs: store.clone(),
+            permits: store.clone(),
         }
     }
 }

@@ -44,7 +44,7 @@ pub(super) async fn call(run: &mut TaskRun, task: &Task, ready: Ready) -> Result
                 drop((held, begun));
                 return outcome.map(Step::End);
             }
-            if ready_to_call(run, task)(&held) {
+            if slot.passes_valid() && ready_to_call(run, task)(&held) {
                 pool.call_in_slot(slot, held, task.clone(), context, span)
                     .await
             } else {

@@ -27,7 +27,7 @@ use crate::store::ttl::last_expiry;
 use crate::store::{StoreError, StoreResult, TaskStatus};
 
 /// The schema version this release runs on.
-pub const SCHEMA_VERSION: u32 = 12;
+pub const SCHEMA_VERSION: u32 = 13;
 
 /// Where every keyspace's schema version and migration lock are kept.
 pub const META_KEYSPACE: &str = "scheduler_meta";
@@ -267,6 +267,9 @@ async fn apply_migrations(
     }
     if at < 12 {
         migrate_v12(session, settings).await?;
+    }
+    if at < 13 {
+        migrate_v13(session, ks).await?;
     }
     session
         .query_unpaged(
@@ -641,6 +644,26 @@ async fn migrate_v12(session: &Session, settings: &CassandraSettings) -> StoreRe
     run_schema_statement(session, marks).await?;
     await_agreement(session).await?;
     backfill_group_marks(session, settings).await
+}
+
+/// Version 13: per-key permits across the cluster (`crate::limits`): a row per limit key in use
+/// with its holders and a version (`key_permits`, changed by lightweight transactions, removed
+/// when no holder is left), and one partition of holders' heartbeat rows (`key_permit_holders`,
+/// written with a TTL every third of it: its tombstones are the expired rows of holders gone in
+/// the last `gc_grace_seconds`, an hour).
+async fn migrate_v13(session: &Session, ks: &str) -> StoreResult<()> {
+    let keys = format!(
+        "CREATE TABLE IF NOT EXISTS {ks}.key_permits (scope text, limit_key text, \
+         version bigint, holders text, PRIMARY KEY ((scope, limit_key)))"
+    );
+    let holders = format!(
+        "CREATE TABLE IF NOT EXISTS {ks}.key_permit_holders (shard int, holder text, \
+         beat_at timestamp, PRIMARY KEY ((shard), holder)) WITH gc_grace_seconds = 3600"
+    );
+    for ddl in [keys, holders] {
+        run_schema_statement(session, ddl).await?;
+    }
+    await_agreement(session).await
 }
 
 /// Writes the marks of every group in `group_members` (see [`migrate_v12`]), with the status

@@ -1,0 +1,548 @@
+//! A queue's share, on this node, of each limit key's `key_concurrency` permits across the
+//! cluster: the [`Ledger`] takes permits from the store (`crate::store::permits`) when tasks of a
+//! key wait and the node holds none free, hands them to its waiters in the order they came, and
+//! gives them back once its tasks of the key no longer need them for [`LINGER`].
+//!
+//! - **Taking and giving back** is one lightweight transaction on the key's row (its holders and
+//!   a version), made by the ledger's own task, never by a task's run: a key whose permits stay
+//!   with a node costs nothing per task. Permits move between nodes at the pace of `LINGER`.
+//! - **Liveness.** The holder writes its heartbeat row every third of `lease_ttl`, with a TTL of
+//!   `lease_ttl`. Its permits count while the row lives; a holder whose row expired is dropped
+//!   from a key's row by the next node that changes it, so a dead node's permits return after
+//!   `lease_ttl`.
+//! - **A node cut off** from the store cannot renew its row: two thirds of `lease_ttl` after its
+//!   last heartbeat began (before the row can expire), its permits lapse. No task starts a call
+//!   under them after that (a pass is checked just before the call), the holder takes a new name,
+//!   and it takes its permits again once it reaches the store. The calls it had started run on:
+//!   while it is cut off and its row has expired, a key may run those beside the limit's worth on
+//!   other nodes. Once back, the node counts them (they keep their permits' places) before it
+//!   starts another.
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
+use std::time::Duration;
+
+use chrono::{DateTime, TimeDelta, Utc};
+use futures::future::BoxFuture;
+use futures::{FutureExt, StreamExt};
+use tokio::sync::{oneshot, Notify};
+use tracing::{debug, warn};
+
+use super::Scope;
+use crate::clock::Clock;
+use crate::hooks::GatePass;
+use crate::metrics::{Metrics, WaitingForHandler};
+use crate::store::{PermitStore, StoreResult};
+
+/// How long a key's permits stay with a node after its tasks stopped needing them (a key whose
+/// tasks come often keeps them, with no write per task).
+pub(super) const LINGER: Duration = Duration::from_secs(1);
+/// How often the ledger looks at its keys (gives back what lingered, tries again for keys none
+/// was free of); a task needing a permit wakes it at once.
+const TICK: Duration = Duration::from_millis(100);
+/// The longest wait before trying again for a key none was free of.
+const MAX_BACKOFF: Duration = Duration::from_secs(1);
+/// Keys whose permits are taken or given back at once.
+const CHANGES_AT_ONCE: usize = 16;
+/// Lightweight transactions lost to another holder in a row before a change waits a tick.
+const SWAP_TRIES: u32 = 3;
+
+/// This node's permits of the keys in use (see the module above).
+pub(super) struct Ledger {
+    state: Mutex<State>,
+    wake: Arc<Notify>,
+    store: Arc<dyn PermitStore>,
+    clock: Arc<dyn Clock>,
+    metrics: Arc<Metrics>,
+    /// The heartbeat row's TTL (`lease_ttl`).
+    ttl: Duration,
+}
+
+struct State {
+    /// This node's id, the start of every holder name it takes.
+    node: String,
+    /// When the ledger began (milliseconds), telling a restarted node's holders apart.
+    began: i64,
+    /// Bumped by each lapse: permits of an older one are not this holder's.
+    generation: u64,
+    /// The holder name of this generation.
+    holder: String,
+    /// Until when this holder's permits may start calls (`None`: none yet, or lapsed).
+    valid_until: Option<DateTime<Utc>>,
+    next_beat: DateTime<Utc>,
+    /// The holders alive at the last read.
+    alive: BTreeSet<String>,
+    keys: BTreeMap<Scope, Key>,
+}
+
+/// One key's permits on this node.
+struct Key {
+    limit: usize,
+    /// Taken from the store (this generation's).
+    held: usize,
+    /// Given to tasks and not back yet (of any generation: a lapsed generation's calls still
+    /// run, and count against the next one's permits).
+    in_use: usize,
+    /// Tasks waiting for a permit, in the order they came.
+    waiters: VecDeque<oneshot::Sender<Permit>>,
+    /// Since when more are held than used and waited for.
+    surplus_since: Option<DateTime<Utc>>,
+    /// No take before then (none was free).
+    retry_at: Option<DateTime<Utc>>,
+    /// Takes in a row that found none free.
+    empty_takes: u32,
+}
+
+impl Key {
+    fn new(limit: usize) -> Key {
+        Key {
+            limit,
+            held: 0,
+            in_use: 0,
+            waiters: VecDeque::new(),
+            surplus_since: None,
+            retry_at: None,
+            empty_takes: 0,
+        }
+    }
+
+    /// Permits used and waited for (waiters that stopped waiting are let go first).
+    fn demand(&mut self) -> usize {
+        self.waiters.retain(|w| !w.is_closed());
+        self.in_use + self.waiters.len()
+    }
+}
+
+/// A task's permit of its key, given back when dropped (when its call returned, or it stopped
+/// waiting for its slot).
+pub(super) struct Permit {
+    ledger: Option<Arc<Ledger>>,
+    scope: Scope,
+    generation: u64,
+}
+
+impl Drop for Permit {
+    fn drop(&mut self) {
+        if let Some(ledger) = self.ledger.take() {
+            ledger.give_back(&self.scope);
+        }
+    }
+}
+
+impl Ledger {
+    /// The ledger of node `node`'s permits in `store`, its holder alive for `ttl` after each
+    /// heartbeat; its task runs on `runtime` while the ledger is in use.
+    pub(super) fn start(
+        node: &str,
+        store: Arc<dyn PermitStore>,
+        clock: Arc<dyn Clock>,
+        metrics: Arc<Metrics>,
+        ttl: Duration,
+        runtime: &tokio::runtime::Handle,
+    ) -> Arc<Ledger> {
+        let now = clock.now();
+        let began = now.timestamp_millis();
+        let ledger = Arc::new(Ledger {
+            state: Mutex::new(State {
+                node: node.to_string(),
+                began,
+                generation: 0,
+                holder: holder_name(node, began, 0),
+                valid_until: None,
+                next_beat: now,
+                alive: BTreeSet::new(),
+                keys: BTreeMap::new(),
+            }),
+            wake: Arc::new(Notify::new()),
+            store,
+            clock,
+            metrics,
+            ttl,
+        });
+        runtime.spawn(keep(Arc::downgrade(&ledger), Arc::clone(&ledger.wake)));
+        ledger
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// A permit of `scope`'s key (at most `limit` across the cluster) for a task of
+    /// `task_type`: at once if this node holds one free and no task waits, else once one comes.
+    pub(super) fn permit(
+        self: &Arc<Self>,
+        scope: Scope,
+        limit: usize,
+        held_by_limit: impl FnOnce() -> WaitingForHandler,
+    ) -> BoxFuture<'static, GatePass> {
+        let now = self.clock.now();
+        let mut state = self.lock();
+        let valid = state.valid_at(now);
+        let generation = state.generation;
+        let key = (state.keys)
+            .entry(scope.clone())
+            .or_insert_with(|| Key::new(limit));
+        key.limit = limit;
+        if valid && key.waiters.is_empty() && key.in_use < key.held {
+            key.in_use += 1;
+            drop(state);
+            let permit = self.permit_of(scope, generation);
+            return futures::future::ready(self.pass(permit)).boxed();
+        }
+        let (sender, receiver) = oneshot::channel();
+        key.waiters.push_back(sender);
+        drop(state);
+        self.wake.notify_one();
+        let ledger = Arc::clone(self);
+        let held = held_by_limit();
+        async move {
+            match receiver.await {
+                Ok(permit) => {
+                    drop(held);
+                    ledger.pass(permit)
+                }
+                // The ledger is gone (its queue stops): the tree stops this task's wait.
+                Err(_) => futures::future::pending().await,
+            }
+        }
+        .boxed()
+    }
+
+    fn permit_of(self: &Arc<Self>, scope: Scope, generation: u64) -> Permit {
+        Permit {
+            ledger: Some(Arc::clone(self)),
+            scope,
+            generation,
+        }
+    }
+
+    /// `permit` as a gate's pass, valid while its generation's permits are.
+    fn pass(self: &Arc<Self>, permit: Permit) -> GatePass {
+        let (ledger, generation) = (Arc::clone(self), permit.generation);
+        GatePass::new(permit).valid_while(move || ledger.valid(generation))
+    }
+
+    /// Whether a permit of `generation` may start a call now.
+    fn valid(&self, generation: u64) -> bool {
+        let now = self.clock.now();
+        let state = self.lock();
+        state.generation == generation && state.valid_at(now)
+    }
+
+    /// A task's permit of `scope` came back: to the next waiter, if the holder may hand it on.
+    fn give_back(self: &Arc<Self>, scope: &Scope) {
+        let now = self.clock.now();
+        let mut state = self.lock();
+        let (valid, generation) = (state.valid_at(now), state.generation);
+        let Some(key) = state.keys.get_mut(scope) else {
+            return;
+        };
+        key.in_use = key.in_use.saturating_sub(1);
+        if valid {
+            self.hand_on(key, scope, generation);
+        }
+    }
+
+    /// Gives the permits `key` holds free to its waiters, in the order they came.
+    fn hand_on(self: &Arc<Self>, key: &mut Key, scope: &Scope, generation: u64) {
+        while key.in_use < key.held {
+            let Some(waiter) = key.waiters.pop_front() else {
+                return;
+            };
+            key.in_use += 1;
+            if let Err(mut permit) = waiter.send(self.permit_of(scope.clone(), generation)) {
+                // It stopped waiting: the permit was never out.
+                permit.ledger = None;
+                key.in_use -= 1;
+            }
+        }
+    }
+
+    /// One round of the ledger's task: the heartbeat when due (or a lapse, if it may have
+    /// expired), then the keys' takes and give-backs. When to run again.
+    async fn round(self: &Arc<Self>) -> DateTime<Utc> {
+        self.lapse_if_due(self.clock.now());
+        self.beat_if_due().await;
+        let now = self.clock.now();
+        let (takes, gives, holder, generation) = {
+            let mut state = self.lock();
+            let valid = state.valid_at(now);
+            let mut takes = Vec::new();
+            let mut gives = Vec::new();
+            state.keys.retain(|scope, key| {
+                let demand = key.demand();
+                if demand == 0 && key.held == 0 {
+                    return false;
+                }
+                let wanted = demand.min(key.limit);
+                if key.held < wanted {
+                    key.surplus_since = None;
+                    if valid && key.retry_at.is_none_or(|at| at <= now) {
+                        takes.push((scope.clone(), key.limit));
+                    }
+                } else if key.held > demand {
+                    let since = *key.surplus_since.get_or_insert(now);
+                    if now - since >= delta(LINGER) {
+                        gives.push((scope.clone(), key.limit));
+                    }
+                } else {
+                    key.surplus_since = None;
+                }
+                true
+            });
+            (takes, gives, state.holder.clone(), state.generation)
+        };
+        let changes = takes.into_iter().map(|c| (c, true));
+        let changes = changes.chain(gives.into_iter().map(|c| (c, false)));
+        futures::stream::iter(changes)
+            .for_each_concurrent(CHANGES_AT_ONCE, |((scope, limit), take)| {
+                let holder = holder.clone();
+                async move {
+                    if let Err(error) = self.change(&scope, limit, &holder, generation, take).await
+                    {
+                        self.metrics.key_permit_write("failed");
+                        warn!(limit_key = %scope.1, %error, "changing the key's permits failed; trying again");
+                        self.back_off(&scope, generation, now);
+                    }
+                }
+            })
+            .await;
+        let next_beat = self.lock().next_beat;
+        next_beat.min(now + delta(TICK))
+    }
+
+    /// Writes the holder's heartbeat if it is due, and reads the holders alive.
+    async fn beat_if_due(&self) {
+        let began = self.clock.now();
+        let (holder, generation) = {
+            let state = self.lock();
+            if began < state.next_beat {
+                return;
+            }
+            (state.holder.clone(), state.generation)
+        };
+        let beat = self.store.beat(holder.clone(), self.ttl).await;
+        let alive = match beat {
+            Ok(()) => self.store.live_holders().await.ok(),
+            Err(ref error) => {
+                warn!(%holder, %error, "the key permits' heartbeat failed; trying again");
+                None
+            }
+        };
+        // A heartbeat that ended after the permits' time ran out may have landed after the
+        // row expired (others may have taken the permits meanwhile): it renews nothing.
+        let ended = self.clock.now();
+        self.lapse_if_due(ended);
+        let mut state = self.lock();
+        if state.generation != generation {
+            return;
+        }
+        match beat {
+            Ok(()) => {
+                // Renewed before the row expired (it lives `ttl` after it was written, after
+                // `began`, by whichever clock); calls stop at two thirds of that.
+                state.valid_until = Some(began + delta(self.ttl * 2 / 3));
+                state.next_beat = began + delta(self.ttl / 3);
+                if let Some(alive) = alive {
+                    state.alive = alive.into_iter().collect();
+                }
+            }
+            Err(_) => state.next_beat = self.clock.now() + delta(TICK),
+        }
+    }
+
+    /// Lapses the holder's permits if their time ran out by `now`.
+    fn lapse_if_due(&self, now: DateTime<Utc>) {
+        let mut state = self.lock();
+        if state.valid_until.is_some_and(|until| now >= until) {
+            self.lapse(&mut state, now);
+        }
+    }
+
+    /// The holder's permits may have expired: none starts a call any more, and it takes a new
+    /// name and its permits again.
+    fn lapse(&self, state: &mut State, now: DateTime<Utc>) {
+        let lapsed = std::mem::replace(
+            &mut state.holder,
+            holder_name(&state.node, state.began, state.generation + 1),
+        );
+        state.generation += 1;
+        state.valid_until = None;
+        state.next_beat = now;
+        for key in state.keys.values_mut() {
+            key.held = 0;
+            key.retry_at = None;
+        }
+        self.metrics.key_permit_write("lapsed");
+        warn!(holder = %lapsed, "this node's key permits lapsed (its heartbeat may have expired): no call starts under them; taking them again");
+    }
+
+    /// Takes (`take`) or gives back `scope`'s permits to match this node's demand, as
+    /// `holder` of `generation`.
+    async fn change(
+        self: &Arc<Self>,
+        scope: &Scope,
+        limit: usize,
+        holder: &str,
+        generation: u64,
+        take: bool,
+    ) -> StoreResult<()> {
+        let (scope_name, key_name) = (scope_name(scope), scope.1.clone());
+        let mut refreshed = false;
+        for _ in 0..SWAP_TRIES {
+            let row = (self.store)
+                .key_holders(scope_name.clone(), key_name.clone())
+                .await?;
+            let (version, mut holders) = match row {
+                Some(row) => (Some(row.version), row.holders),
+                None => (None, BTreeMap::new()),
+            };
+            let unknown = |alive: &BTreeSet<String>, holders: &BTreeMap<String, u32>| {
+                (holders.keys()).any(|h| h.as_str() != holder && !alive.contains(h))
+            };
+            if !refreshed && unknown(&self.lock().alive, &holders) {
+                // A holder newer than the last read, or a dead one: which, the holders say.
+                let alive: BTreeSet<String> =
+                    self.store.live_holders().await?.into_iter().collect();
+                self.lock().alive = alive;
+                refreshed = true;
+            }
+            let alive = self.lock().alive.clone();
+            holders.retain(|h, _| h.as_str() == holder || alive.contains(h));
+            let mine = holders.get(holder).copied().unwrap_or(0) as usize;
+            let others: usize = (holders.iter())
+                .filter(|(h, _)| h.as_str() != holder)
+                .map(|(_, n)| *n as usize)
+                .sum();
+            let demand = {
+                let mut state = self.lock();
+                let current = state.generation == generation;
+                match state.keys.get_mut(scope) {
+                    Some(key) if current => key.demand(),
+                    _ => return Ok(()),
+                }
+            };
+            let target = if take {
+                let free = limit.saturating_sub(others + mine);
+                mine + demand.min(limit).saturating_sub(mine).min(free)
+            } else {
+                mine.min(demand)
+            };
+            if target == mine {
+                self.settle(scope, generation, mine, take);
+                return Ok(());
+            }
+            match target {
+                0 => holders.remove(holder),
+                n => holders.insert(holder.to_string(), u32::try_from(n).unwrap_or(u32::MAX)),
+            };
+            let swapped = (self.store)
+                .swap_key_holders(scope_name.clone(), key_name.clone(), version, holders)
+                .await?;
+            if swapped {
+                self.metrics.key_permit_write("applied");
+                debug!(limit_key = %key_name, holder, held = target, "key permits changed");
+                self.settle(scope, generation, target, take);
+                return Ok(());
+            }
+            self.metrics.key_permit_write("lost");
+        }
+        Ok(())
+    }
+
+    /// `scope`'s key now holds `held` permits in the store: hand them on, or wait before the
+    /// next take if none more came.
+    fn settle(self: &Arc<Self>, scope: &Scope, generation: u64, held: usize, take: bool) {
+        let now = self.clock.now();
+        let mut state = self.lock();
+        if state.generation != generation {
+            return;
+        }
+        let valid = state.valid_at(now);
+        let Some(key) = state.keys.get_mut(scope) else {
+            return;
+        };
+        let gained = held > key.held;
+        key.held = held;
+        key.surplus_since = None;
+        if take && !gained {
+            key.empty_takes = key.empty_takes.saturating_add(1);
+            key.retry_at = Some(now + backoff(key.empty_takes));
+        } else {
+            key.empty_takes = 0;
+            key.retry_at = None;
+        }
+        if valid {
+            self.hand_on(key, scope, generation);
+        }
+    }
+
+    fn back_off(&self, scope: &Scope, generation: u64, now: DateTime<Utc>) {
+        let mut state = self.lock();
+        if state.generation != generation {
+            return;
+        }
+        if let Some(key) = state.keys.get_mut(scope) {
+            key.empty_takes = key.empty_takes.saturating_add(1);
+            key.retry_at = Some(now + backoff(key.empty_takes));
+        }
+    }
+
+    /// This node's permits now, by scope (held, given to calls, tasks waiting), for tests and
+    /// the admin API.
+    #[cfg_attr(not(test), allow(dead_code))]
+    pub(super) fn holding(&self) -> Vec<(Scope, usize, usize, usize)> {
+        let mut state = self.lock();
+        let mut keys: Vec<_> = (state.keys.iter_mut())
+            .map(|(scope, key)| {
+                let waiting = key.demand() - key.in_use;
+                (scope.clone(), key.held, key.in_use, waiting)
+            })
+            .collect();
+        keys.sort();
+        keys
+    }
+}
+
+impl State {
+    fn valid_at(&self, now: DateTime<Utc>) -> bool {
+        self.valid_until.is_some_and(|until| now < until)
+    }
+}
+
+/// The ledger's task: a round, then a sleep until the next one or until a task needs a
+/// permit; it ends once the ledger is no longer in use.
+async fn keep(ledger: Weak<Ledger>, wake: Arc<Notify>) {
+    loop {
+        let Some(strong) = ledger.upgrade() else {
+            return;
+        };
+        let next = strong.round().await;
+        let sleep = strong.clock.sleep_until(next);
+        drop(strong);
+        tokio::select! {
+            () = wake.notified() => {}
+            () = sleep => {}
+        }
+    }
+}
+
+/// The name of a holder: the node, when its ledger began, its generation.
+fn holder_name(node: &str, began: i64, generation: u64) -> String {
+    format!("{node}@{began}.{generation}")
+}
+
+/// A scope's name in the store: the task type whose own limit it is, or `*` for the queue's.
+fn scope_name(scope: &Scope) -> String {
+    scope.0.clone().unwrap_or_else(|| "*".to_string())
+}
+
+/// The wait before the next take of a key none was free of, after `empty` such takes.
+fn backoff(empty: u32) -> TimeDelta {
+    let wait = TICK.saturating_mul(1 << empty.min(4)).min(MAX_BACKOFF);
+    delta(wait)
+}
+
+fn delta(duration: Duration) -> TimeDelta {
+    TimeDelta::from_std(duration).unwrap_or(TimeDelta::MAX)
+}
