@@ -16,7 +16,7 @@ use crate::handler::Handlers;
 use crate::hooks::TaskHook;
 use crate::identity::IdentityHook;
 use crate::in_flight::InFlightGauges;
-use crate::limits;
+use crate::limits::Limits;
 use crate::metrics::Metrics;
 use crate::settings::SchedulingSettings;
 use crate::store::{
@@ -46,6 +46,8 @@ pub struct PartitionDeps {
     pub enqueuer: Arc<dyn Enqueuer>,
     /// The features attached to every task's life, in the order they are called.
     pub hooks: Arc<[Arc<dyn TaskHook>]>,
+    /// The per-key limits, whose gates the pool has.
+    pub limits: Limits,
 }
 
 impl PartitionDeps {
@@ -132,7 +134,7 @@ impl DepsBuilder {
         )
         .with_type_timeouts(settings.type_timeouts());
         let metrics = self.metrics.unwrap_or_default();
-        let gates = limits::gates(
+        let limits = Limits::start(
             &settings,
             &self.node_id,
             Arc::clone(&self.tables.permits),
@@ -140,7 +142,7 @@ impl DepsBuilder {
             &self.clock,
             &runtime,
         );
-        let pool = pool.with_gates(gates);
+        let pool = pool.with_gates(limits.gates());
         let suspensions = self
             .suspensions
             .unwrap_or_else(|| watch::channel(Arc::default()).1);
@@ -178,6 +180,7 @@ impl DepsBuilder {
             metrics,
             enqueuer: self.enqueuer,
             hooks: hooks.into(),
+            limits,
         }
     }
 }

@@ -166,9 +166,10 @@ impl PartitionSupervisor {
                             .in_flight
                             .as_ref()
                             .map_or(0, |g| g.held_before(from.min(until)));
-                        act.deps
-                            .metrics
-                            .stale_tasks(act.partition, stale.len() + held);
+                        // A task its key's limit holds is not stale.
+                        let limits = &act.deps.limits;
+                        let stale = stale.iter().filter(|t| !limits.holds(t)).count();
+                        act.deps.metrics.stale_tasks(act.partition, stale + held);
                     }
                     Err(e) => {
                         warn!(partition = act.partition, error = %e, "stale-task sample failed")

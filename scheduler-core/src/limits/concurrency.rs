@@ -47,6 +47,13 @@ impl KeyConcurrency {
     }
 }
 
+impl KeyConcurrency {
+    /// Whether tasks of `task`'s key and type wait for a permit on this node now.
+    pub(super) fn holds(&self, task: &Task) -> bool {
+        (self.limits.of(task)).is_some_and(|(scope, _)| self.ledger.waiting(&scope))
+    }
+}
+
 impl CallGate for KeyConcurrency {
     fn enter(&self, task: &Task) -> Option<BoxFuture<'static, GatePass>> {
         let (scope, limit) = self.limits.of(task)?;

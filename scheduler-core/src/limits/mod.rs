@@ -69,34 +69,55 @@ impl<T: Clone> Scoped<T> {
     }
 }
 
-/// The gates of `settings`' per-key limits, in the order a task passes them (concurrency, then
-/// rate: a task takes its start in the rate once it may run, so a start is never spent by a
-/// task still waiting for a call of its key to return). Node `node`'s concurrency permits are
-/// leased from `permits` by a task on `runtime`.
-pub fn gates(
-    settings: &SchedulingSettings,
-    node: &str,
-    permits: Arc<dyn PermitStore>,
-    metrics: &Arc<Metrics>,
-    clock: &Arc<dyn Clock>,
-    runtime: &tokio::runtime::Handle,
-) -> Vec<Arc<dyn CallGate>> {
-    let mut gates: Vec<Arc<dyn CallGate>> = Vec::new();
-    let concurrency = KeyConcurrency::start(
-        settings,
-        node,
-        permits,
-        Arc::clone(metrics),
-        Arc::clone(clock),
-        runtime,
-    );
-    if let Some(gate) = concurrency {
-        gates.push(Arc::new(gate));
+/// A queue's per-key limits on this node: the gates a due task passes (concurrency, then rate:
+/// a task takes its start in the rate once it may run, so a start is never spent by a task still
+/// waiting for a call of its key to return), and what they hold now.
+#[derive(Clone, Default)]
+pub struct Limits {
+    concurrency: Option<Arc<KeyConcurrency>>,
+    rate: Option<Arc<KeyRate>>,
+}
+
+impl Limits {
+    /// The limits of `settings`; node `node`'s concurrency permits are leased from `permits` by
+    /// a task on `runtime`.
+    pub fn start(
+        settings: &SchedulingSettings,
+        node: &str,
+        permits: Arc<dyn PermitStore>,
+        metrics: &Arc<Metrics>,
+        clock: &Arc<dyn Clock>,
+        runtime: &tokio::runtime::Handle,
+    ) -> Limits {
+        let concurrency = KeyConcurrency::start(
+            settings,
+            node,
+            permits,
+            Arc::clone(metrics),
+            Arc::clone(clock),
+            runtime,
+        );
+        let rate = KeyRate::from_settings(settings, Arc::clone(metrics), Arc::clone(clock));
+        Limits {
+            concurrency: concurrency.map(Arc::new),
+            rate: rate.map(Arc::new),
+        }
     }
-    if let Some(gate) = KeyRate::from_settings(settings, Arc::clone(metrics), Arc::clone(clock)) {
-        gates.push(Arc::new(gate));
+
+    /// The gates, in the order a task passes them.
+    pub fn gates(&self) -> Vec<Arc<dyn CallGate>> {
+        let concurrency = (self.concurrency.clone()).map(|g| g as Arc<dyn CallGate>);
+        let rate = (self.rate.clone()).map(|g| g as Arc<dyn CallGate>);
+        concurrency.into_iter().chain(rate).collect()
     }
-    gates
+
+    /// Whether a task of `task`'s key and type would wait at a gate now: its key has tasks
+    /// waiting for a permit, or its next start is not due yet (such a task is held by a limit,
+    /// not stale).
+    pub fn holds(&self, task: &Task) -> bool {
+        (self.concurrency.as_ref()).is_some_and(|g| g.holds(task))
+            || (self.rate.as_ref()).is_some_and(|g| g.holds(task))
+    }
 }
 
 #[cfg(test)]

@@ -488,6 +488,12 @@ impl Ledger {
         }
     }
 
+    /// Whether tasks of `scope` wait for a permit now.
+    pub(super) fn waiting(&self, scope: &Scope) -> bool {
+        let state = self.lock();
+        (state.keys.get(scope)).is_some_and(|key| key.waiters.iter().any(|w| !w.is_closed()))
+    }
+
     /// This node's permits now, by scope (held, given to calls, tasks waiting), for tests and
     /// the admin API.
     #[cfg_attr(not(test), allow(dead_code))]

@@ -102,6 +102,21 @@ impl KeyRate {
     }
 }
 
+impl KeyRate {
+    /// Whether `task`'s key's next start is not due yet (a task of it entering would wait).
+    pub(super) fn holds(&self, task: &Task) -> bool {
+        let Some((scope, rate)) = self.rates.of(task) else {
+            return false;
+        };
+        let now = self.clock.now();
+        let next = self.next.lock().unwrap_or_else(PoisonError::into_inner);
+        (next.get(&scope)).is_some_and(|at| {
+            at.checked_sub_signed(rate.tolerance())
+                .is_some_and(|start| start > now)
+        })
+    }
+}
+
 impl CallGate for KeyRate {
     fn enter(&self, task: &Task) -> Option<BoxFuture<'static, GatePass>> {
         let (scope, rate) = self.rates.of(task)?;

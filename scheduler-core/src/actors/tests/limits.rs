@@ -131,3 +131,37 @@ fn a_keys_starts_keep_to_its_rate_and_another_keys_task_starts_at_its_time() {
         assert_eq!(h.recorder.call_times("b-0"), [t0() + ms(10)]);
     });
 }
+
+#[test]
+fn tasks_held_by_their_keys_limit_are_not_counted_stale() {
+    run_paused(|| async {
+        let settings = SchedulingSettings {
+            key_concurrency: Some(1),
+            stale_after: Duration::from_secs(10),
+            backoff_factor: Duration::from_secs(3600),
+            max_backoff: Duration::from_secs(3600),
+            ..SchedulingSettings::default()
+        };
+        let h = Harness::new(
+            settings,
+            Duration::from_secs(60),
+            &[("stuck", Behaviour::FailAlways)],
+        );
+        h.assign().await;
+        // Three of tenant a at a limit of one (one called, two held), and an unkeyed task whose
+        // call runs long: all 45 s overdue, only the unkeyed one stale.
+        let mut all = tenant_a(3);
+        all.push(task("stuck", t0(), "1"));
+        h.enqueue(all).await;
+        advance(Duration::from_secs(45)).await;
+        let text = h.metrics.encode(&h.in_flight);
+        assert!(
+            text.contains("scheduler_stale_tasks{partition=\"0\"} 1"),
+            "the tasks of tenant a are held by its limit, not stale:\n{text}"
+        );
+        assert!(
+            text.contains("scheduler_tasks_held_by_limit{task_type=\"default\"} 2"),
+            "{text}"
+        );
+    });
+}
