@@ -171,6 +171,25 @@ pub struct Execution {
     pub finished: DateTime<Utc>,
 }
 
+/// The most executions of `log` whose calls overlapped at one moment, of the tasks `of`.
+pub fn most_at_once(runs: &[Execution], of: impl Fn(&Task) -> bool, tasks: &[Task]) -> usize {
+    let keys: std::collections::BTreeSet<_> =
+        tasks.iter().filter(|t| of(t)).map(|t| t.key()).collect();
+    let mut edges: Vec<(DateTime<Utc>, i32)> = Vec::new();
+    for run in runs.iter().filter(|r| keys.contains(&r.key)) {
+        edges.push((run.started, 1));
+        edges.push((run.finished, -1));
+    }
+    // An end at the moment of a start comes first: that call no longer runs.
+    edges.sort_by_key(|(at, step)| (*at, *step));
+    let (mut now, mut most) = (0, 0);
+    for (_, step) in edges {
+        now += step;
+        most = most.max(now);
+    }
+    usize::try_from(most).unwrap_or(0)
+}
+
 /// Decides an execution's result from the task and how many times it was called before.
 pub type Behaviour = Arc<dyn Fn(&Task, usize) -> Result<(), TaskError> + Send + Sync>;
 

@@ -1223,3 +1223,127 @@ async fn an_interval_schedule_fires_pauses_resumes_and_ends_and_a_preview_create
     );
     node.shutdown().await.expect("clean shutdown");
 }
+
+/// Per-key limits set, changed and removed at run time (issue 33): an override of a key no
+/// setting limits takes effect on the node within its next read of the overrides, its held
+/// tasks show per key in `GET /api/v1/limits`, a change lets more through, and once it is
+/// removed the key is not limited.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn per_key_limits_are_set_changed_and_removed_at_run_time_and_held_tasks_show_per_key() {
+    let env = TestEnv::new("it_admin_limits", 2).await;
+    let log = Arc::new(Mutex::new(Vec::new()));
+    let settings = env.settings(TestEnv::quick_scheduling());
+    let node = env
+        .start_sole_node(
+            settings,
+            Recorder::new("n1", &log, Duration::from_millis(400)),
+        )
+        .await;
+    let addr = node.admin_address().expect("admin API enabled");
+    let limits = || async move {
+        let listed = http(addr, "GET", "/api/v1/limits", None, None).await;
+        assert_eq!(listed.status, 200, "{}", listed.body);
+        listed.json()
+    };
+    let put = |body: &'static str| http(addr, "PUT", "/api/v1/limits", None, Some(body));
+    let scheduler = env.scheduler(Duration::from_secs(30));
+    let mut round = 0;
+    // Six tasks of tenant-x, each its own orderingId, due together: the most that ran at once.
+    let mut six_at_once = || {
+        round += 1;
+        let at = Utc::now() + TimeDelta::milliseconds(500);
+        let tasks: Vec<Task> = (0..6)
+            .map(|i| task(&format!("x{round}-{i}"), at, "1").with_limit_key("tenant-x"))
+            .collect();
+        let (scheduler, log) = (&scheduler, &log);
+        async move {
+            for t in &tasks {
+                scheduler.schedule_task(t.clone()).await.expect("scheduled");
+            }
+            let ran = |log: &Arc<Mutex<Vec<it_tests::engine::Execution>>>| {
+                let done = by_task(log);
+                tasks.iter().all(|t| done.contains_key(&t.key()))
+            };
+            wait_until(Duration::from_secs(30), "the six tasks to run", || ran(log)).await;
+            let runs = it_tests::engine::executions(log);
+            it_tests::engine::most_at_once(&runs, |_| true, &tasks)
+        }
+    };
+    assert_eq!(
+        limits().await,
+        serde_json::json!({"overrides": [], "keys": []})
+    );
+    let refused = put(r#"{"limitKey":"tenant-x","concurrency":0}"#).await;
+    assert_eq!(refused.status, 400, "{}", refused.body);
+    assert!(
+        refused.body.contains("concurrency must be 1 to"),
+        "{}",
+        refused.body
+    );
+    let refused = put(r#"{"concurrency":1}"#).await;
+    assert_eq!(refused.status, 400, "{}", refused.body);
+
+    // Set: one at a time, and the held tasks show per key meanwhile.
+    let set = put(r#"{"limitKey":"tenant-x","concurrency":1}"#).await;
+    assert_eq!(set.status, 200, "{}", set.body);
+    assert_eq!(set.json()["concurrency"], 1);
+    let listed = limits().await;
+    assert_eq!(listed["overrides"][0]["limitKey"], "tenant-x", "{listed}");
+    tokio::time::sleep(Duration::from_millis(2_500)).await;
+    let running = six_at_once();
+    let mut seen_held = serde_json::Value::Null;
+    let mut dashboard = String::new();
+    let watch = async {
+        for _ in 0..100 {
+            let listed = limits().await;
+            let key = &listed["keys"][0];
+            if key["held"].as_u64().is_some_and(|held| held > 1) {
+                seen_held = key.clone();
+                dashboard = http(addr, "GET", "/dashboard/limits", None, None)
+                    .await
+                    .body;
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    };
+    let (most, ()) = tokio::join!(running, watch);
+    assert_eq!(most, 1, "at most one of tenant-x at once");
+    assert_eq!(seen_held["limitKey"], "tenant-x", "{seen_held}");
+    // The dashboard shows the held tasks per key too.
+    assert!(
+        dashboard.contains("<tr class=\"key\" data-key=\"tenant-x\">")
+            && !dashboard.contains("<td data-field=\"held\">0</td>"),
+        "{dashboard}"
+    );
+    assert_eq!(
+        (&seen_held["running"], &seen_held["permits"]),
+        (&serde_json::json!(1), &serde_json::json!(1)),
+        "{seen_held}"
+    );
+
+    // Changed: three at a time.
+    let set = put(r#"{"limitKey":"tenant-x","concurrency":3}"#).await;
+    assert_eq!(set.status, 200, "{}", set.body);
+    tokio::time::sleep(Duration::from_millis(2_500)).await;
+    assert_eq!(
+        six_at_once().await,
+        3,
+        "at most three of tenant-x at once, and three did run"
+    );
+
+    // Removed: no limit.
+    let removed = http(
+        addr,
+        "DELETE",
+        "/api/v1/limits?limitKey=tenant-x",
+        None,
+        None,
+    )
+    .await;
+    assert_eq!(removed.status, 204, "{}", removed.body);
+    assert_eq!(limits().await["overrides"], serde_json::json!([]));
+    tokio::time::sleep(Duration::from_millis(2_500)).await;
+    assert_eq!(six_at_once().await, 6, "all six of tenant-x at once");
+    node.shutdown().await.expect("clean shutdown");
+}

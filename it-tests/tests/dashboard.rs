@@ -3,7 +3,8 @@
 //! figures equal the API's read at the same moment; the dead letters' page lists what the API
 //! lists, and its redrive buttons (one letter, then all of a type) run the tasks again; a task
 //! looked up through the form shows the API's status and attempts; the job, the group and the
-//! schedule show. Every page is saved under `target/dashboard-screenshots/`.
+//! schedule show; a key's limit override is set and removed through the Limits page. Every page
+//! is saved under `target/dashboard-screenshots/`.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -485,6 +486,39 @@ async fn the_dashboard_shows_the_apis_figures_looks_tasks_up_and_redrives_by_cli
     browser.navigate(&lookup).await;
     assert_eq!(browser.text_of("#task-status").await, "pending");
     browser.find("#no-attempts").await;
+
+    // Per-key limits: a key's override set through the form shows in the list and the API,
+    // and its remove button takes it away.
+    browser.navigate(&format!("{base}/dashboard/limits")).await;
+    browser.find("#no-overrides").await;
+    let field = |name: &str| format!("#set-limit input[name=\"{name}\"]");
+    browser
+        .type_into(&browser.find(&field("limitKey")).await, "tenant-dash")
+        .await;
+    browser
+        .type_into(&browser.find(&field("concurrency")).await, "2")
+        .await;
+    browser
+        .type_into(&browser.find(&field("weight")).await, "3")
+        .await;
+    browser
+        .click(&browser.find("#set-limit button").await)
+        .await;
+    let row = "tr.override[data-key=\"tenant-dash\"]";
+    assert_eq!(
+        browser
+            .text_of(&format!("{row} td[data-field=\"concurrency\"]"))
+            .await,
+        "2"
+    );
+    let listed = api(addr, "/api/v1/limits").await;
+    assert_eq!(listed["overrides"][0]["weight"], 3, "{listed}");
+    browser.screenshot(&shots.join("08-limits.png")).await;
+    browser
+        .click(&browser.find(&format!("{row} button")).await)
+        .await;
+    browser.find("#no-overrides").await;
+    assert_eq!(api(addr, "/api/v1/limits").await["overrides"], json!([]));
 
     drop(browser);
     drop(driver);

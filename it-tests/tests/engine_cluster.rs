@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use chrono::{TimeDelta, Utc};
-use it_tests::engine::{by_task, executions, task, wait_until, Recorder, TestEnv};
+use it_tests::engine::{by_task, executions, most_at_once, task, wait_until, Recorder, TestEnv};
 use scheduler_client::Task;
 use scheduler_core::store::OwnershipStore;
 use scheduler_core::SchedulerNode;
@@ -277,28 +277,6 @@ async fn ten_thousand_tasks_over_five_hundred_ordering_ids_all_run_on_two_nodes(
     );
     a.shutdown().await.expect("clean shutdown");
     b.shutdown().await.expect("clean shutdown");
-}
-
-/// The most executions of `log` whose calls overlapped at one moment, of the tasks `of`.
-fn most_at_once(
-    runs: &[it_tests::engine::Execution],
-    of: impl Fn(&Task) -> bool,
-    tasks: &[Task],
-) -> usize {
-    let keys: BTreeSet<_> = tasks.iter().filter(|t| of(t)).map(|t| t.key()).collect();
-    let mut edges: Vec<(chrono::DateTime<Utc>, i32)> = Vec::new();
-    for run in runs.iter().filter(|r| keys.contains(&r.key)) {
-        edges.push((run.started, 1));
-        edges.push((run.finished, -1));
-    }
-    // An end at the moment of a start comes first: that call no longer runs.
-    edges.sort_by_key(|(at, step)| (*at, *step));
-    let (mut now, mut most) = (0, 0);
-    for (_, step) in edges {
-        now += step;
-        most = most.max(now);
-    }
-    usize::try_from(most).unwrap_or(0)
 }
 
 /// `key_concurrency` counts a key's calls on every node together (issue 33): forty tasks of

@@ -5,10 +5,11 @@ use std::time::Duration;
 
 use scheduler_core::admin_api::{
     CancelResponse, DeadLetterQuery, DeadLetterSelection, DeadLettersResponse, ErrorResponse,
-    JobView, JobsResponse, ListQuery, ListResponse, PartitionsResponse, PreviewQuery,
-    PreviewResponse, PurgeResponse, RedriveResponse, ScheduleDetail, ScheduleView,
-    SchedulesResponse, StatusResponse, SuspendRequest, SuspensionQuery, SuspensionView,
-    SuspensionsResponse, TaskKeyBody, TaskQuery, TaskResponse,
+    JobView, JobsResponse, KeyLimitQuery, KeyLimitRequest, KeyLimitView, LimitsResponse, ListQuery,
+    ListResponse, PartitionsResponse, PreviewQuery, PreviewResponse, PurgeResponse,
+    RedriveResponse, ScheduleDetail, ScheduleView, SchedulesResponse, StatusResponse,
+    SuspendRequest, SuspensionQuery, SuspensionView, SuspensionsResponse, TaskKeyBody, TaskQuery,
+    TaskResponse,
 };
 use scheduler_core::recurring::ScheduleSpec;
 use serde::de::DeserializeOwned;
@@ -149,6 +150,22 @@ impl<'a> AdminClient<'a> {
 
     pub(crate) fn resume(&self, target: &SuspensionQuery) -> Result<(), AdminError> {
         self.delete("/api/v1/suspensions", target)
+    }
+
+    pub(crate) fn limits(&self) -> Result<LimitsResponse, AdminError> {
+        self.get("/api/v1/limits", &())
+    }
+
+    pub(crate) fn set_limit(&self, request: &KeyLimitRequest) -> Result<KeyLimitView, AdminError> {
+        let mut put = self.agent.put(self.url("/api/v1/limits"));
+        if let Some(auth) = self.authorization() {
+            put = put.header("Authorization", auth);
+        }
+        self.answer(put.send_json(request))
+    }
+
+    pub(crate) fn remove_limit(&self, key: &KeyLimitQuery) -> Result<(), AdminError> {
+        self.delete("/api/v1/limits", key)
     }
 
     pub(crate) fn jobs(&self) -> Result<JobsResponse, AdminError> {

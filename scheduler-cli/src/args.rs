@@ -33,6 +33,8 @@ pub(crate) use schedules::{
         scheduler suspend --task-type send-email --reason 'SMTP provider down'\n  \
         scheduler suspensions\n  \
         scheduler resume --task-type send-email\n  \
+        scheduler limits set tenant-42 --concurrency 2 --rate 10\n  \
+        scheduler limits list\n  \
         scheduler jobs list\n  \
         scheduler jobs show nightly-2026-11-23\n  \
         scheduler schedules create nightly-report --cron '0 30 2 * * *' --time-zone Europe/Paris --task-type report\n  \
@@ -82,6 +84,10 @@ pub(crate) enum Command {
     Resume(ResumeArgs),
     /// List the suspensions in force: kind, target, since when and why.
     Suspensions(AdminArgs),
+    /// Override a limit key's limits at run time (calls at once across the cluster, starts a
+    /// second, its share of the executor), list the overrides and this node's use of each key,
+    /// or remove one: every node applies a change within a few seconds.
+    Limits(LimitsArgs),
     /// List jobs or show one: a coordinator task's buckets, dealt round the partitions, with
     /// their progress and the failed buckets' errors.
     Jobs(JobsArgs),
@@ -383,6 +389,60 @@ pub(crate) struct ResumeArgs {
     pub(crate) admin: AdminArgs,
     #[command(flatten)]
     pub(crate) target: SuspensionTargetArgs,
+}
+
+#[derive(Args)]
+pub(crate) struct LimitsArgs {
+    #[command(subcommand)]
+    pub(crate) command: LimitsCommand,
+}
+
+#[derive(Subcommand)]
+pub(crate) enum LimitsCommand {
+    /// List the overrides, and this node's use of each limited key: permits held (of the
+    /// key's across the cluster), calls running, tasks held at the limit.
+    List(AdminArgs),
+    /// Set a key's override (replacing its earlier one): each value given replaces the
+    /// settings' for the key.
+    Set(LimitSetArgs),
+    /// Remove a key's override: the settings' limits apply to it again.
+    Remove(LimitKeyArgs),
+}
+
+/// A limit key, and the task type whose override it is (none: the queue's).
+#[derive(Args)]
+pub(crate) struct LimitKeyArgs {
+    #[command(flatten)]
+    pub(crate) admin: AdminArgs,
+    /// The limit key (a task's limitKey).
+    pub(crate) limit_key: String,
+    /// Only this task type's tasks of the key (they then count apart from the queue's).
+    #[arg(long, value_name = "TYPE", alias = "type")]
+    pub(crate) task_type: Option<String>,
+}
+
+#[derive(Args)]
+#[command(group(
+    ArgGroup::new("values")
+        .required(true)
+        .multiple(true)
+        .args(["concurrency", "rate", "burst", "weight"])
+))]
+pub(crate) struct LimitSetArgs {
+    #[command(flatten)]
+    pub(crate) key: LimitKeyArgs,
+    /// Calls at once across the cluster.
+    #[arg(long, value_name = "N")]
+    pub(crate) concurrency: Option<u32>,
+    /// Starts a second.
+    #[arg(long, value_name = "PER_SECOND")]
+    pub(crate) rate: Option<f64>,
+    /// Starts at once after a quiet spell (default: a second's worth of the rate).
+    #[arg(long, value_name = "N")]
+    pub(crate) burst: Option<u32>,
+    /// Its share of the executor's slots when tasks wait for them (a key without one: 1).
+    #[arg(long, value_name = "N")]
+    pub(crate) weight: Option<u32>,
 }
 
 #[derive(Args)]

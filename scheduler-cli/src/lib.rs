@@ -56,6 +56,7 @@ where
         Command::Suspend(args) => commands::suspend(args, json, out),
         Command::Resume(args) => commands::resume(args, json, out),
         Command::Suspensions(args) => commands::suspensions(args, json, out),
+        Command::Limits(args) => commands::limits(args.command, json, out),
         Command::Jobs(args) => commands::jobs(args.command, json, out),
         Command::Schedules(args) => commands::schedules(args.command, json, out),
         Command::Node(args) => commands::node(args),

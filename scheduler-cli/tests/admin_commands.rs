@@ -1,4 +1,4 @@
-//! `get`, `list`, `cancel`, `reschedule`, `status` and `dead-letters` against a canned admin API
+//! `get`, `list`, `cancel`, `reschedule`, `status`, `dead-letters` and `limits` against a canned admin API
 //! on loopback:
 //! what they ask, what they print (tables and `--json`), and the exit code each kind of answer
 //! gives. The it-tests run the same commands against a real node; these pin the output to the
@@ -826,4 +826,81 @@ fn dead_letter_error_answers_give_the_exit_codes_of_the_other_commands() {
     assert_eq!(scheduler(&purge).0, scheduler_cli::EXIT_FAILURE);
     let list = ["dead-letters", "list", "--admin", &url, "--limit", "0"];
     assert_eq!(scheduler(&list).0, scheduler_cli::EXIT_USAGE);
+}
+
+#[test]
+fn limits_set_puts_the_values_given_list_prints_both_tables_and_remove_deletes() {
+    let view = r#"{"limitKey":"tenant-42","taskType":null,"concurrency":2,"rate":10.0,"burst":null,"weight":null,"updatedAt":"2026-11-28T10:00:00.000Z"}"#;
+    let listed = format!(
+        r#"{{"overrides":[{view}],"keys":[{{"limitKey":"tenant-42","taskType":null,"permits":2,"running":2,"held":5}}]}}"#
+    );
+    let (url, received) = canned_api(move |line| match line {
+        l if l.starts_with("PUT ") => (200, view.to_string()),
+        l if l.starts_with("DELETE ") => (204, String::new()),
+        _ => (200, listed.clone()),
+    });
+    let set = [
+        "limits",
+        "set",
+        "tenant-42",
+        "--concurrency",
+        "2",
+        "--rate",
+        "10",
+        "--admin",
+    ];
+    let mut args = set.to_vec();
+    args.push(url.as_str());
+    let (code, out) = scheduler(&args);
+    assert_eq!(code, 0, "{out}");
+    assert_eq!(out, "limit key tenant-42: 2 at once, 10/s\n");
+    let request = received.lock().expect("log")[0].clone();
+    assert_eq!(request.line, "PUT /api/v1/limits HTTP/1.1");
+    assert_eq!(
+        serde_json::from_str::<serde_json::Value>(&request.body).expect("JSON"),
+        serde_json::json!({"limitKey": "tenant-42", "concurrency": 2, "rate": 10.0})
+    );
+    let (code, out) = scheduler(&["limits", "list", "--admin", url.as_str()]);
+    assert_eq!(code, 0, "{out}");
+    assert!(
+        out.contains("tenant-42                -                2 at once, 10/s (set 2026-11-28T10:00:00.000Z)"),
+        "{out}"
+    );
+    assert!(
+        out.contains("tenant-42                -                      2       2     5"),
+        "{out}"
+    );
+    let (code, out) = scheduler(&[
+        "limits",
+        "remove",
+        "tenant-42",
+        "--task-type",
+        "mail",
+        "--admin",
+        url.as_str(),
+    ]);
+    assert_eq!(
+        (code, out.as_str()),
+        (0, "removed the override of limit key tenant-42\n")
+    );
+    let request = received.lock().expect("log")[2].clone();
+    assert_eq!(
+        request.line,
+        "DELETE /api/v1/limits?limitKey=tenant-42&taskType=mail HTTP/1.1"
+    );
+    // Nothing to set, or a key no task can carry: refused before any call.
+    let (code, _) = scheduler(&["limits", "set", "tenant-42", "--admin", url.as_str()]);
+    assert_eq!(code, 2);
+    let long = "k".repeat(257);
+    let (code, out) = scheduler(&[
+        "limits",
+        "set",
+        &long,
+        "--weight",
+        "2",
+        "--admin",
+        url.as_str(),
+    ]);
+    assert_eq!(code, 2, "{out}");
+    assert_eq!(received.lock().expect("log").len(), 3);
 }

@@ -95,6 +95,13 @@ impl CallPool {
         }
     }
 
+    /// Keys with waiting tasks share the slots by `weights` (see [`FairSlots`]): before the
+    /// pool's first call.
+    pub(crate) fn with_weights(mut self, weights: crate::slots::Weights) -> Self {
+        self.permits = FairSlots::weighted(self.permits.slots(), Some(weights));
+        self
+    }
+
     /// A due task passes `gates`, in order, before it takes a slot (see [`CallGate`]).
     pub fn with_gates(mut self, gates: Vec<Arc<dyn CallGate>>) -> Self {
         self.gates = gates.into();

@@ -3,7 +3,9 @@
 //! the slot to its own best waiter: the highest priority, then the earliest come (tokio's
 //! semaphore is first come, first served only). So under saturation the keys with waiting tasks
 //! share the slots evenly, and a key with a million due tasks delays another key's task by one
-//! turn per slot at most (issue 33, "fair shares"); without limit keys, every waiter is of one
+//! turn per slot at most (issue 33, "fair shares"). A key's weight (a per-key override, 1 by
+//! default) is how many slots it is given in a row at its turn: a weighted round robin, so keys
+//! with waiters share the slots in proportion to their weights. Without limit keys, every waiter is of one
 //! key and is served by priority, then in the order it came. Only one task of an orderingId
 //! waits at a time, so neither turns nor priority reorder the tasks of one orderingId.
 
@@ -15,10 +17,22 @@ use tokio::sync::oneshot;
 /// A limit key, or none: the class a waiter takes its turns in.
 type Key = Option<String>;
 
+/// A key's weight: how many slots it is given in a row at its turn (at least 1).
+pub(crate) type Weights = Arc<dyn Fn(&str) -> u32 + Send + Sync>;
+
 /// `slots` slots, handed to the best waiter of the key whose turn it is as each is given back.
-#[derive(Debug)]
 pub(crate) struct FairSlots {
     state: Mutex<State>,
+    weights: Option<Weights>,
+    slots: usize,
+}
+
+impl std::fmt::Debug for FairSlots {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FairSlots")
+            .field("state", &self.state)
+            .finish_non_exhaustive()
+    }
 }
 
 #[derive(Debug)]
@@ -31,6 +45,8 @@ struct State {
     turns: VecDeque<Key>,
     /// Arrival numbers: equal priorities are served first come, first served.
     arrivals: u64,
+    /// Slots the key at the front was given in its turn so far.
+    front_served: u32,
 }
 
 #[derive(Debug)]
@@ -94,14 +110,34 @@ impl Drop for Waiting {
 
 impl FairSlots {
     pub(crate) fn new(slots: usize) -> Arc<FairSlots> {
+        FairSlots::weighted(slots, None)
+    }
+
+    /// `slots` slots, each key given `weights` of them in a row at its turn (none: 1 each).
+    pub(crate) fn weighted(slots: usize, weights: Option<Weights>) -> Arc<FairSlots> {
         Arc::new(FairSlots {
             state: Mutex::new(State {
                 free: slots,
                 waiting: HashMap::new(),
                 turns: VecDeque::new(),
                 arrivals: 0,
+                front_served: 0,
             }),
+            weights,
+            slots,
         })
+    }
+
+    /// How many slots there are.
+    pub(crate) fn slots(&self) -> usize {
+        self.slots
+    }
+
+    fn weight_of(&self, key: &Key) -> u32 {
+        match (&self.weights, key) {
+            (Some(weights), Some(key)) => weights(key).max(1),
+            _ => 1,
+        }
     }
 
     /// A slot, once one is free and it is the turn of `key` (whose other waiters of a higher
@@ -146,10 +182,12 @@ impl FairSlots {
     }
 
     /// Hands a slot to the best waiter still waiting of the key whose turn it is, or frees it.
+    /// A key keeps its turn until it was given its weight's worth of slots in a row.
     fn give_back(&self) {
         let mut state = self.lock();
         while let Some(key) = state.turns.pop_front() {
             let Some(waiters) = state.waiting.get_mut(&key) else {
+                state.front_served = 0;
                 continue;
             };
             let mut served = false;
@@ -159,15 +197,25 @@ impl FairSlots {
                     break;
                 }
             }
-            if waiters.is_empty() {
+            let left = !waiters.is_empty();
+            if !left {
                 state.waiting.remove(&key);
+            }
+            state.front_served += u32::from(served);
+            if left && served && state.front_served < self.weight_of(&key) {
+                // Its turn goes on.
+                state.turns.push_front(key);
             } else {
-                state.turns.push_back(key);
+                state.front_served = 0;
+                if left {
+                    state.turns.push_back(key);
+                }
             }
             if served {
                 return;
             }
         }
+        state.front_served = 0;
         state.free += 1;
     }
 
@@ -244,5 +292,42 @@ mod tests {
         ])
         .await;
         assert_eq!(order, ["a-3", "b-1", "none-1", "a-1", "b-2", "a-2", "a-4"]);
+    }
+
+    #[tokio::test]
+    async fn a_keys_weight_is_how_many_slots_it_is_given_in_a_row_at_its_turn() {
+        let weights: Weights = Arc::new(|key: &str| if key == "a" { 3 } else { 1 });
+        let slots = FairSlots::weighted(1, Some(weights));
+        let held = slots.acquire(0, None).await;
+        let order = Arc::new(Mutex::new(Vec::new()));
+        let mut tasks = Vec::new();
+        let waiters = [
+            ("a-1", "a"),
+            ("a-2", "a"),
+            ("a-3", "a"),
+            ("a-4", "a"),
+            ("a-5", "a"),
+            ("b-1", "b"),
+            ("b-2", "b"),
+            ("b-3", "b"),
+        ];
+        for (name, key) in waiters {
+            let (slots, order) = (Arc::clone(&slots), Arc::clone(&order));
+            tasks.push(tokio::spawn(async move {
+                let slot = slots.acquire(0, Some(key)).await;
+                order.lock().unwrap().push(name);
+                drop(slot);
+            }));
+            tokio::task::yield_now().await;
+        }
+        drop(held);
+        for task in tasks {
+            task.await.unwrap();
+        }
+        let order = order.lock().unwrap().clone();
+        assert_eq!(
+            order,
+            ["a-1", "a-2", "a-3", "b-1", "a-4", "a-5", "b-2", "b-3"]
+        );
     }
 }

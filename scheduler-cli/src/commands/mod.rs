@@ -4,6 +4,7 @@
 mod admin;
 mod dead_letters;
 mod jobs;
+mod limits;
 mod migrate;
 mod node;
 mod schedule;
@@ -18,6 +19,7 @@ use scheduler_core::settings::duration_text;
 pub(crate) use admin::{cancel, get, list, partitions, reschedule, status};
 pub(crate) use dead_letters::dead_letters;
 pub(crate) use jobs::jobs;
+pub(crate) use limits::limits;
 pub(crate) use migrate::migrate;
 pub(crate) use node::node;
 pub(crate) use schedule::schedule;

@@ -16,7 +16,7 @@ use crate::handler::Handlers;
 use crate::hooks::TaskHook;
 use crate::identity::IdentityHook;
 use crate::in_flight::InFlightGauges;
-use crate::limits::Limits;
+use crate::limits::{self, KeyOverrides, Limits};
 use crate::metrics::Metrics;
 use crate::settings::SchedulingSettings;
 use crate::store::{
@@ -75,6 +75,7 @@ impl PartitionDeps {
             metrics: None,
             events: None,
             suspensions: None,
+            overrides: None,
         }
     }
 }
@@ -92,6 +93,7 @@ pub struct DepsBuilder {
     metrics: Option<Arc<Metrics>>,
     events: Option<EventPublisher>,
     suspensions: Option<watch::Receiver<Arc<Suspensions>>>,
+    overrides: Option<watch::Receiver<Arc<KeyOverrides>>>,
 }
 
 impl DepsBuilder {
@@ -119,6 +121,12 @@ impl DepsBuilder {
         self
     }
 
+    /// The per-key limit overrides in force, kept current by the node (by default none, ever).
+    pub fn key_overrides(mut self, overrides: watch::Receiver<Arc<KeyOverrides>>) -> Self {
+        self.overrides = Some(overrides);
+        self
+    }
+
     /// The dependencies, with the call pool of the settings' limits (per-type timeouts, per-key
     /// concurrency) and every feature attached: identities, suspensions, dead letters, groups (with
     /// sub-tasks and jobs), completion events.
@@ -136,13 +144,16 @@ impl DepsBuilder {
         let metrics = self.metrics.unwrap_or_default();
         let limits = Limits::start(
             &settings,
+            self.overrides.unwrap_or_else(limits::none),
             &self.node_id,
             Arc::clone(&self.tables.permits),
             &metrics,
             &self.clock,
             &runtime,
         );
-        let pool = pool.with_gates(limits.gates());
+        let pool = pool
+            .with_gates(limits.gates())
+            .with_weights(limits.weights());
         let suspensions = self
             .suspensions
             .unwrap_or_else(|| watch::channel(Arc::default()).1);

@@ -489,6 +489,90 @@ pub struct SuspensionQuery {
     pub target: Option<String>,
 }
 
+/// `GET /api/v1/limits`'s answer: the per-key overrides in force, and this node's use of each
+/// limited key now.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct LimitsResponse {
+    /// The overrides set at run time (every node applies them within 2 s), by key.
+    pub overrides: Vec<KeyLimitView>,
+    /// The keys this node's tasks use a limit of now: permits held, calls running, tasks held.
+    pub keys: Vec<KeyUseView>,
+}
+
+/// A per-key override: the values it sets over the settings' (`null`: the settings' value).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct KeyLimitView {
+    /// The limit key.
+    pub limit_key: String,
+    /// The task type whose tasks of the key it limits; `null`: the queue's.
+    pub task_type: Option<String>,
+    /// Calls at once across the cluster.
+    pub concurrency: Option<u32>,
+    /// Starts a second.
+    pub rate: Option<f64>,
+    /// Starts at once after a quiet spell.
+    pub burst: Option<u32>,
+    /// Its share of the executor's slots when tasks wait for them (a key without one: 1).
+    pub weight: Option<u32>,
+    /// When it was set (ISO 8601).
+    pub updated_at: String,
+}
+
+/// `PUT /api/v1/limits`' body: an override of one key's limits (replacing its earlier one).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct KeyLimitRequest {
+    /// The limit key (1 to 256 bytes).
+    pub limit_key: Option<String>,
+    /// The task type whose tasks of the key it limits (they then count apart from the queue's);
+    /// absent: the queue's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub task_type: Option<String>,
+    /// Calls at once across the cluster (1 to 1,000,000).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub concurrency: Option<u32>,
+    /// Starts a second (over 0, at most 1,000,000).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rate: Option<f64>,
+    /// Starts at once after a quiet spell (1 to 1,000,000; by default a second's worth of the
+    /// rate).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub burst: Option<u32>,
+    /// Its share of the executor's slots when tasks wait for them (1 to 1,000; a key without
+    /// one: 1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub weight: Option<u32>,
+}
+
+/// `DELETE /api/v1/limits`' query: the override to remove.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct KeyLimitQuery {
+    /// The limit key.
+    pub limit_key: Option<String>,
+    /// Its task type; absent: the queue's override.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub task_type: Option<String>,
+}
+
+/// A limited key this node's tasks use now.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct KeyUseView {
+    /// The limit key.
+    pub limit_key: String,
+    /// The task type whose own limit it counts under; `null`: the queue's.
+    pub task_type: Option<String>,
+    /// Of its concurrency permits across the cluster, those this node holds.
+    pub permits: usize,
+    /// Its calls running on this node.
+    pub running: usize,
+    /// Its due tasks held at the limit on this node (waiting for a permit).
+    pub held: usize,
+}
+
 /// `GET /api/v1/jobs`'s answer.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]

@@ -19,6 +19,9 @@
 //! | `GET /api/v1/suspensions` | the suspensions in force: kind, target, since, reason |
 //! | `POST /api/v1/suspensions` with `{"kind","target","reason"?}` | suspend an orderingId, a task type or a group (`<type>/<id>`): its tasks wait, pending (201) |
 //! | `DELETE /api/v1/suspensions?kind=&target=` | lift a suspension (204, also when there was none) |
+//! | `GET /api/v1/limits` | the per-key limit overrides in force, and this node's use of each limited key: permits held, calls running, tasks held |
+//! | `PUT /api/v1/limits` with `{"limitKey","taskType"?,"concurrency"?,"rate"?,"burst"?,"weight"?}` | set one key's override (every node applies it within 2 s) |
+//! | `DELETE /api/v1/limits?limitKey=&taskType=` | remove an override (204, also when there was none) |
 //! | `GET /api/v1/schedules` | the recurring schedules: definition, paused, next and last fire, stalled |
 //! | `POST /api/v1/schedules` with a definition | create or redefine a schedule (201 new, 200 otherwise; the same definition changes nothing) |
 //! | `GET /api/v1/schedules/{id}?count=` | a schedule, its next fire times and its last 20 fires |
@@ -55,6 +58,7 @@ mod dead_letters;
 mod enqueue;
 mod jobs;
 mod json_errors;
+mod limits;
 mod listing;
 mod openapi;
 mod partitions;
@@ -120,7 +124,7 @@ pub fn router(queues: Vec<Arc<AdminState>>) -> Router {
     app.fallback(|| async {
         ApiError {
             status: StatusCode::NOT_FOUND,
-            message: "no such endpoint (see /api/v1/status, /api/v1/partitions, /api/v1/task, /api/v1/tasks, /api/v1/task/cancel, /api/v1/dead-letters, /api/v1/suspensions, /api/v1/jobs, /api/v1/schedules, /metrics, and the same under /queues/<name>/)"
+            message: "no such endpoint (see /api/v1/status, /api/v1/partitions, /api/v1/task, /api/v1/tasks, /api/v1/task/cancel, /api/v1/dead-letters, /api/v1/suspensions, /api/v1/limits, /api/v1/jobs, /api/v1/schedules, /metrics, and the same under /queues/<name>/)"
                 .into(),
         }
     })
@@ -155,6 +159,10 @@ fn queue_routes() -> Router<Arc<AdminState>> {
             get(suspensions::list)
                 .post(suspensions::suspend)
                 .delete(suspensions::resume),
+        )
+        .route(
+            "/api/v1/limits",
+            get(limits::list).put(limits::set).delete(limits::remove),
         )
         .route(
             "/api/v1/schedules",

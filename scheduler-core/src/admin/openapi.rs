@@ -322,6 +322,43 @@ fn operations(a: &mut Answers) -> Vec<Operation> {
             responses: vec![
                 (
                     200,
+                    "The overrides in force, and this node's use of each limited key",
+                    a.of::<LimitsResponse>(),
+                ),
+                store.clone(),
+            ],
+            ..op(
+                "get",
+                "/api/v1/limits",
+                "Per-key limits: overrides set at run time; permits, calls and held tasks per key on this node",
+            )
+        },
+        Operation {
+            body: body::<KeyLimitRequest>(),
+            responses: vec![
+                (200, "Set (every node applies it within 2 s)", a.of::<KeyLimitView>()),
+                bad.clone(),
+                store.clone(),
+            ],
+            ..op(
+                "put",
+                "/api/v1/limits",
+                "Set one limit key's override: concurrency, rate, burst, weight",
+            )
+        },
+        Operation {
+            query: Some(request::<KeyLimitQuery>()),
+            responses: vec![
+                (204, "Removed (also when there was none)", None),
+                bad.clone(),
+                store.clone(),
+            ],
+            ..op("delete", "/api/v1/limits", "Remove a limit key's override")
+        },
+        Operation {
+            responses: vec![
+                (
+                    200,
                     "Every schedule of the queue",
                     a.of::<SchedulesResponse>(),
                 ),

@@ -54,6 +54,8 @@ pub struct AdminState {
     pub scheduling_grace_window: std::time::Duration,
     /// Largest encoded task enqueued over HTTP (the queue's `max_task_data_bytes`).
     pub max_task_bytes: usize,
+    /// The queue's per-key limits on this node (none in tests without a node).
+    pub limits: Option<crate::limits::Limits>,
 }
 
 /// An error answered as JSON.

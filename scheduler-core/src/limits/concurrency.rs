@@ -7,8 +7,10 @@ use std::time::Duration;
 use futures::future::BoxFuture;
 use scheduler_client::Task;
 
+use tokio::sync::watch;
+
 use super::permits::Ledger;
-use super::Scoped;
+use super::{KeyOverrides, Scoped};
 use crate::clock::Clock;
 use crate::hooks::{CallGate, GatePass};
 use crate::metrics::Metrics;
@@ -19,30 +21,41 @@ use crate::store::PermitStore;
 /// node holds, and holds it until its call returns.
 pub struct KeyConcurrency {
     limits: Scoped<usize>,
+    overrides: watch::Receiver<Arc<KeyOverrides>>,
     pub(super) ledger: Arc<Ledger>,
     /// Counts the tasks waiting here (`scheduler_tasks_held_by_limit`).
     pub(super) metrics: Arc<Metrics>,
 }
 
 impl KeyConcurrency {
-    /// The gate of `settings`' `key_concurrency`, if any is set: node `node`'s permits, leased
-    /// from `permits` (alive for `lease_ttl` after each heartbeat) by a task on `runtime`,
-    /// counting the tasks it holds in `metrics`.
+    /// The gate of `settings`' `key_concurrency` and of the `overrides` in force: node `node`'s
+    /// permits, leased from `permits` (alive for `lease_ttl` after each heartbeat) by a task on
+    /// `runtime`, counting the tasks it holds in `metrics`.
     pub fn start(
         settings: &SchedulingSettings,
+        overrides: watch::Receiver<Arc<KeyOverrides>>,
         node: &str,
         permits: Arc<dyn PermitStore>,
         metrics: Arc<Metrics>,
         clock: Arc<dyn Clock>,
         runtime: &tokio::runtime::Handle,
-    ) -> Option<KeyConcurrency> {
-        let limits = Scoped::from_settings(settings, |s| s.key_concurrency, |t| t.key_concurrency)?;
+    ) -> KeyConcurrency {
+        let limits = Scoped::from_settings(settings, |s| s.key_concurrency, |t| t.key_concurrency);
         let ttl: Duration = settings.lease_ttl;
         let ledger = Ledger::start(node, permits, clock, Arc::clone(&metrics), ttl, runtime);
-        Some(KeyConcurrency {
+        KeyConcurrency {
             limits,
+            overrides,
             ledger,
             metrics,
+        }
+    }
+
+    /// The scope and limit of `task`'s key, if it has one.
+    fn limit_of(&self, task: &Task) -> Option<(super::Scope, usize)> {
+        let overrides = Arc::clone(&self.overrides.borrow());
+        self.limits.of(task, &overrides, |limit, values| {
+            (values.concurrency.map(|n| n as usize)).or(limit)
         })
     }
 }
@@ -50,13 +63,13 @@ impl KeyConcurrency {
 impl KeyConcurrency {
     /// Whether tasks of `task`'s key and type wait for a permit on this node now.
     pub(super) fn holds(&self, task: &Task) -> bool {
-        (self.limits.of(task)).is_some_and(|(scope, _)| self.ledger.waiting(&scope))
+        (self.limit_of(task)).is_some_and(|(scope, _)| self.ledger.waiting(&scope))
     }
 }
 
 impl CallGate for KeyConcurrency {
     fn enter(&self, task: &Task) -> Option<BoxFuture<'static, GatePass>> {
-        let (scope, limit) = self.limits.of(task)?;
+        let (scope, limit) = self.limit_of(task)?;
         let metrics = &self.metrics;
         Some(
             self.ledger

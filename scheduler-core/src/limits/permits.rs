@@ -56,6 +56,9 @@ pub(super) struct Ledger {
     metrics: Arc<Metrics>,
     /// The heartbeat row's TTL (`lease_ttl`).
     ttl: Duration,
+    /// Where the ledger's task runs, from the first permit asked for.
+    runtime: tokio::runtime::Handle,
+    started: std::sync::Once,
 }
 
 struct State {
@@ -131,7 +134,8 @@ impl Drop for Permit {
 
 impl Ledger {
     /// The ledger of node `node`'s permits in `store`, its holder alive for `ttl` after each
-    /// heartbeat; its task runs on `runtime` while the ledger is in use.
+    /// heartbeat; its task runs on `runtime` from the first permit asked for while the ledger
+    /// is in use (a queue whose tasks never need one writes nothing).
     pub(super) fn start(
         node: &str,
         store: Arc<dyn PermitStore>,
@@ -142,7 +146,7 @@ impl Ledger {
     ) -> Arc<Ledger> {
         let now = clock.now();
         let began = now.timestamp_millis();
-        let ledger = Arc::new(Ledger {
+        Arc::new(Ledger {
             state: Mutex::new(State {
                 node: node.to_string(),
                 began,
@@ -158,9 +162,9 @@ impl Ledger {
             clock,
             metrics,
             ttl,
-        });
-        runtime.spawn(keep(Arc::downgrade(&ledger), Arc::clone(&ledger.wake)));
-        ledger
+            runtime: runtime.clone(),
+            started: std::sync::Once::new(),
+        })
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
@@ -175,6 +179,10 @@ impl Ledger {
         limit: usize,
         held_by_limit: impl FnOnce() -> WaitingForHandler,
     ) -> BoxFuture<'static, GatePass> {
+        self.started.call_once(|| {
+            let task = keep(Arc::downgrade(self), Arc::clone(&self.wake));
+            self.runtime.spawn(task);
+        });
         let now = self.clock.now();
         let mut state = self.lock();
         let valid = state.valid_at(now);
@@ -280,7 +288,8 @@ impl Ledger {
                     if valid && key.retry_at.is_none_or(|at| at <= now) {
                         takes.push((scope.clone(), key.limit));
                     }
-                } else if key.held > demand {
+                } else if key.held > wanted {
+                    // Unused, or over a limit lowered since they were taken.
                     let since = *key.surplus_since.get_or_insert(now);
                     if now - since >= delta(LINGER) {
                         gives.push((scope.clone(), key.limit));
@@ -426,7 +435,7 @@ impl Ledger {
                 let free = limit.saturating_sub(others + mine);
                 mine + demand.min(limit).saturating_sub(mine).min(free)
             } else {
-                mine.min(demand)
+                mine.min(demand).min(limit)
             };
             if target == mine {
                 self.settle(scope, generation, mine, take);
@@ -496,7 +505,6 @@ impl Ledger {
 
     /// This node's permits now, by scope (held, given to calls, tasks waiting), for tests and
     /// the admin API.
-    #[cfg_attr(not(test), allow(dead_code))]
     pub(super) fn holding(&self) -> Vec<(Scope, usize, usize, usize)> {
         let mut state = self.lock();
         let mut keys: Vec<_> = (state.keys.iter_mut())

@@ -14,7 +14,9 @@ use futures::future::BoxFuture;
 use futures::FutureExt;
 use scheduler_client::Task;
 
-use super::{Scope, Scoped};
+use tokio::sync::watch;
+
+use super::{KeyOverrides, Scope, Scoped};
 use crate::clock::Clock;
 use crate::hooks::{CallGate, GatePass};
 use crate::metrics::Metrics;
@@ -48,40 +50,66 @@ impl Rate {
 /// The gate of `key_rate`: each key's theoretical arrival time of its next start.
 pub struct KeyRate {
     pub(super) rates: Scoped<Rate>,
+    overrides: watch::Receiver<Arc<KeyOverrides>>,
     next: Mutex<HashMap<Scope, DateTime<Utc>>>,
     /// Counts the tasks waiting here (`scheduler_tasks_held_by_limit`).
     metrics: Arc<Metrics>,
     clock: Arc<dyn Clock>,
 }
 
+/// A second's worth of `per_second`, at least 1.
+fn default_burst(per_second: f64) -> u32 {
+    per_second.ceil().clamp(1.0, f64::from(u32::MAX)) as u32
+}
+
 /// Keys kept before the ones whose time has passed (which a new entry would equal) are dropped.
 const KEYS_KEPT: usize = 4096;
 
 impl KeyRate {
-    /// The gate of `settings`' `key_rate` (with its `key_burst`, by default a second's worth),
-    /// if any is set.
-    pub fn from_settings(
+    /// The gate of `settings`' `key_rate` (with its `key_burst`, by default a second's worth)
+    /// and of the `overrides` in force.
+    pub fn new(
         settings: &SchedulingSettings,
+        overrides: watch::Receiver<Arc<KeyOverrides>>,
         metrics: Arc<Metrics>,
         clock: Arc<dyn Clock>,
-    ) -> Option<KeyRate> {
+    ) -> KeyRate {
         let rate = |per_second: Option<f64>, burst: Option<u32>| {
             per_second.map(|per_second| Rate {
                 per_second,
-                burst: burst.unwrap_or(per_second.ceil().clamp(1.0, f64::from(u32::MAX)) as u32),
+                burst: burst.unwrap_or(default_burst(per_second)),
             })
         };
         let rates = Scoped::from_settings(
             settings,
             |s| rate(s.key_rate, s.key_burst),
             |t| rate(t.key_rate, t.key_burst.or(settings.key_burst)),
-        )?;
-        Some(KeyRate {
+        );
+        KeyRate {
             rates,
+            overrides,
             next: Mutex::default(),
             metrics,
             clock,
-        })
+        }
+    }
+
+    /// The scope and rate of `task`'s key, if it has one: an override's rate comes with its
+    /// burst (by default a second's worth of it), an override's burst alone applies to the rate
+    /// from the settings.
+    fn rate_of(&self, task: &Task) -> Option<(Scope, Rate)> {
+        let overrides = Arc::clone(&self.overrides.borrow());
+        self.rates
+            .of(task, &overrides, |rate, values| match values.rate {
+                Some(per_second) => Some(Rate {
+                    per_second,
+                    burst: values.burst.unwrap_or(default_burst(per_second)),
+                }),
+                None => rate.map(|rate| Rate {
+                    burst: values.burst.unwrap_or(rate.burst),
+                    ..rate
+                }),
+            })
     }
 
     /// When the next task of `scope` may start, entering at `now`: that start is taken.
@@ -105,7 +133,7 @@ impl KeyRate {
 impl KeyRate {
     /// Whether `task`'s key's next start is not due yet (a task of it entering would wait).
     pub(super) fn holds(&self, task: &Task) -> bool {
-        let Some((scope, rate)) = self.rates.of(task) else {
+        let Some((scope, rate)) = self.rate_of(task) else {
             return false;
         };
         let now = self.clock.now();
@@ -119,7 +147,7 @@ impl KeyRate {
 
 impl CallGate for KeyRate {
     fn enter(&self, task: &Task) -> Option<BoxFuture<'static, GatePass>> {
-        let (scope, rate) = self.rates.of(task)?;
+        let (scope, rate) = self.rate_of(task)?;
         let now = self.clock.now();
         let start = self.take_start(scope, rate, now);
         if start <= now {

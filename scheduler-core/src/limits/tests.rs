@@ -13,6 +13,7 @@ use crate::hooks::GatePass;
 use crate::settings::TypeLimits;
 use crate::store::memory::MemoryStore;
 use crate::store::PermitStore;
+use tokio::sync::watch;
 
 fn task(task_type: &str, key: Option<&str>) -> Task {
     let mut task = Task::new("o", Utc::now(), "u", Default::default()).of_type(task_type);
@@ -26,7 +27,18 @@ fn gate_on(
     store: &MemoryStore,
     queue: Option<usize>,
     types: &[(&str, usize)],
-) -> Option<KeyConcurrency> {
+) -> KeyConcurrency {
+    gate_with(node, store, queue, types, none())
+}
+
+/// [`gate_on`], under the overrides `overrides` sends.
+fn gate_with(
+    node: &str,
+    store: &MemoryStore,
+    queue: Option<usize>,
+    types: &[(&str, usize)],
+    overrides: watch::Receiver<Arc<KeyOverrides>>,
+) -> KeyConcurrency {
     let settings = SchedulingSettings {
         key_concurrency: queue,
         lease_ttl: TTL,
@@ -46,6 +58,7 @@ fn gate_on(
     let runtime = tokio::runtime::Handle::current();
     KeyConcurrency::start(
         &settings,
+        overrides,
         node,
         Arc::new(store.clone()),
         Arc::default(),
@@ -89,18 +102,66 @@ fn held(metrics: &Metrics) -> String {
 }
 
 #[tokio::test(start_paused = true)]
-async fn no_limit_set_means_no_gate_and_a_task_without_a_key_passes_at_once() {
+async fn a_task_without_a_key_or_a_limit_passes_at_once() {
     let store = MemoryStore::new();
-    assert!(gate_on("n", &store, None, &[]).is_none());
-    let gate = gate_on("n", &store, Some(1), &[]).expect("a gate");
+    let unlimited = gate_on("n", &store, None, &[]);
+    assert!(unlimited.enter(&task("any", Some("k"))).is_none());
+    let gate = gate_on("n", &store, Some(1), &[]);
     assert!(gate.enter(&task("any", None)).is_none());
+}
+
+/// An override per key set, changed and removed at run time: the key's next task counts under
+/// it, other keys under the settings.
+#[tokio::test(start_paused = true)]
+async fn an_override_sets_changes_and_removes_a_keys_limit_at_run_time() {
+    let store = MemoryStore::new();
+    let (set, overrides) = watch::channel(Arc::new(KeyOverrides::default()));
+    let gate = gate_with("n", &store, None, &[], overrides);
+    let k = task("mail", Some("k"));
+    let override_of = |task_type: Option<&str>, concurrency: u32| {
+        let row = crate::store::KeyLimit {
+            task_type: task_type.map(String::from),
+            limit_key: "k".into(),
+            values: crate::store::LimitValues {
+                concurrency: Some(concurrency),
+                ..Default::default()
+            },
+            updated_at: Utc::now(),
+        };
+        Arc::new(KeyOverrides::new(vec![row]))
+    };
+    // No limit in the settings: k is not limited.
+    assert!(gate.enter(&k).is_none());
+    // Set: at most one of k at once; another key is not limited.
+    set.send_replace(override_of(None, 1));
+    let first = enter(&gate, &k).await.ok().expect("the first of k passes");
+    let mut second = enter(&gate, &k).await.err().expect("the second of k waits");
+    assert!(gate.enter(&task("mail", Some("other"))).is_none());
+    // Changed to two: the waiting task passes.
+    set.send_replace(override_of(None, 2));
+    let third = enter(&gate, &k).await;
+    after(300).await;
+    let second = (&mut second)
+        .now_or_never()
+        .expect("the limit of two lets the second through");
+    assert!(third.is_err(), "a third waits under two");
+    // An override for one type counts that type's tasks of the key apart.
+    set.send_replace(override_of(Some("sms"), 1));
+    let sms = enter(&gate, &task("sms", Some("k")))
+        .await
+        .ok()
+        .expect("sms counts apart");
+    // Removed: k is not limited any more.
+    set.send_replace(Arc::default());
+    assert!(gate.enter(&k).is_none());
+    drop((first, second, sms));
 }
 
 #[tokio::test(start_paused = true)]
 async fn a_keys_calls_on_every_node_together_stay_within_its_limit_and_hold_up_no_other_key() {
     let store = MemoryStore::new();
-    let a = gate_on("node-a", &store, Some(2), &[]).expect("a gate");
-    let b = gate_on("node-b", &store, Some(2), &[]).expect("a gate");
+    let a = gate_on("node-a", &store, Some(2), &[]);
+    let b = gate_on("node-b", &store, Some(2), &[]);
     let k = task("mail", Some("tenant-k"));
     let first = enter(&a, &k).await.ok().expect("first of k passes on a");
     let second = enter(&a, &k).await.ok().expect("second of k passes on a");
@@ -165,7 +226,7 @@ async fn a_keys_calls_on_every_node_together_stay_within_its_limit_and_hold_up_n
 #[tokio::test(start_paused = true)]
 async fn a_types_own_limit_counts_its_calls_apart_from_the_queues() {
     let store = MemoryStore::new();
-    let gate = gate_on("n", &store, Some(1), &[("report", 3)]).expect("a gate");
+    let gate = gate_on("n", &store, Some(1), &[("report", 3)]);
     let mut passes = Vec::new();
     for _ in 0..3 {
         passes.push(
@@ -203,8 +264,8 @@ async fn a_cut_off_nodes_permits_lapse_before_they_return_to_the_cluster_and_cou
     let store = MemoryStore::new();
     let cut = Arc::new(Cut(Default::default()));
     let a_store = store.with_gate(Arc::clone(&cut) as Arc<dyn crate::store::memory::Gate>);
-    let a = gate_on("node-a", &a_store, Some(2), &[]).expect("a gate");
-    let b = gate_on("node-b", &store, Some(2), &[]).expect("a gate");
+    let a = gate_on("node-a", &a_store, Some(2), &[]);
+    let b = gate_on("node-b", &store, Some(2), &[]);
     let k = task("mail", Some("k"));
     let first = enter(&a, &k).await.ok().expect("passes");
     let second = enter(&a, &k).await.ok().expect("passes");
@@ -257,7 +318,7 @@ fn rate_gate(rate: f64, burst: Option<u32>, clock: Arc<dyn Clock>) -> KeyRate {
         key_burst: burst,
         ..SchedulingSettings::default()
     };
-    KeyRate::from_settings(&settings, Arc::default(), clock).expect("a gate")
+    KeyRate::new(&settings, none(), Arc::default(), clock)
 }
 
 #[tokio::test(start_paused = true)]

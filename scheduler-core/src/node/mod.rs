@@ -214,6 +214,7 @@ impl SchedulerNode {
                     token: settings.admin.token.clone(),
                     scheduling_grace_window: p.queue.scheduling.scheduling_grace_window,
                     max_task_bytes: p.queue.scheduling.max_task_data_bytes,
+                    limits: Some(p.deps.limits.clone()),
                 }));
             }
             Some(start_admin(&settings.admin, states, runtime).await?)

@@ -24,11 +24,12 @@ use crate::enqueue::{Enqueuer, KafkaEnqueuer};
 use crate::events::EventPublisher;
 use crate::handler::Handlers;
 use crate::in_flight::InFlightGauges;
+use crate::limits;
 use crate::metrics::Metrics;
 use crate::recurring::ticker::Ticker;
 use crate::recurring::{RecurringSchedules, TICK_TYPE};
 use crate::settings::Queue;
-use crate::store::{CassandraStore, PartitionId, SuspensionStore, TaskStore};
+use crate::store::{CassandraStore, KeyLimitStore, PartitionId, SuspensionStore, TaskStore};
 use crate::suspend;
 
 /// A queue's parts before its tree starts.
@@ -110,6 +111,15 @@ impl Prepared {
             .map_err(NodeError::runtime("reading the suspensions"))??;
         let watched: Arc<dyn SuspensionStore> = store.clone();
         runtime.spawn(suspend::poll(watched, suspended));
+        let (overridden, overrides) = runtime
+            .spawn({
+                let store = Arc::clone(&store);
+                async move { limits::read(store.as_ref()).await }
+            })
+            .await
+            .map_err(NodeError::runtime("reading the per-key limit overrides"))??;
+        let watched: Arc<dyn KeyLimitStore> = store.clone();
+        runtime.spawn(limits::poll(watched, overridden));
         let deps = PartitionDeps::builder(
             node_id,
             cassandra,
@@ -123,6 +133,7 @@ impl Prepared {
         .metrics(metrics)
         .events(events)
         .suspensions(suspensions)
+        .key_overrides(overrides)
         .build();
         Ok(Prepared {
             queue,

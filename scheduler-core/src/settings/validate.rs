@@ -104,12 +104,12 @@ const KEY_RATE: &str = "must be a number of starts a second above 0, at most 100
 const KEY_BURST: &str = "must be from 1 to 1000000 when set";
 
 /// Whether `rate`, when set, is a rate of starts the limits handle (`limits::KeyRate`).
-fn is_key_rate(rate: Option<f64>) -> bool {
+pub(crate) fn is_key_rate(rate: Option<f64>) -> bool {
     rate.is_none_or(|r| r.is_finite() && r > 0.0 && r <= 1e6)
 }
 
 /// Whether `burst`, when set, is a burst the limits handle.
-fn is_key_burst(burst: Option<u32>) -> bool {
+pub(crate) fn is_key_burst(burst: Option<u32>) -> bool {
     burst.is_none_or(|b| (1..=1_000_000).contains(&b))
 }
 

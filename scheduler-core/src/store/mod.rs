@@ -14,6 +14,7 @@ pub(crate) mod group_marks;
 pub mod groups;
 pub mod identities;
 pub mod jobs;
+pub mod key_limits;
 pub mod leases;
 // The unit tests' and the simulation's store, and the testing kit's (`crate::testing`), which
 // uses only part of it.
@@ -41,6 +42,7 @@ pub use groups::{
 };
 pub use identities::{IdentityRecord, IdentityStore};
 pub use jobs::{BucketProgress, JobRecord, JobStore};
+pub use key_limits::{KeyLimit, KeyLimitStore, LimitValues};
 pub use leases::{LeaseRecord, LeaseStore};
 pub use ownership::{LowWater, OwnershipStore, PartitionOwner};
 pub use permits::{KeyHolders, PermitStore};
@@ -191,6 +193,7 @@ pub trait TaskStore:
     + JobStore
     + RecurringStore
     + PermitStore
+    + KeyLimitStore
 {
 }
 
@@ -208,6 +211,7 @@ impl<T> TaskStore for T where
         + JobStore
         + RecurringStore
         + PermitStore
+        + KeyLimitStore
 {
 }
 

@@ -89,16 +89,18 @@ pub(crate) enum Section {
     DeadLetters,
     GroupsJobs,
     Schedules,
+    Limits,
     Task,
     Login,
 }
 
 impl Section {
-    const NAVIGATION: [(Section, &'static str, &'static str); 5] = [
+    const NAVIGATION: [(Section, &'static str, &'static str); 6] = [
         (Section::Overview, "", "Overview"),
         (Section::DeadLetters, "/dead-letters", "Dead letters"),
         (Section::GroupsJobs, "/groups-jobs", "Groups & jobs"),
         (Section::Schedules, "/schedules", "Schedules"),
+        (Section::Limits, "/limits", "Limits"),
         (Section::Task, "/task", "Task lookup"),
     ];
 }

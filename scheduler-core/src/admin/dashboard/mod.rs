@@ -12,6 +12,8 @@
 //! | `POST /dashboard/dead-letters/redrive` | redrive one (its key) or a type, then back to the list |
 //! | `GET /dashboard/groups-jobs[?groupType=&groupId=]` | jobs with their progress; a group's members |
 //! | `GET /dashboard/schedules[?id=]` | recurring schedules; one's next and last fires |
+//! | `GET /dashboard/limits` | per-key limits: this node's permits, running calls and held tasks per key; the overrides, a remove button each, and a form setting one |
+//! | `POST /dashboard/limits/set`, `/remove` | set or remove a key's override, then back to the page |
 //! | `GET /dashboard/task?orderingId=&uniquenessKey=[&scheduledTime=]` | a task's status, data and attempts |
 //! | `GET`, `POST /dashboard/login`; `POST /dashboard/logout` | the token as a cookie (see [`login`]) |
 //!
@@ -27,6 +29,7 @@ mod dead_letters;
 mod groups_jobs;
 pub(crate) mod history;
 mod html;
+mod limits;
 pub(crate) mod login;
 mod metrics_text;
 mod overview;
@@ -53,6 +56,9 @@ pub(crate) fn routes() -> Router<Arc<AdminState>> {
         )
         .route("/dashboard/groups-jobs", get(groups_jobs::page))
         .route("/dashboard/schedules", get(schedules::page))
+        .route("/dashboard/limits", get(limits::page))
+        .route("/dashboard/limits/set", post(limits::set))
+        .route("/dashboard/limits/remove", post(limits::remove))
         .route("/dashboard/task", get(task::page))
 }
 

@@ -196,3 +196,73 @@ async fn a_login_sets_the_cookie_the_dashboard_and_the_api_take_in_place_of_the_
     assert_eq!(out.location, "/dashboard/login");
     assert!(out.cookie.contains("Max-Age=0"), "{}", out.cookie);
 }
+
+#[tokio::test]
+async fn the_limits_page_sets_lists_and_removes_a_keys_override() {
+    let app = app().await;
+    let login = call(
+        &app,
+        Method::POST,
+        "/dashboard/login",
+        "",
+        "token=s3cret&next=%2Fdashboard",
+    )
+    .await;
+    let cookie = login
+        .cookie
+        .split(';')
+        .next()
+        .unwrap_or_default()
+        .to_string();
+    let page = call(&app, Method::GET, "/dashboard/limits", &cookie, "").await;
+    assert_eq!(page.status, StatusCode::OK);
+    for expected in ["id=\"no-keys\"", "id=\"no-overrides\"", "id=\"set-limit\""] {
+        assert!(page.body.contains(expected), "{expected}: {}", page.body);
+    }
+    let set = call(
+        &app,
+        Method::POST,
+        "/dashboard/limits/set",
+        &cookie,
+        "limitKey=tenant-%3Cx%3E&taskType=&concurrency=2&rate=&burst=&weight=3",
+    )
+    .await;
+    assert_eq!(set.status, StatusCode::SEE_OTHER, "{}", set.body);
+    assert_eq!(set.location, "/dashboard/limits?set=tenant-%3Cx%3E");
+    let page = call(&app, Method::GET, &set.location, &cookie, "").await;
+    for expected in [
+        "Set the limits of <code>tenant-&lt;x&gt;</code>",
+        "<tr class=\"override\" data-key=\"tenant-&lt;x&gt;\">",
+        "<td data-field=\"concurrency\">2</td>",
+        "<td data-field=\"weight\">3</td>",
+    ] {
+        assert!(page.body.contains(expected), "{expected}: {}", page.body);
+    }
+    let api = call(&app, Method::GET, "/api/v1/limits", &cookie, "").await;
+    assert!(
+        api.body.contains("\"limitKey\":\"tenant-<x>\""),
+        "{}",
+        api.body
+    );
+    // Bad input is answered with the reason, and nothing is set.
+    for (form, says) in [
+        ("limitKey=k&concurrency=two", "At once must be a number"),
+        ("limitKey=k&concurrency=0", "concurrency must be 1 to"),
+        ("limitKey=k", "set at least one"),
+    ] {
+        let refused = call(&app, Method::POST, "/dashboard/limits/set", &cookie, form).await;
+        assert_eq!(refused.status, StatusCode::BAD_REQUEST, "{form}");
+        assert!(refused.body.contains(says), "{form}: {}", refused.body);
+    }
+    let removed = call(
+        &app,
+        Method::POST,
+        "/dashboard/limits/remove",
+        &cookie,
+        "limitKey=tenant-%3Cx%3E&taskType=",
+    )
+    .await;
+    assert_eq!(removed.status, StatusCode::SEE_OTHER, "{}", removed.body);
+    let page = call(&app, Method::GET, &removed.location, &cookie, "").await;
+    assert!(page.body.contains("id=\"no-overrides\""), "{}", page.body);
+}

@@ -646,11 +646,12 @@ async fn migrate_v12(session: &Session, settings: &CassandraSettings) -> StoreRe
     backfill_group_marks(session, settings).await
 }
 
-/// Version 13: per-key permits across the cluster (`crate::limits`): a row per limit key in use
-/// with its holders and a version (`key_permits`, changed by lightweight transactions, removed
-/// when no holder is left), and one partition of holders' heartbeat rows (`key_permit_holders`,
-/// written with a TTL every third of it: its tombstones are the expired rows of holders gone in
-/// the last `gc_grace_seconds`, an hour).
+/// Version 13: per-key limits (`crate::limits`). Permits across the cluster: a row per limit key
+/// in use with its holders and a version (`key_permits`, changed by lightweight transactions,
+/// removed when no holder is left), and one partition of holders' heartbeat rows
+/// (`key_permit_holders`, written with a TTL every third of it: its tombstones are the expired
+/// rows of holders gone in the last `gc_grace_seconds`, an hour). And the overrides an operator
+/// sets per key at run time (`key_limits`, one partition every node polls).
 async fn migrate_v13(session: &Session, ks: &str) -> StoreResult<()> {
     let keys = format!(
         "CREATE TABLE IF NOT EXISTS {ks}.key_permits (scope text, limit_key text, \
@@ -660,7 +661,11 @@ async fn migrate_v13(session: &Session, ks: &str) -> StoreResult<()> {
         "CREATE TABLE IF NOT EXISTS {ks}.key_permit_holders (shard int, holder text, \
          beat_at timestamp, PRIMARY KEY ((shard), holder)) WITH gc_grace_seconds = 3600"
     );
-    for ddl in [keys, holders] {
+    let overrides = format!(
+        "CREATE TABLE IF NOT EXISTS {ks}.key_limits (shard int, scope text, limit_key text, \
+         limits text, updated_at timestamp, PRIMARY KEY ((shard), scope, limit_key))"
+    );
+    for ddl in [keys, holders, overrides] {
         run_schema_statement(session, ddl).await?;
     }
     await_agreement(session).await
