@@ -109,6 +109,12 @@ impl Key {
         }
     }
 
+    /// The permits its tasks may use: those held, within a limit lowered since they were taken
+    /// (the surplus goes back after `LINGER`).
+    fn usable(&self) -> usize {
+        self.held.min(self.limit)
+    }
+
     /// Permits used and waited for (waiters that stopped waiting are let go first).
     fn demand(&mut self) -> usize {
         self.waiters.retain(|w| !w.is_closed());
@@ -191,7 +197,7 @@ impl Ledger {
             .entry(scope.clone())
             .or_insert_with(|| Key::new(limit));
         key.limit = limit;
-        if valid && key.waiters.is_empty() && key.in_use < key.held {
+        if valid && key.waiters.is_empty() && key.in_use < key.usable() {
             key.in_use += 1;
             drop(state);
             let permit = self.permit_of(scope, generation);
@@ -253,7 +259,7 @@ impl Ledger {
 
     /// Gives the permits `key` holds free to its waiters, in the order they came.
     fn hand_on(self: &Arc<Self>, key: &mut Key, scope: &Scope, generation: u64) {
-        while key.in_use < key.held {
+        while key.in_use < key.usable() {
             let Some(waiter) = key.waiters.pop_front() else {
                 return;
             };
