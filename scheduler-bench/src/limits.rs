@@ -15,7 +15,9 @@ use scheduler_core::settings::SchedulingSettings;
 use crate::ceilings::bench_task;
 use crate::cpu::{self, CpuSnapshot};
 use crate::probe::Probe;
-use crate::scenarios::{enqueue, node_error, seconds_between, wait_until, PARTITIONS};
+use crate::scenarios::{
+    enqueue, node_error, per_task, seconds_between, wait_until, PARTITIONS, STATEMENTS,
+};
 use crate::BenchError;
 
 /// One burst's figures.
@@ -29,6 +31,8 @@ pub struct LimitsRun {
     pub permit_writes_per_task: Vec<(String, f64)>,
     /// CPU milliseconds per task of each process, and their total.
     pub cpu_per_task_ms: Vec<(String, f64)>,
+    /// CQL statements the node ran per task, by operation, most first.
+    pub statements_per_task: Vec<(String, f64)>,
 }
 
 /// The bursts, in the order they ran.
@@ -115,13 +119,16 @@ async fn burst(
     let total_s = seconds_between(started, probe.last().unwrap_or(started));
     // The permits given back after the burst are part of its cost: wait for them.
     tokio::time::sleep(Duration::from_secs(3)).await;
-    let permit_writes_per_task = permit_writes(&node.metrics(), tasks);
+    let metrics = node.metrics();
+    let permit_writes_per_task = permit_writes(&metrics, tasks);
+    let statements_per_task = per_task(&metrics, STATEMENTS, tasks);
     node.shutdown().await.map_err(node_error)?;
     Ok(LimitsRun {
         limits_on: limit.is_some(),
         tasks_per_s: tasks as f64 / total_s,
         permit_writes_per_task,
         cpu_per_task_ms,
+        statements_per_task,
     })
 }
 

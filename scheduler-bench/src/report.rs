@@ -662,6 +662,10 @@ impl Figures {
                 let writes: Vec<String> = (run.permit_writes_per_task.iter())
                     .map(|(outcome, n)| format!("{outcome} {n:.4}"))
                     .collect();
+                let requests: f64 = run.statements_per_task.iter().map(|(_, n)| n).sum();
+                let most: Vec<String> = (run.statements_per_task.iter().take(4))
+                    .map(|(operation, n)| format!("{operation} {n:.3}"))
+                    .collect();
                 let on = match run.limits_on {
                     true => format!("limits on (key_concurrency {})", l.limit),
                     false => "limits off".to_string(),
@@ -670,7 +674,8 @@ impl Figures {
                     format!("burst of {} over {} keys, {on}", l.tasks, l.keys),
                     rate(run.tasks_per_s, "tasks"),
                     format!(
-                        "permit writes a task: [{}]; CPU {total} a task ({each})",
+                        "{requests:.2} requests a task ({}); permit writes a task: [{}]; CPU {total} a task ({each})",
+                        most.join(", "),
                         writes.join(", ")
                     ),
                 );
@@ -972,6 +977,9 @@ impl Figures {
                         .map(|(outcome, n)| (outcome.clone(), json!(n)))
                         .collect::<serde_json::Map<_, _>>(),
                     "cpu_per_task_ms": cpu_json(&r.cpu_per_task_ms),
+                    "statements_per_task": (r.statements_per_task.iter())
+                        .map(|(operation, n)| (operation.clone(), json!(n)))
+                        .collect::<serde_json::Map<_, _>>(),
                 })).collect::<Vec<_>>(),
             })),
             "peers": self.peers_json(),

@@ -666,7 +666,7 @@ pub async fn big_group(members: u32) -> Result<BigGroup, BenchError> {
 
 /// The node's counter `name` (`scheduler_cql_statements_total`, `scheduler_cql_rows_total`)
 /// by operation, per task of `tasks`, most first.
-fn per_task(metrics: &str, name: &str, tasks: usize) -> Vec<(String, f64)> {
+pub(crate) fn per_task(metrics: &str, name: &str, tasks: usize) -> Vec<(String, f64)> {
     by_operation(metrics, name)
         .into_iter()
         .map(|(operation, n)| (operation, n as f64 / tasks.max(1) as f64))
@@ -674,7 +674,7 @@ fn per_task(metrics: &str, name: &str, tasks: usize) -> Vec<(String, f64)> {
 }
 
 /// The node's count of CQL statements (requests), by operation.
-const STATEMENTS: &str = "scheduler_cql_statements_total";
+pub(crate) const STATEMENTS: &str = "scheduler_cql_statements_total";
 
 /// The sum of a count by operation.
 fn total(counts: &[(String, u64)]) -> u64 {

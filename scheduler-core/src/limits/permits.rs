@@ -5,7 +5,10 @@
 //!
 //! - **Taking and giving back** is one lightweight transaction on the key's row (its holders and
 //!   a version), made by the ledger's own task, never by a task's run: a key whose permits stay
-//!   with a node costs nothing per task. Permits move between nodes at the pace of `LINGER`.
+//!   with a node costs nothing per task. A node takes what its tasks need and, while they need
+//!   any, a reserve of a quarter of the limit when free (`kept`), so a key whose tasks come and go
+//!   is not taken and given back one permit at a time. Permits move between nodes at the pace of
+//!   `LINGER`.
 //! - **Liveness.** The holder writes its heartbeat row every third of `lease_ttl`, with a TTL of
 //!   `lease_ttl`. Its permits count while the row lives; a holder whose row expired is dropped
 //!   from a key's row by the next node that changes it, so a dead node's permits return after
@@ -24,7 +27,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, TimeDelta, Utc};
 use futures::future::BoxFuture;
-use futures::{FutureExt, StreamExt};
+use futures::FutureExt;
 use tokio::sync::{oneshot, Notify};
 use tracing::{debug, warn};
 
@@ -43,7 +46,7 @@ const TICK: Duration = Duration::from_millis(100);
 /// The longest wait before trying again for a key none was free of.
 const MAX_BACKOFF: Duration = Duration::from_secs(1);
 /// Keys whose permits are taken or given back at once.
-const CHANGES_AT_ONCE: usize = 16;
+const CHANGES_AT_ONCE: usize = 64;
 /// Lightweight transactions lost to another holder in a row before a change waits a tick.
 const SWAP_TRIES: u32 = 3;
 
@@ -58,6 +61,8 @@ pub(super) struct Ledger {
     ttl: Duration,
     /// Where the ledger's task runs, from the first permit asked for.
     runtime: tokio::runtime::Handle,
+    /// Changes of keys' permits under way at once.
+    changes: Arc<tokio::sync::Semaphore>,
     started: std::sync::Once,
 }
 
@@ -94,10 +99,16 @@ struct Key {
     retry_at: Option<DateTime<Utc>>,
     /// Takes in a row that found none free.
     empty_takes: u32,
+    /// When a permit was last given or given back, or a task came: a key is idle once its
+    /// tasks needed none for `LINGER` (the ledger looks only every tick, and a key whose
+    /// calls are short needs none at most of those moments).
+    last_busy: DateTime<Utc>,
+    /// A change of its permits is under way.
+    changing: bool,
 }
 
 impl Key {
-    fn new(limit: usize) -> Key {
+    fn new(limit: usize, now: DateTime<Utc>) -> Key {
         Key {
             limit,
             held: 0,
@@ -106,6 +117,8 @@ impl Key {
             surplus_since: None,
             retry_at: None,
             empty_takes: 0,
+            last_busy: now,
+            changing: false,
         }
     }
 
@@ -169,6 +182,7 @@ impl Ledger {
             metrics,
             ttl,
             runtime: runtime.clone(),
+            changes: Arc::new(tokio::sync::Semaphore::new(CHANGES_AT_ONCE)),
             started: std::sync::Once::new(),
         })
     }
@@ -195,8 +209,9 @@ impl Ledger {
         let generation = state.generation;
         let key = (state.keys)
             .entry(scope.clone())
-            .or_insert_with(|| Key::new(limit));
+            .or_insert_with(|| Key::new(limit, now));
         key.limit = limit;
+        key.last_busy = now;
         if valid && key.waiters.is_empty() && key.in_use < key.usable() {
             key.in_use += 1;
             drop(state);
@@ -252,6 +267,7 @@ impl Ledger {
             return;
         };
         key.in_use = key.in_use.saturating_sub(1);
+        key.last_busy = now;
         if valid {
             self.hand_on(key, scope, generation);
         }
@@ -285,19 +301,26 @@ impl Ledger {
             let mut gives = Vec::new();
             state.keys.retain(|scope, key| {
                 let demand = key.demand();
-                if demand == 0 && key.held == 0 {
+                if demand == 0 && key.held == 0 && !key.changing {
                     return false;
+                }
+                if key.changing {
+                    return true;
                 }
                 let wanted = demand.min(key.limit);
                 if key.held < wanted {
                     key.surplus_since = None;
                     if valid && key.retry_at.is_none_or(|at| at <= now) {
+                        key.changing = true;
                         takes.push((scope.clone(), key.limit));
                     }
-                } else if key.held > wanted {
-                    // Unused, or over a limit lowered since they were taken.
+                } else if key.held > kept(demand, key.limit) {
+                    // Unused for `LINGER`, beyond the reserve for `LINGER`, or over a limit
+                    // lowered since they were taken.
                     let since = *key.surplus_since.get_or_insert(now);
-                    if now - since >= delta(LINGER) {
+                    let due = demand > 0 || now - key.last_busy >= delta(LINGER);
+                    if due && now - since >= delta(LINGER) {
+                        key.changing = true;
                         gives.push((scope.clone(), key.limit));
                     }
                 } else {
@@ -307,21 +330,27 @@ impl Ledger {
             });
             (takes, gives, state.holder.clone(), state.generation)
         };
+        // Each change on its own, so a key's change never waits for another key's: a task
+        // waiting for a permit waits for its own key's transaction only.
         let changes = takes.into_iter().map(|c| (c, true));
         let changes = changes.chain(gives.into_iter().map(|c| (c, false)));
-        futures::stream::iter(changes)
-            .for_each_concurrent(CHANGES_AT_ONCE, |((scope, limit), take)| {
-                let holder = holder.clone();
-                async move {
-                    if let Err(error) = self.change(&scope, limit, &holder, generation, take).await
-                    {
-                        self.metrics.key_permit_write("failed");
-                        warn!(limit_key = %scope.1, %error, "changing the key's permits failed; trying again");
-                        self.back_off(&scope, generation, now);
-                    }
+        for ((scope, limit), take) in changes {
+            let (ledger, holder) = (Arc::clone(self), holder.clone());
+            self.runtime.spawn(async move {
+                let at_once = Arc::clone(&ledger.changes).acquire_owned().await;
+                let changed = ledger.change(&scope, limit, &holder, generation, take).await;
+                drop(at_once);
+                if let Err(error) = changed {
+                    ledger.metrics.key_permit_write("failed");
+                    warn!(limit_key = %scope.1, %error, "changing the key's permits failed; trying again");
+                    ledger.back_off(&scope, generation, ledger.clock.now());
                 }
-            })
-            .await;
+                if let Some(key) = ledger.lock().keys.get_mut(&scope) {
+                    key.changing = false;
+                }
+                ledger.wake.notify_one();
+            });
+        }
         let next_beat = self.lock().next_beat;
         next_beat.min(now + delta(TICK))
     }
@@ -439,9 +468,9 @@ impl Ledger {
             };
             let target = if take {
                 let free = limit.saturating_sub(others + mine);
-                mine + demand.min(limit).saturating_sub(mine).min(free)
+                mine + kept(demand, limit).saturating_sub(mine).min(free)
             } else {
-                mine.min(demand).min(limit)
+                mine.min(kept(demand, limit))
             };
             if target == mine {
                 self.settle(scope, generation, mine, take);
@@ -547,13 +576,23 @@ async fn keep(ledger: Weak<Ledger>, wake: Arc<Notify>) {
     }
 }
 
+/// The permits a node keeps of a key its tasks need `demand` of now: those, and while any is
+/// needed at least a quarter of the limit (its reserve, taken at once when free), so a key whose
+/// tasks come and go is not taken and given back a permit at a time; none once none is needed.
+fn kept(demand: usize, limit: usize) -> usize {
+    match demand {
+        0 => 0,
+        _ => demand.max(limit.div_ceil(4)).min(limit),
+    }
+}
+
 /// The name of a holder: the node, when its ledger began, its generation.
 fn holder_name(node: &str, began: i64, generation: u64) -> String {
     format!("{node}@{began}.{generation}")
 }
 
 /// A scope's name in the store: the task type whose own limit it is, or `*` for the queue's.
-fn scope_name(scope: &Scope) -> String {
+pub(super) fn scope_name(scope: &Scope) -> String {
     scope.0.clone().unwrap_or_else(|| "*".to_string())
 }
 
