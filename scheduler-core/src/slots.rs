@@ -234,7 +234,14 @@ mod tests {
     async fn served_order(
         waiters: &[(&'static str, i32, Option<&'static str>)],
     ) -> Vec<&'static str> {
-        let slots = FairSlots::new(1);
+        served_order_of(FairSlots::new(1), waiters).await
+    }
+
+    /// [`served_order`] on `slots` (of one slot).
+    async fn served_order_of(
+        slots: Arc<FairSlots>,
+        waiters: &[(&'static str, i32, Option<&'static str>)],
+    ) -> Vec<&'static str> {
         let held = slots.acquire(0, None).await;
         let order = Arc::new(Mutex::new(Vec::new()));
         let mut tasks = Vec::new();
@@ -297,34 +304,20 @@ mod tests {
     #[tokio::test]
     async fn a_keys_weight_is_how_many_slots_it_is_given_in_a_row_at_its_turn() {
         let weights: Weights = Arc::new(|key: &str| if key == "a" { 3 } else { 1 });
-        let slots = FairSlots::weighted(1, Some(weights));
-        let held = slots.acquire(0, None).await;
-        let order = Arc::new(Mutex::new(Vec::new()));
-        let mut tasks = Vec::new();
-        let waiters = [
-            ("a-1", "a"),
-            ("a-2", "a"),
-            ("a-3", "a"),
-            ("a-4", "a"),
-            ("a-5", "a"),
-            ("b-1", "b"),
-            ("b-2", "b"),
-            ("b-3", "b"),
-        ];
-        for (name, key) in waiters {
-            let (slots, order) = (Arc::clone(&slots), Arc::clone(&order));
-            tasks.push(tokio::spawn(async move {
-                let slot = slots.acquire(0, Some(key)).await;
-                order.lock().unwrap().push(name);
-                drop(slot);
-            }));
-            tokio::task::yield_now().await;
-        }
-        drop(held);
-        for task in tasks {
-            task.await.unwrap();
-        }
-        let order = order.lock().unwrap().clone();
+        let order = served_order_of(
+            FairSlots::weighted(1, Some(weights)),
+            &[
+                ("a-1", 0, Some("a")),
+                ("a-2", 0, Some("a")),
+                ("a-3", 0, Some("a")),
+                ("a-4", 0, Some("a")),
+                ("a-5", 0, Some("a")),
+                ("b-1", 0, Some("b")),
+                ("b-2", 0, Some("b")),
+                ("b-3", 0, Some("b")),
+            ],
+        )
+        .await;
         assert_eq!(
             order,
             ["a-1", "a-2", "a-3", "b-1", "a-4", "a-5", "b-2", "b-3"]
