@@ -53,6 +53,7 @@ mod limits;
 mod metrics;
 pub mod node;
 mod outcome;
+mod polled;
 pub mod recurring;
 mod retry;
 mod schedule_spec;

@@ -3,19 +3,15 @@
 //! or a resume takes effect on every node within a poll without a rebalance.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use futures::future::BoxFuture;
 use scheduler_client::Task;
 use tokio::sync::watch;
-use tracing::{debug, info, warn};
+use tracing::debug;
 
 use crate::hooks::TaskHook;
 use crate::metrics::Metrics;
 use crate::store::{PartitionId, StoreResult, SuspensionStore, SuspensionTarget, Suspensions};
-
-/// How often a node reads the suspensions.
-pub(crate) const POLL: Duration = Duration::from_secs(2);
 
 /// The suspensions of `store` now, and a sender to keep them current with [`poll`].
 pub(crate) async fn read(
@@ -28,30 +24,15 @@ pub(crate) async fn read(
     Ok(watch::channel(Arc::new(now)))
 }
 
-/// Reads the suspensions every [`POLL`] into `sender` until every receiver is gone; a failed
-/// read keeps the last known set (and is logged).
+/// Reads the suspensions every [`crate::polled::POLL`] into `sender` until every receiver is
+/// gone; a failed read keeps the last known set (and is logged).
 pub(crate) async fn poll(store: Arc<dyn SuspensionStore>, sender: watch::Sender<Arc<Suspensions>>) {
-    loop {
-        tokio::select! {
-            () = sender.closed() => return,
-            () = tokio::time::sleep(POLL) => {}
-        }
-        match store.suspensions().await {
-            Ok(read) => {
-                let read = Suspensions::new(read);
-                sender.send_if_modified(|known| {
-                    if **known == read {
-                        return false;
-                    }
-                    let count = read.all().count();
-                    info!(suspensions = count, "suspensions changed");
-                    *known = Arc::new(read);
-                    true
-                });
-            }
-            Err(e) => warn!(error = %e, "suspensions not read; the last known ones stay in force"),
-        }
-    }
+    let read = || {
+        let store = Arc::clone(&store);
+        async move { store.suspensions().await.map(Suspensions::new) }
+    };
+    let rows = |read: &Suspensions| read.all().count();
+    crate::polled::poll("suspensions", read, rows, sender).await;
 }
 
 /// Suspensions attached to a task's life ([`crate::hooks`]): a suspended task (its orderingId,

@@ -1,44 +1,42 @@
 //! Per-key overrides set at run time (`key_limits`, the admin API, `scheduler limits`), read by
-//! every node when it starts serving a queue and polled like the suspensions, so a limit set,
-//! changed or removed takes effect on every node within a poll, without a restart.
+//! every node when it starts serving a queue and polled like the suspensions (`crate::polled`),
+//! so a limit set, changed or removed takes effect on every node within a poll, without a
+//! restart.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::Duration;
 
 use tokio::sync::watch;
-use tracing::{info, warn};
 
 use crate::store::{KeyLimit, KeyLimitStore, LimitValues, StoreResult};
 
-/// How often a node reads the overrides.
-pub(crate) const POLL: Duration = Duration::from_secs(2);
-
-/// The overrides in force, by task type (`None`: the queue's) and limit key.
+/// The overrides in force, by limit key, then task type (`None`: the queue's). Looked up by
+/// borrowed names on every keyed task's way to its call, so nothing is allocated.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct KeyOverrides(BTreeMap<(Option<String>, String), LimitValues>);
+pub struct KeyOverrides(BTreeMap<String, Vec<(Option<String>, LimitValues)>>);
 
 impl KeyOverrides {
     /// The overrides of `rows`.
     pub fn new(rows: Vec<KeyLimit>) -> KeyOverrides {
-        KeyOverrides(
-            (rows.into_iter())
-                .map(|row| ((row.task_type, row.limit_key), row.values))
-                .collect(),
-        )
+        let mut by_key: BTreeMap<String, Vec<(Option<String>, LimitValues)>> = BTreeMap::new();
+        for row in rows {
+            let of_key = by_key.entry(row.limit_key).or_default();
+            of_key.push((row.task_type, row.values));
+        }
+        KeyOverrides(by_key)
     }
 
     /// The override of `key` for `task_type` (`None`: the queue's), if any.
     pub fn get(&self, task_type: Option<&str>, key: &str) -> Option<&LimitValues> {
-        if self.0.is_empty() {
-            return None;
-        }
-        self.0.get(&(task_type.map(String::from), key.to_string()))
+        let of_key = self.0.get(key)?;
+        (of_key.iter())
+            .find(|(of_type, _)| of_type.as_deref() == task_type)
+            .map(|(_, values)| values)
     }
 
     /// How many there are.
     pub fn len(&self) -> usize {
-        self.0.len()
+        self.0.values().map(Vec::len).sum()
     }
 }
 
@@ -58,29 +56,12 @@ pub(crate) async fn read(
     Ok(watch::channel(Arc::new(now)))
 }
 
-/// Reads the overrides every [`POLL`] into `sender` until every receiver is gone; a failed read
-/// keeps the last known ones (and is logged).
+/// Reads the overrides every [`crate::polled::POLL`] into `sender` until every receiver is
+/// gone; a failed read keeps the last known ones (and is logged).
 pub(crate) async fn poll(store: Arc<dyn KeyLimitStore>, sender: watch::Sender<Arc<KeyOverrides>>) {
-    loop {
-        tokio::select! {
-            () = sender.closed() => return,
-            () = tokio::time::sleep(POLL) => {}
-        }
-        match store.key_limits().await {
-            Ok(read) => {
-                let read = KeyOverrides::new(read);
-                sender.send_if_modified(|known| {
-                    if **known == read {
-                        return false;
-                    }
-                    info!(overrides = read.len(), "per-key limit overrides changed");
-                    *known = Arc::new(read);
-                    true
-                });
-            }
-            Err(e) => {
-                warn!(error = %e, "per-key limit overrides not read; the last known ones stay in force")
-            }
-        }
-    }
+    let read = || {
+        let store = Arc::clone(&store);
+        async move { store.key_limits().await.map(KeyOverrides::new) }
+    };
+    crate::polled::poll("per-key limit overrides", read, KeyOverrides::len, sender).await;
 }

@@ -592,7 +592,7 @@ fn holder_name(node: &str, began: i64, generation: u64) -> String {
 }
 
 /// A scope's name in the store: the task type whose own limit it is, or `*` for the queue's.
-pub(super) fn scope_name(scope: &Scope) -> String {
+fn scope_name(scope: &Scope) -> String {
     scope.0.clone().unwrap_or_else(|| "*".to_string())
 }
 
