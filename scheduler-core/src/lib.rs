@@ -25,7 +25,8 @@
 //!   engine task type.
 //! - The engine's parts: `call_pool.rs` (where handlers are called), `lease.rs` (one run at a
 //!   time per orderingId across trees), `cancel_gate.rs`, `in_flight.rs`, `metrics.rs`,
-//!   `enqueue.rs`, `outcome.rs`, `clock.rs`, `retry.rs`, `slots.rs`, `epoch.rs`.
+//!   `enqueue.rs`, `outcome.rs`, `clock.rs`, `retry.rs`, `slots.rs`, `epoch.rs`, `polled.rs`
+//!   (the small tables every node polls: suspensions, per-key overrides).
 //! - `store/`: a trait per table, on Cassandra (`store/cassandra/`) and in memory
 //!   (`store/memory/`); the tables moved so far keep all three in `store/<table>.rs` (or
 //!   `store/groups/`).
