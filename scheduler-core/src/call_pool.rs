@@ -49,10 +49,6 @@ pub(crate) enum Called<H> {
     },
     /// When its time and a slot came, the checks no longer held (`ready` said no): not called.
     NotReady(H),
-    /// The slot came more than [`STALE_AFTER`] after the task's time: not called yet. The
-    /// caller checks again in `slot` (as a call that waited for a slot always did) and calls
-    /// with [`CallPool::call_in_slot`].
-    Stale { held: H, slot: Slot },
     /// The tree stopped, or the caller stopped waiting, first: not called.
     Stopped,
 }
@@ -185,7 +181,6 @@ impl CallPool {
                 while clock.now() < at {
                     clock.sleep_until(at).await;
                 }
-                let asked = tokio::time::Instant::now();
                 // The gates first, holding no slot while they wait.
                 let mut passes = Vec::new();
                 for gate in gates.iter() {
@@ -196,13 +191,12 @@ impl CallPool {
                 let slot = permits
                     .acquire(task.priority, task.limit_key.as_deref())
                     .await;
-                let waited = asked.elapsed();
                 // The time by this node's clock once more, now that the slot is had: at once
                 // when it has passed, but a paused process (the simulation's clock, whose
                 // waits end only when the process runs) acts on a freed slot only once it
                 // runs again, as a real one would.
                 clock.sleep_until(at).await;
-                (Slot(slot, passes), waited)
+                Slot(slot, passes)
             };
             let had = tokio::select! {
                 biased;
@@ -210,7 +204,7 @@ impl CallPool {
                 () = answer.closed() => return,
                 had = due_and_slot => Some(had),
             };
-            let Some((slot, waited)) = had.filter(|_| stop.borrow().is_none()) else {
+            let Some(slot) = had.filter(|_| stop.borrow().is_none()) else {
                 let _ = answer.send(Called::Stopped);
                 return;
             };
@@ -220,10 +214,6 @@ impl CallPool {
                 let _ = answer.send(Called::NotReady(held));
                 return;
             }
-            if waited > STALE_AFTER {
-                let _ = answer.send(Called::Stale { held, slot });
-                return;
-            }
             let done = run(&handlers, timeout, &*clock, slot, held, task, ctx, span).await;
             let _ = answer.send(done);
         });
@@ -231,42 +221,14 @@ impl CallPool {
     }
 }
 
-/// How long after a task's time its slot may come before its checks count as stale: other
-/// trees (a newer owner of the partition, which may record a cancel meanwhile) act on the
-/// store while a task waits for a slot.
-pub(crate) const STALE_AFTER: Duration = Duration::from_millis(100);
-
-/// One of the pool's slots and the task's passes of the pool's gates, had by a call that was
-/// not made yet ([`Called::Stale`]); given back when dropped.
-pub(crate) struct Slot(#[allow(dead_code)] SlotPermit, Vec<GatePass>);
+/// One of the pool's slots and the task's passes of the pool's gates, held by a call; given
+/// back when dropped.
+struct Slot(#[allow(dead_code)] SlotPermit, Vec<GatePass>);
 
 impl Slot {
     /// Whether every pass of the gates still lets the call start.
-    pub(crate) fn passes_valid(&self) -> bool {
+    fn passes_valid(&self) -> bool {
         self.1.iter().all(GatePass::is_valid)
-    }
-}
-
-impl CallPool {
-    /// Calls the handler for `task` in `slot` at once (see [`Called::Stale`]), on the pool's
-    /// runtime; the call keeps its slot and `held` until it returns, even if the caller stops
-    /// waiting.
-    pub(crate) fn call_in_slot<H: Send + 'static>(
-        &self,
-        slot: Slot,
-        held: H,
-        task: Task,
-        ctx: TaskContext,
-        span: tracing::Span,
-    ) -> impl Future<Output = Called<H>> + 'static {
-        let handlers = Arc::clone(&self.handlers);
-        let (timeout, clock) = (self.timeout_of(&task.task_type), Arc::clone(&self.clock));
-        let (answer, answered) = oneshot::channel();
-        self.runtime.spawn(async move {
-            let done = run(&handlers, timeout, &*clock, slot, held, task, ctx, span).await;
-            let _ = answer.send(done);
-        });
-        answer_of(answered, Arc::clone(&self.clock))
     }
 }
 
@@ -380,7 +342,7 @@ mod tests {
                 );
                 match called.await {
                     Called::Done { result, .. } => result,
-                    Called::NotReady(()) | Called::Stale { .. } | Called::Stopped => {
+                    Called::NotReady(()) | Called::Stopped => {
                         panic!("not called")
                     }
                 }

@@ -4,10 +4,8 @@ use scheduler_client::Task;
 use tracing::debug;
 
 use super::check::cancelled_meanwhile;
-use super::record::found_finished;
-use super::run::{Phase, TaskRun};
+use super::run::TaskRun;
 use super::state::{Checked, Made, Ready, Step};
-use super::status::{self, Found};
 use crate::call_pool::Called;
 use crate::cancel_gate::Armed;
 use crate::hooks::Halt;
@@ -23,7 +21,7 @@ pub(super) async fn call(run: &mut TaskRun, task: &Task, ready: Ready) -> Result
     } = ready;
     let output = context.output_slot();
     let begun = armed.clone();
-    let (pool, span) = (run.deps.pool.clone(), run.span.clone());
+    let (pool, span) = (&run.deps.pool, run.span.clone());
     let is_ready = ready_to_call(run, task);
     let called = pool.call_when_due(
         run.key.scheduled_time,
@@ -31,40 +29,17 @@ pub(super) async fn call(run: &mut TaskRun, task: &Task, ready: Ready) -> Result
         is_ready,
         task.clone(),
         context.clone(),
-        span.clone(),
+        span,
         run.stop.clone(),
     );
-    let called = match called.await {
-        // A slot had long after the task's time: its checks are stale (a newer owner may
-        // have recorded a cancel meanwhile), so the status is read again in the slot.
-        Called::Stale { held, slot } => {
-            debug!(partition = run.partition, task = %run.key, "the slot came late; reading the status again in it");
-            if let Some(found) = read_status_again(run, task).await? {
-                let outcome = found_finished(run, task, found).await;
-                drop((held, begun));
-                return outcome.map(Step::End);
-            }
-            if slot.passes_valid() && ready_to_call(run, task)(&held) {
-                pool.call_in_slot(slot, held, task.clone(), context, span)
-                    .await
-            } else {
-                Called::NotReady(held)
-            }
-        }
-        called => called,
-    };
-    let (result, hold, started_at) = match called {
+    let (result, hold, started_at) = match called.await {
         Called::Done {
             result,
             held,
             started_at,
         } => (result, held.map(|(hold, _armed)| hold), started_at),
         Called::Stopped => return Err(Halt::Abandoned),
-        Called::NotReady((hold, armed))
-        | Called::Stale {
-            held: (hold, armed),
-            ..
-        } => {
+        Called::NotReady((hold, armed)) => {
             drop(hold);
             if armed.touched() {
                 cancelled_meanwhile(run, &armed).await?;
@@ -90,22 +65,6 @@ pub(super) async fn call(run: &mut TaskRun, task: &Task, ready: Ready) -> Result
         output,
         _begun: begun,
     }))
-}
-
-/// The status check again, in a slot that came late (see `call`).
-async fn read_status_again(run: &mut TaskRun, task: &Task) -> Result<Option<Found>, Halt> {
-    let (store, hooks, partition) = (
-        run.deps.tables.status.clone(),
-        run.deps.hooks.clone(),
-        run.partition,
-    );
-    let mut steps = run.steps(Phase::Checking);
-    let (found, _current) = steps
-        .store_step("status read", false, || {
-            status::finished_or_not_run(store.as_ref(), &hooks, partition, task)
-        })
-        .await?;
-    Ok(found)
 }
 
 /// Whether the task may be called now that its time and slot came: the checks made before

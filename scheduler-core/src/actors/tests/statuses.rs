@@ -78,3 +78,38 @@ fn a_key_that_finished_or_was_cancelled_is_not_run_when_its_record_comes_again()
         );
     });
 }
+
+/// A backlog for the executor's slots costs no store read per task: a checked task whose slot
+/// comes late calls at once. (Until issue 33 a slot that came over 100 ms late read the task's
+/// status again while held: with 64 slots and 20 ms reads that capped the executor near 3k
+/// calls a second, which kept every slot late, a state the executor stayed in.)
+#[test]
+fn tasks_whose_slots_come_late_read_no_status_again_in_them() {
+    run_paused(|| async {
+        let settings = SchedulingSettings {
+            executor_concurrency: 2,
+            ..SchedulingSettings::default()
+        };
+        // Every call takes 50 ms: 60 tasks due together wait up to 1.5 s for a slot.
+        let h = Harness::new(settings, Duration::from_millis(50), &[]);
+        h.assign().await;
+        let due: Vec<Task> = (0..60)
+            .map(|n| task(&format!("o{n}"), t0() + ms(1_000), "1"))
+            .collect();
+        h.enqueue(due.clone()).await;
+        advance(Duration::from_secs(10)).await;
+        for t in &due {
+            assert_eq!(
+                h.recorder.call_times(&t.ordering_id).len(),
+                1,
+                "{}",
+                t.key()
+            );
+        }
+        assert_eq!(
+            h.store.requests_of("status read"),
+            0,
+            "no status read again for a slot that came late"
+        );
+    });
+}
