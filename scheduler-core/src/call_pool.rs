@@ -230,6 +230,11 @@ impl Slot {
     fn passes_valid(&self) -> bool {
         self.1.iter().all(GatePass::is_valid)
     }
+
+    /// The call starts now: each pass gives back what it holds until then.
+    fn started(&mut self) {
+        self.1.iter_mut().for_each(GatePass::started);
+    }
 }
 
 /// The call of the handler of `task`'s type in `slot`, cut off after `timeout`; `held` comes
@@ -239,12 +244,13 @@ async fn run<H>(
     handlers: &Handlers,
     timeout: Duration,
     clock: &dyn Clock,
-    slot: Slot,
+    mut slot: Slot,
     held: H,
     task: Task,
     ctx: TaskContext,
     span: tracing::Span,
 ) -> Called<H> {
+    slot.started();
     let started_at = clock.now();
     let expired =
         clock.sleep_until(started_at + TimeDelta::from_std(timeout).unwrap_or(TimeDelta::MAX));

@@ -235,16 +235,33 @@ pub trait TaskHook: Send + Sync + 'static {
 /// leased across the cluster whose lease may have expired): the call is then not made, and the
 /// task is checked again and passes the gates again.
 pub struct GatePass {
-    _held: Box<dyn Send>,
+    held: Option<Box<dyn Send>>,
     valid: Option<Box<dyn Fn() -> bool + Send>>,
+    /// What is held is given back as the call starts, not when it returns.
+    until_start: bool,
 }
 
 impl GatePass {
     /// A pass holding `held` until the call returns.
     pub fn new(held: impl Send + 'static) -> GatePass {
         GatePass {
-            _held: Box::new(held),
+            held: Some(Box::new(held)),
             valid: None,
+            until_start: false,
+        }
+    }
+
+    /// The pass, giving back what it holds as the call starts (a share of a key's rate
+    /// bounds the tasks between their start's turn and their call, not the calls).
+    pub fn until_start(mut self) -> GatePass {
+        self.until_start = true;
+        self
+    }
+
+    /// The call starts now.
+    pub fn started(&mut self) {
+        if self.until_start {
+            self.held = None;
         }
     }
 

@@ -9,7 +9,7 @@ use scheduler_client::Task;
 
 use tokio::sync::watch;
 
-use super::permits::Ledger;
+use super::permits::{Counted, Ledger};
 use super::{KeyOverrides, Scoped};
 use crate::clock::Clock;
 use crate::hooks::{CallGate, GatePass};
@@ -63,7 +63,8 @@ impl KeyConcurrency {
 impl KeyConcurrency {
     /// Whether tasks of `task`'s key and type wait for a permit on this node now.
     pub(super) fn holds(&self, task: &Task) -> bool {
-        (self.limit_of(task)).is_some_and(|(scope, _)| self.ledger.waiting(&scope))
+        (self.limit_of(task))
+            .is_some_and(|(scope, _)| self.ledger.waiting(&(Counted::Calls, scope)))
     }
 }
 
@@ -71,9 +72,8 @@ impl CallGate for KeyConcurrency {
     fn enter(&self, task: &Task) -> Option<BoxFuture<'static, GatePass>> {
         let (scope, limit) = self.limit_of(task)?;
         let metrics = &self.metrics;
-        Some(
-            self.ledger
-                .permit(scope, limit, || metrics.held_by_limit(&task.task_type)),
-        )
+        Some(self.ledger.permit((Counted::Calls, scope), limit, || {
+            metrics.held_by_limit(&task.task_type)
+        }))
     }
 }

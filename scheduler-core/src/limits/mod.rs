@@ -12,12 +12,13 @@
 //!
 //! `key_concurrency` holds across the cluster: each node leases permits of a key from the store
 //! while its tasks of the key need them (`permits`: what it guarantees when a node dies or is
-//! cut off, and what it costs). `key_rate` counts this node's starts.
+//! cut off, and what it costs); so does `key_rate`, each node starting a key's tasks at its share
+//! of the key's rate, leased the same way (`rate`).
 //!
 //! An operator may override them per key at run time (`overrides`): every node reads the
 //! overrides every 2 s, and the next task of the key counts under the new limit.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use scheduler_client::Task;
@@ -34,6 +35,8 @@ mod concurrency;
 mod overrides;
 mod permits;
 mod rate;
+
+use permits::Counted;
 
 pub use concurrency::KeyConcurrency;
 pub use overrides::KeyOverrides;
@@ -151,6 +154,7 @@ impl Limits {
         let rate = KeyRate::new(
             settings,
             overrides.clone(),
+            Arc::clone(&concurrency.ledger),
             Arc::clone(metrics),
             Arc::clone(clock),
         );
@@ -175,17 +179,24 @@ impl Limits {
         })
     }
 
-    /// The limited keys this node's tasks use now, by scope.
+    /// The limited keys this node's tasks use now, by scope: their permits and calls, and the
+    /// tasks held at either limit (waiting for a permit or for a unit of the key's rate).
     pub fn keys(&self) -> Vec<KeyUse> {
-        (self.concurrency.ledger.holding().into_iter())
-            .map(|((task_type, limit_key), permits, running, held)| KeyUse {
-                task_type,
-                limit_key,
-                permits,
-                running,
-                held,
-            })
-            .collect()
+        let mut keys: BTreeMap<Scope, KeyUse> = BTreeMap::new();
+        for ((counted, scope), permits, running, held) in self.concurrency.ledger.holding() {
+            let key = keys.entry(scope.clone()).or_insert_with(|| KeyUse {
+                task_type: scope.0,
+                limit_key: scope.1,
+                permits: 0,
+                running: 0,
+                held: 0,
+            });
+            key.held += held;
+            if counted == Counted::Calls {
+                (key.permits, key.running) = (permits, running);
+            }
+        }
+        keys.into_values().collect()
     }
 
     /// Whether a task of `task`'s key and type would wait at a gate now: its key has tasks

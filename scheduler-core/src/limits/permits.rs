@@ -37,6 +37,18 @@ use crate::hooks::GatePass;
 use crate::metrics::{Metrics, WaitingForHandler};
 use crate::store::{PermitStore, StoreResult};
 
+/// What a key's permits count: its calls at once (`key_concurrency`), or units of its starts a
+/// second (`key_rate`: a node holding `n` of a key's units may start its tasks at `n` units'
+/// share of the rate; see `rate`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub(super) enum Counted {
+    Calls,
+    Starts,
+}
+
+/// What a ledger counts permits of: a key's calls or its starts, in a scope.
+pub(super) type Counter = (Counted, Scope);
+
 /// How long a key's permits stay with a node after its tasks stopped needing them (a key whose
 /// tasks come often keeps them, with no write per task).
 pub(super) const LINGER: Duration = Duration::from_secs(1);
@@ -80,7 +92,7 @@ struct State {
     next_beat: DateTime<Utc>,
     /// The holders alive at the last read.
     alive: BTreeSet<String>,
-    keys: BTreeMap<Scope, Key>,
+    keys: BTreeMap<Counter, Key>,
 }
 
 /// One key's permits on this node.
@@ -139,7 +151,7 @@ impl Key {
 /// waiting for its slot).
 pub(super) struct Permit {
     ledger: Option<Arc<Ledger>>,
-    scope: Scope,
+    scope: Counter,
     generation: u64,
 }
 
@@ -195,7 +207,7 @@ impl Ledger {
     /// `task_type`: at once if this node holds one free and no task waits, else once one comes.
     pub(super) fn permit(
         self: &Arc<Self>,
-        scope: Scope,
+        scope: Counter,
         limit: usize,
         held_by_limit: impl FnOnce() -> WaitingForHandler,
     ) -> BoxFuture<'static, GatePass> {
@@ -237,7 +249,7 @@ impl Ledger {
         .boxed()
     }
 
-    fn permit_of(self: &Arc<Self>, scope: Scope, generation: u64) -> Permit {
+    fn permit_of(self: &Arc<Self>, scope: Counter, generation: u64) -> Permit {
         Permit {
             ledger: Some(Arc::clone(self)),
             scope,
@@ -259,7 +271,7 @@ impl Ledger {
     }
 
     /// A task's permit of `scope` came back: to the next waiter, if the holder may hand it on.
-    fn give_back(self: &Arc<Self>, scope: &Scope) {
+    fn give_back(self: &Arc<Self>, scope: &Counter) {
         let now = self.clock.now();
         let mut state = self.lock();
         let (valid, generation) = (state.valid_at(now), state.generation);
@@ -274,7 +286,7 @@ impl Ledger {
     }
 
     /// Gives the permits `key` holds free to its waiters, in the order they came.
-    fn hand_on(self: &Arc<Self>, key: &mut Key, scope: &Scope, generation: u64) {
+    fn hand_on(self: &Arc<Self>, key: &mut Key, scope: &Counter, generation: u64) {
         while key.in_use < key.usable() {
             let Some(waiter) = key.waiters.pop_front() else {
                 return;
@@ -342,7 +354,7 @@ impl Ledger {
                 drop(at_once);
                 if let Err(error) = changed {
                     ledger.metrics.key_permit_write("failed");
-                    warn!(limit_key = %scope.1, %error, "changing the key's permits failed; trying again");
+                    warn!(limit_key = %scope.1 .1, %error, "changing the key's permits failed; trying again");
                     ledger.back_off(&scope, generation, ledger.clock.now());
                 }
                 if let Some(key) = ledger.lock().keys.get_mut(&scope) {
@@ -425,13 +437,13 @@ impl Ledger {
     /// `holder` of `generation`.
     async fn change(
         self: &Arc<Self>,
-        scope: &Scope,
+        scope: &Counter,
         limit: usize,
         holder: &str,
         generation: u64,
         take: bool,
     ) -> StoreResult<()> {
-        let (scope_name, key_name) = (scope_name(scope), scope.1.clone());
+        let (scope_name, key_name) = (scope_name(scope), scope.1 .1.clone());
         let mut refreshed = false;
         for _ in 0..SWAP_TRIES {
             let row = (self.store)
@@ -496,7 +508,7 @@ impl Ledger {
 
     /// `scope`'s key now holds `held` permits in the store: hand them on, or wait before the
     /// next take if none more came.
-    fn settle(self: &Arc<Self>, scope: &Scope, generation: u64, held: usize, take: bool) {
+    fn settle(self: &Arc<Self>, scope: &Counter, generation: u64, held: usize, take: bool) {
         let now = self.clock.now();
         let mut state = self.lock();
         if state.generation != generation {
@@ -521,7 +533,7 @@ impl Ledger {
         }
     }
 
-    fn back_off(&self, scope: &Scope, generation: u64, now: DateTime<Utc>) {
+    fn back_off(&self, scope: &Counter, generation: u64, now: DateTime<Utc>) {
         let mut state = self.lock();
         if state.generation != generation {
             return;
@@ -533,14 +545,19 @@ impl Ledger {
     }
 
     /// Whether tasks of `scope` wait for a permit now.
-    pub(super) fn waiting(&self, scope: &Scope) -> bool {
+    pub(super) fn waiting(&self, scope: &Counter) -> bool {
         let state = self.lock();
         (state.keys.get(scope)).is_some_and(|key| key.waiters.iter().any(|w| !w.is_closed()))
     }
 
+    /// The permits of `scope` this node may hand out now (see `Key::usable`).
+    pub(super) fn usable(&self, scope: &Counter) -> usize {
+        (self.lock().keys.get(scope)).map_or(0, Key::usable)
+    }
+
     /// This node's permits now, by scope (held, given to calls, tasks waiting), for tests and
     /// the admin API.
-    pub(super) fn holding(&self) -> Vec<(Scope, usize, usize, usize)> {
+    pub(super) fn holding(&self) -> Vec<(Counter, usize, usize, usize)> {
         let mut state = self.lock();
         let mut keys: Vec<_> = (state.keys.iter_mut())
             .map(|(scope, key)| {
@@ -591,9 +608,14 @@ fn holder_name(node: &str, began: i64, generation: u64) -> String {
     format!("{node}@{began}.{generation}")
 }
 
-/// A scope's name in the store: the task type whose own limit it is, or `*` for the queue's.
-fn scope_name(scope: &Scope) -> String {
-    scope.0.clone().unwrap_or_else(|| "*".to_string())
+/// A counter's scope in the store: the task type whose own limit it is, or `*` for the
+/// queue's; a rate's units are `rate ` and that (no task type has a space).
+fn scope_name((counted, (task_type, _)): &Counter) -> String {
+    let scope = task_type.as_deref().unwrap_or("*");
+    match counted {
+        Counted::Calls => scope.to_string(),
+        Counted::Starts => format!("rate {scope}"),
+    }
 }
 
 /// The wait before the next take of a key none was free of, after `empty` such takes.

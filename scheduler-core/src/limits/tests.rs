@@ -312,13 +312,78 @@ async fn a_cut_off_nodes_permits_lapse_before_they_return_to_the_cluster_and_cou
     assert!(next.is_valid());
 }
 
-fn rate_gate(rate: f64, burst: Option<u32>, clock: Arc<dyn Clock>) -> KeyRate {
+/// Node `node`'s gate of `key_rate` (`rate`, `burst`) over `store`, by `clock`.
+fn rate_gate_on(
+    node: &str,
+    store: &MemoryStore,
+    rate: f64,
+    burst: Option<u32>,
+    clock: Arc<dyn Clock>,
+) -> KeyRate {
     let settings = SchedulingSettings {
         key_rate: Some(rate),
         key_burst: burst,
+        lease_ttl: TTL,
         ..SchedulingSettings::default()
     };
-    KeyRate::new(&settings, none(), Arc::default(), clock)
+    let runtime = tokio::runtime::Handle::current();
+    let ledger = permits::Ledger::start(
+        node,
+        Arc::new(store.clone()),
+        Arc::clone(&clock),
+        Arc::default(),
+        TTL,
+        &runtime,
+    );
+    KeyRate::new(&settings, none(), ledger, Arc::default(), clock)
+}
+
+fn rate_gate(rate: f64, burst: Option<u32>, clock: Arc<dyn Clock>) -> KeyRate {
+    rate_gate_on("n", &MemoryStore::new(), rate, burst, clock)
+}
+
+/// Tasks waiting at a gate, each passed as soon as its pass comes and its call started then.
+struct Starts {
+    waiting: Vec<BoxFuture<'static, GatePass>>,
+    /// When each task passed, in the order they passed.
+    at: Vec<tokio::time::Instant>,
+}
+
+impl Starts {
+    fn enter(gate: &KeyRate, task: &Task, n: usize) -> Starts {
+        let waiting = (0..n)
+            .map(|_| gate.enter(task).expect("a limited task"))
+            .collect();
+        Starts {
+            waiting,
+            at: Vec::new(),
+        }
+    }
+
+    /// Takes the passes that came, and starts their calls (which gives back their units).
+    fn poll(&mut self) {
+        let now = tokio::time::Instant::now();
+        let mut still = Vec::new();
+        for mut waiting in self.waiting.drain(..) {
+            match (&mut waiting).now_or_never() {
+                Some(mut pass) => {
+                    assert!(pass.is_valid());
+                    pass.started();
+                    self.at.push(now);
+                }
+                None => still.push(waiting),
+            }
+        }
+        self.waiting = still;
+    }
+}
+
+/// Lets `ms` of paused time pass in steps of 10 ms, polling `starts` after each.
+async fn run_for(ms: u64, starts: &mut [&mut Starts]) {
+    for _ in 0..ms.div_ceil(10) {
+        after(10).await;
+        starts.iter_mut().for_each(|s| s.poll());
+    }
 }
 
 #[tokio::test(start_paused = true)]
@@ -326,35 +391,73 @@ async fn a_keys_starts_keep_to_its_rate_after_its_burst_and_other_keys_start_at_
     let clock = Arc::new(crate::clock::TokioClock::starting_at(Utc::now()));
     let gate = rate_gate(10.0, Some(2), clock);
     let k = task("mail", Some("k"));
-    // The burst: two start at once.
-    assert!(gate.enter(&k).is_none() && gate.enter(&k).is_none());
-    // Then one every 100 ms, in the order they came.
-    let mut waiting: Vec<_> = (0..3).map(|_| gate.enter(&k).expect("waits")).collect();
-    assert!(gate.enter(&task("mail", Some("other"))).is_none());
+    let mut starts = Starts::enter(&gate, &k, 5);
+    // Another key, and a task without one, are not held by `k`'s.
+    let mut other = Starts::enter(&gate, &task("mail", Some("other")), 1);
     assert!(gate.enter(&task("mail", None)).is_none());
-    for step in 0..3 {
-        tokio::time::advance(Duration::from_millis(99)).await;
-        assert!(
-            (&mut waiting[step]).now_or_never().is_none(),
-            "start {step} early"
+    run_for(1_000, &mut [&mut starts, &mut other]).await;
+    assert_eq!(other.at.len(), 1);
+    // The burst, two at once (once the node took the key's units); then one every 100 ms, in
+    // the order they came.
+    let at = &starts.at;
+    assert_eq!(at.len(), 5, "{at:?}");
+    assert_eq!(at[0], at[1]);
+    for (n, pair) in at[1..].windows(2).enumerate() {
+        let apart = pair[1] - pair[0];
+        assert_eq!(
+            apart,
+            Duration::from_millis(100),
+            "start {} and {}",
+            n + 1,
+            n + 2
         );
-        tokio::time::advance(Duration::from_millis(1)).await;
-        assert!(
-            (&mut waiting[step]).now_or_never().is_some(),
-            "start {step} late"
-        );
-        if let Some(next) = waiting.get_mut(step + 1) {
-            assert!(next.now_or_never().is_none());
-        }
     }
     // After a quiet spell the burst is back.
-    tokio::time::advance(Duration::from_secs(1)).await;
-    assert!(gate.enter(&k).is_none() && gate.enter(&k).is_none());
-    assert!(gate.enter(&k).is_some());
+    let mut again = Starts::enter(&gate, &k, 3);
+    run_for(10, &mut [&mut again]).await;
+    assert_eq!(again.at.len(), 2, "{:?}", again.at);
 }
 
-#[test]
-fn the_burst_is_a_seconds_worth_unless_set() {
+/// A key's rate holds across the cluster: two nodes with tasks of the key waiting start them
+/// at the key's rate together, each at its share of the rate's units (`a`, with two tasks
+/// waiting at a time, holds two of the four; `b`, with a hundred, the other two), and no more
+/// tasks of the key are between their turn and their call than the rate has units.
+#[tokio::test(start_paused = true)]
+async fn a_keys_starts_on_every_node_together_keep_to_its_rate() {
+    let store = MemoryStore::new();
+    let clock: Arc<dyn Clock> = Arc::new(crate::clock::TokioClock::starting_at(Utc::now()));
+    let a = rate_gate_on("a", &store, 10.0, Some(4), Arc::clone(&clock));
+    let b = rate_gate_on("b", &store, 10.0, Some(4), clock);
+    let k = task("mail", Some("k"));
+    let (mut on_a, mut on_b) = (Starts::enter(&a, &k, 2), Starts::enter(&b, &k, 100));
+    for _ in 0..1_000 {
+        run_for(10, &mut [&mut on_a, &mut on_b]).await;
+        while on_a.waiting.len() < 2 {
+            on_a.waiting.push(a.enter(&k).expect("limited"));
+        }
+    }
+    let (by_a, by_b) = (on_a.at.len(), on_b.at.len());
+    assert!(
+        (90..=104).contains(&(by_a + by_b)) && by_a >= 20 && by_b >= 20,
+        "starts in 10 s at 10 a second with a burst of 4: a {by_a}, b {by_b}"
+    );
+    // Passes whose calls have not started hold the units: at most 4 of the key's, cluster-wide.
+    let mut held = Vec::new();
+    for gate in [&a, &b] {
+        for _ in 0..4 {
+            let mut entering = gate.enter(&k).expect("limited");
+            after(200).await;
+            if let Some(pass) = (&mut entering).now_or_never() {
+                held.push(pass);
+            }
+        }
+    }
+    // (The 200 earlier tasks all started or still wait; these come after them.)
+    assert!(held.len() <= 4, "{} passes at once", held.len());
+}
+
+#[tokio::test]
+async fn the_burst_is_a_seconds_worth_unless_set() {
     let clock: Arc<dyn Clock> = Arc::new(crate::clock::SystemClock);
     let of = |gate: KeyRate| gate.rates.queue.expect("the queue's rate");
     assert_eq!(of(rate_gate(2.5, None, Arc::clone(&clock))).burst, 3);

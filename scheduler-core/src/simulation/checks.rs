@@ -235,6 +235,9 @@ impl World {
         let mut by_limit_key: BTreeMap<(usize, &str), Vec<&Call>> = BTreeMap::new();
         for call in &calls {
             if let (Some(key), Some(_)) = (&call.limit_key, call.ended) {
+                if key.starts_with(workload::RATE_ONLY) {
+                    continue;
+                }
                 let queue = queues::queue_of(&call.key.ordering_id);
                 by_limit_key.entry((queue, key)).or_default().push(call);
             }
@@ -258,6 +261,35 @@ impl World {
                         spans.join(", ")
                     ));
                     break;
+                }
+            }
+        }
+        // At most `key_rate` starts a second of a limit key across the cluster, plus its burst,
+        // plus (for calls whose turn came before a window and whose slot came in it) as many as
+        // the rate has units, its burst: in every window between two starts.
+        if let Some(rate) = settings().key_rate {
+            let burst = f64::from(settings().key_burst.unwrap_or(1));
+            let mut starts: BTreeMap<(usize, &str), Vec<Instant>> = BTreeMap::new();
+            for call in &calls {
+                if let Some(key) = &call.limit_key {
+                    let queue = queues::queue_of(&call.key.ordering_id);
+                    starts.entry((queue, key)).or_default().push(call.started);
+                }
+            }
+            'keys: for ((queue, key), mut at) in starts {
+                at.sort();
+                for (i, first) in at.iter().enumerate() {
+                    for (j, last) in at.iter().enumerate().skip(i + 1) {
+                        let allowed = rate * (*last - *first).as_secs_f64() + 2.0 * burst;
+                        if (j - i + 1) as f64 > allowed + 1e-9 {
+                            v.push(format!(
+                                "rate: {} starts of limit key {key} (queue {queue}) within {:?}, over {rate} a second with a burst of {burst}",
+                                j - i + 1,
+                                *last - *first
+                            ));
+                            continue 'keys;
+                        }
+                    }
                 }
             }
         }

@@ -132,6 +132,8 @@ fn settings() -> SchedulingSettings {
         executor_concurrency: 2,
         // Per limit key, across the cluster (`workload::limit_key_of`).
         key_concurrency: Some(1),
+        key_rate: Some(4.0),
+        key_burst: Some(2),
         execution_timeout: Duration::from_secs(10),
         ..SchedulingSettings::default()
     }
@@ -379,6 +381,7 @@ impl World {
             &node, store, handlers, settings, clock, enqueuer, PARTITIONS,
         )
         .suspensions(self.suspensions.subscribe())
+        .key_overrides(tokio::sync::watch::channel(workload::rate_only_overrides()).1)
         .build();
         let gauges = deps.in_flight.clone();
         (TopicSupervisor::new(deps).start(), gauges)

@@ -18,15 +18,37 @@ pub(super) fn versioned(key: &TaskKey, version: i64) -> Task {
 
 /// A third of the tasks carry one of two limit keys (`lk0`, `lk1`), drawn from their key, so
 /// every record of a key carries the same: with `key_concurrency` 1, a node calls one task of
-/// each at a time, whatever their orderingIds. The calm end's probe (orderingIds `probe…`)
-/// carries none: it checks that a stuck orderingId holds up no other, which a shared limit key
-/// would (rightly) do.
+/// each at a time, whatever their orderingIds. A fifth of the others carry one of two keys
+/// limited by their rate alone (`lr0`, `lr1`: [`RATE_ONLY`]), whose tasks every node may start
+/// at once. The calm end's probe (orderingIds `probe…`) carries none: it checks that a stuck
+/// orderingId holds up no other, which a shared limit key would (rightly) do.
 pub(super) fn limit_key_of(key: &TaskKey) -> Option<String> {
     if key.ordering_id.starts_with("probe") {
         return None;
     }
     let sum: u32 = key.uniqueness_key.bytes().map(u32::from).sum();
-    sum.is_multiple_of(3).then(|| format!("lk{}", sum % 2))
+    if sum.is_multiple_of(3) {
+        Some(format!("lk{}", sum % 2))
+    } else {
+        (sum % 5 == 1).then(|| format!("{RATE_ONLY}{}", sum % 2))
+    }
+}
+
+/// The start of the limit keys whose concurrency an override lifts (`rate_only_overrides`).
+pub(super) const RATE_ONLY: &str = "lr";
+
+/// The overrides every node runs under: the rate-only keys may run 1,000 calls at once.
+pub(super) fn rate_only_overrides() -> Arc<crate::limits::KeyOverrides> {
+    let lifted = |n: u32| crate::store::KeyLimit {
+        task_type: None,
+        limit_key: format!("{RATE_ONLY}{n}"),
+        values: crate::store::LimitValues {
+            concurrency: Some(1_000),
+            ..Default::default()
+        },
+        updated_at: DateTime::<Utc>::UNIX_EPOCH,
+    };
+    Arc::new(crate::limits::KeyOverrides::new(vec![lifted(0), lifted(1)]))
 }
 
 impl World {
