@@ -26,6 +26,8 @@ pub struct ExecuteOrderingTask(pub HeldTask);
 pub struct OrderingTaskDone {
     /// Whose task.
     pub ordering_id: String,
+    /// The task's limit key (its share of the tree's memory is freed).
+    pub limit_key: Option<String>,
 }
 
 /// Stop starting tasks; the reply comes once no task of this orderingId is running. (The tree's
@@ -75,6 +77,8 @@ impl OrderingExecutor {
         }
         if let Some(task) = self.queue.pop_front() {
             let (task, pin, held) = task.into_parts();
+            // The key it counted under in its partition's shares as it came.
+            let limit_key = task.limit_key.clone();
             let life = run_task(
                 self.partition,
                 task,
@@ -85,16 +89,17 @@ impl OrderingExecutor {
             let handle = ctx.spawn(life.into_actor(self).map(move |_outcome, act, ctx| {
                 // Done with: it no longer counts in flight, before the PartitionExecutor hears.
                 drop(held);
-                act.task_done(ctx)
+                act.task_done(limit_key, ctx)
             }));
             self.running = Some(handle);
         }
     }
 
-    fn task_done(&mut self, ctx: &mut Context<Self>) {
+    fn task_done(&mut self, limit_key: Option<String>, ctx: &mut Context<Self>) {
         self.running = None;
         self.report_to.do_send(OrderingTaskDone {
             ordering_id: self.ordering_id.clone(),
+            limit_key,
         });
         if self.draining {
             for waiter in self.drained.drain(..) {

@@ -43,8 +43,10 @@ use crate::in_flight::{HeldTask, InFlight, Pin};
 use crate::store::{DeferralList, DeferredStore, ListBehind, PartitionId};
 
 mod deferred;
+mod shares;
 
 use deferred::{Deferred, ReadBack, LIST_BATCH};
+use shares::KeyShares;
 
 /// A task that is due, from the PartitionScheduler.
 #[derive(Debug, Message)]
@@ -111,6 +113,8 @@ pub struct PartitionExecutor {
     /// Rows read back from each orderingId's list, not taken out of it yet.
     read_rows: BTreeMap<String, Vec<RunOrder>>,
     in_flight: Arc<InFlight>,
+    /// Each limit key's share of the tree's memory.
+    shares: KeyShares,
     draining: bool,
 }
 
@@ -125,6 +129,7 @@ impl PartitionExecutor {
         capacity_listener: Recipient<CapacityFreed>,
         in_flight: Arc<InFlight>,
     ) -> Self {
+        let shares = KeyShares::new(deps.settings.max_in_flight_tasks / 4);
         PartitionExecutor {
             partition,
             deps,
@@ -135,6 +140,7 @@ impl PartitionExecutor {
             deferred: BTreeMap::new(),
             tree: None,
             read_rows: BTreeMap::new(),
+            shares,
             in_flight,
             draining: false,
         }
@@ -363,7 +369,10 @@ impl PartitionExecutor {
         let room = self
             .ordering_bound()
             .saturating_sub(self.queues.get(&ordering_id).map_or(0, |q| q.outstanding))
-            .min(partition_room);
+            .min(partition_room)
+            // Within the share of the key it was deferred for, if any: a task of the key's
+            // end reads it back once there is room (`OrderingTaskDone`).
+            .min(self.shares.room_of(&ordering_id));
         match self.deferred.get(&ordering_id) {
             Some(deferred) if deferred.settled() => {}
             // Listed first; the listing's end reads back.
@@ -425,6 +434,7 @@ impl PartitionExecutor {
                 }
                 None => {
                     act.deferred.remove(&ordering_id);
+                    act.shares.read_back_all(&ordering_id);
                 }
             }
             (act.read_rows.entry(ordering_id.clone()).or_default()).extend(rows);
@@ -461,6 +471,7 @@ impl PartitionExecutor {
                 outstanding: 0,
             });
         queue.outstanding += 1;
+        self.shares.add(task.limit_key.as_deref());
         queue.executor.do_send(ExecuteOrderingTask(task));
     }
 }
@@ -527,8 +538,14 @@ impl Handler<ExecutePartitionTask> for PartitionExecutor {
             .queues
             .get(&task.ordering_id)
             .is_some_and(|q| q.outstanding >= self.ordering_bound());
-        if behind_deferred || full {
+        let key_full = self.shares.full(task.limit_key.as_deref());
+        if behind_deferred || full || key_full {
             let ordering_id = task.ordering_id.clone();
+            if let (Some(key), true) = (task.limit_key.as_deref(), key_full && !behind_deferred) {
+                debug!(partition = self.partition, %ordering_id, limit_key = key,
+                    "the limit key holds its share of memory: the orderingId's later tasks wait in Cassandra");
+                self.shares.wait(key, &ordering_id);
+            }
             self.defer(task, ctx);
             self.read_back_if_half_empty(ordering_id, ctx);
             return;
@@ -541,6 +558,12 @@ impl Handler<OrderingTaskDone> for PartitionExecutor {
     type Result = ();
 
     fn handle(&mut self, msg: OrderingTaskDone, ctx: &mut Context<Self>) {
+        let turn = (self.shares).done(msg.limit_key.as_deref(), self.ordering_bound());
+        if !self.draining {
+            for ordering_id in turn {
+                self.read_back_if_half_empty(ordering_id, ctx);
+            }
+        }
         let mut outstanding = 0;
         if let Some(queue) = self.queues.get_mut(&msg.ordering_id) {
             queue.outstanding = queue.outstanding.saturating_sub(1);

@@ -100,6 +100,52 @@ fn a_flooding_key_does_not_hold_up_another_keys_task_beyond_its_turn() {
     });
 }
 
+/// A key flooding a partition with due tasks holds a quarter of the tree's memory: its later
+/// tasks wait in Cassandra, listed, and another key's task due after all of them is loaded at
+/// its time and called at its turn, not once the flood has run.
+#[test]
+fn a_flooding_key_holds_its_share_of_the_trees_memory_and_another_keys_later_task_is_not_held_up() {
+    run_paused(|| async {
+        let settings = SchedulingSettings {
+            executor_concurrency: 2,
+            max_in_flight_tasks: 40,
+            ..SchedulingSettings::default()
+        };
+        let h = Harness::new(settings, Duration::from_millis(100), &[]);
+        h.assign().await;
+        // 200 of tenant a, due at 0-199 ms; b's task due after all of them, at 1.5 s.
+        let a: Vec<Task> = (0..200)
+            .map(|i| keyed(&format!("a-{i}"), t0() + ms(i), "tenant-a"))
+            .collect();
+        let b = keyed("b-0", t0() + ms(1_500), "tenant-b");
+        let mut all = a.clone();
+        all.push(b.clone());
+        h.enqueue(all).await;
+        advance(Duration::from_secs(60)).await;
+        all_completed(&h, a.iter().chain([&b]));
+        for t in &a {
+            assert_eq!(
+                h.recorder.call_times(&t.ordering_id).len(),
+                1,
+                "{}",
+                t.key()
+            );
+        }
+        // Two slots, 100 ms calls: a's flood takes 10 s. b, in memory at its time, gets the
+        // next turn of the round.
+        let called = h.recorder.call_times("b-0");
+        assert!(
+            called[0] <= t0() + ms(1_700),
+            "b called at {}, behind tenant a's flood",
+            called[0]
+        );
+        assert!(
+            h.store.deferred_rows_read() > 0,
+            "a's later tasks were deferred and read back"
+        );
+    });
+}
+
 #[test]
 fn a_keys_starts_keep_to_its_rate_and_another_keys_task_starts_at_its_time() {
     run_paused(|| async {
