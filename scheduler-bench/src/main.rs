@@ -2,7 +2,7 @@
 //! each figure beside the raw ceiling of the same services measured in the same run.
 //!
 //! ```text
-//! scheduler-bench run [--quick] [--out FILE] [--only ceilings,throughput,handoff,cold,backlog,busy,group,tombstones,scale,ends,limits,peers,failover]
+//! scheduler-bench run [--quick] [--out FILE] [--only ceilings,throughput,handoff,cold,backlog,busy,group,tombstones,scale,ends,limits,noisy,peers,failover]
 //! ```
 //!
 //! Prints a table and writes the figures as JSON. `--quick` runs every scenario small (under
@@ -14,6 +14,7 @@ mod cpu;
 mod ends;
 mod failover;
 mod limits;
+mod noisy;
 mod peers;
 mod probe;
 mod report;
@@ -109,6 +110,9 @@ enum Scenario {
     /// The throughput burst with per-key limits on (keys not saturated) and off, alternating
     /// (run only when named in `--only`).
     Limits,
+    /// Tenant b's steady tasks alone, then beside tenant a's flood of tasks due together
+    /// (run only when named in `--only`).
+    Noisy,
     /// The same workload on peer libraries (graphile_worker on PostgreSQL), side by side.
     Peers,
     /// Three node processes under a steady load; one leaves (SIGTERM), then one is killed
@@ -135,6 +139,8 @@ struct Sizes {
     /// Tasks of each burst of the limits scenario, and the limit keys they carry.
     limits_tasks: usize,
     limit_keys: usize,
+    /// Tenant a's flood in the noisy-neighbour scenario.
+    noisy_flood: usize,
     /// Pending tasks at each step of the scale scenario, ascending.
     scale_pending: [usize; 2],
     failover_window: Duration,
@@ -161,6 +167,7 @@ impl Sizes {
                 ended_tasks: 10_000,
                 limits_tasks: 5_000,
                 limit_keys: 1_000,
+                noisy_flood: 20_000,
                 scale_pending: [100_000, 1_000_000],
                 failover_window: failover::QUICK_WINDOW,
             }
@@ -181,6 +188,7 @@ impl Sizes {
                 ended_tasks: 100_000,
                 limits_tasks: 100_000,
                 limit_keys: 1_000,
+                noisy_flood: 1_000_000,
                 scale_pending: [1_000_000, 10_000_000],
                 failover_window: failover::FULL_WINDOW,
             }
@@ -312,6 +320,14 @@ async fn run(args: RunArgs) -> Result<(), BenchError> {
         ));
         figures.limits =
             Some(limits::cost(sizes.limits_tasks, sizes.ordering_ids, sizes.limit_keys).await?);
+    }
+    if args.only.contains(&Scenario::Noisy) {
+        step(&format!(
+            "noisy: tenant b at {} tasks a second alone, then beside tenant a's {} tasks due together",
+            noisy::B_PER_S,
+            sizes.noisy_flood
+        ));
+        figures.noisy = Some(noisy::noisy(sizes.noisy_flood, sizes.ordering_ids).await?);
     }
     if wanted(Scenario::Peers) && args.quick {
         eprintln!(

@@ -9,6 +9,7 @@ use crate::ceilings::{Ceilings, CQL_WRITES_PER_TASK};
 use crate::ends::Ends;
 use crate::failover::{Failover, Moved};
 use crate::limits::LimitsCost;
+use crate::noisy::NoisyNeighbour;
 use crate::peers::{self, PeerRun, Peers};
 use crate::scale::{self, Scale};
 use crate::scenarios::{
@@ -46,6 +47,8 @@ pub struct Figures {
     pub ends: Option<Ends>,
     /// The throughput burst with per-key limits on and off.
     pub limits: Option<LimitsCost>,
+    /// Tenant b beside tenant a's flood.
+    pub noisy: Option<NoisyNeighbour>,
     /// The same workload on peer libraries (or why it could not run).
     pub peers: Option<Result<Peers, String>>,
     /// Three nodes under load, one leaving and one killed.
@@ -129,6 +132,15 @@ impl Figures {
                 goal: ">= 90%".into(),
                 value: format!("{:.0}%", ratio * 100.0),
                 met: ratio >= 0.9,
+            });
+        }
+        if let Some(n) = &self.noisy {
+            // Issue 33: b's p99 lateness beside a's flood within 2x its own.
+            targets.push(Target {
+                name: "tenant b's p99 lateness beside a's flood / alone",
+                goal: "<= 2x".into(),
+                value: format!("{:.1}x", n.ratio()),
+                met: n.ratio() <= 2.0,
             });
         }
         for h in &self.handoffs {
@@ -378,6 +390,14 @@ impl Figures {
             for run in &l.runs {
                 check(&mut problems, "tasks per second (limits)", run.tasks_per_s);
             }
+        }
+        if let Some(n) = &self.noisy {
+            check(
+                &mut problems,
+                "tenant b's p99 lateness alone",
+                n.baseline.p99_ms,
+            );
+            check(&mut problems, "tenant a's flood a second", n.flood_per_s);
         }
         if let Some(Err(e)) = &self.peers {
             problems.push(format!("peers: {e}"));
@@ -681,6 +701,23 @@ impl Figures {
                 );
             }
         }
+        if let Some(n) = &self.noisy {
+            for (when, l) in [("alone", &n.baseline), ("beside the flood", &n.flooded)] {
+                row(
+                    format!("tenant b {when} ({} tasks)", l.tasks),
+                    format!("p99 {:.1} ms", l.p99_ms),
+                    format!("p50 {:.1} ms, max {:.1} ms", l.p50_ms, l.max_ms),
+                );
+            }
+            row(
+                format!(
+                    "tenant a's flood of {} over {} orderingIds",
+                    n.flood, n.flood_ordering_ids
+                ),
+                rate(n.flood_per_s, "tasks"),
+                "from its due time to its last start".to_string(),
+            );
+        }
         let mut out = String::new();
         let width = rows.iter().map(|r| r.0.len()).max().unwrap_or(0);
         let width2 = rows.iter().map(|r| r.1.len()).max().unwrap_or(0);
@@ -982,6 +1019,16 @@ impl Figures {
                         .collect::<serde_json::Map<_, _>>(),
                 })).collect::<Vec<_>>(),
             })),
+            "noisy": self.noisy.as_ref().map(|n| {
+                let lateness = |l: &crate::noisy::Lateness| json!({
+                    "tasks": l.tasks, "p50_ms": l.p50_ms, "p99_ms": l.p99_ms, "max_ms": l.max_ms,
+                });
+                json!({
+                    "flood": n.flood, "flood_ordering_ids": n.flood_ordering_ids,
+                    "baseline": lateness(&n.baseline), "flooded": lateness(&n.flooded),
+                    "flood_per_s": n.flood_per_s, "ratio": n.ratio(),
+                })
+            }),
             "peers": self.peers_json(),
             "targets": targets,
         })

@@ -212,7 +212,7 @@ pub(crate) fn node_error(e: scheduler_core::NodeError) -> BenchError {
 }
 
 /// The value at quantile `q` of sorted `values`.
-fn quantile(sorted: &[f64], q: f64) -> f64 {
+pub(crate) fn quantile(sorted: &[f64], q: f64) -> f64 {
     if sorted.is_empty() {
         return f64::NAN;
     }

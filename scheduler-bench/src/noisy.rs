@@ -1,0 +1,183 @@
+//! Issue 33's noisy neighbour: tenant b's steady tasks alone (its baseline lateness), then
+//! beside tenant a's flood of tasks that all come due at one time, on one node. Each task
+//! carries its tenant as its limit key; no limit is set, so what is measured is the fair
+//! shares alone: the executor's slots taken in turns by key, and each key's share of a
+//! tree's memory. The flood is enqueued ahead of its time (its records are in Cassandra when
+//! it comes due, as a tenant's scheduled batch would be) by a producer of its own, so b's
+//! records never wait behind a's in the producer.
+
+use std::time::Duration;
+
+use chrono::{DateTime, TimeDelta, Utc};
+use futures::StreamExt;
+use it_tests::engine::TestEnv;
+use scheduler_client::Scheduler;
+use scheduler_core::settings::SchedulingSettings;
+use tokio::time::Instant;
+
+use crate::ceilings::bench_task;
+use crate::probe::Probe;
+use crate::scenarios::{enqueue, node_error, quantile, wait_until, PARTITIONS};
+use crate::BenchError;
+
+/// Tenant b's tasks a second, each its own due time a second after it is sent.
+pub const B_PER_S: f64 = 100.0;
+/// How long b's baseline runs.
+const BASELINE: Duration = Duration::from_secs(20);
+/// How far ahead of its send b's task is due.
+const B_LEAD: TimeDelta = TimeDelta::seconds(1);
+
+/// Lateness of a set of tasks, in milliseconds.
+#[derive(Debug, Clone)]
+pub struct Lateness {
+    /// Tasks measured.
+    pub tasks: usize,
+    pub p50_ms: f64,
+    pub p99_ms: f64,
+    pub max_ms: f64,
+}
+
+/// The scenario's figures.
+#[derive(Debug, Clone)]
+pub struct NoisyNeighbour {
+    /// Tenant a's tasks, all due at one time.
+    pub flood: usize,
+    /// The orderingIds they are spread over.
+    pub flood_ordering_ids: usize,
+    /// Tenant b's lateness alone.
+    pub baseline: Lateness,
+    /// Tenant b's lateness while a's flood runs.
+    pub flooded: Lateness,
+    /// Tenant a's tasks a second, from their due time to the last one's start.
+    pub flood_per_s: f64,
+}
+
+impl NoisyNeighbour {
+    /// b's p99 lateness beside the flood over its p99 alone.
+    pub fn ratio(&self) -> f64 {
+        self.flooded.p99_ms / self.baseline.p99_ms
+    }
+}
+
+/// b alone, then beside `flood` tasks of a over `ordering_ids` orderingIds due together.
+pub async fn noisy(flood: usize, ordering_ids: usize) -> Result<NoisyNeighbour, BenchError> {
+    let env = TestEnv::new("bench_noisy", PARTITIONS).await;
+    let probe = Probe::new(PARTITIONS, true);
+    let node = env
+        .start_sole_node(env.settings(SchedulingSettings::default()), probe.clone())
+        .await;
+    let (for_a, for_b) = (
+        env.scheduler(Duration::from_secs(10)),
+        env.scheduler(Duration::from_secs(10)),
+    );
+    let until = Instant::now() + BASELINE;
+    let sent = steady(&for_b, "base", || Instant::now() >= until).await?;
+    wait_until(
+        Duration::from_secs(60),
+        "every baseline task to run",
+        || probe.executed() >= sent as u64,
+    )
+    .await?;
+    let baseline = lateness(&probe, "base-", None);
+    // The flood, due once it is all in (about 20,000 tasks a second go in), at least 20 s on.
+    let ingest = Duration::from_secs(20).max(Duration::from_millis(flood as u64 / 20));
+    let due = Utc::now() + TimeDelta::from_std(ingest).unwrap_or(TimeDelta::MAX);
+    enqueue(&for_a, flood, |i| {
+        bench_task(format!("a-{}", i % ordering_ids), due, format!("flood-{i}"))
+            .with_limit_key("tenant-a")
+    })
+    .await?;
+    let before = probe.executed();
+    // b from a few seconds before the flood's time until the flood has run.
+    let b_from = due - TimeDelta::seconds(3);
+    if let Ok(wait) = (b_from - Utc::now()).to_std() {
+        tokio::time::sleep(wait).await;
+    }
+    let flooded_sent = steady(&for_b, "beside", || {
+        probe.executed() >= before + flood as u64
+    })
+    .await?;
+    let wait = Duration::from_secs(300).max(Duration::from_millis(flood as u64 / 2));
+    wait_until(
+        wait,
+        "the flood and every task of b beside it to run",
+        || probe.executed() >= before + (flood + flooded_sent) as u64,
+    )
+    .await?;
+    let flooded = lateness(&probe, "beside-", Some(due));
+    let last_a = (probe.samples().iter())
+        .filter(|s| s.uniqueness_key.starts_with("flood-"))
+        .map(|s| s.started)
+        .max()
+        .unwrap_or(due);
+    let drained_s = ((last_a - due).num_milliseconds() as f64 / 1000.0).max(0.001);
+    node.shutdown().await.map_err(node_error)?;
+    Ok(NoisyNeighbour {
+        flood,
+        flood_ordering_ids: ordering_ids,
+        baseline,
+        flooded,
+        flood_per_s: flood as f64 / drained_s,
+    })
+}
+
+/// Sends tenant b's tasks at [`B_PER_S`] (orderingIds `b-0`..`b-99`, keys `<prefix>-<n>`),
+/// each due [`B_LEAD`] after it is sent, until `stop` says so: how many were sent.
+async fn steady(
+    scheduler: &Scheduler,
+    prefix: &str,
+    mut stop: impl FnMut() -> bool,
+) -> Result<usize, BenchError> {
+    let tick = Duration::from_millis(10);
+    let mut interval = tokio::time::interval(tick);
+    let (mut owed, mut sent, mut failures) = (0.0f64, 0usize, 0usize);
+    let mut sends = futures::stream::FuturesUnordered::new();
+    while !stop() {
+        tokio::select! {
+            _ = interval.tick() => {
+                owed += B_PER_S * tick.as_secs_f64();
+                while owed >= 1.0 {
+                    owed -= 1.0;
+                    let task = bench_task(
+                        format!("b-{}", sent % 100),
+                        Utc::now() + B_LEAD,
+                        format!("{prefix}-{sent}"),
+                    )
+                    .with_limit_key("tenant-b");
+                    sends.push(scheduler.schedule_task(task));
+                    sent += 1;
+                }
+            }
+            Some(result) = sends.next(), if !sends.is_empty() => failures += usize::from(result.is_err()),
+        }
+    }
+    while let Some(result) = sends.next().await {
+        failures += usize::from(result.is_err());
+    }
+    match failures {
+        0 => Ok(sent),
+        n => Err(BenchError::Insane(format!(
+            "{n} of tenant b's tasks were not accepted"
+        ))),
+    }
+}
+
+/// The lateness of the tasks whose uniqueness key starts with `prefix` (due at or after
+/// `from`, if given).
+fn lateness(probe: &Probe, prefix: &str, from: Option<DateTime<Utc>>) -> Lateness {
+    let mut ms: Vec<f64> = (probe.samples().iter())
+        .filter(|s| s.uniqueness_key.starts_with(prefix))
+        .filter(|s| {
+            let due = s.started - TimeDelta::microseconds(s.lateness_us);
+            from.is_none_or(|from| due >= from)
+        })
+        .map(|s| s.lateness_us as f64 / 1000.0)
+        .collect();
+    ms.sort_by(f64::total_cmp);
+    Lateness {
+        tasks: ms.len(),
+        p50_ms: quantile(&ms, 0.50),
+        p99_ms: quantile(&ms, 0.99),
+        max_ms: ms.last().copied().unwrap_or(f64::NAN),
+    }
+}
