@@ -18,7 +18,7 @@
 //! An operator may override them per key at run time (`overrides`): every node reads the
 //! overrides every 2 s, and the next task of the key counts under the new limit.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use scheduler_client::Task;
@@ -35,8 +35,6 @@ mod concurrency;
 mod overrides;
 mod permits;
 mod rate;
-
-use permits::Counted;
 
 pub use concurrency::KeyConcurrency;
 pub use overrides::KeyOverrides;
@@ -182,21 +180,15 @@ impl Limits {
     /// The limited keys this node's tasks use now, by scope: their permits and calls, and the
     /// tasks held at either limit (waiting for a permit or for a unit of the key's rate).
     pub fn keys(&self) -> Vec<KeyUse> {
-        let mut keys: BTreeMap<Scope, KeyUse> = BTreeMap::new();
-        for ((counted, scope), permits, running, held) in self.concurrency.ledger.holding() {
-            let key = keys.entry(scope.clone()).or_insert_with(|| KeyUse {
-                task_type: scope.0,
-                limit_key: scope.1,
-                permits: 0,
-                running: 0,
-                held: 0,
-            });
-            key.held += held;
-            if counted == Counted::Calls {
-                (key.permits, key.running) = (permits, running);
-            }
-        }
-        keys.into_values().collect()
+        (self.concurrency.ledger.by_scope().into_iter())
+            .map(|((task_type, limit_key), permits, running, held)| KeyUse {
+                task_type,
+                limit_key,
+                permits,
+                running,
+                held,
+            })
+            .collect()
     }
 
     /// Whether a task of `task`'s key and type would wait at a gate now: its key has tasks

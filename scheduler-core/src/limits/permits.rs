@@ -555,6 +555,22 @@ impl Ledger {
         (self.lock().keys.get(scope)).map_or(0, Key::usable)
     }
 
+    /// This node's use of each scope's key: its permits held and given to calls (of
+    /// `key_concurrency`), and its tasks waiting for a permit or for a unit of the key's rate.
+    pub(super) fn by_scope(&self) -> Vec<(Scope, usize, usize, usize)> {
+        let mut keys: BTreeMap<Scope, (usize, usize, usize)> = BTreeMap::new();
+        for ((counted, scope), held, in_use, waiting) in self.holding() {
+            let key = keys.entry(scope).or_default();
+            key.2 += waiting;
+            if counted == Counted::Calls {
+                (key.0, key.1) = (held, in_use);
+            }
+        }
+        (keys.into_iter())
+            .map(|(scope, (held, in_use, waiting))| (scope, held, in_use, waiting))
+            .collect()
+    }
+
     /// This node's permits now, by scope (held, given to calls, tasks waiting), for tests and
     /// the admin API.
     pub(super) fn holding(&self) -> Vec<(Counter, usize, usize, usize)> {
