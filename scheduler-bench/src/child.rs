@@ -2,7 +2,7 @@
 //! that is killed. The parent runs `scheduler-bench node --settings <json>`; the child starts a
 //! node with a counting [`Probe`] and reports its progress as one JSON line on stdout every few
 //! milliseconds until SIGTERM, which shuts the node down cleanly. With `--executions FILE` the
-//! probe also writes a line per execution to `FILE` (see [`Probe::logging_to`]).
+//! probe also writes a line per execution to `FILE` (see [`Probe::logging_calls`]).
 
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -93,11 +93,12 @@ pub async fn run_child(
     settings_json: &str,
     partitions: u32,
     executions: Option<&Path>,
+    call: Duration,
 ) -> Result<(), BenchError> {
     let settings: Settings = serde_json::from_str(settings_json)
         .map_err(|e| BenchError::Setup(format!("child settings: {e}")))?;
     let probe = match executions {
-        Some(path) => Probe::logging_to(partitions, path)?,
+        Some(path) => Probe::logging_calls(partitions, path, call)?,
         None => Probe::new(partitions, false),
     };
     let node = SchedulerNode::start(settings, probe.clone())
@@ -162,23 +163,34 @@ pub struct ChildNode {
 impl ChildNode {
     /// Starts a node process with `settings` for a topic of `partitions` partitions.
     pub fn spawn(settings: &Settings, partitions: u32) -> Result<ChildNode, BenchError> {
-        ChildNode::start(settings, partitions, None)
+        ChildNode::start(settings, partitions, None, Duration::ZERO)
     }
 
     /// Starts a node process like [`ChildNode::spawn`] that also writes a line per execution to
-    /// `executions` (see [`Probe::logging_to`]).
+    /// `executions` (see [`Probe::logging_calls`]).
     pub fn spawn_logging(
         settings: &Settings,
         partitions: u32,
         executions: &Path,
     ) -> Result<ChildNode, BenchError> {
-        ChildNode::start(settings, partitions, Some(executions))
+        ChildNode::start(settings, partitions, Some(executions), Duration::ZERO)
+    }
+
+    /// Starts a node process like [`ChildNode::spawn_logging`] whose calls each take `call`.
+    pub fn spawn_calling(
+        settings: &Settings,
+        partitions: u32,
+        executions: &Path,
+        call: Duration,
+    ) -> Result<ChildNode, BenchError> {
+        ChildNode::start(settings, partitions, Some(executions), call)
     }
 
     fn start(
         settings: &Settings,
         partitions: u32,
         executions: Option<&Path>,
+        call: Duration,
     ) -> Result<ChildNode, BenchError> {
         let exe = std::env::current_exe()
             .map_err(|e| BenchError::Setup(format!("cannot find the bench binary: {e}")))?;
@@ -190,6 +202,9 @@ impl ChildNode {
             .args(["--settings", &settings_json]);
         if let Some(path) = executions {
             command.arg("--executions").arg(path);
+        }
+        if !call.is_zero() {
+            command.args(["--call-ms", &call.as_millis().to_string()]);
         }
         let mut child = command
             .stdout(std::process::Stdio::piped())

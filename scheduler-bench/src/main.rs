@@ -2,12 +2,13 @@
 //! each figure beside the raw ceiling of the same services measured in the same run.
 //!
 //! ```text
-//! scheduler-bench run [--quick] [--out FILE] [--only ceilings,throughput,handoff,cold,backlog,busy,group,tombstones,scale,ends,limits,noisy,peers,failover]
+//! scheduler-bench run [--quick] [--out FILE] [--only ceilings,throughput,handoff,cold,backlog,busy,group,tombstones,scale,ends,limits,noisy,accuracy,peers,failover]
 //! ```
 //!
 //! Prints a table and writes the figures as JSON. `--quick` runs every scenario small (under
 //! two minutes) and fails only if a figure is not sane, never on a timing threshold.
 
+mod accuracy;
 mod ceilings;
 mod child;
 mod cpu;
@@ -71,6 +72,9 @@ enum Command {
         /// Writes a line per execution to this file (the failover scenario's check).
         #[arg(long)]
         executions: Option<PathBuf>,
+        /// How long each call takes, in milliseconds.
+        #[arg(long, default_value_t = 0)]
+        call_ms: u64,
     },
 }
 
@@ -113,6 +117,9 @@ enum Scenario {
     /// Tenant b's steady tasks alone, then beside tenant a's flood of tasks due together
     /// (run only when named in `--only`).
     Noisy,
+    /// Per-key limits on three node processes through a rebalance: the most calls of a key at
+    /// once, and rated keys' starts a second (run only when named in `--only`).
+    Accuracy,
     /// The same workload on peer libraries (graphile_worker on PostgreSQL), side by side.
     Peers,
     /// Three node processes under a steady load; one leaves (SIGTERM), then one is killed
@@ -141,6 +148,9 @@ struct Sizes {
     limit_keys: usize,
     /// Tenant a's flood in the noisy-neighbour scenario.
     noisy_flood: usize,
+    /// Keys limited to two calls at once, and rated keys, in the accuracy scenario.
+    accuracy_keys: usize,
+    rated_keys: usize,
     /// Pending tasks at each step of the scale scenario, ascending.
     scale_pending: [usize; 2],
     failover_window: Duration,
@@ -168,6 +178,8 @@ impl Sizes {
                 limits_tasks: 5_000,
                 limit_keys: 1_000,
                 noisy_flood: 20_000,
+                accuracy_keys: 500,
+                rated_keys: 4,
                 scale_pending: [100_000, 1_000_000],
                 failover_window: failover::QUICK_WINDOW,
             }
@@ -189,6 +201,8 @@ impl Sizes {
                 limits_tasks: 100_000,
                 limit_keys: 1_000,
                 noisy_flood: 1_000_000,
+                accuracy_keys: 10_000,
+                rated_keys: 20,
                 scale_pending: [1_000_000, 10_000_000],
                 failover_window: failover::FULL_WINDOW,
             }
@@ -210,6 +224,7 @@ fn main() -> ExitCode {
             settings,
             partitions,
             executions,
+            call_ms,
         } => {
             // A node process logs to stderr only when asked (RUST_LOG), to keep runs quiet.
             if std::env::var_os("RUST_LOG").is_some() {
@@ -222,6 +237,7 @@ fn main() -> ExitCode {
                 &settings,
                 partitions,
                 executions.as_deref(),
+                Duration::from_millis(call_ms),
             ))
         }
         Command::Run(args) => runtime.block_on(run(args)),
@@ -328,6 +344,16 @@ async fn run(args: RunArgs) -> Result<(), BenchError> {
             sizes.noisy_flood
         ));
         figures.noisy = Some(noisy::noisy(sizes.noisy_flood, sizes.ordering_ids).await?);
+    }
+    if args.only.contains(&Scenario::Accuracy) {
+        step(&format!(
+            "accuracy: {} keys at {} calls at once and {} keys at {} starts a second, on three node processes, one leaving",
+            sizes.accuracy_keys,
+            accuracy::LIMIT,
+            sizes.rated_keys,
+            accuracy::RATE
+        ));
+        figures.accuracy = Some(accuracy::accuracy(sizes.accuracy_keys, sizes.rated_keys).await?);
     }
     if wanted(Scenario::Peers) && args.quick {
         eprintln!(

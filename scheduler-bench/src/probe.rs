@@ -8,6 +8,7 @@ use std::io::Write as _;
 use std::path::Path;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use scheduler_client::{partition_for, Task};
@@ -31,6 +32,8 @@ pub struct Sample {
 struct ProbeState {
     partitions: u32,
     record_each: bool,
+    /// How long each call takes (zero: it returns at once).
+    call: Duration,
     executed: AtomicU64,
     /// Milliseconds since the epoch of the first and the latest execution (0: none yet).
     first_ms: AtomicI64,
@@ -44,7 +47,8 @@ struct ProbeState {
 
 /// A file of executions, one line each:
 /// `uniqueness key \t orderingId \t scheduled (ms since the epoch) \t started (µs since the
-/// epoch) \t partition`. The benchmarks' keys and orderingIds hold no tab or newline.
+/// epoch) \t partition \t ended (µs since the epoch) \t limit key (`-`: none)`. The
+/// benchmarks' keys and orderingIds hold no tab or newline.
 ///
 /// Each line is written to the file (one `write`, no buffer in the process) before the call
 /// returns, so before the engine can count the task as run: a node killed with SIGKILL loses no
@@ -65,25 +69,36 @@ pub struct Probe(Arc<ProbeState>);
 impl Probe {
     /// A probe for a topic of `partitions` partitions; `record_each` keeps a [`Sample`] per call.
     pub fn new(partitions: u32, record_each: bool) -> Probe {
-        Probe::build(partitions, record_each, None)
+        Probe::build(partitions, record_each, None, Duration::ZERO)
     }
 
     /// A probe that writes a line per execution to `path` (created, or truncated), and keeps
-    /// no [`Sample`] in memory.
-    pub fn logging_to(partitions: u32, path: &Path) -> Result<Probe, BenchError> {
+    /// no [`Sample`] in memory; each call takes `call` (zero: it returns at once), and its line
+    /// is written as it ends.
+    pub fn logging_calls(
+        partitions: u32,
+        path: &Path,
+        call: Duration,
+    ) -> Result<Probe, BenchError> {
         let file = File::create(path)
             .map_err(|e| BenchError::Setup(format!("cannot create {}: {e}", path.display())))?;
         let log = ExecutionLog {
             file,
             line: String::with_capacity(128),
         };
-        Ok(Probe::build(partitions, false, Some(Mutex::new(log))))
+        Ok(Probe::build(partitions, false, Some(Mutex::new(log)), call))
     }
 
-    fn build(partitions: u32, record_each: bool, log: Option<Mutex<ExecutionLog>>) -> Probe {
+    fn build(
+        partitions: u32,
+        record_each: bool,
+        log: Option<Mutex<ExecutionLog>>,
+        call: Duration,
+    ) -> Probe {
         Probe(Arc::new(ProbeState {
             partitions,
             record_each,
+            call,
             executed: AtomicU64::new(0),
             first_ms: AtomicI64::new(0),
             last_ms: AtomicI64::new(0),
@@ -98,7 +113,7 @@ impl Probe {
         self.0.executed.load(Ordering::SeqCst)
     }
 
-    /// Executions whose line could not be written to the file (see [`Probe::logging_to`]).
+    /// Executions whose line could not be written to the file (see [`Probe::logging_calls`]).
     pub fn unlogged(&self) -> u64 {
         self.0.unlogged.load(Ordering::SeqCst)
     }
@@ -162,18 +177,24 @@ impl TaskHandler for Probe {
                     lateness_us,
                 });
         }
+        if !state.call.is_zero() {
+            tokio::time::sleep(state.call).await;
+        }
+        let ended = Utc::now();
         if let Some(log) = &state.log {
             let mut log = log.lock().unwrap_or_else(PoisonError::into_inner);
             let ExecutionLog { file, line } = &mut *log;
             line.clear();
             let formatted = writeln!(
                 line,
-                "{}\t{}\t{}\t{}\t{}",
+                "{}\t{}\t{}\t{}\t{}\t{}\t{}",
                 task.uniqueness_key,
                 task.ordering_id,
                 task.scheduled_time.timestamp_millis(),
                 started.timestamp_micros(),
                 partition_for(&task.ordering_id, state.partitions),
+                ended.timestamp_micros(),
+                task.limit_key.as_deref().unwrap_or("-"),
             );
             if formatted.is_err() || file.write_all(line.as_bytes()).is_err() {
                 state.unlogged.fetch_add(1, Ordering::SeqCst);

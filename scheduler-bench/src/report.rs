@@ -5,6 +5,7 @@
 
 use serde_json::{json, Value};
 
+use crate::accuracy::Accuracy;
 use crate::ceilings::{Ceilings, CQL_WRITES_PER_TASK};
 use crate::ends::Ends;
 use crate::failover::{Failover, Moved};
@@ -49,6 +50,8 @@ pub struct Figures {
     pub limits: Option<LimitsCost>,
     /// Tenant b beside tenant a's flood.
     pub noisy: Option<NoisyNeighbour>,
+    /// Per-key limits on three node processes.
+    pub accuracy: Option<Accuracy>,
     /// The same workload on peer libraries (or why it could not run).
     pub peers: Option<Result<Peers, String>>,
     /// Three nodes under load, one leaving and one killed.
@@ -132,6 +135,22 @@ impl Figures {
                 goal: ">= 90%".into(),
                 value: format!("{:.0}%", ratio * 100.0),
                 met: ratio >= 0.9,
+            });
+        }
+        if let Some(a) = &self.accuracy {
+            // Issue 33: at most 2 calls of a key at once; 10 starts a second within 5%.
+            targets.push(Target {
+                name: "most calls of one key at once, three nodes, a leave",
+                goal: format!("<= {}", crate::accuracy::LIMIT),
+                value: a.most_at_once.to_string(),
+                met: a.most_at_once <= crate::accuracy::LIMIT,
+            });
+            let rate = crate::accuracy::RATE;
+            targets.push(Target {
+                name: "rated keys' starts a second (lowest, highest)",
+                goal: format!("{rate} +- 5%"),
+                value: format!("{:.2}, {:.2}", a.rate_min, a.rate_max),
+                met: a.rate_min >= rate * 0.95 && a.rate_max <= rate * 1.05,
             });
         }
         if let Some(n) = &self.noisy {
@@ -701,6 +720,33 @@ impl Figures {
                 );
             }
         }
+        if let Some(a) = &self.accuracy {
+            row(
+                format!(
+                    "{} keys of {} tasks, at most {} at once",
+                    a.keys,
+                    a.tasks / a.keys.max(1),
+                    crate::accuracy::LIMIT
+                ),
+                format!("{} at once", a.most_at_once),
+                format!(
+                    "{} keys over; {} calls for {} tasks; the leave {:.1} s after their time",
+                    a.keys_over, a.calls, a.enqueued, a.leave_after_s
+                ),
+            );
+            row(
+                format!(
+                    "{} keys at {} starts a second",
+                    a.rated_keys,
+                    crate::accuracy::RATE
+                ),
+                format!("{:.2}/s", a.rate_mean),
+                format!(
+                    "lowest {:.2}, highest {:.2} (after each key's burst)",
+                    a.rate_min, a.rate_max
+                ),
+            );
+        }
         if let Some(n) = &self.noisy {
             for (when, l) in [("alone", &n.baseline), ("beside the flood", &n.flooded)] {
                 row(
@@ -1018,6 +1064,12 @@ impl Figures {
                         .map(|(operation, n)| (operation.clone(), json!(n)))
                         .collect::<serde_json::Map<_, _>>(),
                 })).collect::<Vec<_>>(),
+            })),
+            "accuracy": self.accuracy.as_ref().map(|a| json!({
+                "keys": a.keys, "tasks": a.tasks, "most_at_once": a.most_at_once,
+                "keys_over": a.keys_over, "rated_keys": a.rated_keys, "rate_min": a.rate_min,
+                "rate_mean": a.rate_mean, "rate_max": a.rate_max, "calls": a.calls,
+                "enqueued": a.enqueued, "leave_after_s": a.leave_after_s,
             })),
             "noisy": self.noisy.as_ref().map(|n| {
                 let lateness = |l: &crate::noisy::Lateness| json!({
