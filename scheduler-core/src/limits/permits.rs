@@ -319,14 +319,17 @@ impl Ledger {
                 if key.changing {
                     return true;
                 }
-                let wanted = demand.min(key.limit);
+                let wanted = match scope.0 {
+                    Counted::Calls => demand.min(key.limit),
+                    Counted::Starts => kept(scope, demand, key.limit),
+                };
                 if key.held < wanted {
                     key.surplus_since = None;
                     if valid && key.retry_at.is_none_or(|at| at <= now) {
                         key.changing = true;
                         takes.push((scope.clone(), key.limit));
                     }
-                } else if key.held > kept(demand, key.limit) {
+                } else if key.held > kept(scope, demand, key.limit) {
                     // Unused for `LINGER`, beyond the reserve for `LINGER`, or over a limit
                     // lowered since they were taken.
                     let since = *key.surplus_since.get_or_insert(now);
@@ -480,9 +483,9 @@ impl Ledger {
             };
             let target = if take {
                 let free = limit.saturating_sub(others + mine);
-                mine + kept(demand, limit).saturating_sub(mine).min(free)
+                mine + kept(scope, demand, limit).saturating_sub(mine).min(free)
             } else {
-                mine.min(kept(demand, limit))
+                mine.min(kept(scope, demand, limit))
             };
             if target == mine {
                 self.settle(scope, generation, mine, take);
@@ -612,10 +615,14 @@ async fn keep(ledger: Weak<Ledger>, wake: Arc<Notify>) {
 /// The permits a node keeps of a key its tasks need `demand` of now: those, and while any is
 /// needed at least a quarter of the limit (its reserve, taken at once when free), so a key whose
 /// tasks come and go is not taken and given back a permit at a time; none once none is needed.
-fn kept(demand: usize, limit: usize) -> usize {
-    match demand {
-        0 => 0,
-        _ => demand.max(limit.div_ceil(4)).min(limit),
+/// A rate's units are not used up by the tasks holding them: the rate a node's tasks can use is
+/// its share, whatever few of them wait at once (the key's calls at once may be limited too), so
+/// a node keeps every unit it can while its tasks need any.
+fn kept((counted, _): &Counter, demand: usize, limit: usize) -> usize {
+    match (demand, counted) {
+        (0, _) => 0,
+        (_, Counted::Calls) => demand.max(limit.div_ceil(4)).min(limit),
+        (_, Counted::Starts) => limit,
     }
 }
 
