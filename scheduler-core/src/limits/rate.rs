@@ -5,9 +5,10 @@
 //!   store like its concurrency permits (the [`Ledger`], counting `Starts`): a node holding `n`
 //!   of them starts the key's tasks at `n / units` of the rate, in bursts of `n / units` of the
 //!   burst (at least `n`, as `units` is at most the burst). The holders' shares add up to the
-//!   rate at most. A task holds a unit from its entry until its call starts, so a node takes
-//!   the units its waiting tasks need (all of them under a backlog) and gives them back after
-//!   `LINGER` without; at most `units` tasks of a key are between their turn and their call.
+//!   rate at most. A task holds a unit from its entry until its call starts, so at most
+//!   `units` tasks of a key are between their turn and their call. Units are not used up by
+//!   the tasks holding them: a node takes every free unit while its tasks need any, and gives
+//!   them back once they needed none for `LINGER`.
 //! - **On a node,** by the generic cell rate algorithm: each key keeps one time, the
 //!   theoretical arrival time of its next start, and each task that enters takes the next start
 //!   its node's share allows and waits for it (by the node's clock). So the waiters of a key
@@ -153,6 +154,7 @@ impl KeyRate {
             })
     }
 
+    /// The keys' next starts, shared with the tasks waiting for theirs.
     fn next_starts(&self) -> NextStarts {
         Arc::clone(&self.next)
     }

@@ -443,6 +443,33 @@ async fn a_keys_tasks_use_its_whole_rate_however_few_wait_at_once() {
     );
 }
 
+/// A node holding some of a key's rate units starts the key's tasks at that share of the rate:
+/// another live holder keeps two of the four units, so this node's tasks start at half the
+/// rate, in bursts of half the burst.
+#[tokio::test(start_paused = true)]
+async fn a_node_holding_part_of_a_keys_units_starts_its_tasks_at_that_share_of_the_rate() {
+    let store = MemoryStore::new();
+    let other = "x@1.0".to_string();
+    store.beat(other.clone(), TTL).await.expect("beat");
+    let held = BTreeMap::from([(other.clone(), 2u32)]);
+    let swapped = (store.swap_key_holders("rate *".into(), "k".into(), None, held))
+        .await
+        .expect("swap");
+    assert!(swapped);
+    let clock: Arc<dyn Clock> = Arc::new(crate::clock::TokioClock::starting_at(Utc::now()));
+    let gate = rate_gate_on("a", &store, 10.0, Some(4), clock);
+    let mut starts = Starts::enter(&gate, &task("mail", Some("k")), 200);
+    for _ in 0..10 {
+        run_for(1_000, &mut [&mut starts]).await;
+        store.beat(other.clone(), TTL).await.expect("beat");
+    }
+    let started = starts.at.len();
+    assert!(
+        (45..=57).contains(&started),
+        "{started} starts in 10 s on two units of four of 10 a second"
+    );
+}
+
 /// A key's rate holds across the cluster: two nodes with tasks of the key start them at the
 /// key's rate together. `a`'s tasks come first and take the units; once they stop, `a` gives
 /// the units back and `b`'s waiting tasks go on at the rate. No more tasks of the key are
