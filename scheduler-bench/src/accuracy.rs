@@ -11,7 +11,6 @@
 //! starts a second after its burst.
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
 use std::time::Duration;
 
 use chrono::{TimeDelta, Utc};
@@ -19,7 +18,7 @@ use it_tests::engine::TestEnv;
 use scheduler_core::settings::{SchedulingSettings, TypeLimits};
 
 use crate::ceilings::bench_task;
-use crate::child::ChildNode;
+use crate::child::{ChildNode, ExecutionFiles};
 use crate::scenarios::{enqueue, wait_until};
 use crate::BenchError;
 
@@ -78,7 +77,7 @@ pub async fn accuracy(keys: usize, rated_keys: usize) -> Result<Accuracy, BenchE
         ..SchedulingSettings::default()
     };
     let settings = env.settings(scheduling);
-    let files = CallFiles::create()?;
+    let files = ExecutionFiles::create("accuracy")?;
     let mut nodes = Vec::new();
     for n in 0..NODES {
         nodes.push(ChildNode::spawn_calling(
@@ -136,7 +135,7 @@ pub async fn accuracy(keys: usize, rated_keys: usize) -> Result<Accuracy, BenchE
     for node in nodes {
         node.stop(Duration::from_secs(60)).await?;
     }
-    let calls = files.read()?;
+    let calls = read_calls(&files)?;
     let figures = measure(&calls, keys, tasks, rated_keys, enqueued, leave_after_s);
     Ok(figures)
 }
@@ -218,36 +217,17 @@ fn rate_after_burst(starts: &[i64]) -> Option<f64> {
     (seconds > 0.0).then(|| after as f64 / seconds)
 }
 
-/// Each node's file of calls, removed with the run.
-struct CallFiles {
-    dir: PathBuf,
-}
-
-impl CallFiles {
-    fn create() -> Result<CallFiles, BenchError> {
-        let dir =
-            std::env::temp_dir().join(format!("scheduler-bench-accuracy-{}", std::process::id()));
-        std::fs::create_dir_all(&dir)
-            .map_err(|e| BenchError::Setup(format!("cannot create {}: {e}", dir.display())))?;
-        Ok(CallFiles { dir })
+/// Every call in the nodes' files: `key \t orderingId \t scheduled ms \t started µs \t
+/// partition \t ended µs \t limit key`.
+fn read_calls(files: &ExecutionFiles) -> Result<Vec<Call>, BenchError> {
+    let mut calls = Vec::new();
+    for node in 0..NODES {
+        let path = files.path(node);
+        let text = std::fs::read_to_string(&path)
+            .map_err(|e| BenchError::Setup(format!("cannot read {}: {e}", path.display())))?;
+        calls.extend(text.lines().filter_map(parse));
     }
-
-    fn path(&self, node: usize) -> PathBuf {
-        self.dir.join(format!("node-{node}.calls"))
-    }
-
-    /// Every call in the files: `key \t orderingId \t scheduled ms \t started µs \t partition \t
-    /// ended µs \t limit key`.
-    fn read(&self) -> Result<Vec<Call>, BenchError> {
-        let mut calls = Vec::new();
-        for node in 0..NODES {
-            let path = self.path(node);
-            let text = std::fs::read_to_string(&path)
-                .map_err(|e| BenchError::Setup(format!("cannot read {}: {e}", path.display())))?;
-            calls.extend(text.lines().filter_map(parse));
-        }
-        Ok(calls)
-    }
+    Ok(calls)
 }
 
 fn parse(line: &str) -> Option<Call> {
@@ -257,12 +237,6 @@ fn parse(line: &str) -> Option<Call> {
         ended_us: fields.get(5)?.parse().ok()?,
         limit_key: fields.get(6)?.to_string(),
     })
-}
-
-impl Drop for CallFiles {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
 }
 
 #[cfg(test)]

@@ -4,7 +4,7 @@
 //! milliseconds until SIGTERM, which shuts the node down cleanly. With `--executions FILE` the
 //! probe also writes a line per execution to `FILE` (see [`Probe::logging_calls`]).
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use chrono::Utc;
@@ -346,6 +346,45 @@ impl ChildNode {
                 "kill -{name} {} failed: {status}",
                 self.pid
             )))
+        }
+    }
+}
+
+/// The nodes' executions files, in a directory of their own, removed at the end unless kept.
+pub(crate) struct ExecutionFiles {
+    /// The directory.
+    pub(crate) dir: PathBuf,
+    keep: bool,
+}
+
+impl ExecutionFiles {
+    /// A new directory for the files of the scenario `name`.
+    pub(crate) fn create(name: &str) -> Result<ExecutionFiles, BenchError> {
+        let dir = std::env::temp_dir().join(format!(
+            "scheduler-bench-{name}-{}-{}",
+            std::process::id(),
+            Utc::now().timestamp_millis()
+        ));
+        std::fs::create_dir_all(&dir)
+            .map_err(|e| BenchError::Setup(format!("cannot create {}: {e}", dir.display())))?;
+        Ok(ExecutionFiles { dir, keep: false })
+    }
+
+    /// Node `node`'s file.
+    pub(crate) fn path(&self, node: usize) -> PathBuf {
+        self.dir.join(format!("node-{node}.tsv"))
+    }
+
+    /// Leaves the files in place, to look into.
+    pub(crate) fn keep(&mut self) {
+        self.keep = true;
+    }
+}
+
+impl Drop for ExecutionFiles {
+    fn drop(&mut self) {
+        if !self.keep {
+            let _ = std::fs::remove_dir_all(&self.dir);
         }
     }
 }

@@ -23,8 +23,8 @@ use scheduler_client::{partition_for, Scheduler};
 use scheduler_core::settings::SchedulingSettings;
 
 use crate::ceilings::bench_task;
-use crate::child::ChildNode;
-use crate::scenarios::wait_until;
+use crate::child::{ChildNode, ExecutionFiles};
+use crate::scenarios::{quantile, wait_until};
 use crate::BenchError;
 
 /// Tasks per second when the run did not measure the engine's half-load rate.
@@ -115,7 +115,7 @@ impl Failover {
 pub async fn failover(rate_per_s: f64, window: Duration) -> Result<Failover, BenchError> {
     let env = TestEnv::new("bench_failover", PARTITIONS).await;
     let settings = env.settings(SchedulingSettings::default());
-    let mut files = ExecutionFiles::create()?;
+    let mut files = ExecutionFiles::create("failover")?;
     // One node first, so that it alone creates the keyspace's tables.
     let mut first = ChildNode::spawn_logging(&settings, PARTITIONS, &files.path(0))?;
     first
@@ -331,43 +331,6 @@ async fn produce(
     }
 }
 
-/// The nodes' executions files, in a directory of their own, removed at the end unless kept.
-struct ExecutionFiles {
-    dir: PathBuf,
-    keep: bool,
-}
-
-impl ExecutionFiles {
-    fn create() -> Result<ExecutionFiles, BenchError> {
-        let dir = std::env::temp_dir().join(format!(
-            "scheduler-bench-failover-{}-{}",
-            std::process::id(),
-            Utc::now().timestamp_millis()
-        ));
-        std::fs::create_dir_all(&dir)
-            .map_err(|e| BenchError::Setup(format!("cannot create {}: {e}", dir.display())))?;
-        Ok(ExecutionFiles { dir, keep: false })
-    }
-
-    /// Node `node`'s file.
-    fn path(&self, node: usize) -> PathBuf {
-        self.dir.join(format!("node-{node}.tsv"))
-    }
-
-    /// Leaves the files in place, to look into.
-    fn keep(&mut self) {
-        self.keep = true;
-    }
-}
-
-impl Drop for ExecutionFiles {
-    fn drop(&mut self) {
-        if !self.keep {
-            let _ = std::fs::remove_dir_all(&self.dir);
-        }
-    }
-}
-
 /// Each task's executions, as read so far from the nodes' files.
 struct Ledger {
     tasks: Vec<TaskRuns>,
@@ -541,15 +504,6 @@ fn read_from(path: &Path, offset: u64, bytes: &mut Vec<u8>) -> Result<u64, Bench
     Ok((bytes.len() - before) as u64)
 }
 
-/// The value at quantile `q` of sorted `values`.
-fn quantile(sorted: &[f64], q: f64) -> f64 {
-    if sorted.is_empty() {
-        return f64::NAN;
-    }
-    let rank = ((q * sorted.len() as f64).ceil() as usize).clamp(1, sorted.len());
-    sorted[rank - 1]
-}
-
 #[cfg(test)]
 mod tests {
     use std::io::Write;
@@ -577,7 +531,7 @@ mod tests {
     fn the_ledger_counts_lost_early_out_of_order_and_duplicate_runs() {
         // Two tasks per orderingId, the second 1,000 ms after the first.
         let scheduled: Vec<i64> = (0..2 * ORDERING_IDS).map(|i| 1_000 + i as i64).collect();
-        let files = ExecutionFiles::create().unwrap();
+        let files = ExecutionFiles::create("failover").unwrap();
         let mut first = String::new();
         for (i, at) in scheduled.iter().enumerate() {
             let started = match i {
