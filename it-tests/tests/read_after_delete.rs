@@ -157,7 +157,9 @@ async fn a_row_deleted_after_its_memtable_flushed_stays_deleted_to_every_read_by
             .await
             .expect("schedule read");
         found.recurring_schedule += usize::from(schedule_read.is_some());
-        store.cancel(3, gone.key(), at(1)).await.expect("cancel");
+        (store.record_status_if_absent(3, gone.key(), StatusRecord::cancelled(at(1))))
+            .await
+            .expect("cancel");
         let cancelled = store.status(3, gone.key()).await.expect("status read");
         found.cancel += usize::from(cancelled.map(|s| s.status) != Some(TaskStatus::Cancelled));
 

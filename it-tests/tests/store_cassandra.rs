@@ -851,12 +851,26 @@ async fn grouped_and_join_tasks_keep_their_group_everywhere_a_task_is_stored_and
         .expect("status write");
     assert_eq!(
         store.status(7, plain.key()).await.expect("status read"),
-        Some(without)
+        Some(without.clone())
     );
     assert_eq!(
-        store.cancel(7, join.key(), at).await.expect("cancel"),
+        (store.record_status_if_absent(7, join.key(), StatusRecord::cancelled(at)))
+            .await
+            .expect("cancel"),
         None,
         "the cancellation is recorded"
+    );
+    // A status recorded only if absent (a cancel, a redriven letter's failure) leaves one
+    // already there as it is, and says which it was.
+    assert_eq!(
+        (store.record_status_if_absent(7, plain.key(), StatusRecord::cancelled(at)))
+            .await
+            .expect("write if absent"),
+        Some(without.clone())
+    );
+    assert_eq!(
+        store.status(7, plain.key()).await.expect("status read"),
+        Some(without)
     );
     let cancelled = store
         .status(7, join.key())

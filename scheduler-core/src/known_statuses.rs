@@ -31,7 +31,6 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
-use chrono::{DateTime, Utc};
 use futures::future::BoxFuture;
 use futures::FutureExt;
 use scheduler_client::TaskKey;
@@ -277,14 +276,16 @@ impl StatusStore for KnownStatuses {
         self.while_writing(&key, || status_store.clear_status(partition, key.clone()))
     }
 
-    fn cancel(
+    fn record_status_if_absent(
         &self,
         partition: PartitionId,
         key: TaskKey,
-        at: DateTime<Utc>,
+        status: StatusRecord,
     ) -> BoxFuture<'static, StoreResult<Option<StatusRecord>>> {
         let status_store = &self.shared.status;
-        self.while_writing(&key, || status_store.cancel(partition, key.clone(), at))
+        self.while_writing(&key, || {
+            status_store.record_status_if_absent(partition, key.clone(), status)
+        })
     }
 }
 

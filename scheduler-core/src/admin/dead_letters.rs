@@ -231,6 +231,13 @@ async fn apply(
             let task = letter.redriven(now);
             let new_key = task.key();
             let task_type = task.task_type.clone();
+            // The dead task's failure first, if its status write was cut off: a redriven
+            // identity's task supersedes it, and no tree would record it after that.
+            state
+                .store
+                .record_status_if_absent(letter.partition, key.clone(), letter.failed_status())
+                .await
+                .map_err(store_error)?;
             state
                 .canceller
                 .schedule_task(task)

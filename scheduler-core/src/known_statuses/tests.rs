@@ -84,7 +84,9 @@ async fn a_write_of_the_key_forgets_it_and_keeps_it_out_of_reads_it_overlapped()
     assert!(known.knows_unfinished(&a));
     // A cancel of `a`: forgotten as it begins, so a run after it reads the store.
     assert_eq!(
-        known.cancel(P, a.clone(), at(0)).await.expect("cancelled"),
+        (known.record_status_if_absent(P, a.clone(), StatusRecord::cancelled(at(0))))
+            .await
+            .expect("cancelled"),
         None
     );
     assert!(!known.knows_unfinished(&a));

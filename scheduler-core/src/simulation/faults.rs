@@ -34,7 +34,7 @@ impl World {
                     "schedule load",
                     "task insert",
                     "epoch read",
-                    "cancel",
+                    "status write if absent",
                     "status batch read",
                     "status read",
                 ];
@@ -226,7 +226,7 @@ impl World {
             "schedule load",
             "task insert",
             "epoch read",
-            "cancel",
+            "status write if absent",
             "status batch read",
             "status read",
         ] {

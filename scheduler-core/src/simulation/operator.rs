@@ -6,7 +6,7 @@
 
 use super::checks::span;
 use super::*;
-use crate::store::{DeadLetterStore, Suspension, SuspensionTarget, Suspensions};
+use crate::store::{DeadLetterStore, StatusStore, Suspension, SuspensionTarget, Suspensions};
 
 /// A suspension the operator made: its target, when, and until when (`None`: in force).
 pub(super) struct Suspended {
@@ -116,6 +116,21 @@ impl World {
         if self.produced.tasks.contains_key(&new) || old == new {
             return;
         }
+        // As the API does: the dead task's failure first, if it has no status.
+        let keyspace = self.keyspace_of(&old.ordering_id).clone();
+        let failed = letter.failed_status();
+        let mut recorded = false;
+        for _ in 0..10 {
+            let write =
+                keyspace.record_status_if_absent(letter.partition, old.clone(), failed.clone());
+            if write.await.is_ok() {
+                recorded = true;
+                break;
+            }
+        }
+        if !recorded {
+            return;
+        }
         tracing::info!(task = %old, redriven_as = %new, "sim: dead letter redriven");
         if task.task_type != crate::recurring::TICK_TYPE {
             let plan = Plan::Succeed(Duration::from_millis(self.rng.u64(5..300)));
@@ -142,7 +157,6 @@ impl World {
         // As the API does: marked once enqueued; a mark the store fails (an injected fault) is
         // made again, as an operator told of the failure redrives the letter again, which would
         // otherwise be redriven twice, the second redrive superseding the first.
-        let keyspace = self.keyspace_of(&old.ordering_id).clone();
         for _ in 0..10 {
             if keyspace.mark_redriven(old.clone(), 1, now).await.is_ok() {
                 break;

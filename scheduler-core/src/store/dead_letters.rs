@@ -84,6 +84,23 @@ impl DeadLetter {
             ..self.task.clone()
         }
     }
+
+    /// The final status its task has, as its tree records it with the letter: a redrive
+    /// records it first if the task has none ([`super::StatusStore::record_status_if_absent`]),
+    /// since a redriven identity's task supersedes the dead one, whose status write may have
+    /// been cut off (its tree stopped between the letter and the status).
+    pub fn failed_status(&self) -> super::StatusRecord {
+        super::StatusRecord {
+            status: match self.reason {
+                DeadReason::Invalid => super::TaskStatus::Dropped,
+                DeadReason::RetriesExhausted => super::TaskStatus::Failed,
+            },
+            attempts: self.attempts,
+            updated_at: self.dead_at,
+            last_error: Some(self.last_error.clone()),
+            result: None,
+        }
+    }
 }
 
 /// Which dead letters an operation covers: those of a task type (all when `None`) whose task

@@ -102,15 +102,29 @@ pub trait StatusStore: Send + Sync + 'static {
         key: TaskKey,
     ) -> BoxFuture<'static, StoreResult<()>>;
 
-    /// Records that a task is cancelled, unless it already has a final status (a lightweight
-    /// transaction, so a task that finished meanwhile keeps its status). Returns `None` when the
-    /// cancellation was recorded, else the status the task already had.
-    fn cancel(
+    /// Records a task's final state unless it already has one (a lightweight transaction, so
+    /// a task that finished meanwhile keeps its status): a cancellation, or a redriven dead
+    /// letter's failure. Returns `None` when `status` was recorded, else the status the task
+    /// already had.
+    fn record_status_if_absent(
         &self,
         partition: PartitionId,
         key: TaskKey,
-        at: DateTime<Utc>,
+        status: StatusRecord,
     ) -> BoxFuture<'static, StoreResult<Option<StatusRecord>>>;
+}
+
+impl StatusRecord {
+    /// A task's cancellation at `at`.
+    pub fn cancelled(at: DateTime<Utc>) -> StatusRecord {
+        StatusRecord {
+            status: TaskStatus::Cancelled,
+            attempts: 0,
+            updated_at: at,
+            last_error: None,
+            result: None,
+        }
+    }
 }
 
 /// `keys` in the reads [`StatusStore::with_status`] makes: by hour bucket, at most
@@ -158,7 +172,7 @@ pub(in crate::store) mod cassandra {
         select_status: PreparedStatement,
         select_with_status: PreparedStatement,
         insert_status: PreparedStatement,
-        cancel_status: PreparedStatement,
+        insert_status_if_absent: PreparedStatement,
         delete_status: PreparedStatement,
     }
 
@@ -193,9 +207,10 @@ pub(in crate::store) mod cassandra {
                  attempts, updated_at, last_error, result) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
             ))
                 .await?,
-                cancel_status: prepare(format!(
+                insert_status_if_absent: prepare(format!(
                 "INSERT INTO {ks}.task_status (partition_id, hour_bucket, {key_columns}, status, \
-                 attempts, updated_at) VALUES (?, ?, ?, ?, ?, 'cancelled', 0, ?) IF NOT EXISTS"
+                 attempts, updated_at, last_error, result) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) \
+                 IF NOT EXISTS"
             ))
                 .await?,
                 delete_status: prepare(format!("DELETE FROM {ks}.task_status WHERE {key_match}"))
@@ -361,25 +376,22 @@ pub(in crate::store) mod cassandra {
             .boxed()
         }
 
-        fn cancel(
+        fn record_status_if_absent(
             &self,
             partition: PartitionId,
             key: TaskKey,
-            at: DateTime<Utc>,
+            status: StatusRecord,
         ) -> BoxFuture<'static, StoreResult<Option<StatusRecord>>> {
             let store = self.clone();
             async move {
-                let (p, bucket, time, ordering_id, uniqueness_key) = key_values(partition, &key);
+                let statements = store.inner.statements::<StatusStatements>().await?;
+                let values = insert_values(partition, &key, status);
                 let result = store
                     .inner
                     .run(
-                        &store
-                            .inner
-                            .statements::<StatusStatements>()
-                            .await?
-                            .cancel_status,
-                        (p, bucket, time, ordering_id, uniqueness_key, at),
-                        "cancel",
+                        &statements.insert_status_if_absent,
+                        values,
+                        "status write if absent",
                     )
                     .await?;
                 if applied(result, "status")? {
@@ -396,7 +408,6 @@ pub(in crate::store) mod cassandra {
 /// `task_status` in memory.
 #[cfg(any(test, feature = "testing"))]
 pub(in crate::store) mod memory {
-    use chrono::{DateTime, Utc};
     use futures::future::BoxFuture;
     use scheduler_client::TaskKey;
 
@@ -475,29 +486,17 @@ pub(in crate::store) mod memory {
             })
         }
 
-        fn cancel(
+        fn record_status_if_absent(
             &self,
             partition: PartitionId,
             key: TaskKey,
-            at: DateTime<Utc>,
+            status: StatusRecord,
         ) -> BoxFuture<'static, StoreResult<Option<StatusRecord>>> {
-            self.run("cancel", move |s| {
+            self.run("status write if absent", move |s| {
                 match s.status.get(&(partition, key.clone())) {
                     Some(existing) => Some(existing.clone()),
                     None => {
-                        let cancelled = StatusRecord {
-                            status: crate::store::TaskStatus::Cancelled,
-                            attempts: 0,
-                            updated_at: at,
-                            last_error: None,
-                            result: None,
-                        };
-                        s.status_writes.push((
-                            key.clone(),
-                            cancelled.clone(),
-                            tokio::time::Instant::now(),
-                        ));
-                        s.status.insert((partition, key), cancelled);
+                        record(s, partition, key, status);
                         None
                     }
                 }

@@ -34,7 +34,7 @@ use crate::metrics::{Metrics, ParkReason, Parked};
 use crate::retry::exponential_period;
 use crate::store::DeadLetterStore;
 use crate::store::{
-    DeadReason, MemberOutcome, PartitionId, StatusRecord, StoreError, StoreResult, TaskStatus,
+    MemberOutcome, PartitionId, StatusRecord, StoreError, StoreResult, TaskStatus,
     WRITE_CONCURRENCY,
 };
 
@@ -153,7 +153,8 @@ impl Canceller {
         .map(|key| {
             let tables = tables.clone();
             async move {
-                let cancelled = match tables.status.cancel(partition, key.clone(), at).await {
+                let cancelled = match tables.status.record_status_if_absent(partition, key.clone(), StatusRecord::cancelled(at))
+                    .await {
                     Ok(None) => true,
                     Ok(Some(existing)) if existing.status == TaskStatus::Cancelled => false,
                     Ok(Some(existing)) => {
@@ -204,16 +205,7 @@ async fn failed_status(
     key: &TaskKey,
 ) -> StoreResult<Option<StatusRecord>> {
     let letter = dead_letters.dead_letter(key.clone()).await?;
-    Ok(letter.map(|letter| StatusRecord {
-        status: match letter.reason {
-            DeadReason::Invalid => TaskStatus::Dropped,
-            DeadReason::RetriesExhausted => TaskStatus::Failed,
-        },
-        attempts: letter.attempts,
-        updated_at: letter.dead_at,
-        last_error: Some(letter.last_error),
-        result: None,
-    }))
+    Ok(letter.map(|letter| letter.failed_status()))
 }
 
 /// A cancelled task that is a member of a group records its outcome there (which may trigger

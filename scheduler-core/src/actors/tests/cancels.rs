@@ -119,7 +119,8 @@ fn a_batch_of_5000_cancels_completes_within_the_persist_timeout() {
             .collect();
         h.enqueue(tasks.clone()).await;
         // Each cancellation is a lightweight transaction of a few ms.
-        h.store.set_latency("cancel", Duration::from_millis(5));
+        h.store
+            .set_latency("status write if absent", Duration::from_millis(5));
         h.store
             .set_latency("status write", Duration::from_millis(5));
         h.cancel(tasks.iter().map(Task::key).collect()).await;
@@ -192,7 +193,7 @@ fn a_cancel_that_could_not_be_recorded_does_not_stop_a_checked_task() {
         advance(Duration::from_millis(9_000)).await;
         // The cancellation's write fails: the batch is not persisted (the consumer offers it
         // again later); meanwhile the task, touched by it, checks again and runs.
-        h.store.fail_op("cancel", 1);
+        h.store.fail_op("status write if absent", 1);
         let reply = h
             .offer(PolledTasks {
                 tasks: vec![],

@@ -354,7 +354,7 @@ fn a_batch_whose_write_failed_halfway_runs_in_order_when_it_comes_again() {
             cancels: vec![task("z", t0() + ms(60_000), "1").key()],
             ..PolledTasks::default()
         };
-        h.store.fail_op("cancel", 1);
+        h.store.fail_op("status write if absent", 1);
         let reply = h.offer(batch()).await;
         assert!(reply.persisted.is_empty(), "the cancel failed");
         // Loading goes on meanwhile; the consumer offers the batch again at 6 s.
