@@ -219,27 +219,26 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    // The bench and its node processes log to stderr only when asked (RUST_LOG), to keep
+    // runs quiet.
+    if std::env::var_os("RUST_LOG").is_some() {
+        tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+            .with_writer(std::io::stderr)
+            .init();
+    }
     let result = match cli.command {
         Command::Node {
             settings,
             partitions,
             executions,
             call_ms,
-        } => {
-            // A node process logs to stderr only when asked (RUST_LOG), to keep runs quiet.
-            if std::env::var_os("RUST_LOG").is_some() {
-                tracing_subscriber::fmt()
-                    .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
-                    .with_writer(std::io::stderr)
-                    .init();
-            }
-            runtime.block_on(child::run_child(
-                &settings,
-                partitions,
-                executions.as_deref(),
-                Duration::from_millis(call_ms),
-            ))
-        }
+        } => runtime.block_on(child::run_child(
+            &settings,
+            partitions,
+            executions.as_deref(),
+            Duration::from_millis(call_ms),
+        )),
         Command::Run(args) => runtime.block_on(run(args)),
     };
     match result {
