@@ -86,6 +86,12 @@ pub struct InFlight {
     low_water: Mutex<Option<DateTime<Utc>>>,
     /// The lists named by marks being written or written last.
     named: Mutex<Named>,
+    /// Per orderingId, the run orders of its tasks the PartitionScheduler holds.
+    pending: Mutex<HashMap<String, BTreeMap<RunOrder, usize>>>,
+    /// Per limit key, how many of its tasks the PartitionScheduler holds.
+    pending_of_key: Mutex<HashMap<String, usize>>,
+    /// The orderingIds whose due tasks the PartitionExecutor defers.
+    deferring: Mutex<std::collections::HashSet<String>>,
 }
 
 impl InFlight {
@@ -297,6 +303,88 @@ impl InFlight {
     /// Records how many of them the PartitionScheduler holds (not yet due).
     pub fn set_held(&self, n: usize) {
         self.held.store(n, Ordering::SeqCst);
+    }
+
+    fn pending_runs(
+        &self,
+    ) -> std::sync::MutexGuard<'_, HashMap<String, BTreeMap<RunOrder, usize>>> {
+        self.pending.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn pending_of_key(&self) -> std::sync::MutexGuard<'_, HashMap<String, usize>> {
+        self.pending_of_key
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Whether `task`, not due yet, is to be deferred as it comes rather than held by the
+    /// PartitionScheduler: its limit key has `share` (plus `more` about to be) held there, or
+    /// its orderingId's tasks are being deferred (it runs after them).
+    pub fn to_defer(&self, task: &Task, share: usize, more: usize) -> bool {
+        let key_at_share = (task.limit_key.as_ref()).is_some_and(|key| {
+            self.pending_of_key().get(key).copied().unwrap_or(0) + more >= share
+        });
+        key_at_share || self.is_deferring(&task.ordering_id)
+    }
+
+    /// The PartitionScheduler holds `task` (`true`) or no longer does.
+    pub fn pending(&self, task: &Task, held: bool) {
+        if let Some(key) = &task.limit_key {
+            let mut of_key = self.pending_of_key();
+            let n = of_key.entry(key.clone()).or_default();
+            match held {
+                true => *n += 1,
+                false => *n = n.saturating_sub(1),
+            }
+            if *n == 0 {
+                of_key.remove(key);
+            }
+        }
+        let mut pending = self.pending_runs();
+        let (ordering_id, run) = (&task.ordering_id, task.run_order());
+        if held {
+            let runs = pending.entry(ordering_id.clone()).or_default();
+            *runs.entry(run).or_default() += 1;
+            return;
+        }
+        let Some(runs) = pending.get_mut(ordering_id) else {
+            return;
+        };
+        if let Some(n) = runs.get_mut(&run) {
+            *n -= 1;
+            if *n == 0 {
+                runs.remove(&run);
+            }
+        }
+        if runs.is_empty() {
+            pending.remove(ordering_id);
+        }
+    }
+
+    /// The first task of `ordering_id` the PartitionScheduler holds, in run order: it is
+    /// dispatched before a deferred task of the orderingId after it is read back.
+    pub fn first_pending(&self, ordering_id: &str) -> Option<RunOrder> {
+        (self.pending_runs().get(ordering_id)).and_then(|runs| runs.keys().next().cloned())
+    }
+
+    fn deferring(&self) -> std::sync::MutexGuard<'_, std::collections::HashSet<String>> {
+        self.deferring
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The PartitionExecutor defers `ordering_id`'s tasks (`true`), or no longer does.
+    pub fn set_deferring(&self, ordering_id: &str, deferring: bool) {
+        match deferring {
+            true => self.deferring().insert(ordering_id.to_string()),
+            false => self.deferring().remove(ordering_id),
+        };
+    }
+
+    /// Whether the PartitionExecutor defers `ordering_id`'s tasks: a later one is deferred
+    /// as it comes (the PartitionScheduler holds none of it meanwhile).
+    pub fn is_deferring(&self, ordering_id: &str) -> bool {
+        self.deferring().contains(ordering_id)
     }
 
     /// How many the PartitionScheduler holds; the rest are queued or running.

@@ -19,6 +19,11 @@
 //! is taken out of the list once no mark written or being written still names the list from an
 //! earlier row.
 //!
+//! A limit key's tasks hold at most a quarter of `max_in_flight_tasks` here (`shares`), and
+//! again in the PartitionScheduler: its tasks not due yet beyond that come here to be deferred
+//! as they are persisted or loaded ([`DeferPartitionTask`]), and are read back once nearly due,
+//! after any task of their orderingId still on its way here that runs before them.
+//!
 //! Over 500 lines: one actor, a partition's executors; its deferred tasks are in
 //! `partition_executor/`.
 
@@ -31,7 +36,7 @@ use actix::{
     ResponseFuture, WrapFuture,
 };
 use chrono::{DateTime, Utc};
-use scheduler_client::RunOrder;
+use scheduler_client::{RunOrder, Task};
 use tracing::{debug, info, warn};
 
 use super::ordering_executor::{
@@ -52,6 +57,21 @@ use shares::KeyShares;
 #[derive(Debug, Message)]
 #[rtype(result = "()")]
 pub struct ExecutePartitionTask(pub HeldTask);
+
+/// From the PartitionScheduler: a task not due yet that TaskPersistence marked to defer as it
+/// comes (its limit key holds its share of the scheduler's memory, or its orderingId's tasks
+/// are deferred here), pinned until it is. Deferred by its orderingId at once, and read back
+/// once it is nearly due, its key has room, and no task of its orderingId that runs before it
+/// is still on its way here.
+#[derive(Debug, Message)]
+#[rtype(result = "()")]
+pub struct DeferPartitionTask(pub Task, pub Pin);
+
+/// The most tasks of one limit key a tree holds in the PartitionScheduler, and again queued or
+/// running here: a quarter of `max_in_flight_tasks`.
+pub fn key_share(max_in_flight_tasks: usize) -> usize {
+    (max_in_flight_tasks / 4).max(1)
+}
 
 /// To the ThroughputController: a task is done with (or deferred), so there may be room to
 /// load more.
@@ -129,7 +149,7 @@ impl PartitionExecutor {
         capacity_listener: Recipient<CapacityFreed>,
         in_flight: Arc<InFlight>,
     ) -> Self {
-        let shares = KeyShares::new(deps.settings.max_in_flight_tasks / 4);
+        let shares = KeyShares::new(key_share(deps.settings.max_in_flight_tasks));
         PartitionExecutor {
             partition,
             deps,
@@ -158,10 +178,15 @@ impl PartitionExecutor {
     }
 
     /// Leaves `task` in Cassandra: dropped from memory, remembered as deferred for its
-    /// orderingId and listed in its deferred-task list.
-    fn defer(&mut self, task: HeldTask, ctx: &mut Context<Self>) {
+    /// orderingId and listed in its deferred-task list. An orderingId deferred with a task of
+    /// a limit key reads back within the key's share, whatever it was deferred for (else the
+    /// key's orderingIds, each reading back its own share, would fill the tree's memory).
+    fn defer(&mut self, task: &Task, ctx: &mut Context<Self>) {
         let key = task.run_order();
         let ordering_id = task.ordering_id.clone();
+        if let Some(limit_key) = task.limit_key.as_deref() {
+            self.shares.wait(limit_key, &ordering_id);
+        }
         match self.deferred.get_mut(&ordering_id) {
             Some(deferred) => {
                 if deferred.reading && deferred.missed.as_ref().is_none_or(|m| key < *m) {
@@ -178,11 +203,11 @@ impl PartitionExecutor {
                 debug!(partition = self.partition, %ordering_id,
                     "orderingId holds its share of memory: later tasks wait in Cassandra");
                 let pin = self.in_flight.pin(key.scheduled_time);
+                self.in_flight.set_deferring(&ordering_id, true);
                 self.deferred
                     .insert(ordering_id.clone(), Deferred::new(key, pin));
             }
         }
-        drop(task);
         self.capacity_listener.do_send(CapacityFreed);
         self.list(ordering_id, ctx);
     }
@@ -373,10 +398,25 @@ impl PartitionExecutor {
             // Within the share of the key it was deferred for, if any: a task of the key's
             // end reads it back once there is room (`OrderingTaskDone`).
             .min(self.shares.room_of(&ordering_id));
-        match self.deferred.get(&ordering_id) {
-            Some(deferred) if deferred.settled() => {}
+        let from = match self.deferred.get(&ordering_id) {
+            Some(deferred) if deferred.settled() => deferred.from.clone(),
             // Listed first; the listing's end reads back.
             _ => return,
+        };
+        // Not a task after one of the orderingId held by the PartitionScheduler (that one is
+        // dispatched first; its coming here reads on), nor before the first is nearly due
+        // (deferred early: [`DeferPartitionTask`]).
+        let before = self.in_flight.first_pending(&ordering_id);
+        if before.as_ref().is_some_and(|first| *first <= from) {
+            self.read_back_later(ordering_id, READ_BACK_RETRY, ctx);
+            return;
+        }
+        let lead =
+            chrono::TimeDelta::from_std(self.deps.settings.dispatch_lead).unwrap_or_default();
+        let early = from.scheduled_time - lead - self.deps.clock.now();
+        if let Some(wait) = early.to_std().ok().filter(|w| !w.is_zero()) {
+            self.read_back_later(ordering_id, wait, ctx);
+            return;
         }
         if room == 0 {
             if partition_room == 0 && !self.draining {
@@ -398,13 +438,13 @@ impl PartitionExecutor {
             Arc::clone(&self.lists),
             Arc::clone(&self.deps.tables.schedule),
         );
-        let read = deferred::read_back(tables, list, deferred.from.clone(), room);
+        let read = deferred::read_back(tables, list, (deferred.from.clone(), before), room);
         ctx.spawn(read.into_actor(self).map(move |result, act, ctx| {
             let Some(deferred) = act.deferred.get_mut(&ordering_id) else {
                 return;
             };
             deferred.reading = false;
-            let ReadBack { rows, tasks } = match result {
+            let ReadBack { rows, tasks, rest } = match result {
                 Ok(read) => read,
                 Err(e) => {
                     warn!(partition = act.partition, %ordering_id, error = %e,
@@ -416,7 +456,10 @@ impl PartitionExecutor {
                 }
             };
             let missed = deferred.missed.take();
-            let next = if rows.len() < room {
+            let next = if let Some(rest) = rest {
+                // Left for after a task the PartitionScheduler holds.
+                Some(rest).into_iter().chain(missed).min()
+            } else if rows.len() < room {
                 missed
             } else {
                 // Right after the last row read: more may follow.
@@ -434,6 +477,7 @@ impl PartitionExecutor {
                 }
                 None => {
                     act.deferred.remove(&ordering_id);
+                    act.in_flight.set_deferring(&ordering_id, false);
                     act.shares.read_back_all(&ordering_id);
                 }
             }
@@ -452,6 +496,22 @@ impl PartitionExecutor {
                 act.read_back_if_half_empty(ordering_id, ctx);
             }
         }));
+    }
+
+    /// Reads `ordering_id`'s deferred tasks back after `wait` (one wait at a time).
+    fn read_back_later(&mut self, ordering_id: String, wait: Duration, ctx: &mut Context<Self>) {
+        let Some(deferred) = self.deferred.get_mut(&ordering_id) else {
+            return;
+        };
+        if self.draining || std::mem::replace(&mut deferred.read_back_armed, true) {
+            return;
+        }
+        ctx.run_later(wait, move |act, ctx| {
+            if let Some(deferred) = act.deferred.get_mut(&ordering_id) {
+                deferred.read_back_armed = false;
+            }
+            act.read_back_if_half_empty(ordering_id, ctx)
+        });
     }
 
     /// Hands `task` to its orderingId's queue, creating it on first use.
@@ -514,6 +574,7 @@ impl Handler<TakeOverLists> for PartitionExecutor {
             info!(partition = self.partition, %ordering_id, tree = %passed.list.tree,
                 "taking over an earlier tree's deferred tasks");
             let deferred = Deferred::taken_over(passed, msg.until, pin);
+            self.in_flight.set_deferring(&ordering_id, true);
             self.deferred.insert(ordering_id.clone(), deferred);
             self.list(ordering_id, ctx);
         }
@@ -524,6 +585,8 @@ impl Handler<ExecutePartitionTask> for PartitionExecutor {
     type Result = ();
 
     fn handle(&mut self, msg: ExecutePartitionTask, ctx: &mut Context<Self>) {
+        // Held by the PartitionScheduler until now.
+        self.in_flight.pending(&msg.0, false);
         if self.draining {
             // The partition is being torn down; the task stays in Cassandra for the next owner.
             return;
@@ -541,16 +604,33 @@ impl Handler<ExecutePartitionTask> for PartitionExecutor {
         let key_full = self.shares.full(task.limit_key.as_deref());
         if behind_deferred || full || key_full {
             let ordering_id = task.ordering_id.clone();
-            if let (Some(key), true) = (task.limit_key.as_deref(), key_full && !behind_deferred) {
-                debug!(partition = self.partition, %ordering_id, limit_key = key,
-                    "the limit key holds its share of memory: the orderingId's later tasks wait in Cassandra");
-                self.shares.wait(key, &ordering_id);
-            }
-            self.defer(task, ctx);
+            self.defer(&task, ctx);
+            drop(task);
             self.read_back_if_half_empty(ordering_id, ctx);
             return;
         }
+        let ordering_id = task.ordering_id.clone();
         self.enqueue(task, ctx);
+        if self.deferred.contains_key(&ordering_id) {
+            // It ran before the orderingId's deferred tasks (deferred early, while it was held
+            // by the PartitionScheduler): they may be read back now.
+            self.read_back_if_half_empty(ordering_id, ctx);
+        }
+    }
+}
+
+impl Handler<DeferPartitionTask> for PartitionExecutor {
+    type Result = ();
+
+    fn handle(&mut self, msg: DeferPartitionTask, ctx: &mut Context<Self>) {
+        if self.draining {
+            return;
+        }
+        let DeferPartitionTask(task, _pinned_until_deferred) = msg;
+        debug!(partition = self.partition, task = %task.key(), "task deferred before it is due");
+        let ordering_id = task.ordering_id.clone();
+        self.defer(&task, ctx);
+        self.read_back_if_half_empty(ordering_id, ctx);
     }
 }
 

@@ -247,7 +247,7 @@ impl Actor for PartitionSupervisor {
         scheduler_ctx.run(PartitionScheduler::new(
             p,
             deps.clock.clone(),
-            executor.clone().recipient(),
+            (executor.clone().recipient(), executor.clone().recipient()),
             in_flight.clone(),
             deps.settings.dispatch_lead,
         ));
@@ -261,6 +261,7 @@ impl Actor for PartitionSupervisor {
                 controller: controller.clone().recipient(),
                 in_flight: in_flight.clone(),
                 max_in_flight: deps.settings.max_in_flight_tasks,
+                dispatch_lead: deps.settings.dispatch_lead,
                 metrics: deps.metrics.clone(),
                 clock: deps.clock.clone(),
                 stop: self.stop.subscribe(),

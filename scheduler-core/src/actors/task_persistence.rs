@@ -4,7 +4,9 @@
 //! be loaded, so it is pushed straight to the PartitionScheduler.
 //!
 //! Pushes are bounded: tasks beyond `max_in_flight_tasks` stay in Cassandra and the cursor moves
-//! back to the first of them, so loading brings them in as room frees up.
+//! back to the first of them, so loading brings them in as room frees up. A task the
+//! PartitionScheduler defers as it comes (its limit key holds its share there: see
+//! `partition_scheduler`) needs no room and is pushed.
 //!
 //! Writes and loads are serialised (each waits for the previous to finish), so a task is either
 //! behind the cursor when its write completes (pushed) or ahead of it (loaded later), never both
@@ -27,7 +29,7 @@
 //! Over 500 lines: one actor, a partition's persistence: its batches, loads, cancels and low-water
 //! mark; the parts that stand alone are in `task_persistence/`.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -48,7 +50,7 @@ mod tables;
 use self::cancels::{Canceller, Deferred};
 use self::identity_deferral::{Deferral, IdentityDeferrer, WaitingRecords};
 pub use self::tables::PersistenceTables;
-use super::partition_executor::{StartTakeOver, TakeOverLists};
+use super::partition_executor::{key_share, StartTakeOver, TakeOverLists};
 use super::partition_ownership::{CheckOwnership, Ownership, PartitionOwnership};
 use super::partition_scheduler::{PartitionScheduler, ScheduleTasks, UnscheduleTasks};
 use super::{PolledTasks, StopActor, TreeError, TreeResult};
@@ -137,6 +139,7 @@ pub struct TaskPersistence {
     controller: Recipient<LoadMore>,
     in_flight: Arc<InFlight>,
     max_in_flight: usize,
+    dispatch_lead: Duration,
     metrics: Arc<Metrics>,
     clock: Arc<dyn Clock>,
     cursor: ReadCursor,
@@ -186,6 +189,8 @@ pub struct PersistenceLinks {
     pub in_flight: Arc<InFlight>,
     /// `max_in_flight_tasks`: pushes beyond it are left for loading.
     pub max_in_flight: usize,
+    /// `dispatch_lead`: a task due by then is held, whatever its key.
+    pub dispatch_lead: Duration,
     /// Where persisted counts and latencies go.
     pub metrics: Arc<Metrics>,
     /// Time of recorded cancellations.
@@ -224,6 +229,7 @@ impl TaskPersistence {
             controller: links.controller,
             in_flight: links.in_flight,
             max_in_flight: links.max_in_flight,
+            dispatch_lead: links.dispatch_lead,
             metrics: links.metrics,
             clock: links.clock,
             cursor: ReadCursor::From(start),
@@ -341,12 +347,32 @@ impl TaskPersistence {
         }));
     }
 
-    /// Sends tasks to the scheduler, counting them in flight.
-    fn send_to_scheduler(&self, tasks: Vec<Task>) {
-        if !tasks.is_empty() {
-            self.scheduler
-                .do_send(ScheduleTasks(self.in_flight.hold(tasks)));
+    /// Sends `tasks` to the PartitionScheduler: those it holds counted in flight, those to
+    /// defer as they come ([`Self::held_of`]) only pinned.
+    fn send_to_scheduler(&self, mut tasks: Vec<Task>) {
+        if tasks.is_empty() {
+            return;
         }
+        let held = self.held_of(&mut tasks);
+        self.send_split(tasks, held);
+    }
+
+    /// Sends `tasks` to the PartitionScheduler, each to hold or to defer as `held` says.
+    fn send_split(&self, tasks: Vec<Task>, held: Vec<bool>) {
+        let (mut kept, mut deferred) = (Vec::with_capacity(tasks.len()), Vec::new());
+        for (task, held) in tasks.into_iter().zip(held) {
+            match held {
+                true => kept.push(task),
+                false => {
+                    let pin = self.in_flight.pin(task.scheduled_time);
+                    deferred.push((task, pin));
+                }
+            }
+        }
+        self.scheduler.do_send(ScheduleTasks {
+            held: self.in_flight.hold(kept),
+            deferred,
+        });
     }
 }
 
@@ -441,7 +467,10 @@ impl TaskPersistence {
             self.send_to_scheduler(behind);
         } else {
             self.deferred.do_send(TakeOverLists { lists, until });
-            let scheduled = (self.scheduler).send(ScheduleTasks(self.in_flight.hold(behind)));
+            let scheduled = (self.scheduler).send(ScheduleTasks {
+                held: self.in_flight.hold(behind),
+                deferred: Vec::new(),
+            });
             let start = self.start_take_over.clone();
             ctx.spawn(
                 async move {
@@ -945,11 +974,20 @@ impl TaskPersistence {
     /// buckets, so a far-past time does not make it walk years of empty hours).
     fn push(&mut self, mut behind: Vec<Task>) {
         let room = self.max_in_flight.saturating_sub(self.in_flight.current());
-        if behind.len() > room {
-            // In run order: what is left runs after what is pushed, ties included.
-            behind.sort_by_cached_key(Task::run_order);
-            let left = behind.split_off(room);
-            let from = left[0].scheduled_time.min(self.cursor.time());
+        let held = self.held_of(&mut behind);
+        // In run order: what is left runs after what is pushed, ties included.
+        let (mut kept, mut left, mut flags) = (0, Vec::new(), Vec::new());
+        for (task, held) in std::mem::take(&mut behind).into_iter().zip(held) {
+            if held && kept == room {
+                left.push(task);
+                continue;
+            }
+            kept += usize::from(held);
+            behind.push(task);
+            flags.push(held);
+        }
+        if let Some(first) = left.first() {
+            let from = first.scheduled_time.min(self.cursor.time());
             self.cursor = ReadCursor::From(from);
             self.ties = None;
             self.controller.do_send(LoadMore);
@@ -964,7 +1002,31 @@ impl TaskPersistence {
             pushed = behind.len(),
             "tasks persisted"
         );
-        self.send_to_scheduler(behind);
+        self.send_split(behind, flags);
+    }
+
+    /// Sorts `tasks` in run order and says of each whether the PartitionScheduler is to hold
+    /// it, or defer it as it comes (not due yet, its key at its share there).
+    fn held_of(&self, tasks: &mut [Task]) -> Vec<bool> {
+        tasks.sort_by_cached_key(Task::run_order);
+        let share = key_share(self.max_in_flight);
+        let horizon =
+            self.clock.now() + chrono::TimeDelta::from_std(self.dispatch_lead).unwrap_or_default();
+        let mut more: HashMap<&str, usize> = HashMap::new();
+        let mut held = Vec::new();
+        for task in tasks.iter() {
+            let more_of_key =
+                (task.limit_key.as_deref()).map_or(0, |k| more.get(k).copied().unwrap_or(0));
+            if task.scheduled_time > horizon && self.in_flight.to_defer(task, share, more_of_key) {
+                held.push(false);
+                continue;
+            }
+            if let Some(key) = task.limit_key.as_deref() {
+                *more.entry(key).or_default() += 1;
+            }
+            held.push(true);
+        }
+        held
     }
 }
 

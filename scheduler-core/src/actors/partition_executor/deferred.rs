@@ -35,6 +35,9 @@ pub(super) struct Deferred {
     pub(super) listing: bool,
     /// An earlier tree's list whose rows this tree copies into its own before reading back.
     pub(super) taking_over: Option<TakeOver>,
+    /// A read-back is to come after a wait (its first task not nearly due yet, or an earlier
+    /// task of the orderingId still held by the PartitionScheduler).
+    pub(super) read_back_armed: bool,
 }
 
 /// An earlier tree's deferred-task list of the orderingId that the partition's low-water mark
@@ -63,6 +66,7 @@ impl Deferred {
             missed: None,
             listing: false,
             taking_over: None,
+            read_back_armed: false,
         }
     }
 
@@ -82,6 +86,7 @@ impl Deferred {
                 until,
                 started: false,
             }),
+            read_back_armed: false,
         }
     }
 
@@ -145,17 +150,21 @@ pub(super) async fn copy_taken_over(
 pub(super) struct ReadBack {
     pub(super) rows: Vec<RunOrder>,
     pub(super) tasks: Vec<Task>,
+    /// The first row read and left in the list, at or after `before`.
+    pub(super) rest: Option<RunOrder>,
 }
 
-/// Reads up to `limit` rows of `list` (in `lists`) from `from`, then each task they name
-/// (single-row reads of `schedule`, at once).
+/// Reads up to `limit` rows of `list` (in `lists`) from `from` and before `before`, then each
+/// task they name (single-row reads of `schedule`, at once).
 pub(super) async fn read_back(
     (lists, schedule): (Arc<dyn DeferredStore>, Arc<dyn ScheduleStore>),
     list: DeferralList,
-    from: RunOrder,
+    (from, before): (RunOrder, Option<RunOrder>),
     limit: usize,
 ) -> StoreResult<ReadBack> {
-    let rows = lists.listed_deferred(list.clone(), from, limit).await?;
+    let mut rows = lists.listed_deferred(list.clone(), from, limit).await?;
+    let cut = (before.as_ref()).and_then(|before| rows.iter().position(|row| row >= before));
+    let rest = cut.map(|at| rows.split_off(at).swap_remove(0));
     let reads = rows.iter().map(|run| {
         let key = TaskKey {
             scheduled_time: run.scheduled_time,
@@ -171,5 +180,5 @@ pub(super) async fn read_back(
     let tasks = (found.into_iter().flatten())
         .filter(|t| keys.insert(t.key()))
         .collect();
-    Ok(ReadBack { rows, tasks })
+    Ok(ReadBack { rows, tasks, rest })
 }

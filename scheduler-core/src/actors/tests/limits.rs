@@ -146,6 +146,58 @@ fn a_flooding_key_holds_its_share_of_the_trees_memory_and_another_keys_later_tas
     });
 }
 
+/// A key's tasks enqueued ahead of their common time, far beyond its share of the tree's
+/// memory, are deferred by orderingId as they are persisted: loading does not stop at them, so
+/// another key's task due just after them is pushed as it is persisted and called at its time,
+/// not once loading has passed the flood (before, the flood filled the tree's memory while not
+/// due, loading stopped at its time, and b waited for every load of it, each slowed here to
+/// 300 ms).
+#[test]
+fn a_keys_flood_enqueued_ahead_of_its_time_does_not_hold_loading_behind_it() {
+    run_paused(|| async {
+        let settings = SchedulingSettings {
+            executor_concurrency: 2,
+            max_in_flight_tasks: 40,
+            ..SchedulingSettings::default()
+        };
+        let h = Harness::new(settings, Duration::from_millis(50), &[]);
+        h.assign().await;
+        h.store
+            .set_latency("schedule load", Duration::from_millis(300));
+        // 400 of tenant a over 20 orderingIds, all due at 10 s; b's due just after them.
+        let a: Vec<Task> = (0..400)
+            .map(|i| {
+                task(
+                    &format!("a-{}", i % 20),
+                    t0() + ms(10_000),
+                    &format!("{i:03}"),
+                )
+            })
+            .map(|t| t.with_limit_key("tenant-a"))
+            .collect();
+        h.enqueue(a.clone()).await;
+        let b = keyed("b-0", t0() + ms(10_100), "tenant-b");
+        h.enqueue(vec![b.clone()]).await;
+        advance(Duration::from_secs(60)).await;
+        all_completed(&h, a.iter().chain([&b]));
+        for o in 0..20 {
+            let calls = h.recorder.call_times(&format!("a-{o}"));
+            assert_eq!(calls.len(), 20, "a-{o}: each of its tasks once");
+        }
+        // Two slots, 50 ms calls: b's turn comes within a call of its time.
+        let called = h.recorder.call_times("b-0");
+        assert!(
+            called[0] <= t0() + ms(10_200),
+            "b called at {}, behind the loads of tenant a's flood",
+            called[0]
+        );
+        assert!(
+            h.store.deferred_rows_read() > 0,
+            "a's tasks were deferred and read back"
+        );
+    });
+}
+
 #[test]
 fn a_keys_starts_keep_to_its_rate_and_another_keys_task_starts_at_its_time() {
     run_paused(|| async {
