@@ -6,7 +6,7 @@
 //! of the tasks entering it in batches ([`KnownStatuses::check`]): a polled batch's tasks as
 //! they are written to the schedule, a loaded page's as it is loaded; one request per hour
 //! bucket and
-//! [`KEYS_PER_STATUS_READ`](crate::store::status::KEYS_PER_STATUS_READ) keys, where there was one per task. A key found with no
+//! [`KEYS_PER_READ`](crate::store::KEYS_PER_READ) keys, where there was one per task. A key found with no
 //! status is *known unfinished*, and its run's status read is answered from memory, once (a
 //! retry reads again).
 //!

@@ -37,6 +37,7 @@ impl World {
                     "status write if absent",
                     "status batch read",
                     "status read",
+                    "task batch read",
                 ];
                 let op = ops[self.rng.usize(0..ops.len())];
                 let latency = Duration::from_millis(self.rng.u64(100..2_500));
@@ -229,6 +230,7 @@ impl World {
             "status write if absent",
             "status batch read",
             "status read",
+            "task batch read",
         ] {
             for store in self.keyspaces() {
                 store.set_latency(op, Duration::ZERO);

@@ -48,7 +48,7 @@ pub use ownership::{LowWater, OwnershipStore, PartitionOwner};
 pub use permits::{KeyHolders, PermitStore};
 pub use recurring::{FireOutcome, FireRecord, RecurringStore, ScheduleRecord};
 pub use schedule::{
-    hour_bucket, last_of_each_key, schedule_start, DeferredCancel, DeferredIdentityRecord,
+    hour_bucket, last_of_each_key, KEYS_PER_READ, schedule_start, DeferredCancel, DeferredIdentityRecord,
     ReadCursor, RefusedTask, ScheduleStore, WriteStamp,
 };
 pub use status::{StatusRecord, StatusStore, TaskStatus};

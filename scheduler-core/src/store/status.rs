@@ -4,16 +4,13 @@
 //! The whole table in one place: its rows and [`StatusStore`], its statements and
 //! implementation on Cassandra (`cassandra`), its in-memory twin (`memory`).
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::HashSet;
 
 use chrono::{DateTime, Utc};
 use futures::future::BoxFuture;
 use scheduler_client::TaskKey;
 
-use super::{hour_bucket, PartitionId, StoreResult};
-
-/// The most keys one read of [`StatusStore::with_status`] names.
-pub const KEYS_PER_STATUS_READ: usize = 100;
+use super::{PartitionId, StoreResult};
 
 /// Final state of a task.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -76,7 +73,7 @@ pub trait StatusStore: Send + Sync + 'static {
     ) -> BoxFuture<'static, StoreResult<Option<StatusRecord>>>;
 
     /// Of `keys`, those with a recorded status: one request per hour bucket (the table's
-    /// partition) and [`KEYS_PER_STATUS_READ`] keys, reading only their rows. A key it names may
+    /// partition) and [`KEYS_PER_READ`](super::KEYS_PER_READ) keys, reading only their rows. A key it names may
     /// have had its status deleted (Cassandra 2.1.0 may answer a read naming a row's key with
     /// the row deleted after a flush: design.md, "Reads by key"): read such a key's status with
     /// [`StatusStore::status`] before acting on it. A key it does not name had no status.
@@ -127,26 +124,6 @@ impl StatusRecord {
     }
 }
 
-/// `keys` in the reads [`StatusStore::with_status`] makes: by hour bucket, at most
-/// [`KEYS_PER_STATUS_READ`] each.
-fn status_reads(keys: Vec<TaskKey>) -> Vec<(DateTime<Utc>, Vec<TaskKey>)> {
-    let mut by_bucket: BTreeMap<DateTime<Utc>, Vec<TaskKey>> = BTreeMap::new();
-    for key in keys {
-        by_bucket
-            .entry(hour_bucket(key.scheduled_time))
-            .or_default()
-            .push(key);
-    }
-    by_bucket
-        .into_iter()
-        .flat_map(|(bucket, keys)| {
-            keys.chunks(KEYS_PER_STATUS_READ)
-                .map(|chunk| (bucket, chunk.to_vec()))
-                .collect::<Vec<_>>()
-        })
-        .collect()
-}
-
 /// `task_status` on Cassandra.
 pub(in crate::store) mod cassandra {
     use std::sync::Arc;
@@ -161,7 +138,8 @@ pub(in crate::store) mod cassandra {
 
     use futures::{StreamExt, TryStreamExt};
 
-    use super::{status_reads, StatusRecord, StatusStore, TaskStatus};
+    use super::{StatusRecord, StatusStore, TaskStatus};
+    use crate::store::schedule::{reads_by_bucket, KEYS_PER_READ};
     use crate::store::cassandra::rows::{applied, first_row_of, key_values, rows_of};
     use crate::store::cassandra::statements::read_by_key;
     use crate::store::cassandra::{CassandraStore, Inner, Preparing, TableStatements, Writes};
@@ -315,7 +293,7 @@ pub(in crate::store) mod cassandra {
                 let statements = inner.statements::<StatusStatements>().await?;
                 let inner = &inner;
                 let statement = &statements.select_with_status;
-                futures::stream::iter(status_reads(keys))
+                futures::stream::iter(reads_by_bucket(keys, KEYS_PER_READ))
                     .map(|(bucket, keys)| async move {
                         let named: Vec<(DateTime<Utc>, String, String)> = keys
                             .into_iter()
@@ -415,7 +393,8 @@ pub(in crate::store) mod memory {
 
     use futures::FutureExt;
 
-    use super::{status_reads, StatusRecord, StatusStore};
+    use super::{StatusRecord, StatusStore};
+    use crate::store::schedule::{reads_by_bucket, KEYS_PER_READ};
     use crate::store::memory::{MemoryStore, State};
     use crate::store::{PartitionId, StoreResult};
 
@@ -447,7 +426,7 @@ pub(in crate::store) mod memory {
             partition: PartitionId,
             keys: Vec<TaskKey>,
         ) -> BoxFuture<'static, StoreResult<HashSet<TaskKey>>> {
-            let reads: Vec<_> = status_reads(keys)
+            let reads: Vec<_> = reads_by_bucket(keys, KEYS_PER_READ)
                 .into_iter()
                 .map(|(_, keys)| {
                     self.run("status batch read", move |s| {

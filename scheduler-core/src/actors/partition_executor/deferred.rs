@@ -6,7 +6,6 @@
 use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
-use futures::future::try_join_all;
 use scheduler_client::{RunOrder, Task, TaskKey};
 use tracing::{debug, warn};
 
@@ -154,8 +153,9 @@ pub(super) struct ReadBack {
     pub(super) rest: Option<RunOrder>,
 }
 
-/// Reads up to `limit` rows of `list` (in `lists`) from `from` and before `before`, then each
-/// task they name (single-row reads of `schedule`, at once).
+/// Reads up to `limit` rows of `list` (in `lists`) from `from` and before `before`, then the
+/// tasks they name, in reads naming only their rows ([`ScheduleStore::scheduled_tasks`]): a
+/// read by key would step over the tombstones of its orderingId's ties already run.
 pub(super) async fn read_back(
     (lists, schedule): (Arc<dyn DeferredStore>, Arc<dyn ScheduleStore>),
     list: DeferralList,
@@ -165,20 +165,18 @@ pub(super) async fn read_back(
     let mut rows = lists.listed_deferred(list.clone(), from, limit).await?;
     let cut = (before.as_ref()).and_then(|before| rows.iter().position(|row| row >= before));
     let rest = cut.map(|at| rows.split_off(at).swap_remove(0));
-    let reads = rows.iter().map(|run| {
-        let key = TaskKey {
+    // A task listed twice (deferred again under a new run order: a record delivered again) is
+    // named once; the schedule holds its current version (an identity's update included).
+    let mut keys: Vec<TaskKey> = (rows.iter())
+        .map(|run| TaskKey {
             scheduled_time: run.scheduled_time,
             ordering_id: list.ordering_id.clone(),
             uniqueness_key: run.uniqueness_key.clone(),
-        };
-        schedule.scheduled_task(list.partition, key)
-    });
-    let found = try_join_all(reads).await?;
-    // A task listed twice (deferred again under a new run order: a record delivered again) is
-    // taken once; the schedule holds its current version (an identity's update included).
-    let mut keys = std::collections::HashSet::new();
-    let tasks = (found.into_iter().flatten())
-        .filter(|t| keys.insert(t.key()))
+        })
         .collect();
+    keys.sort();
+    keys.dedup();
+    let mut tasks = schedule.scheduled_tasks(list.partition, keys).await?;
+    tasks.sort_by_cached_key(Task::run_order);
     Ok(ReadBack { rows, tasks, rest })
 }

@@ -15,8 +15,8 @@ use scylla::statement::prepared::PreparedStatement;
 
 use super::inserts::{self, Row, TaskInserts};
 use super::{
-    hour_bucket, last_of_each_key, DeferredCancel, DeferredIdentityRecord, ReadCursor, RefusedTask,
-    ScheduleStore, WriteStamp,
+    hour_bucket, last_of_each_key, reads_by_bucket, DeferredCancel, DeferredIdentityRecord,
+    ReadCursor, RefusedTask, ScheduleStore, WriteStamp, KEYS_PER_READ,
 };
 use crate::store::cassandra::rows::{
     first_row_of, key_values, limit_value, rows_of, task_from_row, TaskRow,
@@ -43,6 +43,7 @@ struct ScheduleStatements {
     load_after: PreparedStatement,
     delete_task: PreparedStatement,
     select_task: PreparedStatement,
+    select_tasks: PreparedStatement,
 }
 
 impl TableStatements for ScheduleStatements {
@@ -134,6 +135,13 @@ impl TableStatements for ScheduleStatements {
             .await?,
             select_task: prepare(format!(
                 "SELECT uniqueness_key, {task_columns} FROM {ks}.scheduled_tasks WHERE {by_key}"
+            ))
+            .await?,
+            // Only the keys named: a read of their rows, not a slice (Cassandra 2.1 and later
+            // take a multi-column IN on the clustering columns).
+            select_tasks: prepare(format!(
+                "SELECT {key_columns}, {task_columns} FROM {ks}.scheduled_tasks \
+                 WHERE partition_id = ? AND hour_bucket = ? AND ({key_columns}) IN ?"
             ))
             .await?,
         })
@@ -309,6 +317,35 @@ impl ScheduleStore for CassandraStore {
                     )
                 },
             ))
+        }
+        .boxed()
+    }
+
+    fn scheduled_tasks(
+        &self,
+        partition: PartitionId,
+        keys: Vec<TaskKey>,
+    ) -> BoxFuture<'static, StoreResult<Vec<Task>>> {
+        use futures::{StreamExt, TryStreamExt};
+        let inner = Arc::clone(&self.inner);
+        async move {
+            let statements = inner.statements::<ScheduleStatements>().await?;
+            let (inner, statement) = (&inner, &statements.select_tasks);
+            futures::stream::iter(reads_by_bucket(keys, KEYS_PER_READ))
+                .map(|(bucket, keys)| async move {
+                    let named: Vec<(DateTime<Utc>, String, String)> = (keys.into_iter())
+                        .map(|k| (k.scheduled_time, k.ordering_id, k.uniqueness_key))
+                        .collect();
+                    let values = (partition, bucket, named);
+                    let result = inner.run(statement, values, "task batch read").await?;
+                    rows_of::<TaskRow>(result, "schedule")
+                })
+                .buffer_unordered(crate::store::WRITE_CONCURRENCY)
+                .map_ok(|rows| futures::stream::iter(rows.into_iter().map(Ok)))
+                .try_flatten()
+                .try_filter_map(|row| async move { Ok(task_from_row(partition, row)) })
+                .try_collect()
+                .await
         }
         .boxed()
     }

@@ -142,12 +142,59 @@ impl ScheduleStore for MemoryStore {
     ) -> BoxFuture<'static, StoreResult<Option<Task>>> {
         let task_rows_read = Arc::clone(&self.task_rows_read);
         self.run("task read", move |s| {
+            // The read runs down from the key over its prefix (same time and orderingId:
+            // `statements::read_by_key`), and Cassandra 2.1 reads every tombstone in that range,
+            // even below the live row it returns (its log: "Read 1 live and 1122 tombstoned
+            // cells").
+            let prefix = TaskKey {
+                uniqueness_key: String::new(),
+                ..key.clone()
+            };
+            let stepped_over = (s.tombstones)
+                .range((partition, prefix)..=(partition, key.clone()))
+                .count();
+            s.step_over_tombstones("task read", stepped_over)?;
             let task = s.schedule.get(&(partition, key)).cloned();
             if task.is_some() {
                 task_rows_read.fetch_add(1, Ordering::SeqCst);
             }
-            task
+            Ok(task)
         })
+        .map(|result| result.and_then(|task| task))
+        .boxed()
+    }
+
+    fn scheduled_tasks(
+        &self,
+        partition: PartitionId,
+        keys: Vec<TaskKey>,
+    ) -> BoxFuture<'static, StoreResult<Vec<Task>>> {
+        let task_rows_read = Arc::clone(&self.task_rows_read);
+        // One request per read Cassandra would take (by bucket, `KEYS_PER_READ` keys each),
+        // each failing or slowed as its own.
+        let reads = super::reads_by_bucket(keys, super::KEYS_PER_READ).into_iter();
+        let reads: Vec<_> = (reads.map(|(_, keys)| {
+            let task_rows_read = Arc::clone(&task_rows_read);
+            self.run("task batch read", move |s| {
+                // Only the named rows: a tombstone stepped over is a named key's own.
+                let stepped_over = (keys.iter())
+                    .filter(|key| s.tombstones.contains(&(partition, (*key).clone())))
+                    .count();
+                s.step_over_tombstones("task batch read", stepped_over)?;
+                let tasks: Vec<Task> = (keys.into_iter())
+                    .filter_map(|key| s.schedule.get(&(partition, key)).cloned())
+                    .collect();
+                task_rows_read.fetch_add(tasks.len(), Ordering::SeqCst);
+                Ok(tasks)
+            })
+            .map(|result| result.and_then(|tasks| tasks))
+        }))
+        .collect();
+        async move {
+            let read = futures::future::try_join_all(reads).await?;
+            Ok(read.into_iter().flatten().collect())
+        }
+        .boxed()
     }
 
     fn legacy_retrying(

@@ -74,6 +74,31 @@ pub fn hour_bucket(time: DateTime<Utc>) -> DateTime<Utc> {
     time.duration_trunc(TimeDelta::hours(1)).unwrap_or(time)
 }
 
+/// The most keys one read naming its rows carries (a multi-column `IN` on a table laid out like
+/// the schedule: [`ScheduleStore::scheduled_tasks`], `StatusStore::with_status`).
+pub const KEYS_PER_READ: usize = 100;
+
+/// `keys` in the reads that name them: by hour bucket (the table's partition), at most
+/// `per_read` each.
+pub(in crate::store) fn reads_by_bucket(
+    keys: Vec<TaskKey>,
+    per_read: usize,
+) -> Vec<(DateTime<Utc>, Vec<TaskKey>)> {
+    let mut by_bucket: std::collections::BTreeMap<DateTime<Utc>, Vec<TaskKey>> =
+        std::collections::BTreeMap::new();
+    for key in keys {
+        (by_bucket.entry(hour_bucket(key.scheduled_time)).or_default()).push(key);
+    }
+    by_bucket
+        .into_iter()
+        .flat_map(|(bucket, keys)| {
+            (keys.chunks(per_read.max(1)))
+                .map(|chunk| (bucket, chunk.to_vec()))
+                .collect::<Vec<_>>()
+        })
+        .collect()
+}
+
 /// The earliest time a schedule can hold: where loading starts when a partition has no low-water
 /// mark (the index of hour buckets makes it jump straight to the first bucket in use).
 pub fn schedule_start() -> DateTime<Utc> {
@@ -118,11 +143,25 @@ pub trait ScheduleStore: Send + Sync + 'static {
     ) -> BoxFuture<'static, StoreResult<()>>;
 
     /// The task with `key` if it is in the schedule (pending, or finished but not yet removed).
+    /// The read runs down from the key over its prefix (same time and orderingId), and
+    /// Cassandra 2.1 steps over every tombstone there: for a task among its orderingId's ties,
+    /// read many at once with [`ScheduleStore::scheduled_tasks`].
     fn scheduled_task(
         &self,
         partition: PartitionId,
         key: TaskKey,
     ) -> BoxFuture<'static, StoreResult<Option<Task>>>;
+
+    /// Of `keys`, the tasks in the schedule, in no particular order: one request per hour
+    /// bucket and [`KEYS_PER_READ`] keys, reading only their rows (so stepping over no
+    /// tombstone but theirs). A task it returns may have had its row deleted (Cassandra 2.1.0
+    /// may answer a read naming a row's key with the row deleted after a flush: design.md,
+    /// "Reads by key"): the status check before its call skips it then.
+    fn scheduled_tasks(
+        &self,
+        partition: PartitionId,
+        keys: Vec<TaskKey>,
+    ) -> BoxFuture<'static, StoreResult<Vec<Task>>>;
 
     /// The partition's tasks recorded as retrying (`retrying_tasks`) by nodes of releases
     /// before schema version 8, which kept there the tasks their mark passed. Read only when the
