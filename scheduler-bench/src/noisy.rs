@@ -10,14 +10,17 @@ use std::time::Duration;
 
 use chrono::{DateTime, TimeDelta, Utc};
 use futures::StreamExt;
-use it_tests::engine::TestEnv;
+use it_tests::engine::{metric_sum, TestEnv};
 use scheduler_client::Scheduler;
 use scheduler_core::settings::SchedulingSettings;
 use tokio::time::Instant;
 
 use crate::ceilings::bench_task;
+use crate::cpu::{self, CpuSnapshot};
 use crate::probe::Probe;
-use crate::scenarios::{enqueue, node_error, quantile, wait_until, PARTITIONS};
+use crate::scenarios::{
+    enqueue, node_error, per_task_since, quantile, wait_until, PARTITIONS, STATEMENTS,
+};
 use crate::BenchError;
 
 /// Tenant b's tasks a second, each its own due time a second after it is sent.
@@ -90,15 +93,27 @@ pub async fn noisy(flood: usize, ordering_ids: usize) -> Result<NoisyNeighbour, 
     })
     .await?;
     let before = probe.executed();
+    let (metrics_before, processes) = (node.metrics(), cpu::stack_processes());
+    let cpu_before = CpuSnapshot::take(&processes);
     // b from a few seconds before the flood's time until the flood has run.
     let b_from = due - TimeDelta::seconds(3);
     if let Ok(wait) = (b_from - Utc::now()).to_std() {
         tokio::time::sleep(wait).await;
     }
-    let flooded_sent = steady(&for_b, "beside", || {
-        probe.executed() >= before + flood as u64
-    })
-    .await?;
+    // The tree's memory, sampled each second for the timeline: (time, scheduled, executing).
+    let mut memory = Vec::new();
+    let sampling = async {
+        loop {
+            let metrics = node.metrics();
+            let of = |stage| metric_sum(&metrics, "scheduler_tasks_in_memory", &[("stage", stage)]);
+            memory.push((Utc::now(), of("scheduled"), of("executing")));
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+    };
+    let flooded_sent = tokio::select! {
+        sent = steady(&for_b, "beside", || probe.executed() >= before + flood as u64) => sent?,
+        never = sampling => never,
+    };
     let wait = Duration::from_secs(300).max(Duration::from_millis(flood as u64));
     wait_until(
         wait,
@@ -107,6 +122,14 @@ pub async fn noisy(flood: usize, ordering_ids: usize) -> Result<NoisyNeighbour, 
     )
     .await?;
     let flooded = lateness(&probe, "beside-", Some(due));
+    if std::env::var_os("BENCH_TIMELINE").is_some() {
+        timeline(&probe, due, &memory);
+        let tasks = flood + flooded_sent;
+        let cpu = CpuSnapshot::take(&processes).per_task_since(&cpu_before, tasks);
+        eprintln!("CPU a task (ms): {cpu:?}");
+        let statements = per_task_since(&node.metrics(), &metrics_before, STATEMENTS, tasks);
+        eprintln!("statements a task: {statements:?}");
+    }
     let last_a = (probe.samples().iter())
         .filter(|s| s.uniqueness_key.starts_with("flood-"))
         .map(|s| s.started)
@@ -181,5 +204,42 @@ fn lateness(probe: &Probe, prefix: &str, from: Option<DateTime<Utc>>) -> Latenes
         p50_ms: quantile(&ms, 0.50),
         p99_ms: quantile(&ms, 0.99),
         max_ms: ms.last().copied().unwrap_or(f64::NAN),
+    }
+}
+
+/// Prints, per 5 s from the flood's time, how many of a's tasks started and how late b's
+/// tasks due then ran (a diagnosis, asked for with `BENCH_TIMELINE`).
+fn timeline(probe: &Probe, due: DateTime<Utc>, memory: &[(DateTime<Utc>, f64, f64)]) {
+    use std::collections::BTreeMap;
+    let step_ms = 5_000;
+    // Per bucket: a's starts, b's tasks due, b's worst lateness (ms), the most tasks in memory
+    // scheduled and executing.
+    let mut buckets: BTreeMap<i64, (usize, usize, f64, f64, f64)> = BTreeMap::new();
+    for (at, scheduled, executing) in memory {
+        let bucket = buckets
+            .entry((*at - due).num_milliseconds().div_euclid(step_ms))
+            .or_default();
+        (bucket.3, bucket.4) = (bucket.3.max(*scheduled), bucket.4.max(*executing));
+    }
+    for s in probe.samples().iter() {
+        let scheduled = s.started - TimeDelta::microseconds(s.lateness_us);
+        if s.uniqueness_key.starts_with("flood-") {
+            let at = (s.started - due).num_milliseconds().div_euclid(step_ms);
+            buckets.entry(at).or_default().0 += 1;
+        } else if s.uniqueness_key.starts_with("beside-") {
+            let at = (scheduled - due).num_milliseconds().div_euclid(step_ms);
+            let bucket = buckets.entry(at).or_default();
+            bucket.1 += 1;
+            bucket.2 = bucket.2.max(s.lateness_us as f64 / 1000.0);
+        }
+    }
+    eprintln!(
+        "from the flood's time (s) | a started | b due | b's worst lateness (ms) | most in memory: scheduled, executing"
+    );
+    for (at, (a, b, worst, scheduled, executing)) in buckets {
+        eprintln!(
+            "{:>6} | {a:>7} | {b:>5} | {worst:>9.1} | {scheduled:>6} {executing:>6}",
+            at * step_ms / 1000
+        );
     }
 }

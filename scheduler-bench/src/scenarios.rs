@@ -673,6 +673,27 @@ pub(crate) fn per_task(metrics: &str, name: &str, tasks: usize) -> Vec<(String, 
         .collect()
 }
 
+/// [`per_task`] of what the node ran since `before` (an earlier scrape of its metrics).
+pub(crate) fn per_task_since(
+    metrics: &str,
+    before: &str,
+    name: &str,
+    tasks: usize,
+) -> Vec<(String, f64)> {
+    let earlier: std::collections::HashMap<String, u64> =
+        by_operation(before, name).into_iter().collect();
+    let mut counts: Vec<(String, f64)> = by_operation(metrics, name)
+        .into_iter()
+        .map(|(operation, n)| {
+            let since = n.saturating_sub(earlier.get(&operation).copied().unwrap_or(0));
+            (operation, since as f64 / tasks.max(1) as f64)
+        })
+        .filter(|(_, n)| *n > 0.0)
+        .collect();
+    counts.sort_by(|a, b| b.1.total_cmp(&a.1));
+    counts
+}
+
 /// The node's count of CQL statements (requests), by operation.
 pub(crate) const STATEMENTS: &str = "scheduler_cql_statements_total";
 
