@@ -391,13 +391,19 @@ impl PartitionExecutor {
             .settings
             .max_in_flight_tasks
             .saturating_sub(self.in_flight.current());
+        // Within the share of the key it was deferred for, if any: a task of the key's end
+        // reads it back once there is room (`OrderingTaskDone`). Not a few at a time while the
+        // key is near its share (its read-backs under way count in it): its turns come as it
+        // is down to half ([`KeyShares::release`]).
+        let key_room = self.shares.room_of(&ordering_id);
+        if key_room < (self.ordering_bound() / 2).max(1) {
+            return;
+        }
         let room = self
             .ordering_bound()
             .saturating_sub(self.queues.get(&ordering_id).map_or(0, |q| q.outstanding))
             .min(partition_room)
-            // Within the share of the key it was deferred for, if any: a task of the key's
-            // end reads it back once there is room (`OrderingTaskDone`).
-            .min(self.shares.room_of(&ordering_id));
+            .min(key_room);
         let from = match self.deferred.get(&ordering_id) {
             Some(deferred) if deferred.settled() => deferred.from.clone(),
             // Listed first; the listing's end reads back.
@@ -432,14 +438,19 @@ impl PartitionExecutor {
         };
         deferred.reading = true;
         deferred.missed = None;
-        // Reserved now, so loads and pushes meanwhile cannot take the room.
+        // Reserved now, so loads and pushes meanwhile cannot take the room, nor the key's other
+        // read-backs its share.
         let reserved = self.in_flight.reserve(room);
+        let reserved_of_key = self.shares.reading(&ordering_id, room);
         let tables = (
             Arc::clone(&self.lists),
             Arc::clone(&self.deps.tables.schedule),
         );
         let read = deferred::read_back(tables, list, (deferred.from.clone(), before), room);
         ctx.spawn(read.into_actor(self).map(move |result, act, ctx| {
+            // Its tasks are counted in the key's share as they are enqueued, below.
+            let per_ordering = act.ordering_bound();
+            let turn = (act.shares).release(reserved_of_key.as_deref(), room, per_ordering);
             let Some(deferred) = act.deferred.get_mut(&ordering_id) else {
                 return;
             };
@@ -488,6 +499,10 @@ impl PartitionExecutor {
             }
             for task in held {
                 act.enqueue(task, ctx);
+            }
+            // The key's other orderingIds, if the read found fewer than it reserved.
+            for waiting in turn.into_iter().filter(|o| *o != ordering_id) {
+                act.read_back_if_half_empty(waiting, ctx);
             }
             // Tasks deferred during the read are listed now; with no task of the orderingId
             // left whose end would read them back, the listing's end or this reads on.

@@ -51,12 +51,32 @@ impl KeyShares {
     /// A task of `key` is done with: the orderingIds waiting for the key's share to read back
     /// now, if it is down to half (enough of them to fill the room, at `per_ordering` each).
     pub(super) fn done(&mut self, key: Option<&str>, per_ordering: usize) -> Vec<String> {
+        self.release(key, 1, per_ordering)
+    }
+
+    /// A read-back of `ordering_id` reserves room for `n` tasks: counted in the share of the
+    /// key it waits for, if any, until it ends ([`KeyShares::release`]), so that the key's
+    /// read-backs under way at once stay within its share too. Returns that key.
+    pub(super) fn reading(&mut self, ordering_id: &str, n: usize) -> Option<String> {
+        let key = self.blocked.get(ordering_id)?.clone();
+        *self.held.entry(key.clone()).or_default() += n;
+        Some(key)
+    }
+
+    /// `n` tasks of `key` left its share (done with, or a read-back's reservation ended): the
+    /// orderingIds waiting for the key's share to read back now, if it is down to half.
+    pub(super) fn release(
+        &mut self,
+        key: Option<&str>,
+        n: usize,
+        per_ordering: usize,
+    ) -> Vec<String> {
         let Some(key) = key else {
             return Vec::new();
         };
         let held = match self.held.get_mut(key) {
             Some(held) => {
-                *held = held.saturating_sub(1);
+                *held = held.saturating_sub(n);
                 *held
             }
             None => 0,
@@ -142,5 +162,24 @@ mod tests {
         assert_eq!(shares.done(Some("a"), 1), ["o2"]);
         assert_eq!(shares.done(Some("a"), 1), ["o2"]);
         assert!(shares.held.is_empty());
+    }
+
+    #[test]
+    fn read_backs_under_way_count_in_their_keys_share_until_they_end() {
+        let mut shares = KeyShares::new(8);
+        shares.wait("a", "o1");
+        shares.wait("a", "o2");
+        assert_eq!(shares.reading("o1", 6).as_deref(), Some("a"));
+        assert_eq!(shares.room_of("o2"), 2, "o1's read holds 6 of the 8");
+        assert_eq!(shares.reading("other", 5), None, "waits for no key's share");
+        // o1's read found 2 tasks: they are held, its reservation ends.
+        shares.add(Some("a"));
+        shares.add(Some("a"));
+        assert_eq!(
+            shares.release(Some("a"), 6, 4),
+            ["o1", "o2"],
+            "2 held: room for 6"
+        );
+        assert_eq!(shares.room_of("o2"), 6);
     }
 }

@@ -199,6 +199,50 @@ fn a_keys_flood_enqueued_ahead_of_its_time_does_not_hold_loading_behind_it() {
 }
 
 #[test]
+fn a_keys_read_backs_under_way_together_stay_within_its_share_of_memory() {
+    run_paused(|| async {
+        // Tenant a's 400 tasks over 20 orderingIds, due together and enqueued ahead: a tree
+        // holds 10 (a quarter of 40), the rest are deferred. As a's tasks end, its orderingIds
+        // read back in turns; with reads slow, many are under way at once. Each must count
+        // in a's share: the noisy-neighbour bench at 200,000 saw a's read-backs reserve every
+        // tree's whole memory at the flood's time, and b's tasks, finding no room, waited
+        // for loading to pass the flood again (55 s late).
+        let settings = SchedulingSettings {
+            max_in_flight_tasks: 40,
+            ..SchedulingSettings::default()
+        };
+        let h = Harness::new(settings, Duration::from_millis(5), &[]);
+        h.assign().await;
+        h.store
+            .set_latency("task batch read", Duration::from_millis(200));
+        let a: Vec<Task> = (0..400)
+            .map(|i| {
+                task(
+                    &format!("a-{}", i % 20),
+                    t0() + ms(10_000),
+                    &format!("{i:03}"),
+                )
+            })
+            .map(|t| t.with_limit_key("tenant-a"))
+            .collect();
+        h.enqueue(a.clone()).await;
+        advance(Duration::from_millis(9_500)).await;
+        let in_flight = h.in_flight.get(P).expect("the partition's gauge");
+        let mut most = 0;
+        for _ in 0..1_000 {
+            advance(Duration::from_millis(10)).await;
+            most = most.max(in_flight.current());
+        }
+        advance(Duration::from_secs(60)).await;
+        all_completed(&h, a.iter());
+        assert!(
+            most <= 10,
+            "{most} tasks in memory or being read back while tenant a drained (its share: 10)"
+        );
+    });
+}
+
+#[test]
 fn a_keys_starts_keep_to_its_rate_and_another_keys_task_starts_at_its_time() {
     run_paused(|| async {
         let settings = SchedulingSettings {
