@@ -48,8 +48,8 @@ pub use ownership::{LowWater, OwnershipStore, PartitionOwner};
 pub use permits::{KeyHolders, PermitStore};
 pub use recurring::{FireOutcome, FireRecord, RecurringStore, ScheduleRecord};
 pub use schedule::{
-    hour_bucket, last_of_each_key, KEYS_PER_READ, schedule_start, DeferredCancel, DeferredIdentityRecord,
-    ReadCursor, RefusedTask, ScheduleStore, WriteStamp,
+    hour_bucket, last_of_each_key, schedule_start, DeferredCancel, DeferredIdentityRecord,
+    ReadCursor, RefusedTask, ScheduleStore, WriteStamp, KEYS_PER_READ,
 };
 pub use status::{StatusRecord, StatusStore, TaskStatus};
 pub use suspensions::{Suspension, SuspensionStore, SuspensionTarget, Suspensions};

@@ -139,10 +139,10 @@ pub(in crate::store) mod cassandra {
     use futures::{StreamExt, TryStreamExt};
 
     use super::{StatusRecord, StatusStore, TaskStatus};
-    use crate::store::schedule::{reads_by_bucket, KEYS_PER_READ};
     use crate::store::cassandra::rows::{applied, first_row_of, key_values, rows_of};
     use crate::store::cassandra::statements::read_by_key;
     use crate::store::cassandra::{CassandraStore, Inner, Preparing, TableStatements, Writes};
+    use crate::store::schedule::{reads_by_bucket, KEYS_PER_READ};
     use crate::store::{PartitionId, StoreError, StoreResult};
 
     /// The statements of `task_status`.
@@ -394,8 +394,8 @@ pub(in crate::store) mod memory {
     use futures::FutureExt;
 
     use super::{StatusRecord, StatusStore};
-    use crate::store::schedule::{reads_by_bucket, KEYS_PER_READ};
     use crate::store::memory::{MemoryStore, State};
+    use crate::store::schedule::{reads_by_bucket, KEYS_PER_READ};
     use crate::store::{PartitionId, StoreResult};
 
     /// Records a task's final status.

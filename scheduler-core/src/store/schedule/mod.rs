@@ -87,7 +87,8 @@ pub(in crate::store) fn reads_by_bucket(
     let mut by_bucket: std::collections::BTreeMap<DateTime<Utc>, Vec<TaskKey>> =
         std::collections::BTreeMap::new();
     for key in keys {
-        (by_bucket.entry(hour_bucket(key.scheduled_time)).or_default()).push(key);
+        let bucket = hour_bucket(key.scheduled_time);
+        by_bucket.entry(bucket).or_default().push(key);
     }
     by_bucket
         .into_iter()
