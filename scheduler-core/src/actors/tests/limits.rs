@@ -9,6 +9,20 @@ fn keyed(ordering_id: &str, at: DateTime<Utc>, key: &str) -> Task {
     task(ordering_id, at, "1").with_limit_key(key)
 }
 
+/// Tenant a's batch: 400 tasks over 20 orderingIds, all due at 10 s.
+fn tenant_a_batch_at_10s() -> Vec<Task> {
+    (0..400)
+        .map(|i| {
+            task(
+                &format!("a-{}", i % 20),
+                t0() + ms(10_000),
+                &format!("{i:03}"),
+            )
+        })
+        .map(|t| t.with_limit_key("tenant-a"))
+        .collect()
+}
+
 /// `count` tasks of tenant a, each of its own orderingId, all due at `t0`.
 fn tenant_a(count: usize) -> Vec<Task> {
     (0..count)
@@ -165,16 +179,7 @@ fn a_keys_flood_enqueued_ahead_of_its_time_does_not_hold_loading_behind_it() {
         h.store
             .set_latency("schedule load", Duration::from_millis(300));
         // 400 of tenant a over 20 orderingIds, all due at 10 s; b's due just after them.
-        let a: Vec<Task> = (0..400)
-            .map(|i| {
-                task(
-                    &format!("a-{}", i % 20),
-                    t0() + ms(10_000),
-                    &format!("{i:03}"),
-                )
-            })
-            .map(|t| t.with_limit_key("tenant-a"))
-            .collect();
+        let a = tenant_a_batch_at_10s();
         h.enqueue(a.clone()).await;
         let b = keyed("b-0", t0() + ms(10_100), "tenant-b");
         h.enqueue(vec![b.clone()]).await;
@@ -215,16 +220,7 @@ fn a_keys_read_backs_under_way_together_stay_within_its_share_of_memory() {
         h.assign().await;
         h.store
             .set_latency("task batch read", Duration::from_millis(200));
-        let a: Vec<Task> = (0..400)
-            .map(|i| {
-                task(
-                    &format!("a-{}", i % 20),
-                    t0() + ms(10_000),
-                    &format!("{i:03}"),
-                )
-            })
-            .map(|t| t.with_limit_key("tenant-a"))
-            .collect();
+        let a = tenant_a_batch_at_10s();
         h.enqueue(a.clone()).await;
         advance(Duration::from_millis(9_500)).await;
         let in_flight = h.in_flight.get(P).expect("the partition's gauge");
