@@ -4,11 +4,12 @@
 //! Every task is checked for a final status before it runs: a record of a key that finished or
 //! was cancelled, delivered again or scheduled again, must not run. The tree reads the statuses
 //! of the tasks entering it in batches ([`KnownStatuses::check`]): a polled batch's tasks as
-//! they are written to the schedule, a loaded page's as it is loaded; one request per hour
-//! bucket and
-//! [`KEYS_PER_READ`](crate::store::KEYS_PER_READ) keys, where there was one per task. A key found with no
-//! status is *known unfinished*, and its run's status read is answered from memory, once (a
-//! retry reads again).
+//! they are written to the schedule, a loaded page's as it is loaded, a deferred orderingId's
+//! tasks as they are read back; one request per hour bucket and
+//! [`KEYS_PER_READ`](crate::store::KEYS_PER_READ) keys, where there was one per task. A key
+//! found with no status is *known unfinished*, and its run's status read is answered from
+//! memory, once (a retry reads again). A task deferred out of memory is forgotten
+//! ([`KnownStatuses::forget`]).
 //!
 //! Why the answer is still true when the run takes it:
 //! - **Earlier trees.** The reads are made after the tree's claim, which fences the earlier trees
@@ -114,6 +115,15 @@ impl KnownStatuses {
             .await?;
         self.record(read, keys, &found);
         Ok(())
+    }
+
+    /// Forgets `key`: its task left the tree's memory (deferred to Cassandra), and is checked
+    /// again when it comes back (a read-back checks its tasks in a batch). So what the tree
+    /// remembers is of the tasks in its memory, and a flood deferred beyond them does not fill
+    /// `capacity` with keys that run much later while the tasks read back meanwhile each read
+    /// their own.
+    pub fn forget(&self, key: &TaskKey) {
+        self.lock().unfinished.remove(key);
     }
 
     /// Records the keys of `read` it did not find with a status, unless a write of one was under

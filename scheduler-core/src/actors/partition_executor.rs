@@ -45,7 +45,7 @@ use super::ordering_executor::{
 use super::task_lifecycle::ExecutionLinks;
 use super::{RunDeps, StopActor};
 use crate::in_flight::{HeldTask, InFlight, Pin};
-use crate::store::{DeferralList, DeferredStore, ListBehind, PartitionId};
+use crate::store::{DeferralList, DeferredStore, ListBehind, PartitionId, StoreError};
 
 mod deferred;
 mod shares;
@@ -184,6 +184,8 @@ impl PartitionExecutor {
     fn defer(&mut self, task: &Task, ctx: &mut Context<Self>) {
         let key = task.run_order();
         let ordering_id = task.ordering_id.clone();
+        // Checked again as it is read back.
+        self.links.known.forget(&task.key());
         if let Some(limit_key) = task.limit_key.as_deref() {
             self.shares.wait(limit_key, &ordering_id);
         }
@@ -447,6 +449,20 @@ impl PartitionExecutor {
             Arc::clone(&self.deps.tables.schedule),
         );
         let read = deferred::read_back(tables, list, (deferred.from.clone(), before), room);
+        // Their statuses are read in batches, as a loaded page's are (`known_statuses`).
+        // Not an orderingId an earlier tree listed at the claim (see `known_statuses`).
+        let check = !self.links.lease.listed_at_claim(&ordering_id);
+        let (known, partition) = (self.links.known.clone(), self.partition);
+        let read = async move {
+            let read = read.await?;
+            if check {
+                let keys = read.tasks.iter().map(Task::key).collect();
+                if let Err(e) = known.check(partition, keys).await {
+                    debug!(partition, error = %e, "statuses not read in a batch: each task reads its own");
+                }
+            }
+            Ok::<_, StoreError>(read)
+        };
         ctx.spawn(read.into_actor(self).map(move |result, act, ctx| {
             // Its tasks are counted in the key's share as they are enqueued, below.
             let per_ordering = act.ordering_bound();

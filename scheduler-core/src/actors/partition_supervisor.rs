@@ -240,6 +240,7 @@ impl Actor for PartitionSupervisor {
                 lease: lease.clone(),
                 stop: self.stop.subscribe(),
                 cancels: cancels.clone(),
+                known: known.clone(),
             },
             controller.clone().recipient(),
             in_flight.clone(),

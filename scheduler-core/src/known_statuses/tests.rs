@@ -125,3 +125,31 @@ async fn a_write_of_the_key_forgets_it_and_keeps_it_out_of_reads_it_overlapped()
     assert!(!known.knows_unfinished(&c));
     assert!(known.status(P, c).await.expect("read").is_some());
 }
+
+#[tokio::test]
+async fn a_forgotten_key_frees_its_room_and_its_run_reads_its_status() {
+    let store = Arc::new(MemoryStore::new());
+    let known = known(&store, 10);
+    let first: Vec<TaskKey> = (0..10).map(key).collect();
+    known.check(P, first.clone()).await.expect("checked");
+    // Full: a key checked now is not remembered.
+    known.check(P, vec![key(10)]).await.expect("checked");
+    assert!(!known.knows_unfinished(&key(10)), "no room for it");
+    // Five leave the tree's memory (deferred): their room is free again.
+    for k in &first[..5] {
+        known.forget(k);
+    }
+    known.check(P, vec![key(10)]).await.expect("checked");
+    assert!(
+        known.knows_unfinished(&key(10)),
+        "checked in the room freed"
+    );
+    assert_eq!(known.len(), 6);
+    let before = store.requests_of("status read");
+    known.status(P, first[0].clone()).await.expect("read");
+    assert_eq!(
+        store.requests_of("status read"),
+        before + 1,
+        "a forgotten key's run reads its status"
+    );
+}

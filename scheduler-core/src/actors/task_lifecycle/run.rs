@@ -16,6 +16,7 @@ use crate::cancel_gate::CancelGate;
 use crate::clock::Stamp;
 use crate::hooks::{Halt, StepError, Steps};
 use crate::in_flight::Pin;
+use crate::known_statuses::KnownStatuses;
 use crate::lease::{LeaseHold, TreeLease};
 use crate::outcome::StopReason;
 use crate::retry::exponential_period;
@@ -37,6 +38,9 @@ pub struct ExecutionLinks {
     pub stop: tokio::sync::watch::Receiver<Option<StopReason>>,
     /// Cancels the tree is applying, seen by tasks already checked.
     pub cancels: CancelGate,
+    /// What the tree knows of its tasks' statuses: deferred tasks read back are checked in
+    /// batches, and forgotten as they are deferred.
+    pub known: KnownStatuses,
 }
 
 /// One task's run in its tree.
