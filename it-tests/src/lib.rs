@@ -10,6 +10,7 @@
 pub mod engine;
 pub mod logs;
 pub mod processes;
+pub mod python;
 pub mod teardown;
 pub mod webdriver;
 

@@ -13,13 +13,14 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Output, Stdio};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use chrono::{DateTime, FixedOffset, SecondsFormat, TimeDelta, Utc};
 use it_tests::engine::{wait_until, TestEnv};
+use it_tests::python::{install_python, repo};
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{Consumer, StreamConsumer};
 use rdkafka::message::Message;
@@ -65,32 +66,6 @@ impl TaskHandler for Ran {
             .push(task.clone());
         Ok(())
     }
-}
-
-fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
-}
-
-/// Runs `dev/python` (creating the venv on first use) and returns the venv's interpreter.
-fn install_python() -> PathBuf {
-    let started = Instant::now();
-    let output = Command::new(repo().join("dev/python"))
-        .stderr(Stdio::inherit())
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run dev/python: {e}"));
-    assert!(
-        output.status.success(),
-        "dev/python failed ({}); its output is above",
-        output.status
-    );
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    let python = PathBuf::from(stdout.lines().last().unwrap_or_default().trim());
-    assert!(
-        python.is_file(),
-        "dev/python printed no interpreter: {stdout:?}"
-    );
-    println!("dev/python took {:.1} s", started.elapsed().as_secs_f64());
-    python
 }
 
 /// Runs produce.py with `args`, feeding it `stdin`.

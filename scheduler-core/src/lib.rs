@@ -56,6 +56,7 @@ pub mod node;
 mod outcome;
 mod polled;
 pub mod recurring;
+pub mod remote;
 mod retry;
 mod schedule_spec;
 pub mod settings;

@@ -758,3 +758,41 @@ pub struct EnqueueFailure {
     /// Why.
     pub error: String,
 }
+
+/// `POST /api/v1/workers/poll`: the claims a worker's poll took (none if its wait ended first).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PollResponse {
+    /// The claims, at most the poll's capacity.
+    pub claims: Vec<crate::remote::ClaimView>,
+}
+
+/// `POST /api/v1/claims/{claimId}/heartbeat`: the live claim's new expiry.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct HeartbeatResponse {
+    /// RFC 3339.
+    pub expires_at: String,
+    /// The claim's time to live: heartbeat again well within it.
+    pub ttl_ms: u64,
+}
+
+/// `POST /api/v1/claims/{claimId}/complete`: taken by the call that offered the task, which
+/// records it as it records a local call's outcome.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ClaimCompleted {
+    /// Always true: a refused completion is answered 409.
+    pub accepted: bool,
+}
+
+/// `GET /api/v1/workers`: the connected workers with their live claims, and the tasks offered
+/// and not claimed yet, by type.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct WorkersResponse {
+    /// The connected workers (polling, or polled within `[workers] worker_ttl`).
+    pub workers: Vec<crate::remote::WorkerView>,
+    /// Tasks offered and not claimed yet, by type.
+    pub waiting: std::collections::BTreeMap<String, usize>,
+}

@@ -67,6 +67,7 @@ mod state;
 mod suspensions;
 #[cfg(test)]
 mod test_app;
+mod workers;
 pub(crate) use access::AllowedHosts;
 use api::{
     AttemptView, CancelResponse, PartitionStatus, ReadyResponse, StatusResponse, TaskKeyBody,
@@ -124,7 +125,7 @@ pub fn router(queues: Vec<Arc<AdminState>>) -> Router {
     app.fallback(|| async {
         ApiError {
             status: StatusCode::NOT_FOUND,
-            message: "no such endpoint (see /api/v1/status, /api/v1/partitions, /api/v1/task, /api/v1/tasks, /api/v1/task/cancel, /api/v1/dead-letters, /api/v1/suspensions, /api/v1/limits, /api/v1/jobs, /api/v1/schedules, /metrics, and the same under /queues/<name>/)"
+            message: "no such endpoint (see /api/v1/status, /api/v1/partitions, /api/v1/task, /api/v1/tasks, /api/v1/task/cancel, /api/v1/dead-letters, /api/v1/suspensions, /api/v1/limits, /api/v1/jobs, /api/v1/schedules, /api/v1/workers, /metrics, and the same under /queues/<name>/)"
                 .into(),
         }
     })
@@ -137,6 +138,18 @@ pub fn router(queues: Vec<Arc<AdminState>>) -> Router {
     .layer(Extension(Arc::clone(&credentials.sessions)))
     .layer(DefaultBodyLimit::max(limit))
     .layer(middleware::from_fn_with_state(limit, json_errors::as_json))
+}
+
+/// The remote workers' routes (`workers.rs`): the node's workers, the same under every queue.
+fn worker_routes() -> Router<Arc<AdminState>> {
+    Router::new()
+        .route("/api/v1/workers", get(workers::list))
+        .route("/api/v1/workers/poll", post(workers::poll))
+        .route(
+            "/api/v1/claims/{claimId}/heartbeat",
+            post(workers::heartbeat),
+        )
+        .route("/api/v1/claims/{claimId}/complete", post(workers::complete))
 }
 
 /// One queue's routes.
@@ -177,6 +190,7 @@ fn queue_routes() -> Router<Arc<AdminState>> {
         .route("/api/v1/schedules/{id}/resume", post(schedules::resume))
         .route("/api/v1/openapi.json", get(openapi::serve))
         .route("/metrics", get(metrics))
+        .merge(worker_routes())
         .merge(dashboard::routes())
 }
 

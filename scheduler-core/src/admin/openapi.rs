@@ -448,6 +448,49 @@ fn operations(a: &mut Answers) -> Vec<Operation> {
             ..op("post", "/api/v1/schedules/{id}/resume", "Resume a schedule")
         },
         Operation {
+            responses: vec![
+                (200, "Connected workers, their live claims, tasks waiting for one", a.of::<WorkersResponse>()),
+                (404, "This node takes no remote workers", error.clone()),
+            ],
+            ..op("get", "/api/v1/workers", "Remote workers: types, capacity, last seen, claims")
+        },
+        Operation {
+            body: body::<crate::remote::WorkerPoll>(),
+            responses: vec![
+                (200, "The claims taken (none once the wait ended)", a.of::<PollResponse>()),
+                bad.clone(),
+                (404, "This node takes no remote workers", error.clone()),
+            ],
+            ..op(
+                "post",
+                "/api/v1/workers/poll",
+                "A remote worker's long poll: claims of due tasks of its types, at most its capacity",
+            )
+        },
+        Operation {
+            responses: vec![
+                (200, "The claim is live until the new expiry", a.of::<HeartbeatResponse>()),
+                (409, "The claim ended (expired, completed, its partition moved): stop, nothing will be recorded", error.clone()),
+                (404, "This node takes no remote workers", error.clone()),
+            ],
+            ..op("post", "/api/v1/claims/{claimId}/heartbeat", "Keep a claim live")
+        },
+        Operation {
+            body: body::<crate::remote::Completion>(),
+            responses: vec![
+                (200, "Taken by the claim's call, which records it", a.of::<ClaimCompleted>()),
+                bad.clone(),
+                (409, "The claim ended (expired, completed, its partition moved): nothing recorded, the task runs again", error.clone()),
+                (413, "The result is over 16 KiB: nothing recorded, the claim is still live", error.clone()),
+                (404, "This node takes no remote workers", error.clone()),
+            ],
+            ..op(
+                "post",
+                "/api/v1/claims/{claimId}/complete",
+                "Complete a claim: success (with a small result), retry (with a wait) or invalid",
+            )
+        },
+        Operation {
             responses: vec![(200, "This document", None)],
             ..op("get", "/api/v1/openapi.json", "This OpenAPI document")
         },

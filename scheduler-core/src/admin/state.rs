@@ -56,6 +56,8 @@ pub struct AdminState {
     pub max_task_bytes: usize,
     /// The queue's per-key limits on this node (none in tests without a node).
     pub limits: Option<crate::limits::Limits>,
+    /// The node's remote workers (none if it takes none).
+    pub workers: Option<crate::remote::RemoteWorkers>,
 }
 
 /// An error answered as JSON.

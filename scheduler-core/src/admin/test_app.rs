@@ -57,6 +57,7 @@ pub(super) fn state(store: Arc<MemoryStore>) -> AdminState {
         scheduling_grace_window: std::time::Duration::from_secs(10),
         max_task_bytes: 512 * 1024,
         limits: None,
+        workers: None,
     }
 }
 

@@ -12,6 +12,7 @@ use scheduler_client::Task;
 use super::context::TaskContext;
 use super::error::TaskError;
 use super::task_handler::TaskHandler;
+use crate::remote::{RemoteCall, RemoteWorkers};
 use crate::store::DeadLetter;
 
 /// Object-safe form of [`TaskHandler`], so the engine can hold any handler behind an `Arc`.
@@ -37,11 +38,15 @@ impl<E: TaskHandler> DynTaskHandler for E {
     }
 }
 
-/// The handlers of a node, by task type, and optionally one for every other type.
+/// The handlers of a node, by task type, and optionally one for every other type; and the
+/// node's remote workers, which run a type with no handler of its own while one of the type is
+/// connected (before the handler of every other type).
 #[derive(Clone, Default)]
 pub struct Handlers {
     by_type: BTreeMap<String, Arc<dyn DynTaskHandler>>,
     fallback: Option<Arc<dyn DynTaskHandler>>,
+    remote: Option<Arc<dyn DynTaskHandler>>,
+    workers: Option<RemoteWorkers>,
 }
 
 impl std::fmt::Debug for Handlers {
@@ -49,6 +54,7 @@ impl std::fmt::Debug for Handlers {
         f.debug_struct("Handlers")
             .field("types", &self.by_type.keys().collect::<Vec<_>>())
             .field("fallback", &self.fallback.is_some())
+            .field("remote", &self.workers.is_some())
             .finish()
     }
 }
@@ -86,7 +92,29 @@ impl Handlers {
         self.by_type.is_empty() && self.fallback.is_none()
     }
 
+    /// With `workers` running the types that have no handler of their own while one of the
+    /// type is connected.
+    pub fn remote(mut self, workers: RemoteWorkers) -> Handlers {
+        self.remote = Some(Arc::new(RemoteCall::new(workers.clone())));
+        self.workers = Some(workers);
+        self
+    }
+
+    /// Whether remote workers may run tasks here.
+    pub fn takes_remote_workers(&self) -> bool {
+        self.workers.is_some()
+    }
+
+    /// The handler of `task_type`: its own, else a connected remote worker of it, else the
+    /// handler of every other type.
     pub(crate) fn get(&self, task_type: &str) -> Option<&Arc<dyn DynTaskHandler>> {
-        self.by_type.get(task_type).or(self.fallback.as_ref())
+        if let Some(handler) = self.by_type.get(task_type) {
+            return Some(handler);
+        }
+        let remote = self.workers.as_ref().is_some_and(|w| w.serves(task_type));
+        match &self.remote {
+            Some(call) if remote => Some(call),
+            _ => self.fallback.as_ref(),
+        }
     }
 }

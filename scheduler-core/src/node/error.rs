@@ -10,7 +10,7 @@ use crate::store::StoreError;
 #[derive(Debug, thiserror::Error)]
 pub enum NodeError {
     /// The node was given no handler: it would consume tasks it can never run.
-    #[error("the node has no handler: give it one per task type (NodeBuilder::handler) or one for every type (NodeBuilder::fallback)")]
+    #[error("the node has no handler: give it one per task type (NodeBuilder::handler), one for every type (NodeBuilder::fallback), or name the types remote workers run ([workers] types)")]
     NoHandlers,
     /// The settings are invalid.
     #[error(transparent)]

@@ -30,6 +30,7 @@ use crate::admin::AdminState;
 use crate::handler::{Handlers, TaskHandler};
 use crate::metrics::NodeMetrics;
 use crate::recurring::RecurringSchedules;
+use crate::remote::RemoteWorkers;
 use crate::settings::{Queue, Settings};
 use crate::store::{PartitionId, StatusRecord};
 
@@ -109,7 +110,8 @@ impl SchedulerNode {
         handlers: Handlers,
     ) -> Result<SchedulerNode, NodeError> {
         settings.validate()?;
-        if handlers.is_empty() {
+        let remote_types = settings.workers.enabled && !settings.workers.types.is_empty();
+        if handlers.is_empty() && !remote_types {
             return Err(NodeError::NoHandlers);
         }
         let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -138,7 +140,27 @@ impl SchedulerNode {
             tracing::warn!(look_back_on_restart = %ignored,
                 "[scheduling] look_back_on_restart is ignored: a partition loads from its low-water mark, however far back");
         }
-        let (handler_types, handles_every_type) = (handlers.types(), handlers.has_fallback());
+        // Remote workers run types with no handler here while one of the type is connected;
+        // the types named in `[workers] types` make their queues served.
+        let workers = (settings.workers.enabled).then(|| {
+            RemoteWorkers::new(
+                settings.workers.clone(),
+                Arc::new(crate::clock::SystemClock),
+            )
+        });
+        let handlers = match &workers {
+            Some(workers) => handlers.remote(workers.clone()),
+            None => handlers,
+        };
+        let (mut handler_types, handles_every_type) = (handlers.types(), handlers.has_fallback());
+        if workers.is_some() {
+            for remote in &settings.workers.types {
+                if !handler_types.contains(remote) {
+                    handler_types.push(remote.clone());
+                }
+            }
+            handler_types.sort();
+        }
         let listed = settings.listed_types();
         // The queues this node has a handler for; the default queue first when served (its API
         // is at the root). Never none: a type no queue lists is the default queue's.
@@ -215,6 +237,7 @@ impl SchedulerNode {
                     scheduling_grace_window: p.queue.scheduling.scheduling_grace_window,
                     max_task_bytes: p.queue.scheduling.max_task_data_bytes,
                     limits: Some(p.deps.limits.clone()),
+                    workers: workers.clone(),
                 }));
             }
             Some(start_admin(&settings.admin, states, runtime).await?)

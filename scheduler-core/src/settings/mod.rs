@@ -75,6 +75,46 @@ pub struct Settings {
     pub queues: Vec<QueueSettings>,
     /// Traces exported to an OpenTelemetry collector (`scheduler node`).
     pub telemetry: TelemetrySettings,
+    /// Remote workers: handlers in any language that claim due tasks over HTTP.
+    pub workers: WorkersSettings,
+}
+
+/// Remote workers (design.md "Remote workers"): processes anywhere, in any language, that
+/// long-poll the node's listener for due tasks of their types, each under a claim that
+/// expires unless heartbeats keep it live. They use the admin listener, with its token.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct WorkersSettings {
+    /// Whether the node takes remote workers (a task of a type with no local handler of its
+    /// own runs on a connected worker of the type).
+    pub enabled: bool,
+    /// A claim's time to live: it expires, and its task runs again, unless a heartbeat comes
+    /// within it; each heartbeat moves the expiry this far on.
+    #[serde(with = "duration_text")]
+    pub claim_ttl: Duration,
+    /// The longest a worker's poll waits for tasks.
+    #[serde(with = "duration_text")]
+    pub max_wait: Duration,
+    /// How long after its last poll or heartbeat a worker still counts as connected.
+    #[serde(with = "duration_text")]
+    pub worker_ttl: Duration,
+    /// Task types this node serves through remote workers alone (no local handler): their
+    /// queues are served, and their tasks wait while no worker of the type is connected. A
+    /// type with a local handler of its own runs there; any other type with no handler of its
+    /// own runs on a connected worker of it, before the handler of every other type.
+    pub types: Vec<String>,
+}
+
+impl Default for WorkersSettings {
+    fn default() -> Self {
+        WorkersSettings {
+            enabled: true,
+            claim_ttl: Duration::from_secs(30),
+            max_wait: Duration::from_secs(30),
+            worker_ttl: Duration::from_secs(10),
+            types: Vec::new(),
+        }
+    }
 }
 
 /// Trace export: the spans of the node's tasks (each linked to the trace that scheduled it),

@@ -280,6 +280,7 @@ impl Settings {
                 cassandra: q.cassandra.clone(),
                 admin: self.admin.clone(),
                 telemetry: self.telemetry.clone(),
+                workers: self.workers.clone(),
                 queues: Vec::new(),
             };
             alone

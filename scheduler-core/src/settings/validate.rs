@@ -45,7 +45,7 @@ impl Settings {
     /// The rules of the default queue's settings.
     pub(super) fn validate_one(&self) -> Result<(), SettingsError> {
         let (s, k, c, a) = (&self.scheduling, &self.kafka, &self.cassandra, &self.admin);
-        let t = &self.telemetry;
+        let (t, w) = (&self.telemetry, &self.workers);
         // One rule a line: the setting, when it is wrong, and what it must be. Every check is
         // cheap and has no effect, so all are evaluated and the first broken one is reported.
         #[rustfmt::skip]
@@ -89,6 +89,11 @@ impl Settings {
             ("admin.allowed_hosts", !a.allowed_hosts.iter().all(|h| is_host_name(h)), HOST_NAMES),
             ("telemetry.otlp_endpoint", t.otlp_endpoint.as_deref().is_some_and(|e| !is_http_url(e)), "must be an http:// or https:// address, such as http://127.0.0.1:4318"),
             ("telemetry.service_name", t.service_name.trim().is_empty(), "must not be empty"),
+            ("workers.claim_ttl", w.claim_ttl < Duration::from_secs(1) || w.claim_ttl > Duration::from_secs(3600), "must be from 1s to 1h"),
+            ("workers.max_wait", w.max_wait > Duration::from_secs(300), "must be at most 5m"),
+            ("workers.worker_ttl", w.worker_ttl.is_zero(), "must be greater than zero"),
+            ("workers.types", !w.types.iter().all(|t| scheduler_client::wire::check_task_type(t).is_ok()), "must be task types (1 to 128 ASCII letters, digits or -_.:/)"),
+            ("workers.types", !w.enabled && !w.types.is_empty(), "must be empty when workers.enabled is false"),
         ];
         match rules.iter().find(|(_, broken, _)| *broken) {
             Some(&(key, _, reason)) => Err(SettingsError::Invalid {
@@ -223,6 +228,11 @@ mod tests {
     fn every_rule_names_its_key_and_reason() {
         let cases = [
             ("[scheduling]\nbackoff_factor = \"0s\"", "scheduling.backoff_factor", "must be greater than zero"),
+            ("[workers]\nclaim_ttl = \"500ms\"", "workers.claim_ttl", "must be from 1s to 1h"),
+            ("[workers]\nmax_wait = \"10m\"", "workers.max_wait", "must be at most 5m"),
+            ("[workers]\nworker_ttl = \"0s\"", "workers.worker_ttl", "must be greater than zero"),
+            ("[workers]\ntypes = [\"bad type\"]", "workers.types", "must be task types (1 to 128 ASCII letters, digits or -_.:/)"),
+            ("[workers]\nenabled = false\ntypes = [\"resize\"]", "workers.types", "must be empty when workers.enabled is false"),
             ("[scheduling]\nmax_backoff = \"1s\"", "scheduling.max_backoff", "must be at least scheduling.backoff_factor"),
             ("[scheduling]\nmax_in_flight_tasks = 0", "scheduling.max_in_flight_tasks", "must be at least 1"),
             ("[scheduling]\nfetch_batch_size = 0", "scheduling.fetch_batch_size", "must be at least 1"),
