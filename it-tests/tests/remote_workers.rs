@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use chrono::{TimeDelta, Utc};
-use it_tests::engine::{http, wait_until, TestEnv};
+use it_tests::engine::{http, metric_sum, wait_until, TestEnv};
 use it_tests::python::{install_python, repo};
 use scheduler_client::{Task, TaskKey};
 use scheduler_core::handler::{TaskContext, TaskError, TaskHandler};
@@ -311,6 +311,26 @@ async fn a_python_worker_runs_its_types_tasks_with_their_data_in_order_per_order
         .cloned()
         .unwrap_or_else(|| panic!("py-1 listed: {listed}"));
     assert_eq!(py["claims"], json!([]), "no claim left: {py}");
+    let metrics = http(
+        node.admin_address().expect("admin"),
+        "GET",
+        "/metrics",
+        Some(TOKEN),
+        None,
+    )
+    .await
+    .body;
+    let sum = |metric: &str, labels: &[(&str, &str)]| metric_sum(&metrics, metric, labels);
+    assert_eq!(
+        sum("scheduler_remote_workers", &[("task_type", "resize")]),
+        1.0,
+        "{metrics}"
+    );
+    assert_eq!(
+        sum("scheduler_remote_claim_ends_total", &[("end", "completed")]),
+        20.0
+    );
+    assert_eq!(sum("scheduler_remote_claims", &[]), 0.0);
     assert!(
         !worker.stderr().contains("Traceback"),
         "{}",

@@ -744,6 +744,8 @@ pub struct NodeMetrics {
     registry: Registry,
     queues: Vec<(Arc<Metrics>, InFlightGauges)>,
     failed_logins: Family<ByLabel, Counter>,
+    /// The remote workers' metrics, read at each scrape.
+    remote: Option<crate::remote::RemoteMetrics>,
 }
 
 impl NodeMetrics {
@@ -759,7 +761,14 @@ impl NodeMetrics {
             registry,
             queues,
             failed_logins,
+            remote: None,
         }
+    }
+
+    /// With the remote workers' metrics (registered in the registry given to `new`).
+    pub fn with_remote(mut self, remote: Option<crate::remote::RemoteMetrics>) -> Self {
+        self.remote = remote;
+        self
     }
 
     /// Counts a wrong token presented to the admin listener `by` a header or the login form.
@@ -771,6 +780,9 @@ impl NodeMetrics {
     pub fn encode(&self) -> String {
         for (metrics, in_flight) in &self.queues {
             metrics.refresh(in_flight);
+        }
+        if let Some(remote) = &self.remote {
+            remote.refresh();
         }
         let mut text = String::new();
         // Writing into a String cannot fail.

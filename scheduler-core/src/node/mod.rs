@@ -30,7 +30,7 @@ use crate::admin::AdminState;
 use crate::handler::{Handlers, TaskHandler};
 use crate::metrics::NodeMetrics;
 use crate::recurring::RecurringSchedules;
-use crate::remote::RemoteWorkers;
+use crate::remote::{RemoteMetrics, RemoteWorkers};
 use crate::settings::{Queue, Settings};
 use crate::store::{PartitionId, StatusRecord};
 
@@ -179,13 +179,17 @@ impl SchedulerNode {
                     .await?,
             );
         }
-        let node_metrics = Arc::new(NodeMetrics::new(
-            registry,
-            prepared
-                .iter()
-                .map(|p| (Arc::clone(&p.deps.metrics), p.deps.in_flight.clone()))
-                .collect(),
-        ));
+        let remote_metrics = (workers.clone()).map(|w| RemoteMetrics::register(w, &mut registry));
+        let node_metrics = Arc::new(
+            NodeMetrics::new(
+                registry,
+                prepared
+                    .iter()
+                    .map(|p| (Arc::clone(&p.deps.metrics), p.deps.in_flight.clone()))
+                    .collect(),
+            )
+            .with_remote(remote_metrics),
+        );
 
         let trees: Vec<PartitionDeps> = prepared.iter().map(|p| p.deps.clone()).collect();
         let (ready_tx, ready_rx) = oneshot::channel::<Vec<Addr<TopicSupervisor>>>();

@@ -26,11 +26,13 @@
 //! API, the dashboard) and the metrics.
 
 mod call;
+mod metrics;
 mod registry;
 #[cfg(test)]
 mod tests;
 
 pub use call::RemoteCall;
+pub use metrics::RemoteMetrics;
 pub use registry::{
     ClaimEnd, ClaimView, ClaimedTask, Completion, CompletionRefused, Counts, LiveClaimView,
     RemoteWorkers, WorkerPoll, WorkerView,
