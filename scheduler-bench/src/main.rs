@@ -2,7 +2,7 @@
 //! each figure beside the raw ceiling of the same services measured in the same run.
 //!
 //! ```text
-//! scheduler-bench run [--quick] [--out FILE] [--only ceilings,throughput,handoff,cold,backlog,busy,group,tombstones,scale,ends,limits,noisy,accuracy,peers,failover]
+//! scheduler-bench run [--quick] [--out FILE] [--only ceilings,throughput,handoff,cold,backlog,busy,group,tombstones,scale,ends,limits,noisy,accuracy,peers,failover,remote]
 //! ```
 //!
 //! Prints a table and writes the figures as JSON. `--quick` runs every scenario small (under
@@ -18,6 +18,7 @@ mod limits;
 mod noisy;
 mod peers;
 mod probe;
+mod remote;
 mod report;
 mod scale;
 mod scenarios;
@@ -125,6 +126,9 @@ enum Scenario {
     /// Three node processes under a steady load; one leaves (SIGTERM), then one is killed
     /// (SIGKILL); every execution checked.
     Failover,
+    /// Remote calls through one Python worker: a burst's tasks a second and CPU a task, and
+    /// the long poll's latency from a task's time to the worker's start.
+    Remote,
 }
 
 /// How big each scenario is.
@@ -140,6 +144,8 @@ struct Sizes {
     busy_tasks: usize,
     busy_ordering_ids: usize,
     group_members: u32,
+    /// The remote calls' burst.
+    remote_burst: usize,
     finished_tasks: usize,
     /// Tasks ended in each form of the ends scenario.
     ended_tasks: usize,
@@ -173,6 +179,7 @@ impl Sizes {
                 busy_tasks: 6_000,
                 busy_ordering_ids: 50,
                 group_members: 2_000,
+                remote_burst: 1_000,
                 finished_tasks: 20_000,
                 ended_tasks: 10_000,
                 limits_tasks: 5_000,
@@ -196,6 +203,7 @@ impl Sizes {
                 busy_tasks: 120_000,
                 busy_ordering_ids: 500,
                 group_members: scheduler_client::wire::MAX_GROUP_NUMBER,
+                remote_burst: 5_000,
                 finished_tasks: 300_000,
                 ended_tasks: 100_000,
                 limits_tasks: 100_000,
@@ -309,6 +317,13 @@ async fn run(args: RunArgs) -> Result<(), BenchError> {
     if wanted(Scenario::Group) {
         step("one group of every member due now, then its join");
         figures.group = Some(scenarios::big_group(sizes.group_members).await?);
+    }
+    if wanted(Scenario::Remote) {
+        step(&format!(
+            "remote: {} tasks due now, then steady ones, through one Python worker",
+            sizes.remote_burst
+        ));
+        figures.remote = Some(remote::remote(sizes.remote_burst).await?);
     }
     if args.only.contains(&Scenario::Tombstones) {
         step("tombstones: a restart after many tasks finished in one partition");

@@ -12,6 +12,7 @@ use crate::failover::{Failover, Moved};
 use crate::limits::LimitsCost;
 use crate::noisy::NoisyNeighbour;
 use crate::peers::{self, PeerRun, Peers};
+use crate::remote::RemoteCalls;
 use crate::scale::{self, Scale};
 use crate::scenarios::{
     Backlog, BigGroup, BusyPartition, ColdLoad, Handoff, Leave, Punctuality, Throughput,
@@ -56,6 +57,8 @@ pub struct Figures {
     pub peers: Option<Result<Peers, String>>,
     /// Three nodes under load, one leaving and one killed.
     pub failover: Option<Failover>,
+    /// Remote calls through one Python worker.
+    pub remote: Option<RemoteCalls>,
 }
 
 /// A target of the engine and how far the run is from it.
@@ -418,6 +421,10 @@ impl Figures {
             );
             check(&mut problems, "tenant a's flood a second", n.flood_per_s);
         }
+        if let Some(r) = &self.remote {
+            check(&mut problems, "remote calls a second", r.burst_per_s);
+            check(&mut problems, "remote calls' p99 lateness", r.p99_ms);
+        }
         if let Some(Err(e)) = &self.peers {
             problems.push(format!("peers: {e}"));
         }
@@ -764,6 +771,21 @@ impl Figures {
                 "from its due time to its last start".to_string(),
             );
         }
+        if let Some(r) = &self.remote {
+            row(
+                format!("remote calls, one Python worker ({} due now)", r.burst),
+                rate(r.burst_per_s, "tasks"),
+                format!(
+                    "CPU a task: node {:.2} ms, worker {:.2} ms",
+                    r.node_cpu_ms, r.worker_cpu_ms
+                ),
+            );
+            row(
+                format!("remote calls' lateness ({} steady, 1 s ahead)", r.steady),
+                format!("p99 {:.1} ms", r.p99_ms),
+                format!("p50 {:.1} ms, max {:.1} ms", r.p50_ms, r.max_ms),
+            );
+        }
         let mut out = String::new();
         let width = rows.iter().map(|r| r.0.len()).max().unwrap_or(0);
         let width2 = rows.iter().map(|r| r.1.len()).max().unwrap_or(0);
@@ -1081,6 +1103,11 @@ impl Figures {
                     "flood_per_s": n.flood_per_s, "ratio": n.ratio(),
                 })
             }),
+            "remote": self.remote.as_ref().map(|r| json!({
+                "burst": r.burst, "burst_per_s": r.burst_per_s, "node_cpu_ms": r.node_cpu_ms,
+                "worker_cpu_ms": r.worker_cpu_ms, "steady": r.steady, "p50_ms": r.p50_ms,
+                "p99_ms": r.p99_ms, "max_ms": r.max_ms,
+            })),
             "peers": self.peers_json(),
             "targets": targets,
         })
