@@ -160,6 +160,19 @@ async fn finished(node: &SchedulerNode, key: &TaskKey) -> scheduler_core::store:
     }
 }
 
+/// Asserts that `task`'s record is its second attempt's, run by `worker`, with its result.
+async fn recorded_as_run_by(node: &SchedulerNode, task: &Task, worker: &str) {
+    let record = finished(node, &task.key()).await;
+    assert_eq!(record.status, TaskStatus::Completed, "{}", task.key());
+    assert_eq!(record.attempts, 2, "{}", task.key());
+    let data = Value::Object(task.task_data.clone());
+    assert_eq!(
+        record.result,
+        Some(json!({"echo": data, "worker": worker})),
+        "the record is the run that counted"
+    );
+}
+
 fn resize(ordering_id: &str, in_ms: i64, unique: &str, data: Value) -> Task {
     let data = data.as_object().cloned().unwrap_or_default();
     Task::new(
@@ -473,14 +486,7 @@ async fn a_worker_killed_mid_call_or_paused_past_its_expiry_cannot_commit_and_it
         after >= 1.9,
         "it ran again only once the dead worker's claim (2 s) expired: {after:.2} s after"
     );
-    let record = finished(&node, &task.key()).await;
-    assert_eq!(record.status, TaskStatus::Completed);
-    assert_eq!(record.attempts, 2);
-    let data = Value::Object(task.task_data.clone());
-    assert_eq!(
-        record.result,
-        Some(json!({"echo": data, "worker": "py-rescuer"}))
-    );
+    recorded_as_run_by(&node, &task, "py-rescuer").await;
     drop(rescuer);
     drop(killed);
 
@@ -506,14 +512,7 @@ async fn a_worker_killed_mid_call_or_paused_past_its_expiry_cannot_commit_and_it
         || counted.count("end") == 1,
     )
     .await;
-    let record = finished(&node, &task.key()).await;
-    assert_eq!(record.status, TaskStatus::Completed);
-    assert_eq!(record.attempts, 2);
-    let data = Value::Object(task.task_data.clone());
-    assert_eq!(
-        record.result,
-        Some(json!({"echo": data.clone(), "worker": "py-counted"}))
-    );
+    recorded_as_run_by(&node, &task, "py-counted").await;
     // Resumed: it finishes its call, and its completion is refused.
     paused.signal("CONT");
     wait_until(
@@ -522,13 +521,7 @@ async fn a_worker_killed_mid_call_or_paused_past_its_expiry_cannot_commit_and_it
         || paused.count("end") == 1 && paused.stderr().contains("refused"),
     )
     .await;
-    let record = finished(&node, &task.key()).await;
-    assert_eq!(
-        record.result,
-        Some(json!({"echo": data, "worker": "py-counted"})),
-        "the record is the run that counted"
-    );
-    assert_eq!(record.attempts, 2);
+    recorded_as_run_by(&node, &task, "py-counted").await;
     drop(paused);
     drop(counted);
     node.shutdown().await.expect("shutdown");

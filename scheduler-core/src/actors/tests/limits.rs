@@ -10,7 +10,7 @@ fn keyed(ordering_id: &str, at: DateTime<Utc>, key: &str) -> Task {
 }
 
 /// Tenant a's batch: 400 tasks over 20 orderingIds, all due at 10 s.
-fn tenant_a_batch_at_10s() -> Vec<Task> {
+pub(super) fn tenant_a_batch_at_10s() -> Vec<Task> {
     (0..400)
         .map(|i| {
             task(

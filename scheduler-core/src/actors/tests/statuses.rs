@@ -128,16 +128,7 @@ fn deferred_tasks_read_back_read_their_statuses_in_batches_not_one_by_one() {
         let h = Harness::new(settings, Duration::from_millis(5), &[]);
         h.assign().await;
         // 400 of tenant a over 20 orderingIds, all due at 10 s: a tree holds 10 of them.
-        let a: Vec<Task> = (0..400)
-            .map(|i| {
-                task(
-                    &format!("a-{}", i % 20),
-                    t0() + ms(10_000),
-                    &format!("{i:03}"),
-                )
-            })
-            .map(|t| t.with_limit_key("tenant-a"))
-            .collect();
+        let a = super::limits::tenant_a_batch_at_10s();
         h.enqueue(a.clone()).await;
         advance(Duration::from_secs(120)).await;
         for t in &a {
