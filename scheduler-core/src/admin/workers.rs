@@ -121,7 +121,7 @@ pub(super) async fn complete(
     Ok(Json(ClaimCompleted { accepted: true }))
 }
 
-pub(super) async fn list(
+pub(crate) async fn list(
     State(state): State<Arc<AdminState>>,
 ) -> Result<Json<WorkersResponse>, ApiError> {
     let workers = workers_of(&state)?;

@@ -90,17 +90,19 @@ pub(crate) enum Section {
     GroupsJobs,
     Schedules,
     Limits,
+    Workers,
     Task,
     Login,
 }
 
 impl Section {
-    const NAVIGATION: [(Section, &'static str, &'static str); 6] = [
+    const NAVIGATION: [(Section, &'static str, &'static str); 7] = [
         (Section::Overview, "", "Overview"),
         (Section::DeadLetters, "/dead-letters", "Dead letters"),
         (Section::GroupsJobs, "/groups-jobs", "Groups & jobs"),
         (Section::Schedules, "/schedules", "Schedules"),
         (Section::Limits, "/limits", "Limits"),
+        (Section::Workers, "/workers", "Workers"),
         (Section::Task, "/task", "Task lookup"),
     ];
 }

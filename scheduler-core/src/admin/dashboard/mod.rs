@@ -36,6 +36,7 @@ mod overview;
 mod schedules;
 mod svg;
 mod task;
+mod workers;
 
 use crate::admin::state::AdminState;
 
@@ -59,6 +60,7 @@ pub(crate) fn routes() -> Router<Arc<AdminState>> {
         .route("/dashboard/limits", get(limits::page))
         .route("/dashboard/limits/set", post(limits::set))
         .route("/dashboard/limits/remove", post(limits::remove))
+        .route("/dashboard/workers", get(workers::page))
         .route("/dashboard/task", get(task::page))
 }
 

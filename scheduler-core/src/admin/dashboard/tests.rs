@@ -266,3 +266,40 @@ async fn the_limits_page_sets_lists_and_removes_a_keys_override() {
     let page = call(&app, Method::GET, &removed.location, &cookie, "").await;
     assert!(page.body.contains("id=\"no-overrides\""), "{}", page.body);
 }
+
+#[tokio::test]
+async fn the_workers_page_shows_connected_workers_their_claims_and_waiting_tasks() {
+    use crate::clock::SystemClock;
+    use crate::remote::{RemoteWorkers, WorkerPoll};
+    use crate::settings::WorkersSettings;
+    let workers = RemoteWorkers::new(WorkersSettings::default(), Arc::new(SystemClock));
+    let state = AdminState {
+        workers: Some(workers.clone()),
+        ..state(Arc::new(MemoryStore::new()))
+    };
+    let app = router(vec![Arc::new(state)]);
+    let empty = call(&app, Method::GET, "/dashboard/workers", "", "").await;
+    assert_eq!(empty.status, StatusCode::OK);
+    assert!(empty.body.contains("id=\"no-workers\""), "{}", empty.body);
+    // A worker of `resize <x>` polls once (no task offered: its wait ends at once).
+    let poll = WorkerPoll {
+        worker: "py-<1>".into(),
+        types: vec!["resize".into()],
+        capacity: 4,
+        wait_ms: Some(0),
+    };
+    assert!(workers.poll(poll).await.is_empty());
+    let page = call(&app, Method::GET, "/dashboard/workers", "", "").await;
+    assert_eq!(page.status, StatusCode::OK);
+    assert!(
+        page.body.contains("data-worker=\"py-&lt;1&gt;\""),
+        "the worker, escaped: {}",
+        page.body
+    );
+    assert!(page.body.contains("<td>resize</td>"), "{}", page.body);
+    assert!(page.body.contains("id=\"no-claims\""));
+    assert!(
+        page.body.contains("href=\"/dashboard/workers\""),
+        "in the navigation"
+    );
+}
