@@ -520,6 +520,22 @@ async fn the_dashboard_shows_the_apis_figures_looks_tasks_up_and_redrives_by_cli
     browser.find("#no-overrides").await;
     assert_eq!(api(addr, "/api/v1/limits").await["overrides"], json!([]));
 
+    // Remote workers: one that polled shows on the Workers page.
+    let poll = json!({"worker": "dash-worker", "types": ["resize"], "capacity": 2, "waitMs": 0});
+    let polled = http(
+        addr,
+        "POST",
+        "/api/v1/workers/poll",
+        Some(TOKEN),
+        Some(&poll.to_string()),
+    )
+    .await;
+    assert_eq!(polled.status, 200, "{}", polled.body);
+    browser.navigate(&format!("{base}/dashboard/workers")).await;
+    browser.find("tr.worker[data-worker=\"dash-worker\"]").await;
+    browser.find("#no-claims").await;
+    browser.screenshot(&shots.join("09-workers.png")).await;
+
     drop(browser);
     drop(driver);
     node.shutdown().await.expect("clean shutdown");
