@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use chrono::{TimeDelta, Utc};
 use it_tests::engine::{http, metric_sum, wait_until, TestEnv};
 use it_tests::python::{install_python, repo};
-use scheduler_client::{Task, TaskKey};
+use scheduler_client::{Scheduler, Task, TaskKey};
 use scheduler_core::handler::{TaskContext, TaskError, TaskHandler};
 use scheduler_core::node::SchedulerNode;
 use scheduler_core::settings::SchedulingSettings;
@@ -158,6 +158,29 @@ async fn finished(node: &SchedulerNode, key: &TaskKey) -> scheduler_core::store:
         assert!(Instant::now() < deadline, "{key} never finished");
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
+}
+
+/// A worker `name` connected to `node`, once it started `task`, scheduled for it.
+async fn started_on(
+    python: &Path,
+    node: &SchedulerNode,
+    name: &str,
+    dir: &Path,
+    (scheduler, task): (&Scheduler, &Task),
+) -> Worker {
+    let worker = Worker::start(python, node, name, dir);
+    connected(node, name).await;
+    scheduler
+        .schedule_task(task.clone())
+        .await
+        .expect("scheduled");
+    wait_until(
+        Duration::from_secs(30),
+        "the worker to start the task",
+        || worker.count("start") == 1,
+    )
+    .await;
+    worker
 }
 
 /// Asserts that `task`'s record is its second attempt's, run by `worker`, with its result.
@@ -456,19 +479,8 @@ async fn a_worker_killed_mid_call_or_paused_past_its_expiry_cannot_commit_and_it
     let scheduler = env.scheduler(Duration::from_secs(10));
 
     // Killed mid-call: the task runs again on another worker once the dead one's claim expired.
-    let killed = Worker::start(&python, &node, "py-killed", dir.path());
-    connected(&node, "py-killed").await;
     let task = resize("kill-1", 500, "a", json!({"sleepMs": 3_000}));
-    scheduler
-        .schedule_task(task.clone())
-        .await
-        .expect("scheduled");
-    wait_until(
-        Duration::from_secs(30),
-        "py-killed to start the task",
-        || killed.count("start") == 1,
-    )
-    .await;
+    let killed = started_on(&python, &node, "py-killed", dir.path(), (&scheduler, &task)).await;
     killed.signal("KILL");
     let rescuer = Worker::start(&python, &node, "py-rescuer", dir.path());
     wait_until(Duration::from_secs(60), "the task to run again", || {
@@ -491,19 +503,8 @@ async fn a_worker_killed_mid_call_or_paused_past_its_expiry_cannot_commit_and_it
     drop(killed);
 
     // Paused past its expiry: its completion after it resumes is refused.
-    let paused = Worker::start(&python, &node, "py-paused", dir.path());
-    connected(&node, "py-paused").await;
     let task = resize("pause-1", 500, "b", json!({"sleepMs": 1_500}));
-    scheduler
-        .schedule_task(task.clone())
-        .await
-        .expect("scheduled");
-    wait_until(
-        Duration::from_secs(30),
-        "py-paused to start the task",
-        || paused.count("start") == 1,
-    )
-    .await;
+    let paused = started_on(&python, &node, "py-paused", dir.path(), (&scheduler, &task)).await;
     paused.signal("STOP");
     let counted = Worker::start(&python, &node, "py-counted", dir.path());
     wait_until(
