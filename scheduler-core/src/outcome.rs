@@ -5,7 +5,8 @@
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum StopReason {
     /// The partition is being handed over (a rebalance, or the node is shutting down): finish
-    /// soon or return an error; the task then runs again on the next owner.
+    /// soon or return a retryable error; the task then runs again on the next owner (an error
+    /// returned while the tree stops is not counted as an attempt).
     Revoked,
     /// The partition's tree is being rebuilt after a failure; the task runs again on the new tree.
     Rebuilding,

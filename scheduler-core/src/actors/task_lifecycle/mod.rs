@@ -24,7 +24,9 @@
 //!    it returns, even if this function is dropped with its tree, and counts as begun in the
 //!    cancel gate until its outcome is recorded.
 //! 5. **Record, as owner** (`record::record`). A retryable failure records the attempt (a
-//!    later tree continues the attempt numbers) and is retried from 2 after its backoff. A
+//!    later tree continues the attempt numbers) and is retried from 2 after its backoff; one
+//!    returned while the tree stops is abandoned instead, and one returned once the lease was
+//!    lost is retried as the same attempt (neither failed on its own). A
 //!    final outcome records its attempt (none for a first attempt: the status says it all),
 //!    then, after the hooks' [`at_final_record`](crate::hooks::TaskHook::at_final_record), its
 //!    final status; each write only after ownership is confirmed, and again before every retry.

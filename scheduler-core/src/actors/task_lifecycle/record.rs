@@ -36,6 +36,31 @@ pub(super) async fn record(run: &mut TaskRun, task: &Task, made: Made) -> Result
         output,
         _begun,
     } = made;
+    // A call that gave up because its tree is stopping (as `StopReason` asks of a long call,
+    // and as a remote call whose claim ended with its tree does) did not fail on its own: it
+    // is not charged an attempt (rebalances would use up a long task's retries); the task
+    // stays in the schedule and the next tree calls it again.
+    // Nor is one that gave up because its orderingId's lease was lost (its renewal failed in
+    // time: the store or a pause, not the task): it is checked and called again, after the
+    // backoff, as the same attempt.
+    let stopping = *run.stop.borrow();
+    let lease_lost = hold.as_ref().is_some_and(|h| h.watch().borrow().lost);
+    if let Err(TaskError::Retry { reason, .. }) = &result {
+        if let Some(stop) = stopping {
+            debug!(partition = run.partition, task = %run.key, ?stop, %reason,
+                "the call gave up as its tree stopped; not an attempt, the next tree calls it again");
+            return Err(Halt::Abandoned);
+        }
+        if lease_lost {
+            debug!(partition = run.partition, task = %run.key, %reason,
+                "the call gave up as its lease was lost; not an attempt, checked and called again");
+            run.attempts = run.attempts.saturating_sub(1);
+            let limits = run.deps.settings.limits_for(&task.task_type);
+            let (factor, max) = (limits.backoff_factor, limits.max_backoff);
+            let delay = backoff_delay(run.attempts + 1, factor, max, &mut run.rng);
+            return Ok(Next::RetryAfter(delay));
+        }
+    }
     let (outcome, error) = match &result {
         Ok(()) => (AttemptOutcome::Succeeded, None),
         Err(TaskError::Retry { reason, .. }) => (AttemptOutcome::Failed, Some(reason.clone())),

@@ -229,3 +229,101 @@ fn a_rebuilt_tree_checks_the_epoch_it_inherits_instead_of_claiming_again() {
         assert!(owned.is_empty(), "the rebuilt tree found itself fenced");
     });
 }
+
+/// A handler that works until its call is asked to stop, then gives up with a retryable
+/// error, as the [`crate::StopReason`] docs ask of a long call (and as a remote call whose
+/// claim ends with its tree does).
+struct GivesUpWhenStopped {
+    calls: Arc<AtomicUsize>,
+}
+
+impl TaskHandler for GivesUpWhenStopped {
+    async fn execute(&self, _: &Task, ctx: &TaskContext) -> Result<(), TaskError> {
+        self.calls.fetch_add(1, Ordering::SeqCst);
+        let reason = ctx.stopped().await;
+        Err(TaskError::retry(format!("stopped: {reason:?}")))
+    }
+}
+
+#[test]
+fn a_call_that_gives_up_because_its_tree_stops_is_not_charged_an_attempt() {
+    run_paused(|| async {
+        let settings = SchedulingSettings {
+            max_task_retries: 2,
+            ..SchedulingSettings::default()
+        };
+        let calls = Arc::new(AtomicUsize::new(0));
+        let handlers = crate::handler::Handlers::new().fallback(GivesUpWhenStopped {
+            calls: Arc::clone(&calls),
+        });
+        let store = MemoryStore::new();
+        let recorder = Recorder::new(TokioClock::starting_at(t0()), &store, Duration::ZERO, &[]);
+        let h = Harness::node_with("test-node", settings, store, recorder, handlers);
+        let long = task("long", t0(), "1");
+        h.store
+            .persist(P, vec![long.clone()])
+            .await
+            .expect("persist");
+        // Five rebalances while it runs, more than its retries.
+        for round in 1..=5 {
+            h.assign().await;
+            advance(Duration::from_secs(2)).await;
+            assert_eq!(
+                calls.load(Ordering::SeqCst),
+                round,
+                "called in round {round}"
+            );
+            assert!(h.topic.send(RevokePartitions).await.expect("revoke"));
+        }
+        assert_eq!(
+            h.store.status_of(P, &long.key()),
+            None,
+            "not failed: no call failed on its own"
+        );
+        assert_eq!(
+            h.store.attempts(P, &long.key()),
+            vec![],
+            "no attempt charged"
+        );
+        assert_eq!(
+            h.store.scheduled(P),
+            vec![long.key()],
+            "left for the next owner"
+        );
+    });
+}
+
+#[test]
+fn a_call_that_gives_up_because_its_lease_was_lost_is_called_again_as_the_same_attempt() {
+    run_paused(|| async {
+        let calls = Arc::new(AtomicUsize::new(0));
+        let handlers = crate::handler::Handlers::new().fallback(GivesUpWhenStopped {
+            calls: Arc::clone(&calls),
+        });
+        let store = MemoryStore::new();
+        let recorder = Recorder::new(TokioClock::starting_at(t0()), &store, Duration::ZERO, &[]);
+        let settings = SchedulingSettings::default();
+        let h = Harness::node_with("test-node", settings.clone(), store, recorder, handlers);
+        let long = task("long", t0(), "1");
+        h.store
+            .persist(P, vec![long.clone()])
+            .await
+            .expect("persist");
+        h.assign().await;
+        advance(Duration::from_secs(1)).await;
+        assert_eq!(calls.load(Ordering::SeqCst), 1);
+        // Lease writes take longer than the lease's time to live: the renewal does not
+        // succeed in time, the lease is lost and the call gives up; then the store is fast again.
+        h.store.set_latency("lease write", settings.lease_ttl * 2);
+        advance(settings.lease_ttl * 2).await;
+        h.store.set_latency("lease write", Duration::ZERO);
+        advance(Duration::from_secs(30)).await;
+        assert_eq!(calls.load(Ordering::SeqCst), 2, "called again");
+        assert_eq!(
+            h.store.attempts(P, &long.key()),
+            vec![],
+            "the lost lease's call is not charged an attempt"
+        );
+        assert_eq!(h.store.status_of(P, &long.key()), None);
+    });
+}
