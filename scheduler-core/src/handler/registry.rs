@@ -100,6 +100,19 @@ impl Handlers {
         self
     }
 
+    /// As [`Handlers::remote`], calling through `call` (the simulation wraps the
+    /// [`RemoteCall`] to log its calls).
+    #[cfg(test)]
+    pub(crate) fn remote_through(
+        mut self,
+        workers: RemoteWorkers,
+        call: impl TaskHandler,
+    ) -> Handlers {
+        self.remote = Some(Arc::new(call));
+        self.workers = Some(workers);
+        self
+    }
+
     /// Whether remote workers may run tasks here.
     pub fn takes_remote_workers(&self) -> bool {
         self.workers.is_some()

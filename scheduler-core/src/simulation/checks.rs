@@ -148,8 +148,11 @@ impl World {
 
     pub(super) fn check(&mut self) {
         let calls = self.shared.calls();
-        let statuses: BTreeMap<TaskKey, TaskStatus> = (self.all_statuses().into_iter())
-            .map(|((_, k), s)| (k, s.status))
+        let records: BTreeMap<TaskKey, StatusRecord> = (self.all_statuses().into_iter())
+            .map(|((_, k), s)| (k, s))
+            .collect();
+        let statuses: BTreeMap<TaskKey, TaskStatus> = (records.iter())
+            .map(|(k, s)| (k.clone(), s.status))
             .collect();
         let group_cancellable: BTreeSet<TaskKey> = (self.produced.tasks.keys())
             .filter(|k| self.cancelled_by_its_group(k))
@@ -160,8 +163,14 @@ impl World {
             .filter(|k| self.never_spawned(k, &keys_with_status))
             .cloned()
             .collect();
+        let failed_by_workers: BTreeSet<TaskKey> = (self.produced.remote.iter())
+            .filter(|k| statuses.get(*k) == Some(&TaskStatus::Failed))
+            .filter(|k| self.failed_by_its_workers(k))
+            .cloned()
+            .collect();
         let v = &mut self.violations;
-        // Nothing lost: each task has the status its plan leads to (or cancelled).
+        // Nothing lost: each task has the status its plan leads to (or cancelled, or, for a
+        // remote task, failed by its workers: `failed_by_its_workers`).
         for (key, (plan, _)) in &self.produced.tasks {
             if never_spawned.contains(key) {
                 continue;
@@ -173,11 +182,13 @@ impl World {
                 Some(TaskStatus::Cancelled) => {
                     self.produced.cancelled.contains(key) || group_cancellable.contains(key)
                 }
+                Some(TaskStatus::Failed) => failed_by_workers.contains(key),
                 _ => false,
             };
             if !fine {
+                let error = records.get(key).and_then(|r| r.last_error.as_deref());
                 v.push(format!(
-                    "lost: {key} ({plan:?}) has status {status:?}, expected {expected:?}"
+                    "lost: {key} ({plan:?}) has status {status:?}, expected {expected:?} (last error: {error:?})"
                 ));
             }
         }
@@ -413,6 +424,7 @@ impl World {
         self.check_schedules(&statuses, &calls);
         self.check_groups(&statuses, &calls);
         self.check_suspensions(&calls);
+        self.check_remote();
         let v = &mut self.violations;
         // The last record of a key in one batch is what runs.
         for call in &calls {

@@ -66,6 +66,8 @@ pub(super) struct Shared {
     /// The ticks that gave up: every call of them gives up (as a `GiveUp` plan does; a call
     /// made again once its tree could not record the first gives up again).
     pub(super) given_up_ticks: Mutex<BTreeSet<TaskKey>>,
+    /// What remote workers sent and met ([`super::remote`]).
+    pub(super) remote: Mutex<super::remote::Log>,
 }
 
 impl Shared {
@@ -75,6 +77,41 @@ impl Shared {
             .unwrap_or_else(PoisonError::into_inner)
             .entry(task)
             .or_default() += 1;
+    }
+
+    /// Logs the start of a call of `task` on `node`: its index in the log, and how many calls
+    /// of the task were logged before it.
+    pub(super) fn log_call(&self, node: usize, task: &Task) -> (usize, usize) {
+        let key = task.key();
+        let mut calls = self.calls.lock().unwrap_or_else(PoisonError::into_inner);
+        let previous = calls.iter().filter(|c| c.key == key).count();
+        calls.push(Call {
+            node,
+            key,
+            version: task.task_data.get("v").and_then(serde_json::Value::as_i64),
+            started: Instant::now(),
+            started_wall: self.clock.now(),
+            ended: None,
+            succeeded: false,
+            limit_key: task.limit_key.clone(),
+        });
+        (calls.len() - 1, previous)
+    }
+
+    /// The call logged at `index` returned success.
+    pub(super) fn succeeded(&self, index: usize) {
+        let mut calls = self.calls.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(call) = calls.get_mut(index) {
+            call.succeeded = true;
+        }
+    }
+
+    /// The plan of `key`'s calls.
+    pub(super) fn plan_of(&self, key: &TaskKey) -> Plan {
+        (self.plans.lock().unwrap_or_else(PoisonError::into_inner))
+            .get(key)
+            .copied()
+            .unwrap_or(Plan::Succeed(Duration::ZERO))
     }
 
     pub(super) fn calls(&self) -> Vec<Call> {
@@ -113,37 +150,12 @@ impl Drop for EndOnDrop {
 impl TaskHandler for SimExecutor {
     async fn execute(&self, task: &Task, ctx: &TaskContext) -> Result<(), TaskError> {
         let key = task.key();
-        let (index, previous) = {
-            let mut calls = self
-                .shared
-                .calls
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner);
-            let previous = calls.iter().filter(|c| c.key == key).count();
-            calls.push(Call {
-                node: self.node,
-                key: key.clone(),
-                version: task.task_data.get("v").and_then(serde_json::Value::as_i64),
-                started: Instant::now(),
-                started_wall: self.shared.clock.now(),
-                ended: None,
-                succeeded: false,
-                limit_key: task.limit_key.clone(),
-            });
-            (calls.len() - 1, previous)
-        };
+        let (index, previous) = self.shared.log_call(self.node, task);
         let _end = EndOnDrop {
             shared: Arc::clone(&self.shared),
             index,
         };
-        let plan = self
-            .shared
-            .plans
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .get(&key)
-            .copied()
-            .unwrap_or(Plan::Succeed(Duration::ZERO));
+        let plan = self.shared.plan_of(&key);
         let result = match plan {
             Plan::Succeed(work) => {
                 tokio::time::sleep(work).await;
@@ -175,14 +187,7 @@ impl TaskHandler for SimExecutor {
             }
         }
         if result.is_ok() {
-            let mut calls = self
-                .shared
-                .calls
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner);
-            if let Some(call) = calls.get_mut(index) {
-                call.succeeded = true;
-            }
+            self.shared.succeeded(index);
         }
         result
     }

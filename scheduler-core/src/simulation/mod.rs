@@ -8,7 +8,8 @@
 //! duplicate records, replaced records, cancels and floods, identity records aimed at a node
 //! dropping out of the group, large groups, joins and schedule ticks that give up, an
 //! operator who suspends orderingIds and groups and redrives dead letters ([`operator`]), and
-//! a second queue every node serves beside the default one ([`queues`]). Then it heals
+//! a second queue every node serves beside the default one ([`queues`]), and remote workers
+//! that crash, stall past their claims' expiry and complete late ([`remote`]). Then it heals
 //! everything, lets the nodes finish, and checks (in every queue):
 //!
 //! - nothing accepted is lost: every task has the final status its plan leads to;
@@ -48,6 +49,10 @@
 //!   (a redriven tick runs to its end);
 //! - no call of a suspended orderingId or group starts while it is suspended, and a redriven
 //!   dead letter runs to its end as a new task (a group member keeping its place);
+//! - remote calls ([`remote`]): no completion or heartbeat is taken after its claim's expiry,
+//!   none is refused as expired before it, a claim completes once, and nothing a refused
+//!   completion carried is recorded; a remote task may end failed only when each of its
+//!   attempts ended with its claim (its workers crashed or stalled on it);
 //! - no read steps over more than 1,000 tombstones, and the rows read per call stay bounded;
 //! - at a calm end, one orderingId stuck on failing tasks does not hold up another of its
 //!   partition (its tasks start within a second of their time), nor the partition's low-water
@@ -89,6 +94,7 @@ mod operator;
 mod pausable_store;
 mod queues;
 mod recurring;
+mod remote;
 mod runner;
 mod workload;
 use executor::{Call, Plan, Shared, SimExecutor};
@@ -213,6 +219,8 @@ struct Produced {
     failing_joins: BTreeSet<String>,
     /// Dead-lettered ticks redriven: the new tick's key, and the dead one's.
     redriven_ticks: BTreeMap<TaskKey, TaskKey>,
+    /// Tasks of the type remote workers run ([`remote::REMOTE_TYPE`]).
+    remote: BTreeSet<TaskKey>,
 }
 
 /// A time when a node (or, with no node, the store for every node) was disturbed by a fault:
@@ -282,6 +290,7 @@ impl World {
             failing_joins: Mutex::default(),
             failing_ticks: Mutex::default(),
             given_up_ticks: Mutex::default(),
+            remote: Mutex::default(),
         });
         let mut world = World {
             rng: fastrand::Rng::with_seed(seed),
@@ -339,6 +348,13 @@ impl World {
                 .handler(scheduler_client::DEFAULT_TASK_TYPE, executor),
             false => crate::handler::Handlers::new().fallback(executor),
         };
+        let workers = self.start_remote_workers(id, &pause, Arc::clone(&clock));
+        let remote = remote::SimRemoteCall {
+            node: id,
+            shared: Arc::clone(&self.shared),
+            call: crate::remote::RemoteCall::new(workers.clone()),
+        };
+        let handlers = handlers.remote_through(workers, remote);
         let ticker = crate::recurring::ticker::Ticker {
             schedules: store.clone(),
             statuses: store.clone(),

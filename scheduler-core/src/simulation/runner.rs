@@ -3,9 +3,9 @@
 
 use super::*;
 
-/// Runs one seed; returns its violations (empty: it passed) and what it read beside the calls
-/// it made.
-pub(super) fn run_seed(seed: u64) -> (Vec<String>, checks::Reads) {
+/// Runs one seed; returns its violations (empty: it passed), what it read beside the calls
+/// it made, and what happened to its remote calls.
+pub(super) fn run_seed(seed: u64) -> (Vec<String>, checks::Reads, remote::Coverage) {
     // SIM_LOG=debug (an env filter) shows the engine's logs of a replayed seed.
     if let Ok(filter) = std::env::var("SIM_LOG") {
         let _ = tracing_subscriber::fmt()
@@ -28,9 +28,10 @@ pub(super) fn run_seed(seed: u64) -> (Vec<String>, checks::Reads) {
         world.run().await;
         world.check();
         let reads = world.reads();
+        let coverage = world.remote_coverage();
         let mut violations = world.violations;
         violations.dedup();
-        (violations, reads)
+        (violations, reads, coverage)
     })
 }
 
@@ -99,7 +100,9 @@ fn simulation_of_seeded_faults_keeps_every_promise() {
     let (mut calls, mut rows, mut tombstones) = (0, 0, 0);
     let mut most_read: Option<(u64, checks::Reads)> = None;
     let mut most_tombstones = (0, "", 0);
-    for (seed, (violations, reads)) in results {
+    let mut remote = remote::Coverage::default();
+    for (seed, (violations, reads, coverage)) in results {
+        remote.add(coverage);
         calls += reads.calls;
         rows += reads.rows;
         tombstones += reads.tombstones;
@@ -138,7 +141,16 @@ fn simulation_of_seeded_faults_keeps_every_promise() {
             checks::TOMBSTONES_IN_A_READ
         );
     }
+    eprintln!("simulation: remote calls: {remote:?}");
     assert!(failed.is_empty(), "failing seeds: {failed:?}");
+    // Over a run of the default size, every kind of remote fault and refusal happened.
+    if seeds.len() >= 100 {
+        let missing = remote.missing();
+        assert!(
+            missing.is_empty(),
+            "no remote call met: {missing:?} ({remote:?})"
+        );
+    }
 }
 
 /// Fails the run if one seed takes more than a minute of real time (an actor spinning under the

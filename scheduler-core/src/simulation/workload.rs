@@ -121,11 +121,23 @@ impl World {
         let key = self.new_key(ordering_id, at);
         self.produced.sequence.insert(key.clone(), self.next_unique);
         self.plan(&key, plan);
-        // Some tasks are of a type the odd nodes learn only with the heal's deploy.
+        // Some tasks are of a type the odd nodes learn only with the heal's deploy, some of
+        // the type remote workers run (plain tasks of the default queue's orderingIds).
         let late = self.rng.u32(0..10) == 0;
+        let remote = !late
+            && ordering_id.starts_with('o')
+            && queues::queue_of(ordering_id) == 0
+            && self.rng.u32(0..4) == 0;
+        if remote {
+            self.produced.remote.insert(key.clone());
+        }
         for version in 1..=versions {
             let task = versioned(&key, version);
-            let task = if late { task.of_type(LATE_TYPE) } else { task };
+            let task = match (late, remote) {
+                (true, _) => task.of_type(LATE_TYPE),
+                (_, true) => task.of_type(remote::REMOTE_TYPE),
+                _ => task,
+            };
             self.append(Record::Task(task));
         }
         if versions > 1 {
@@ -165,6 +177,9 @@ impl World {
                     let version = self.produced.tasks.get(&key).map_or(1, |(_, v)| *v);
                     self.produced.redelivered.insert(key.clone());
                     let mut task = versioned(&key, version);
+                    if self.produced.remote.contains(&key) {
+                        task = task.of_type(remote::REMOTE_TYPE);
+                    }
                     task.group = self.produced.members.get(&key).cloned();
                     if let Some(count) = self.produced.spawns.get(&key) {
                         task.task_data.insert("spawn".into(), (*count).into());
