@@ -14,7 +14,9 @@ worker protocol of a node's admin listener (design.md "Remote workers", the Open
                                              -> 200 taken by the owner, or 409: refused
 
 A claim carries the task (`orderingId`, `scheduledTime`, `uniquenessKey`, `taskType`, `priority`,
-`taskData`), its `attempt`, the partition's fencing `epoch` and when it expires. The worker
+`taskData`), its `attempt`, the partition's fencing `epoch` and when it expires; a group's join
+also carries its finished `group` (`id`, `total`, `failedBy`, `members` with each one's `status`,
+`result` and `error`), which the handler finds in `task["group"]`. The worker
 heartbeats every third of the claim's time to live; a claim that expired (the worker paused, lost
 its network) or whose partition moved to another node cannot commit: the node answers 409 and
 records nothing, and the task runs again elsewhere. So a handler must be safe to run twice, as
@@ -153,6 +155,8 @@ class Worker:
     def _run(self, node, claim):
         claim_id = claim["claimId"]
         task = claim["task"]
+        if "group" in claim:  # a group's join: its finished group beside the task
+            task = dict(task, group=claim["group"])
         done = threading.Event()
         beating = threading.Thread(target=self._heartbeat, args=(node, claim, done), daemon=True)
         beating.start()

@@ -13,5 +13,7 @@ pub use context::{
 };
 pub(crate) use context::{OutputSlot, ProgressReporter};
 pub use error::TaskError;
+#[cfg(test)]
+pub(crate) use registry::DynTaskHandler;
 pub use registry::Handlers;
 pub use task_handler::TaskHandler;

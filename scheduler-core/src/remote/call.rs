@@ -25,10 +25,25 @@ impl RemoteCall {
 }
 
 impl TaskHandler for RemoteCall {
+    /// A join is a call like any other: `execute` offers it with its finished group
+    /// (`ctx.group()`, the claim's `group`).
+    async fn group_finished(
+        &self,
+        task: &Task,
+        _group: &crate::handler::GroupOutcome,
+        ctx: &TaskContext,
+    ) -> Result<(), TaskError> {
+        self.execute(task, ctx).await
+    }
+
     async fn execute(&self, task: &Task, ctx: &TaskContext) -> Result<(), TaskError> {
         let workers = &self.workers;
-        let (offer, claimed) =
-            workers.offer(task.clone(), ctx.attempt(), (ctx.partition(), ctx.epoch()));
+        let (offer, claimed) = workers.offer(
+            task.clone(),
+            ctx.group(),
+            ctx.attempt(),
+            (ctx.partition(), ctx.epoch()),
+        );
         let claimed = tokio::select! {
             claimed = claimed => claimed,
             reason = ctx.stopped() => {

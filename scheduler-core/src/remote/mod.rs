@@ -34,6 +34,6 @@ mod tests;
 pub use call::RemoteCall;
 pub use metrics::RemoteMetrics;
 pub use registry::{
-    ClaimEnd, ClaimView, ClaimedTask, Completion, CompletionRefused, Counts, LiveClaimView,
-    RemoteWorkers, WorkerPoll, WorkerView,
+    ClaimEnd, ClaimView, ClaimedGroup, ClaimedMember, ClaimedTask, Completion, CompletionRefused,
+    Counts, LiveClaimView, RemoteWorkers, WorkerPoll, WorkerView,
 };

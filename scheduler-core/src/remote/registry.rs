@@ -15,6 +15,7 @@ use serde_json::Value;
 use tokio::sync::{oneshot, Notify};
 
 use crate::clock::Clock;
+use crate::handler::GroupOutcome;
 use crate::settings::WorkersSettings;
 
 /// How many ended claims are remembered, to say why a late completion is refused.
@@ -53,6 +54,9 @@ pub struct ClaimView {
     pub epoch: u64,
     /// The task.
     pub task: ClaimedTask,
+    /// For a group's join: the finished group (as a local join's `GroupOutcome`); else absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub group: Option<ClaimedGroup>,
 }
 
 /// The task a claim names.
@@ -87,6 +91,65 @@ impl ClaimedTask {
             priority: task.priority,
             task_data: Value::Object(task.task_data.clone()),
             limit_key: task.limit_key.clone(),
+        }
+    }
+}
+
+/// A finished group, as its join's claim carries it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ClaimedGroup {
+    /// The members' task type.
+    pub task_type: String,
+    /// The group's id.
+    pub id: String,
+    /// How many members it has (null if no finished member carried the total: only a
+    /// fail-fast group can finish so).
+    pub total: Option<u32>,
+    /// The member whose failure finished a fail-fast group early, if one did.
+    pub failed_by: Option<u32>,
+    /// The outcome of every member that finished, by number.
+    pub members: Vec<ClaimedMember>,
+    /// For the sub-tasks of a task: that task, their parent.
+    pub parent: Option<ClaimedTask>,
+}
+
+/// One finished member of a join's group.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ClaimedMember {
+    /// Its number in the group, from 1.
+    pub index: u32,
+    /// Its key, as `scheduler task` prints it.
+    pub task: String,
+    /// `completed`, `failed`, `dropped` or `cancelled`.
+    pub status: String,
+    /// The last attempt's error, for failed and dropped members (or why it was cancelled).
+    pub error: Option<String>,
+    /// The small JSON result its handler set, if any.
+    pub result: Option<Value>,
+    /// When its outcome was recorded (RFC 3339).
+    pub finished_at: String,
+}
+
+impl ClaimedGroup {
+    pub(super) fn of(group: &GroupOutcome) -> ClaimedGroup {
+        ClaimedGroup {
+            task_type: group.group.task_type.clone(),
+            id: group.group.id.clone(),
+            total: group.total,
+            failed_by: group.failed_by,
+            members: (group.members.iter())
+                .map(|m| ClaimedMember {
+                    index: m.index,
+                    task: m.key.to_string(),
+                    status: m.status.as_str().to_string(),
+                    error: m.error.clone(),
+                    result: m.result.clone(),
+                    finished_at: m.finished_at.to_rfc3339_opts(SecondsFormat::Millis, true),
+                })
+                .collect(),
+            parent: group.parent.as_ref().map(ClaimedTask::of),
         }
     }
 }
@@ -203,6 +266,8 @@ pub(super) struct Offer {
     pub(super) attempt: u32,
     pub(super) partition: i32,
     pub(super) epoch: u64,
+    /// A join's finished group.
+    group: Option<ClaimedGroup>,
     claimed: oneshot::Sender<Claimed>,
 }
 
@@ -320,14 +385,16 @@ impl RemoteWorkers {
             .any(|w| w.types.contains(task_type) && (w.polling > 0 || now - w.last_seen <= fresh))
     }
 
-    /// Offers `offer`'s task to the workers of its type; the returned guard withdraws it when
-    /// dropped, if no worker claimed it by then.
+    /// Offers `task` (a join's with its finished `group`) to the workers of its type; the
+    /// returned guard withdraws it when dropped, if no worker claimed it by then.
     pub(super) fn offer(
         &self,
         task: Task,
+        group: Option<&GroupOutcome>,
         attempt: u32,
         (partition, epoch): (i32, u64),
     ) -> (OfferGuard, oneshot::Receiver<Claimed>) {
+        let group = group.map(ClaimedGroup::of);
         let (claimed, receiver) = oneshot::channel();
         let task_type = task.task_type.clone();
         let id = {
@@ -340,6 +407,7 @@ impl RemoteWorkers {
                 attempt,
                 partition,
                 epoch,
+                group,
                 claimed,
             };
             (state.offers.entry(task_type.clone()).or_default()).push_back(offer);
@@ -446,6 +514,7 @@ impl RemoteWorkers {
                 partition: offer.partition,
                 epoch: offer.epoch,
                 task: ClaimedTask::of(&offer.task),
+                group: offer.group,
             });
         }
         claims

@@ -271,3 +271,49 @@ async fn a_poll_takes_at_most_its_capacity_oldest_first() {
     assert_eq!(view.len(), 1);
     assert_eq!(view[0].claims.len(), 3);
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_join_of_a_remote_type_is_claimed_with_its_groups_outcome() {
+    use crate::handler::DynTaskHandler;
+    use crate::handler::GroupOutcome;
+    use crate::store::{GroupKey, MemberOutcome, TaskStatus};
+    let workers = workers();
+    let (mut ctx, _stop) = context();
+    let member = MemberOutcome {
+        index: 1,
+        key: resize("m1").key(),
+        status: TaskStatus::Completed,
+        error: None,
+        result: Some(json!({"px": 3})),
+        finished_at: t0(),
+    };
+    ctx.set_group(Arc::new(GroupOutcome {
+        group: GroupKey {
+            task_type: "resize".into(),
+            id: "g1".into(),
+        },
+        total: Some(1),
+        failed_by: None,
+        members: vec![member],
+        parent: None,
+    }));
+    let mut join = resize("o1");
+    join.join_of = Some("g1".into());
+    // As the engine calls a join: through `group_finished`.
+    let remote: Arc<dyn DynTaskHandler> = Arc::new(RemoteCall::new(workers.clone()));
+    let running = tokio::spawn(async move { remote.execute_boxed(join, ctx).await });
+    let claims = workers.poll(poll("w1", 5_000)).await;
+    assert_eq!(claims.len(), 1, "the join is offered to the worker");
+    let group = claims[0]
+        .group
+        .as_ref()
+        .expect("the join's claim has its group");
+    assert_eq!((group.id.as_str(), group.total), ("g1", Some(1)));
+    assert_eq!(group.members.len(), 1);
+    assert_eq!(group.members[0].status, "completed");
+    assert_eq!(group.members[0].result, Some(json!({"px": 3})));
+    let id = claims[0].claim_id.clone();
+    let done = Completion::Success { result: None };
+    workers.complete(&id, done).expect("completes");
+    assert_eq!(running.await.expect("the call"), Ok(()));
+}
