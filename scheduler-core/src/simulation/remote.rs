@@ -35,11 +35,11 @@ use crate::settings::WorkersSettings;
 /// connected).
 pub(super) const REMOTE_TYPE: &str = "remote-type";
 
-/// Claims live a second unless heartbeats come; a worker counts as connected for a second after
+/// Claims live two seconds unless heartbeats come; a worker counts as connected for a second after
 /// its last poll.
 pub(super) fn workers_settings() -> WorkersSettings {
     WorkersSettings {
-        claim_ttl: Duration::from_secs(1),
+        claim_ttl: Duration::from_secs(2),
         max_wait: Duration::from_secs(2),
         worker_ttl: Duration::from_secs(1),
         ..WorkersSettings::default()
