@@ -22,20 +22,27 @@ impl TaskHandler for PrintingExecutor {
     }
 }
 
-/// Runs `sh -c command` per task, with the task's wire-format JSON on stdin and its key, type
-/// and priority in `SCHEDULER_*` variables. Exit 0: done; [`EXIT_INVALID`]: invalid; anything
-/// else: retried.
+/// Runs `sh -c command` per task, with the task's wire-format JSON on stdin and its key, type,
+/// priority, attempt, partition and fencing epoch in `SCHEDULER_*` variables. Exit 0: done;
+/// [`EXIT_INVALID`]: invalid; anything else: retried. Each line the command writes to stderr
+/// goes to the node's log with the task's key, and the last lines are in the attempt's error.
 pub(super) struct CommandExecutor {
     pub(super) command: String,
 }
 
+/// How much of the end of a command's stderr an attempt's error keeps.
+const STDERR_TAIL_BYTES: usize = 1_024;
+
 impl TaskHandler for CommandExecutor {
-    async fn execute(&self, task: &Task, _ctx: &TaskContext) -> Result<(), TaskError> {
+    async fn execute(&self, task: &Task, ctx: &TaskContext) -> Result<(), TaskError> {
         let command = &self.command;
+        let key = task.key().to_string();
         let mut child = tokio::process::Command::new("sh")
             .arg("-c")
             .arg(command)
             .stdin(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .env("SCHEDULER_TASK_KEY", &key)
             .env("SCHEDULER_TASK_TYPE", &task.task_type)
             .env("SCHEDULER_PRIORITY", task.priority.to_string())
             .env("SCHEDULER_ORDERING_ID", &task.ordering_id)
@@ -44,9 +51,16 @@ impl TaskHandler for CommandExecutor {
                 wire::format_time(task.scheduled_time),
             )
             .env("SCHEDULER_UNIQUENESS_KEY", &task.uniqueness_key)
+            .env("SCHEDULER_ATTEMPT", ctx.attempt().to_string())
+            .env("SCHEDULER_PARTITION", ctx.partition().to_string())
+            .env("SCHEDULER_EPOCH", ctx.epoch().to_string())
             .kill_on_drop(true)
             .spawn()
             .map_err(|e| TaskError::retry(format!("cannot start {command:?}: {e}")))?;
+        let stderr = child
+            .stderr
+            .take()
+            .map(|err| relay_stderr(err, key.clone()));
         if let Some(mut stdin) = child.stdin.take() {
             use tokio::io::AsyncWriteExt;
             match stdin.write_all(&wire::encode(task)).await {
@@ -65,16 +79,61 @@ impl TaskHandler for CommandExecutor {
             .wait()
             .await
             .map_err(|e| TaskError::retry(format!("{command:?} failed: {e}")))?;
+        let tail = match stderr {
+            Some(relay) => relay.await.unwrap_or_default(),
+            None => String::new(),
+        };
+        let ended = |how: String| match tail.trim_end() {
+            "" => format!("{command:?} {how}"),
+            tail => format!("{command:?} {how}; stderr ends: {tail}"),
+        };
         match status.code() {
             Some(0) => Ok(()),
-            Some(EXIT_INVALID) => Err(TaskError::invalid(format!(
-                "{command:?} exited with {EXIT_INVALID}"
-            ))),
-            other => Err(TaskError::retry(format!(
-                "{command:?} exited with {other:?}"
-            ))),
+            Some(EXIT_INVALID) => Err(TaskError::invalid(ended(format!(
+                "exited with {EXIT_INVALID} (invalid)"
+            )))),
+            Some(code) => Err(TaskError::retry(ended(format!("exited with {code}")))),
+            None => Err(TaskError::retry(ended(killed_by(&status)))),
         }
     }
+}
+
+/// How a command that exited with no code ended.
+fn killed_by(status: &std::process::ExitStatus) -> String {
+    #[cfg(unix)]
+    {
+        use std::os::unix::process::ExitStatusExt;
+        if let Some(signal) = status.signal() {
+            return format!("was killed by signal {signal}");
+        }
+    }
+    format!("ended with {status}")
+}
+
+/// Logs each line of a command's stderr with the task's key; answers the stream's last
+/// [`STDERR_TAIL_BYTES`] once it closes.
+fn relay_stderr(
+    stderr: tokio::process::ChildStderr,
+    key: String,
+) -> tokio::task::JoinHandle<String> {
+    tokio::spawn(async move {
+        use tokio::io::AsyncBufReadExt;
+        let mut lines = tokio::io::BufReader::new(stderr).lines();
+        let mut tail = String::new();
+        while let Ok(Some(line)) = lines.next_line().await {
+            tracing::warn!(task = %key, stream = "stderr", "{line}");
+            tail.push_str(&line);
+            tail.push('\n');
+            if tail.len() > STDERR_TAIL_BYTES {
+                let mut cut = tail.len() - STDERR_TAIL_BYTES;
+                while !tail.is_char_boundary(cut) {
+                    cut += 1;
+                }
+                tail.drain(..cut);
+            }
+        }
+        tail
+    })
 }
 
 #[cfg(test)]
@@ -110,14 +169,48 @@ mod tests {
     async fn a_command_that_ignores_its_input_and_fails_is_retried() {
         let result = command("exit 3").execute(&big_task(), &context()).await;
         assert!(
-            matches!(result, Err(TaskError::Retry { reason: r, .. }) if r.contains("exited with Some(3)"))
+            matches!(result, Err(TaskError::Retry { reason: r, .. }) if r.ends_with("exited with 3"))
         );
     }
 
     #[tokio::test]
     async fn exit_65_makes_the_task_invalid() {
         let result = command("exit 65").execute(&big_task(), &context()).await;
-        assert!(matches!(result, Err(TaskError::Invalid(r)) if r.contains("exited with 65")));
+        assert!(
+            matches!(result, Err(TaskError::Invalid(r)) if r.contains("exited with 65 (invalid)"))
+        );
+    }
+
+    #[tokio::test]
+    async fn a_failed_commands_error_ends_with_the_tail_of_its_stderr() {
+        let script = "for i in $(seq 1 500); do echo \"line $i\" >&2; done; exit 4";
+        let result = command(script).execute(&big_task(), &context()).await;
+        let Err(TaskError::Retry { reason, .. }) = result else {
+            panic!("{result:?}");
+        };
+        assert!(reason.contains("exited with 4; stderr ends: "), "{reason}");
+        assert!(reason.ends_with("line 499\nline 500"), "{reason}");
+        assert!(!reason.contains("line 1\n"), "only the tail: {reason}");
+        assert!(reason.len() < STDERR_TAIL_BYTES + 200, "{}", reason.len());
+    }
+
+    #[tokio::test]
+    async fn a_killed_command_says_by_which_signal() {
+        let result = command("kill -9 $$").execute(&big_task(), &context()).await;
+        assert!(
+            matches!(&result, Err(TaskError::Retry { reason: r, .. }) if r.ends_with("was killed by signal 9")),
+            "{result:?}"
+        );
+    }
+
+    #[tokio::test]
+    async fn the_command_gets_the_tasks_key_and_attempt_in_its_environment() {
+        let task = Task::new("o", Utc::now(), "u", Default::default());
+        let check = format!(
+            r#"test "$SCHEDULER_TASK_KEY $SCHEDULER_ATTEMPT $SCHEDULER_PARTITION $SCHEDULER_EPOCH" = "{} 1 0 1""#,
+            task.key()
+        );
+        assert_eq!(command(&check).execute(&task, &context()).await, Ok(()));
     }
 
     #[tokio::test]
