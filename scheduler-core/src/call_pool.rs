@@ -252,6 +252,16 @@ async fn run<H>(
 ) -> Called<H> {
     slot.started();
     let started_at = clock.now();
+    // The call's own span, from its start to its return (the task's span, its parent, also
+    // covers the wait for its time and slot): ERROR when the call failed.
+    let call = tracing::info_span!(
+        parent: &span,
+        "call",
+        otel.name = %format!("execute {}", task.task_type),
+        attempt = ctx.attempt(),
+        otel.status_code = tracing::field::Empty,
+        otel.status_message = tracing::field::Empty,
+    );
     let expired =
         clock.sleep_until(started_at + TimeDelta::from_std(timeout).unwrap_or(TimeDelta::MAX));
     let result = match handlers.get(&task.task_type).map(Arc::clone) {
@@ -261,10 +271,15 @@ async fn run<H>(
             task.task_type
         ))),
         Some(handler) => tokio::select! {
-            result = handler.execute_boxed(task, ctx).instrument(span) => result,
+            result = handler.execute_boxed(task, ctx).instrument(call.clone()) => result,
             () = expired => Err(TaskError::retry(format!("timed out after {timeout:?}"))),
         },
     };
+    if let Err(e) = &result {
+        call.record("otel.status_code", "ERROR");
+        call.record("otel.status_message", e.reason());
+    }
+    drop(call);
     drop(slot);
     Called::Done {
         result,

@@ -12,9 +12,11 @@ use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::Json;
 use chrono::Utc;
+use opentelemetry::trace::TraceContextExt;
 use scheduler_client::{partition_for, trace, wire, Task};
 use serde_json::value::RawValue;
 use tracing::{info, Instrument};
+use tracing_opentelemetry::OpenTelemetrySpanExt;
 
 use super::api::{EnqueueFailure, EnqueueResponse, EnqueuedTask};
 use super::state::AdminState;
@@ -27,15 +29,34 @@ pub(super) async fn enqueue(
     headers: HeaderMap,
     body: Bytes,
 ) -> (StatusCode, Json<EnqueueResponse>) {
-    // The caller's trace (a W3C `traceparent` header) goes on with its tasks, so their runs
-    // link to the request that scheduled them, as a Kafka producer's would.
-    let caller_trace = headers
+    // The caller's trace (a W3C `traceparent` header) is this span's parent, and goes on with
+    // its tasks (as this span, when traces are exported), so their runs link to the request
+    // that scheduled them, as a Kafka producer's would (OpenTelemetry's messaging conventions:
+    // a `send` span of kind producer).
+    let caller = headers
         .get(trace::TRACEPARENT_HEADER)
         .and_then(|v| v.to_str().ok())
-        .filter(|text| trace::parse_trace_parent(text).is_some())
-        .map(str::to_string);
-    let span =
-        tracing::info_span!("http_enqueue", queue = %state.queue, tasks = tracing::field::Empty);
+        .and_then(|text| trace::parse_trace_parent(text).map(|c| (text.to_string(), c)));
+    let span = tracing::info_span!(
+        "http_enqueue",
+        otel.name = "send",
+        otel.kind = "producer",
+        messaging.system = "kafka",
+        messaging.operation.type = "send",
+        messaging.operation.name = "send",
+        queue = %state.queue,
+        tasks = tracing::field::Empty,
+    );
+    if let Some((_, parent)) = &caller {
+        let parent = opentelemetry::Context::new().with_remote_span_context(parent.clone());
+        // (Fails only once the span has begun: it has not.)
+        let _ = span.set_parent(parent);
+    }
+    let this = span.context().span().span_context().clone();
+    let caller_trace = match this.is_valid() {
+        true => Some(trace::format_trace_parent(&this)),
+        false => caller.map(|(text, _)| text),
+    };
     async move {
         let tasks: Vec<Task> = match decode(&state, &body) {
             Ok(tasks) => tasks

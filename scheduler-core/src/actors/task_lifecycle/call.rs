@@ -58,6 +58,7 @@ pub(super) async fn call(run: &mut TaskRun, task: &Task, ready: Ready) -> Result
         .to_std()
         .unwrap_or_default();
     run.deps.metrics.attempt(run.partition, took, first_delay);
+    run.last_call = Some(took);
     Ok(Step::On(Made {
         result,
         hold,

@@ -44,7 +44,7 @@ mod status;
 
 use scheduler_client::trace::parse_trace_parent;
 use scheduler_client::Task;
-use tracing::{debug, Instrument};
+use tracing::{debug, info, Instrument};
 use tracing_opentelemetry::OpenTelemetrySpanExt;
 
 use super::RunDeps;
@@ -81,6 +81,7 @@ pub(crate) async fn run_task(
     // Cassandra, on another node). Without an OpenTelemetry layer the link is a no-op.
     let span = tracing::info_span!(
         "task",
+        otel.name = "process",
         partition,
         task_type = %task.task_type,
         ordering_id = %key.ordering_id,
@@ -89,19 +90,51 @@ pub(crate) async fn run_task(
         otel.kind = "consumer",
         messaging.system = "kafka",
         messaging.operation.type = "process",
+        messaging.operation.name = "process",
         messaging.destination.partition.id = partition,
+        messaging.kafka.message.key = %key.ordering_id,
+        outcome = tracing::field::Empty,
+        otel.status_code = tracing::field::Empty,
+        otel.status_message = tracing::field::Empty,
     );
     if let Some(producer) = task.trace_parent.as_deref().and_then(parse_trace_parent) {
         span.add_link(producer);
     }
+    let task_type = task.task_type.clone();
     let mut run = TaskRun::new(partition, key, pin, deps, links, span.clone());
-    let outcome = match lifecycle(&mut run, task).instrument(span).await {
+    let outcome = match lifecycle(&mut run, task).instrument(span.clone()).await {
         Ok(outcome) => outcome,
         Err(halt) => halt.into(),
     };
     run.deps.metrics.executed(partition, outcome);
-    debug!(partition, task = %run.key, ?outcome, attempts = run.attempts, "task done");
+    span.record("outcome", tracing::field::debug(outcome));
+    // A task that ended failed or dropped (a dead letter) is an error in its trace.
+    if matches!(
+        outcome,
+        ExecutionOutcome::Failed | ExecutionOutcome::Dropped
+    ) {
+        span.record("otel.status_code", "ERROR");
+        if let Some(error) = &run.last_error {
+            span.record("otel.status_message", error.as_str());
+        }
+    }
+    finished_line(&run, &task_type, outcome);
     outcome
+}
+
+/// One INFO line per task that ended here with an outcome of its own (its key, type, outcome,
+/// attempt and how long its last call took); a DEBUG line for one left to another tree or found
+/// finished.
+fn finished_line(run: &TaskRun, task_type: &str, outcome: ExecutionOutcome) {
+    let (partition, task) = (run.partition, &run.key);
+    let duration_ms = run.last_call.map(|d| d.as_millis() as u64);
+    match outcome {
+        ExecutionOutcome::Completed | ExecutionOutcome::Failed | ExecutionOutcome::Dropped => {
+            info!(partition, %task, task_type, ?outcome, attempt = run.attempts,
+                duration_ms, "task finished");
+        }
+        _ => debug!(partition, %task, ?outcome, attempts = run.attempts, "task done here"),
+    }
 }
 
 /// The steps, in order (see the module's doc): a step leads on to the next, back to the

@@ -61,6 +61,7 @@ pub(super) async fn record(run: &mut TaskRun, task: &Task, made: Made) -> Result
             return Ok(Next::RetryAfter(delay));
         }
     }
+    run.last_error = result.as_ref().err().map(|e| e.reason().to_string());
     let (outcome, error) = match &result {
         Ok(()) => (AttemptOutcome::Succeeded, None),
         Err(TaskError::Retry { reason, .. }) => (AttemptOutcome::Failed, Some(reason.clone())),

@@ -61,6 +61,10 @@ pub(super) struct TaskRun {
     store_failures: u32,
     /// Waits for a handler so far.
     pub(super) handler_waits: u32,
+    /// How long the last call took (for the task's finished line).
+    pub(super) last_call: Option<std::time::Duration>,
+    /// The last call's error, if it failed (for the task's span's status).
+    pub(super) last_error: Option<String>,
     pub(super) rng: fastrand::Rng,
     pub(super) span: tracing::Span,
 }
@@ -95,6 +99,8 @@ impl TaskRun {
             _pin: pin,
             store_failures: 0,
             handler_waits: 0,
+            last_call: None,
+            last_error: None,
             rng: fastrand::Rng::new(),
             span,
         }

@@ -16,6 +16,7 @@ mod starts;
 mod statuses;
 mod suspensions;
 mod task_types;
+mod traces;
 
 use std::collections::HashMap;
 use std::future::Future;

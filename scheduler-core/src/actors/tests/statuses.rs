@@ -146,3 +146,61 @@ fn deferred_tasks_read_back_read_their_statuses_in_batches_not_one_by_one() {
         );
     });
 }
+
+/// A buffer the test's log lines are written to.
+#[derive(Clone, Default)]
+struct LogLines(Arc<Mutex<Vec<u8>>>);
+
+impl std::io::Write for LogLines {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().expect("lock").extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+#[test]
+fn each_finished_task_logs_one_info_line_with_its_key_outcome_attempt_and_duration() {
+    let lines = LogLines::default();
+    let writer = lines.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_max_level(tracing::Level::INFO)
+        .with_ansi(false)
+        .with_writer(move || writer.clone())
+        .finish();
+    tracing::subscriber::with_default(subscriber, || {
+        run_paused(|| async {
+            let h = Harness::new(
+                SchedulingSettings::default(),
+                Duration::from_millis(40),
+                &[("flaky", Behaviour::FailTimes(1))],
+            );
+            h.assign().await;
+            h.enqueue(vec![task("calm", t0(), "1"), task("flaky", t0(), "1")])
+                .await;
+            advance(Duration::from_secs(120)).await;
+        });
+    });
+    let text = String::from_utf8(lines.0.lock().expect("lock").clone()).expect("utf-8");
+    let finished: Vec<&str> = text
+        .lines()
+        .filter(|l| l.contains("task finished"))
+        .collect();
+    assert_eq!(finished.len(), 2, "{text}");
+    let calm = finished
+        .iter()
+        .find(|l| l.contains("calm/"))
+        .expect("calm's line");
+    assert!(calm.contains("INFO"), "{calm}");
+    assert!(
+        calm.contains("outcome=Completed attempt=1 duration_ms=40"),
+        "{calm}"
+    );
+    let flaky = finished
+        .iter()
+        .find(|l| l.contains("flaky/"))
+        .expect("flaky's line");
+    assert!(flaky.contains("outcome=Completed attempt=2"), "{flaky}");
+}
