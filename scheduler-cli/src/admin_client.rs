@@ -36,6 +36,26 @@ pub(crate) enum AdminError {
     /// 404: no such task, dead letter, job or schedule (or endpoint); the API's error message.
     #[error("{0}")]
     NotFound(String),
+    /// 401 or 403: the node wants a (different) token.
+    #[error(
+        "{status}: {message} (give the node's admin token with --token or SCHEDULER_ADMIN_TOKEN)"
+    )]
+    Unauthorized {
+        /// The HTTP status.
+        status: u16,
+        /// The API's error message.
+        message: String,
+    },
+    /// An answer that is not the admin API's: the address is something else's.
+    #[error(
+        "{admin} answered {status} without the admin API's error body: is it a scheduler node's admin address (--admin, SCHEDULER_ADMIN_URL)? Its GET /api/v1/status answers a node's status"
+    )]
+    NotANode {
+        /// The address asked.
+        admin: String,
+        /// The HTTP status it answered.
+        status: u16,
+    },
     /// Another 4xx: the request is at fault.
     #[error("{status}: {message}")]
     Refused {
@@ -66,6 +86,8 @@ impl From<AdminError> for Failure {
             AdminError::NotFound(_) => EXIT_NOT_FOUND,
             AdminError::Refused { .. } => EXIT_USAGE,
             AdminError::Unreachable { .. }
+            | AdminError::Unauthorized { .. }
+            | AdminError::NotANode { .. }
             | AdminError::Read(_)
             | AdminError::Failed { .. }
             | AdminError::Unexpected(_)
@@ -296,7 +318,16 @@ impl<'a> AdminClient<'a> {
         response: Result<ureq::http::Response<ureq::Body>, ureq::Error>,
     ) -> Result<T, AdminError> {
         let text = self.answer_text(response)?;
-        serde_json::from_str(&text).map_err(AdminError::Unexpected)
+        serde_json::from_str(&text).map_err(|e| {
+            match serde_json::from_str::<serde_json::Value>(&text) {
+                // Not JSON at all: not the admin API (a web page, say).
+                Err(_) => AdminError::NotANode {
+                    admin: self.args.admin.clone(),
+                    status: 200,
+                },
+                Ok(_) => AdminError::Unexpected(e),
+            }
+        })
     }
 
     /// The body of a successful answer, or the API's error message with what its status means.
@@ -316,14 +347,98 @@ impl<'a> AdminClient<'a> {
         if (200..300).contains(&status) {
             return Ok(text);
         }
-        // An error answer that is not the API's JSON (a proxy's page, say) has no message.
-        let message = serde_json::from_str::<ErrorResponse>(&text)
-            .map(|e| e.error)
-            .unwrap_or_default();
+        // An error answer that is not the API's JSON (a proxy's page, another server's) says
+        // so: it is not a node's answer (but for a gateway's 5xx in front of one).
+        let Ok(message) = serde_json::from_str::<ErrorResponse>(&text).map(|e| e.error) else {
+            return Err(match status {
+                500..=599 => AdminError::Failed {
+                    status,
+                    message: "(no admin API error body: a proxy's answer?)".into(),
+                },
+                _ => AdminError::NotANode {
+                    admin: self.args.admin.clone(),
+                    status,
+                },
+            });
+        };
         Err(match status {
+            401 | 403 => AdminError::Unauthorized { status, message },
             404 => AdminError::NotFound(message),
             400..=499 => AdminError::Refused { status, message },
             _ => AdminError::Failed { status, message },
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::{Read, Write};
+
+    use super::*;
+
+    /// An HTTP server on a free local port that answers every request with `status` and `body`.
+    fn answering(status: u16, content_type: &str, body: &str) -> String {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        let address = listener.local_addr().expect("address");
+        let answer = format!(
+            "HTTP/1.1 {status} X\r\ncontent-type: {content_type}\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+            body.len()
+        );
+        std::thread::spawn(move || {
+            for stream in listener.incoming().flatten() {
+                let mut stream = stream;
+                let mut request = [0u8; 4096];
+                let _ = stream.read(&mut request);
+                let _ = stream.write_all(answer.as_bytes());
+            }
+        });
+        format!("http://{address}")
+    }
+
+    fn failure_of(admin: String) -> Failure {
+        let args = AdminArgs { admin, token: None };
+        match AdminClient::new(&args).status() {
+            Ok(_) => panic!("an answer"),
+            Err(e) => Failure::from(e),
+        }
+    }
+
+    #[test]
+    fn an_address_that_is_not_a_node_says_so_not_an_empty_not_found() {
+        let admin = answering(404, "text/html", "<html>Not Found</html>");
+        let failure = failure_of(admin.clone());
+        assert_eq!(failure.code, EXIT_FAILURE);
+        assert!(
+            failure.message.starts_with(&format!(
+                "{admin} answered 404 without the admin API's error body"
+            )),
+            "{}",
+            failure.message
+        );
+        let page = answering(200, "text/html", "<html>hello</html>");
+        let failure = failure_of(page);
+        assert_eq!(failure.code, EXIT_FAILURE);
+        assert!(
+            failure
+                .message
+                .contains("is it a scheduler node's admin address"),
+            "{}",
+            failure.message
+        );
+    }
+
+    #[test]
+    fn a_refused_token_is_a_failure_that_names_the_token_not_bad_usage() {
+        let admin = answering(
+            401,
+            "application/json",
+            r#"{"error":"a bearer token is required"}"#,
+        );
+        let failure = failure_of(admin);
+        assert_eq!(failure.code, EXIT_FAILURE);
+        assert_eq!(
+            failure.message,
+            "401: a bearer token is required (give the node's admin token with --token or SCHEDULER_ADMIN_TOKEN)"
+        );
     }
 }

@@ -150,7 +150,7 @@ pub(crate) struct ScheduleArgs {
     #[arg(long = "in", value_name = "DURATION")]
     pub(crate) delay: Option<String>,
     /// Tells apart tasks of one orderingId due at the same time.
-    #[arg(long, required_unless_present = "file")]
+    #[arg(long, visible_alias = "unique-key", required_unless_present = "file")]
     pub(crate) unique: Option<String>,
     /// The task's data, a JSON object.
     #[arg(long, value_name = "JSON")]
@@ -189,6 +189,9 @@ pub(crate) struct ScheduleArgs {
     /// How far in the past a task may be (the nodes' grace window).
     #[arg(long, default_value = "10s", value_name = "DURATION")]
     pub(crate) grace: String,
+    /// How long to wait for the broker to acknowledge each task before giving up.
+    #[arg(long, default_value = "30s", value_name = "DURATION")]
+    pub(crate) timeout: String,
 }
 
 /// `--on-conflict`: the client's [`scheduler_client::OnConflict`] without debounce's wait
@@ -198,10 +201,12 @@ pub(crate) enum ConflictMode {
     /// The new task takes the pending one's place, with its own time and data.
     Replace,
     /// The new data, at the pending task's time.
+    #[value(alias = "keepTime")]
     KeepTime,
     /// The new time and data, but never later than --max-wait after the first pending time.
     Debounce,
     /// Ignored when a task of the identity is pending or recently finished.
+    #[value(alias = "ifAbsent")]
     IfAbsent,
 }
 
@@ -218,7 +223,7 @@ pub(crate) struct GetArgs {
     #[arg(long, value_name = "RFC3339")]
     pub(crate) at: Option<String>,
     /// The task's uniquenessKey.
-    #[arg(long)]
+    #[arg(long, visible_alias = "unique-key")]
     pub(crate) unique: String,
 }
 
@@ -237,7 +242,7 @@ pub(crate) struct RescheduleArgs {
     #[arg(long = "in", value_name = "DURATION")]
     pub(crate) delay: Option<String>,
     /// The identity's uniquenessKey.
-    #[arg(long)]
+    #[arg(long, visible_alias = "unique-key")]
     pub(crate) unique: String,
 }
 
@@ -257,6 +262,13 @@ pub(crate) struct ListArgs {
     /// Follow the pages to the end of the window.
     #[arg(long)]
     pub(crate) all: bool,
+    /// Start after this task of --from's time (with --from-uniqueness-key): the next page, as
+    /// the last line of a page says.
+    #[arg(long, requires = "from_uniqueness_key")]
+    pub(crate) from_ordering_id: Option<String>,
+    /// See --from-ordering-id.
+    #[arg(long, requires = "from_ordering_id")]
+    pub(crate) from_uniqueness_key: Option<String>,
 }
 
 #[derive(Args)]

@@ -24,7 +24,7 @@ use clap::Parser;
 
 use args::{Cli, Command};
 pub use output::{EXIT_FAILURE, EXIT_NOT_FOUND, EXIT_USAGE};
-pub use telemetry::{init_logging, telemetry_of, Exporting};
+pub use telemetry::{init_logging, runs_a_node, telemetry_of, Exporting};
 
 /// Runs the command line `args` (the first is the program name), writing output to `out` and
 /// errors to stderr; returns the exit code.

@@ -5,7 +5,8 @@
 fn main() -> std::process::ExitCode {
     let args: Vec<_> = std::env::args_os().collect();
     let telemetry = scheduler_cli::telemetry_of(&args);
-    let exporting = scheduler_cli::init_logging(telemetry.as_ref());
+    let node = scheduler_cli::runs_a_node(&args);
+    let exporting = scheduler_cli::init_logging(telemetry.as_ref(), node);
     let code = scheduler_cli::run(args, &mut std::io::stdout());
     // Flushes the spans still buffered before the process ends.
     drop(exporting);

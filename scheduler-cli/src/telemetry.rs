@@ -37,16 +37,26 @@ pub fn telemetry_of(args: &[OsString]) -> Option<TelemetrySettings> {
     }
 }
 
-/// Sets up logging to stderr: `RUST_LOG` filters (default: warnings, and the node's info), and
+/// Whether the command line `args` runs a node (`scheduler node`).
+pub fn runs_a_node(args: &[OsString]) -> bool {
+    Cli::try_parse_from(args).is_ok_and(|cli| matches!(cli.command, Command::Node(_)))
+}
+
+/// Sets up logging to stderr: `RUST_LOG` filters (default: warnings, and a node's info), and
 /// `SCHEDULER_LOG_FORMAT=json` writes JSON lines instead of text (coloured only on a terminal).
 /// Task data is never logged above debug level. With `telemetry`'s `otlp_endpoint`, spans are
 /// exported too, until the returned guard is dropped.
-pub fn init_logging(telemetry: Option<&TelemetrySettings>) -> Option<Exporting> {
+pub fn init_logging(telemetry: Option<&TelemetrySettings>, node: bool) -> Option<Exporting> {
     // The drivers' own connection warnings repeat what the engine reports with more context
-    // (and would bury a failed start's one error line); RUST_LOG brings them back.
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| {
-        tracing_subscriber::EnvFilter::new("warn,scheduler_core=info,scylla=off,rdkafka=error")
-    });
+    // (and would bury a failed start's one error line); RUST_LOG brings them back. A command
+    // other than a node says in its one error line what failed: librdkafka's retries (a line
+    // per reconnect while a broker is down) are not shown.
+    let default = match node {
+        true => "warn,scheduler_core=info,scylla=off,rdkafka=error",
+        false => "warn,scheduler_core=info,scylla=off,rdkafka=off,librdkafka=off",
+    };
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
     // Colours only on a terminal: a log file or a journal gets plain text.
     let terminal = std::io::IsTerminal::is_terminal(&std::io::stderr());
     let json = std::env::var("SCHEDULER_LOG_FORMAT").is_ok_and(|f| f.eq_ignore_ascii_case("json"));

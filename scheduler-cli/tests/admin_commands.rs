@@ -137,12 +137,22 @@ fn list_follows_the_pages_with_all_and_prints_one_row_per_task() {
     args.extend(window);
     let (code, out) = scheduler(&args);
     assert_eq!(code, 0, "{out}");
-    assert!(
-        out.ends_with(
-            "more: --from 2026-11-22T09:00:01.000Z and fromOrderingId=o1 fromUniquenessKey=u (or --all)\n"
-        ),
-        "{out}"
-    );
+    let hint = "more: --from 2026-11-22T09:00:01.000Z --from-ordering-id o1 --from-uniqueness-key u (or --all)";
+    assert!(out.ends_with(&format!("{hint}\n")), "{out}");
+    // The hint's flags are the next page's command.
+    let flags = hint["more: ".len()..hint.len() - " (or --all)".len()].split(' ');
+    let mut args = vec![
+        "list",
+        "--admin",
+        url.as_str(),
+        "--to",
+        "2026-11-22T10:00:00Z",
+    ];
+    args.extend(flags);
+    args.extend(["--limit", "1"]);
+    let (code, out) = scheduler(&args);
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("o2") && !out.contains("more:"), "{out}");
     let mut args = vec!["list", "--json", "--admin", url.as_str()];
     args.extend(window);
     let (code, out) = scheduler(&args);
@@ -519,9 +529,10 @@ fn error_answers_give_the_exit_code_scripts_rely_on() {
         scheduler(&["status", "--admin", &url]).0,
         scheduler_cli::EXIT_FAILURE
     );
+    // A refused token is a failure to reach the service, not bad usage.
     let mut cancel = vec!["cancel", "--admin", url.as_str()];
     cancel.extend(key);
-    assert_eq!(scheduler(&cancel).0, scheduler_cli::EXIT_USAGE);
+    assert_eq!(scheduler(&cancel).0, scheduler_cli::EXIT_FAILURE);
     // Nothing listens on port 1.
     assert_eq!(
         scheduler(&["status", "--admin", "http://127.0.0.1:1"]).0,

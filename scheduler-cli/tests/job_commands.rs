@@ -194,8 +194,9 @@ fn error_answers_give_the_exit_codes_of_the_other_commands() {
     });
     let list = ["jobs", "list", "--admin", &url];
     assert_eq!(scheduler(&list).0, scheduler_cli::EXIT_FAILURE);
+    // A refused token is a failure, not bad usage.
     let show = ["jobs", "show", "j", "--admin", &url];
-    assert_eq!(scheduler(&show).0, scheduler_cli::EXIT_USAGE);
+    assert_eq!(scheduler(&show).0, scheduler_cli::EXIT_FAILURE);
     let unreachable = ["jobs", "list", "--admin", "http://127.0.0.1:1"];
     assert_eq!(scheduler(&unreachable).0, scheduler_cli::EXIT_FAILURE);
     // A node that answers something else (another version).

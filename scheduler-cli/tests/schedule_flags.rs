@@ -115,3 +115,37 @@ fn a_file_brings_its_own_type_priority_and_conflict_mode() {
         "{output:?}"
     );
 }
+
+#[test]
+fn schedule_with_the_broker_down_prints_one_line_that_names_the_broker() {
+    // Nothing listens on port 9 (discard) here: the broker is down.
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_scheduler"))
+        .args([
+            "schedule",
+            "--bootstrap",
+            "127.0.0.1:9",
+            "--ordering-id",
+            "o1",
+            "--in",
+            "1m",
+            "--unique",
+            "u1",
+            "--timeout",
+            "2s",
+        ])
+        .env_remove("RUST_LOG")
+        .env_remove("SCHEDULER_KAFKA_BOOTSTRAP")
+        .output()
+        .expect("run scheduler");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(
+        output.status.code(),
+        Some(scheduler_cli::EXIT_FAILURE),
+        "{stderr}"
+    );
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(
+        stderr.contains("not scheduled") && stderr.contains("the broker at 127.0.0.1:9, within 2s"),
+        "{stderr}"
+    );
+}

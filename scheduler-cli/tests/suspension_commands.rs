@@ -186,8 +186,9 @@ fn error_answers_give_the_exit_codes_of_the_other_commands() {
     });
     let suspend = ["suspend", "--admin", &url, "--task-type", "t"];
     assert_eq!(scheduler(&suspend).0, scheduler_cli::EXIT_USAGE);
+    // A refused token is a failure, not bad usage.
     let resume = ["resume", "--admin", &url, "--task-type", "t"];
-    assert_eq!(scheduler(&resume).0, scheduler_cli::EXIT_USAGE);
+    assert_eq!(scheduler(&resume).0, scheduler_cli::EXIT_FAILURE);
     let list = ["suspensions", "--admin", &url];
     assert_eq!(scheduler(&list).0, scheduler_cli::EXIT_FAILURE);
 

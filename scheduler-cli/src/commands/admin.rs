@@ -9,7 +9,7 @@ use scheduler_core::admin_api::{
     TaskQuery,
 };
 
-use super::{parse_delay, parse_time};
+use super::{parse_delay, parse_time, shell_word};
 use crate::admin_client::AdminClient;
 use crate::args::{AdminArgs, GetArgs, ListArgs, RescheduleArgs};
 use crate::output::{io_failure, or_dash, print_json, Failure, Outcome};
@@ -88,8 +88,8 @@ pub(crate) fn list(args: ListArgs, json: bool, out: &mut dyn Write) -> Outcome {
         from: Some(wire::format_time(parse_time(&args.from, "--from")?)),
         to: Some(wire::format_time(parse_time(&args.to, "--to")?)),
         limit: Some(args.limit),
-        from_ordering_id: None,
-        from_uniqueness_key: None,
+        from_ordering_id: args.from_ordering_id.clone(),
+        from_uniqueness_key: args.from_uniqueness_key.clone(),
     };
     let mut all = Vec::new();
     let next = loop {
@@ -118,19 +118,40 @@ pub(crate) fn list(args: ListArgs, json: bool, out: &mut dyn Write) -> Outcome {
         writeln!(
             out,
             "{:<25} {:<24} {:<24} {:>9}  {}",
-            t.scheduled_time, t.ordering_id, t.uniqueness_key, t.partition, t.task_data
+            t.scheduled_time,
+            t.ordering_id,
+            t.uniqueness_key,
+            t.partition,
+            cut_data(&t.task_data.to_string())
         )
         .map_err(io_failure)?;
     }
     if let Some(next) = &page.next {
         writeln!(
             out,
-            "more: --from {} and fromOrderingId={} fromUniquenessKey={} (or --all)",
-            next.from, next.from_ordering_id, next.from_uniqueness_key
+            "more: --from {} --from-ordering-id {} --from-uniqueness-key {} (or --all)",
+            shell_word(&next.from),
+            shell_word(&next.from_ordering_id),
+            shell_word(&next.from_uniqueness_key)
         )
         .map_err(io_failure)?;
     }
     Ok(())
+}
+
+/// The longest task data a table row shows (the rest is cut, with its size; `--json` has all).
+const DATA_SHOWN: usize = 200;
+
+/// `data` as a table cell: whole if short, else its start and how long it is.
+fn cut_data(data: &str) -> String {
+    if data.len() <= DATA_SHOWN {
+        return data.to_string();
+    }
+    let mut end = DATA_SHOWN;
+    while !data.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}… ({} bytes; --json for all)", &data[..end], data.len())
 }
 
 pub(crate) fn cancel(args: GetArgs, json: bool, out: &mut dyn Write) -> Outcome {
@@ -249,4 +270,21 @@ fn handler_lines(status: &StatusResponse) -> Vec<String> {
         lines.push(format!("waiting for a handler: {}", waiting.join(", ")));
     }
     lines
+}
+
+#[cfg(test)]
+mod tests {
+    use super::cut_data;
+
+    #[test]
+    fn long_task_data_is_cut_in_a_table_row() {
+        assert_eq!(cut_data(r#"{"a":1}"#), r#"{"a":1}"#);
+        let long = format!(r#"{{"blob":"{}"}}"#, "é".repeat(300));
+        let cut = cut_data(&long);
+        assert!(
+            cut.ends_with(&format!("… ({} bytes; --json for all)", long.len())),
+            "{cut}"
+        );
+        assert!(cut.len() < 260, "{}", cut.len());
+    }
 }

@@ -6,7 +6,7 @@ use std::io::Write;
 use scheduler_client::wire;
 use scheduler_core::admin_api::{DeadLetterQuery, DeadLetterSelection, DeadLettersResponse};
 
-use super::parse_time;
+use super::{parse_time, shell_word};
 use crate::admin_client::AdminClient;
 use crate::args::{DeadLetterSelectionArgs, DeadLettersCommand, DeadLettersListArgs};
 use crate::output::{io_failure, one_line, or_dash, print_json, Failure, Outcome};
@@ -197,32 +197,5 @@ fn dead_letters_count(n: usize) -> String {
         "1 dead letter".to_string()
     } else {
         format!("{n} dead letters")
-    }
-}
-
-/// `text` as one shell word, quoted when it needs to be, so the next-page hint can be pasted.
-fn shell_word(text: &str) -> String {
-    let plain = |c: char| c.is_ascii_alphanumeric() || "-_.:/,+@%=".contains(c);
-    if !text.is_empty() && text.chars().all(plain) {
-        text.to_string()
-    } else {
-        format!("'{}'", text.replace('\'', r"'\''"))
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn shell_words_are_quoted_only_when_needed() {
-        assert_eq!(shell_word("customer-7"), "customer-7");
-        assert_eq!(
-            shell_word("2026-11-22T09:00:00.000Z"),
-            "2026-11-22T09:00:00.000Z"
-        );
-        assert_eq!(shell_word("o 1"), "'o 1'");
-        assert_eq!(shell_word("it's"), r"'it'\''s'");
-        assert_eq!(shell_word(""), "''");
     }
 }

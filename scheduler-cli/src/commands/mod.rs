@@ -75,3 +75,30 @@ pub(crate) fn check_path_id(what: &str, id: &str) -> Result<(), crate::output::F
     }
     Ok(())
 }
+
+/// `text` as one shell word, quoted when it needs to be, so a next-page hint can be pasted.
+pub(super) fn shell_word(text: &str) -> String {
+    let plain = |c: char| c.is_ascii_alphanumeric() || "-_.:/,+@%=".contains(c);
+    if !text.is_empty() && text.chars().all(plain) {
+        text.to_string()
+    } else {
+        format!("'{}'", text.replace('\'', r"'\''"))
+    }
+}
+
+#[cfg(test)]
+mod shell_word_tests {
+    use super::shell_word;
+
+    #[test]
+    fn shell_words_are_quoted_only_when_needed() {
+        assert_eq!(shell_word("customer-7"), "customer-7");
+        assert_eq!(
+            shell_word("2026-11-22T09:00:00.000Z"),
+            "2026-11-22T09:00:00.000Z"
+        );
+        assert_eq!(shell_word("o 1"), "'o 1'");
+        assert_eq!(shell_word("it's"), r"'it'\''s'");
+        assert_eq!(shell_word(""), "''");
+    }
+}

@@ -16,6 +16,7 @@ use crate::output::{io_failure, Failure, Outcome};
 
 pub(crate) fn schedule(args: ScheduleArgs, json: bool, out: &mut dyn Write) -> Outcome {
     let grace = parse_duration(&args.grace, "--grace")?;
+    let timeout = parse_duration(&args.timeout, "--timeout")?;
     let tasks = match &args.file {
         Some(path) => tasks_from_file(path)?,
         None => vec![task_from_flags(&args)?],
@@ -29,12 +30,21 @@ pub(crate) fn schedule(args: ScheduleArgs, json: bool, out: &mut dyn Write) -> O
     }
     let mut config = SchedulerConfig::new(args.kafka.bootstrap.clone(), args.kafka.topic.clone());
     config.scheduling_grace_window = grace;
+    config.delivery_timeout = timeout;
     let scheduler = Scheduler::new(config).map_err(|e| Failure::service(e.to_string()))?;
     let runtime = runtime()?;
     for task in &tasks {
         runtime
             .block_on(scheduler.schedule_task(task.clone()))
-            .map_err(|e| schedule_failure(task, &e))?;
+            .map_err(|e| match e.is_rejection() {
+                true => schedule_failure(task, &e),
+                false => Failure::service(format!(
+                    "{}: not scheduled: {e} (the broker at {}, within {}: is it reachable? --bootstrap or SCHEDULER_KAFKA_BOOTSTRAP)",
+                    task.key(),
+                    args.kafka.bootstrap,
+                    args.timeout
+                )),
+            })?;
     }
     print_scheduled(&tasks, json, out)
 }
@@ -225,6 +235,26 @@ mod tests {
     }
 
     #[test]
+    fn the_python_producers_flag_names_are_read_too() {
+        let argv = [
+            "scheduler",
+            "schedule",
+            "--ordering-id",
+            "o",
+            "--unique-key",
+            "k",
+            "--in",
+            "1m",
+        ];
+        let cli = Cli::try_parse_from(argv).map_err(|e| e.to_string());
+        match cli.map(|c| c.command) {
+            Ok(Command::Schedule(args)) => assert_eq!(args.unique.as_deref(), Some("k")),
+            Ok(_) => panic!("not schedule"),
+            Err(e) => panic!("{e}"),
+        }
+    }
+
+    #[test]
     fn type_priority_and_conflict_flags_make_the_task() {
         let plain = sent(&[]);
         assert_eq!(
@@ -243,6 +273,9 @@ mod tests {
             ("replace", OnConflict::Replace),
             ("keep-time", OnConflict::KeepTime),
             ("if-absent", OnConflict::IfAbsent),
+            // The wire's spellings (the Python producer's and HTTP's) are read too.
+            ("keepTime", OnConflict::KeepTime),
+            ("ifAbsent", OnConflict::IfAbsent),
         ] {
             assert_eq!(sent(&["--on-conflict", flag]).on_conflict, Some(mode));
         }
@@ -277,7 +310,7 @@ mod tests {
                 .starts_with("--max-wait: duration \"soon\"")
         );
         // clap's own refusals.
-        refusal(&["--on-conflict", "keepTime"]);
+        refusal(&["--on-conflict", "keep_time"]);
         refusal(&["--priority", "2147483648"]);
         refusal(&["--priority", "high"]);
     }
