@@ -44,6 +44,7 @@ acknowledge in time, 2 bad usage or a task that breaks the format's limits (noth
 
 import argparse
 import json
+import os
 import re
 import sys
 from datetime import datetime, timedelta, timezone
@@ -485,13 +486,31 @@ def _duration(text):
     return timedelta(**{unit: int(match[1])})
 
 
+def _conflict_mode(text):
+    """A conflict mode as the wire spells it, or as `scheduler schedule` does (keep-time)."""
+    spelled = {"keep-time": "keepTime", "if-absent": "ifAbsent"}.get(text, text)
+    if spelled not in CONFLICT_MODES:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not one of {', '.join(CONFLICT_MODES)} (or keep-time, if-absent)")
+    return spelled
+
+
 def _parse_args(argv):
     parser = argparse.ArgumentParser(
         description="Schedule tasks on the scheduler's Kafka topic (wire format v1).",
         epilog="Prints one JSON line per acknowledged task: its key, partition and offset.",
     )
-    parser.add_argument("--bootstrap", default="127.0.0.1:19092", help="Kafka bootstrap servers")
-    parser.add_argument("--topic", default="scheduled-tasks", help="the scheduler's topic")
+    # The same flags, environment and defaults as `scheduler schedule`.
+    parser.add_argument(
+        "--bootstrap",
+        default=os.environ.get("SCHEDULER_KAFKA_BOOTSTRAP", "127.0.0.1:9092"),
+        help="Kafka bootstrap servers (env SCHEDULER_KAFKA_BOOTSTRAP; default 127.0.0.1:9092)",
+    )
+    parser.add_argument(
+        "--topic",
+        default=os.environ.get("SCHEDULER_TOPIC", "scheduled-tasks"),
+        help="the scheduler's topic (env SCHEDULER_TOPIC)",
+    )
     parser.add_argument(
         "--timeout",
         type=float,
@@ -513,7 +532,8 @@ def _parse_args(argv):
     source.add_argument("--stdin", action="store_true", help="read tasks as JSON lines on stdin")
     source.add_argument("--ordering-id", help="one task: its orderingId (the Kafka key)")
     one = parser.add_argument_group("one task (with --ordering-id)")
-    one.add_argument("--unique-key", help="uniquenessKey (default: py-<current ms>)")
+    one.add_argument("--unique", "--unique-key", dest="unique_key",
+                     help="uniquenessKey (default: py-<current ms>)")
     when = one.add_mutually_exclusive_group()
     when.add_argument("--at", help="scheduledTime, RFC 3339 with an offset (default: now)")
     when.add_argument(
@@ -522,8 +542,12 @@ def _parse_args(argv):
     one.add_argument("--data", default="{}", help="taskData, a JSON object")
     one.add_argument("--type", dest="task_type", help="taskType (picks the handler)")
     one.add_argument("--priority", type=int, help="priority among due tasks (higher first)")
-    one.add_argument("--on-conflict", choices=CONFLICT_MODES, help="conflict mode of the identity")
-    one.add_argument("--max-wait-ms", type=int, help="with --on-conflict debounce")
+    one.add_argument("--on-conflict", type=_conflict_mode, metavar="{" + ",".join(CONFLICT_MODES) + "}",
+                     help="conflict mode of the identity (keep-time and if-absent also read)")
+    wait = one.add_mutually_exclusive_group()
+    wait.add_argument("--max-wait", dest="max_wait", type=_duration,
+                      help="with --on-conflict debounce: 500ms, 10s, 5m, 2h")
+    wait.add_argument("--max-wait-ms", type=int, help="the same, in milliseconds")
     one.add_argument("--limit-key", help="the key per-key limits count the task under")
     return parser.parse_args(argv)
 
@@ -546,7 +570,9 @@ def _tasks_from_args(args):
             "task_type": args.task_type,
             "priority": args.priority,
             "on_conflict": args.on_conflict,
-            "max_wait_ms": args.max_wait_ms,
+            "max_wait_ms": (
+                int(args.max_wait.total_seconds() * 1000) if args.max_wait else args.max_wait_ms
+            ),
             "limit_key": args.limit_key,
         }
     ]
