@@ -10,6 +10,7 @@ use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::response::Response;
 use axum::Json;
+use chrono::{DateTime, SecondsFormat, Utc};
 use serde::Deserialize;
 
 use super::html::{escape, or_dash, query, Page, Section};
@@ -76,7 +77,8 @@ pub(crate) fn list(page: &Page, listed: &[ScheduleView]) -> String {
             html,
             "<tr class=\"schedule\" data-schedule=\"{}\"><td><a href=\"{}\"><code>{}</code></a></td>\
              <td>{}</td><td>{}</td><td data-field=\"state\"><span class=\"status {state}\">{state}</span></td>\
-             <td data-field=\"nextFire\">{}</td><td data-field=\"lastFire\">{}</td><td>{}</td></tr>",
+             <td data-field=\"nextFire\">{}</td><td data-field=\"lastFire\">{}</td>\
+             <td data-field=\"revision\" title=\"revision {}\">{}</td></tr>",
             escape(id),
             escape(&page.url(&format!("/schedules?{}", query(&[("id", id)])))),
             escape(id),
@@ -85,10 +87,19 @@ pub(crate) fn list(page: &Page, listed: &[ScheduleView]) -> String {
             or_dash(s.next_fire.as_deref()),
             or_dash(s.last_fire.as_deref()),
             s.revision,
+            escape(&revision_time(s.revision)),
         );
     }
     html.push_str("</tbody></table>\n");
     html
+}
+
+/// A revision as the time of the change that made it (a revision is that time in epoch
+/// milliseconds, or one more than the one before it).
+fn revision_time(revision: i64) -> String {
+    DateTime::<Utc>::from_timestamp_millis(revision)
+        .map(|t| t.to_rfc3339_opts(SecondsFormat::Millis, true))
+        .unwrap_or_else(|| revision.to_string())
 }
 
 /// One schedule: its definition, next fire times and last fires.
@@ -148,4 +159,15 @@ pub(crate) fn detail_section(page: &Page, detail: &ScheduleDetail) -> String {
     }
     html.push_str("</tbody></table></section>\n");
     html
+}
+
+#[cfg(test)]
+mod tests {
+    use super::revision_time;
+
+    #[test]
+    fn a_revision_shows_as_the_time_of_its_change() {
+        assert_eq!(revision_time(1_795_000_000_123), "2026-11-18T11:06:40.123Z");
+        assert_eq!(revision_time(i64::MAX), i64::MAX.to_string());
+    }
 }

@@ -77,6 +77,9 @@ fn lookup_form(page: &Page, query: &TaskQuery) -> String {
     )
 }
 
+/// Task data longer than this (pretty-printed) is folded on the task's page.
+const FOLD_DATA_BYTES: usize = 4 * 1024;
+
 /// The task's answer as HTML.
 pub(crate) fn render(task: &TaskResponse) -> String {
     let mut html = String::new();
@@ -98,13 +101,23 @@ pub(crate) fn render(task: &TaskResponse) -> String {
         or_dash(task.updated_at.as_deref()),
     );
     match &task.task_data {
+        // Large data is folded: the page opens on the task's facts, not on a wall of JSON.
         Some(data) => {
             let pretty = serde_json::to_string_pretty(data).unwrap_or_default();
-            let _ = writeln!(
-                html,
-                "<h3>Data</h3><pre id=\"task-data\">{}</pre>",
-                escape(&pretty)
-            );
+            let _ = match pretty.len() > FOLD_DATA_BYTES {
+                true => writeln!(
+                    html,
+                    "<h3>Data</h3><details id=\"task-data-folded\"><summary>{:.1} KiB of JSON: \
+                     show</summary><pre id=\"task-data\">{}</pre></details>",
+                    pretty.len() as f64 / 1024.0,
+                    escape(&pretty)
+                ),
+                false => writeln!(
+                    html,
+                    "<h3>Data</h3><pre id=\"task-data\">{}</pre>",
+                    escape(&pretty)
+                ),
+            };
         }
         None => {
             html.push_str("<p class=\"muted\">Its data left the schedule when it finished.</p>\n")
@@ -186,5 +199,33 @@ mod tests {
             assert!(html.contains(expected), "{expected} missing from {html}");
         }
         assert!(!html.contains("<b>") && !html.contains("<input>"), "{html}");
+        assert!(
+            !html.contains("task-data-folded"),
+            "small data is shown: {html}"
+        );
+    }
+
+    #[test]
+    fn large_task_data_is_folded() {
+        let task = TaskResponse {
+            ordering_id: "o".into(),
+            scheduled_time: "2026-03-01T12:00:00.000Z".into(),
+            uniqueness_key: "u".into(),
+            partition: 0,
+            status: "pending".into(),
+            attempts: 0,
+            last_error: None,
+            updated_at: None,
+            task_data: Some(serde_json::json!({"blob": "x".repeat(500 * 1024)})),
+            history: Vec::new(),
+        };
+        let html = render(&task);
+        assert!(
+            html.contains(
+                "<details id=\"task-data-folded\"><summary>500.0 KiB of JSON: show</summary>"
+            ),
+            "{}",
+            &html[..html.len().min(600)]
+        );
     }
 }
