@@ -327,7 +327,9 @@ impl SchedulerNode {
     }
 
     /// The recorded final state of a task (`None`: it has not finished, or is unknown), looked
-    /// up in each queue the node serves.
+    /// up in each queue the node serves. A status is readable once it is written, which comes
+    /// after the handler returned (and after the dead letter, for a failed task): a read made
+    /// as the handler returns may answer `None` for a moment; poll until it answers.
     pub async fn task_status(&self, key: &TaskKey) -> Result<Option<StatusRecord>, NodeError> {
         let Some(runtime) = &self.runtime else {
             return Err(NodeError::Stopping);

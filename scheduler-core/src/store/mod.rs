@@ -115,9 +115,10 @@ pub enum StoreError {
     },
     /// The keyspace's schema is older than this node's (or absent): it must be migrated first.
     #[error(
-        "keyspace `{keyspace}` is at schema version {found}, this node needs {needs}: run \
-         `scheduler migrate` with the node's settings (or set [cassandra] auto_migrate = true in \
-         development)"
+        "keyspace `{keyspace}` is at schema version {found}{}, this node needs {needs}: run \
+         `scheduler migrate` with the node's settings file (or set [cassandra] auto_migrate = \
+         true in development)",
+        if *found == 0 { " (no schema yet)" } else { "" }
     )]
     SchemaBehind {
         /// The keyspace.
