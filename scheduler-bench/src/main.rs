@@ -144,8 +144,9 @@ struct Sizes {
     busy_tasks: usize,
     busy_ordering_ids: usize,
     group_members: u32,
-    /// The remote calls' burst.
+    /// The remote calls' burst, and their Python worker processes.
     remote_burst: usize,
+    remote_workers: usize,
     finished_tasks: usize,
     /// Tasks ended in each form of the ends scenario.
     ended_tasks: usize,
@@ -180,6 +181,7 @@ impl Sizes {
                 busy_ordering_ids: 50,
                 group_members: 2_000,
                 remote_burst: 1_000,
+                remote_workers: 1,
                 finished_tasks: 20_000,
                 ended_tasks: 10_000,
                 limits_tasks: 5_000,
@@ -204,6 +206,7 @@ impl Sizes {
                 busy_ordering_ids: 500,
                 group_members: scheduler_client::wire::MAX_GROUP_NUMBER,
                 remote_burst: 5_000,
+                remote_workers: 2,
                 finished_tasks: 300_000,
                 ended_tasks: 100_000,
                 limits_tasks: 100_000,
@@ -320,10 +323,10 @@ async fn run(args: RunArgs) -> Result<(), BenchError> {
     }
     if wanted(Scenario::Remote) {
         step(&format!(
-            "remote: {} tasks due now, then steady ones, through one Python worker",
-            sizes.remote_burst
+            "remote: {} tasks due now, then steady ones, through {} Python worker(s)",
+            sizes.remote_burst, sizes.remote_workers
         ));
-        figures.remote = Some(remote::remote(sizes.remote_burst).await?);
+        figures.remote = Some(remote::remote(sizes.remote_burst, sizes.remote_workers).await?);
     }
     if args.only.contains(&Scenario::Tombstones) {
         step("tombstones: a restart after many tasks finished in one partition");

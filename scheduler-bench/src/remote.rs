@@ -1,5 +1,5 @@
-//! Issue 34's remote calls: one Python worker (`examples/python/worker.py`, 16 calls at once)
-//! runs every task of its type on one node. A burst of tasks due now (tasks a second from their
+//! Issue 34's remote calls: Python workers (`examples/python/worker.py`, 16 calls at once each;
+//! one in the quick run, two in the full one) run every task of their type on one node. A burst of tasks due now (tasks a second from their
 //! time to the worker's last start, and the CPU a task of the node and of the worker: the HTTP
 //! protocol's cost), then steady tasks a second ahead (the long poll's latency: from a task's
 //! time to the worker's start, p50 and p99).
@@ -32,11 +32,13 @@ const STEADY: Duration = Duration::from_secs(10);
 /// The scenario's figures.
 #[derive(Debug, Clone)]
 pub struct RemoteCalls {
+    /// Worker processes.
+    pub workers: usize,
     /// Tasks in the burst.
     pub burst: usize,
     /// Burst tasks a second, from their time to the worker's last start.
     pub burst_per_s: f64,
-    /// CPU milliseconds a burst task: the node's process (the bench's), the worker's.
+    /// CPU milliseconds a burst task: the node's process (the bench's), the workers' (all).
     pub node_cpu_ms: f64,
     pub worker_cpu_ms: f64,
     /// Steady tasks measured, and their lateness at the worker's start (ms).
@@ -59,6 +61,11 @@ impl Drop for Worker {
     }
 }
 
+/// Each task's start on any of `workers`: (uniquenessKey, scheduled time, start time).
+fn starts(workers: &[Worker]) -> Vec<(String, DateTime<Utc>, DateTime<Utc>)> {
+    workers.iter().flat_map(Worker::starts).collect()
+}
+
 impl Worker {
     /// Each task's start: (uniquenessKey, scheduled time, start time).
     fn starts(&self) -> Vec<(String, DateTime<Utc>, DateTime<Utc>)> {
@@ -76,7 +83,7 @@ impl Worker {
     }
 }
 
-pub async fn remote(burst: usize) -> Result<RemoteCalls, BenchError> {
+pub async fn remote(burst: usize, worker_count: usize) -> Result<RemoteCalls, BenchError> {
     let python = install_python();
     let env = TestEnv::new("bench_remote", PARTITIONS).await;
     let mut settings = env.settings(SchedulingSettings::default());
@@ -89,53 +96,47 @@ pub async fn remote(burst: usize) -> Result<RemoteCalls, BenchError> {
     let addr = node
         .admin_address()
         .ok_or_else(|| BenchError::Setup("the node's listener".into()))?;
-    let log = repo().join(format!(
-        "target/bench/remote-worker-{}.jsonl",
-        std::process::id()
-    ));
     let _ = std::fs::create_dir_all(repo().join("target/bench"));
-    let _ = std::fs::remove_file(&log);
-    let child = Command::new(&python)
-        .arg(repo().join("examples/python/worker.py"))
-        .args(["--url", &format!("http://{addr}"), "--type", TYPE])
-        .args([
-            "--name",
-            "bench",
-            "--capacity",
-            CAPACITY,
-            "--wait-ms",
-            "5000",
-            "--log",
-        ])
-        .arg(&log)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .map_err(|e| BenchError::Setup(format!("worker.py: {e}")))?;
-    let worker = Worker { child, log };
+    let mut workers = Vec::new();
+    for n in 0..worker_count {
+        let log = repo().join(format!(
+            "target/bench/remote-worker-{}-{n}.jsonl",
+            std::process::id()
+        ));
+        let _ = std::fs::remove_file(&log);
+        let child = Command::new(&python)
+            .arg(repo().join("examples/python/worker.py"))
+            .args(["--url", &format!("http://{addr}"), "--type", TYPE])
+            .args(["--name", &format!("bench-{n}"), "--capacity", CAPACITY])
+            .args(["--wait-ms", "5000", "--log"])
+            .arg(&log)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .map_err(|e| BenchError::Setup(format!("worker.py: {e}")))?;
+        workers.push(Worker { child, log });
+    }
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
         let answer = http(addr, "GET", "/api/v1/workers", None, None).await;
-        if answer.body.contains("\"bench\"") {
+        if (0..worker_count).all(|n| answer.body.contains(&format!("\"bench-{n}\""))) {
             break;
         }
         if Instant::now() > deadline {
             return Err(BenchError::Setup(
-                "the Python worker never connected".into(),
+                "the Python workers never connected".into(),
             ));
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    let processes = vec![
-        Measured {
-            name: "node",
-            pid: Some(std::process::id()),
-        },
-        Measured {
-            name: "worker",
-            pid: Some(worker.child.id()),
-        },
-    ];
+    let mut processes = vec![Measured {
+        name: "node",
+        pid: Some(std::process::id()),
+    }];
+    processes.extend(workers.iter().map(|w| Measured {
+        name: "worker",
+        pid: Some(w.child.id()),
+    }));
 
     // The burst, due now.
     let scheduler = env.scheduler(Duration::from_secs(10));
@@ -146,17 +147,19 @@ pub async fn remote(burst: usize) -> Result<RemoteCalls, BenchError> {
     })
     .await?;
     let wait = Duration::from_secs(120).max(Duration::from_millis(burst as u64 * 20));
-    wait_until(wait, "the burst to start on the worker", || {
-        worker.starts().len() >= burst
+    wait_until(wait, "the burst to start on the workers", || {
+        starts(&workers).len() >= burst
     })
     .await?;
     let cpu = CpuSnapshot::take(&processes).per_task_since(&cpu_before, burst);
-    let of = |name: &str| {
+    // (The workers' processes summed.)
+    let of = |name: &str| -> f64 {
         (cpu.iter())
-            .find(|(n, _)| n == name)
-            .map_or(f64::NAN, |(_, ms)| *ms)
+            .filter(|(n, _)| n == name)
+            .map(|(_, ms)| *ms)
+            .sum()
     };
-    let last = (worker.starts().iter())
+    let last = (starts(&workers).iter())
         .map(|(_, _, at)| *at)
         .max()
         .unwrap_or(due);
@@ -180,17 +183,18 @@ pub async fn remote(burst: usize) -> Result<RemoteCalls, BenchError> {
             .map_err(|e| BenchError::Setup(format!("enqueue: {e}")))?;
     }
     wait_until(Duration::from_secs(60), "the steady tasks to start", || {
-        worker.starts().len() >= burst + sent
+        starts(&workers).len() >= burst + sent
     })
     .await?;
-    let mut late: Vec<f64> = (worker.starts().into_iter())
+    let mut late: Vec<f64> = (starts(&workers).into_iter())
         .filter(|(unique, _, _)| unique.starts_with("steady-"))
         .map(|(_, due, at)| (at - due).num_microseconds().unwrap_or(0) as f64 / 1000.0)
         .collect();
     late.sort_by(f64::total_cmp);
-    drop(worker);
+    drop(workers);
     node.shutdown().await.map_err(node_error)?;
     Ok(RemoteCalls {
+        workers: worker_count,
         burst,
         burst_per_s,
         node_cpu_ms: of("node"),

@@ -57,7 +57,7 @@ pub struct Figures {
     pub peers: Option<Result<Peers, String>>,
     /// Three nodes under load, one leaving and one killed.
     pub failover: Option<Failover>,
-    /// Remote calls through one Python worker.
+    /// Remote calls through Python workers.
     pub remote: Option<RemoteCalls>,
 }
 
@@ -773,10 +773,13 @@ impl Figures {
         }
         if let Some(r) = &self.remote {
             row(
-                format!("remote calls, one Python worker ({} due now)", r.burst),
+                format!(
+                    "remote calls, {} Python worker(s) ({} due now)",
+                    r.workers, r.burst
+                ),
                 rate(r.burst_per_s, "tasks"),
                 format!(
-                    "CPU a task: node {:.2} ms, worker {:.2} ms",
+                    "CPU a task: node {:.2} ms, workers {:.2} ms",
                     r.node_cpu_ms, r.worker_cpu_ms
                 ),
             );
@@ -1104,7 +1107,7 @@ impl Figures {
                 })
             }),
             "remote": self.remote.as_ref().map(|r| json!({
-                "burst": r.burst, "burst_per_s": r.burst_per_s, "node_cpu_ms": r.node_cpu_ms,
+                "workers": r.workers, "burst": r.burst, "burst_per_s": r.burst_per_s, "node_cpu_ms": r.node_cpu_ms,
                 "worker_cpu_ms": r.worker_cpu_ms, "steady": r.steady, "p50_ms": r.p50_ms,
                 "p99_ms": r.p99_ms, "max_ms": r.max_ms,
             })),
