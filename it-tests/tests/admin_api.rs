@@ -119,6 +119,18 @@ async fn status_task_lookup_cancel_and_metrics_answer_and_refuse_bad_input() {
     assert_eq!(finished["attempts"], 1);
     assert_eq!(finished["history"][0]["outcome"], "succeeded");
     assert_eq!(finished["history"].as_array().map(Vec::len), Some(1));
+    // The attempt that ended the task on its first try shows its start and duration (kept
+    // with its status in Cassandra's task_status.started_at).
+    let first = &finished["history"][0];
+    let started = first["startedAt"].as_str().expect("startedAt");
+    assert!(
+        started <= first["finishedAt"].as_str().unwrap_or_default(),
+        "{first}"
+    );
+    assert!(
+        first["durationMs"].as_i64().is_some_and(|ms| ms >= 0),
+        "{first}"
+    );
 
     // Its record may come in a later poll than the due task's (a loaded machine): it is found
     // once persisted.

@@ -106,6 +106,7 @@ async fn a_row_deleted_after_its_memtable_flushed_stays_deleted_to_every_read_by
             updated_at: at(0),
             last_error: None,
             result: None,
+            started_at: None,
         };
         let letter = |task: &Task| DeadLetter {
             partition: 3,

@@ -154,6 +154,7 @@ async fn schedule_loads_in_key_order_across_hour_buckets_and_records_outcomes() 
         updated_at: finished,
         last_error: Some("boom".into()),
         result: None,
+        started_at: None,
     };
     store
         .record_status(5, key.clone(), record.clone())
@@ -386,6 +387,7 @@ async fn a_tasks_final_status_and_its_removal_from_the_schedule_are_one_request(
         updated_at: at + TimeDelta::seconds(1),
         last_error: None,
         result: Some(serde_json::json!({ "ok": true })),
+        started_at: None,
     };
     let before: std::collections::BTreeMap<_, _> = store.statements_run().into_iter().collect();
     store
@@ -697,6 +699,7 @@ async fn consistency_and_retention_settings_reach_the_driver_and_the_schema() {
                 updated_at: at,
                 last_error: None,
                 result: None,
+                started_at: None,
             },
         )
         .await
@@ -843,6 +846,7 @@ async fn grouped_and_join_tasks_keep_their_group_everywhere_a_task_is_stored_and
         updated_at: at,
         last_error: None,
         result: Some(serde_json::json!({ "rows": 3, "files": ["a", "b"], "ratio": 0.5 })),
+        started_at: None,
     };
     store
         .record_status(7, member.key(), with_result.clone())
@@ -858,6 +862,7 @@ async fn grouped_and_join_tasks_keep_their_group_everywhere_a_task_is_stored_and
         updated_at: at,
         last_error: Some("boom".into()),
         result: None,
+        started_at: None,
     };
     store
         .record_status(7, plain.key(), without.clone())
@@ -2273,6 +2278,7 @@ async fn statuses_are_read_a_bucket_of_keys_at_a_time_finding_exactly_the_keys_w
         updated_at: at,
         last_error: None,
         result: None,
+        started_at: None,
     };
     let mut expected = std::collections::HashSet::new();
     for (n, key) in keys.iter().enumerate() {
@@ -2343,6 +2349,7 @@ async fn the_ends_of_a_busy_bucket_are_written_a_few_requests_for_many_tasks() {
         updated_at: at,
         last_error: None,
         result: None,
+        started_at: None,
     };
     let ends = tasks
         .iter()

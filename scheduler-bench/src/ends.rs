@@ -156,6 +156,7 @@ fn finished(now: DateTime<Utc>) -> StatusRecord {
         updated_at: now,
         last_error: None,
         result: None,
+        started_at: None,
     }
 }
 

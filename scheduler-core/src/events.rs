@@ -120,6 +120,7 @@ mod tests {
             updated_at: at,
             last_error: Some("boom".into()),
             result: None,
+            started_at: None,
         };
         assert_eq!(
             event_json(&key, &record),

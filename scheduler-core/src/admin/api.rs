@@ -171,11 +171,15 @@ pub struct TaskResponse {
 pub struct AttemptView {
     /// The attempt's number, from 1.
     pub attempt: u32,
-    /// When the executor was called; null for an attempt that ended its task on the first try,
-    /// which is recorded by the task's status alone (its end is `finishedAt`).
+    /// When the executor was called (for an attempt that ended its task on the first try, which
+    /// is recorded by the task's status alone, from the status: null in statuses written before
+    /// schema version 14).
     pub started_at: Option<String>,
     /// When it returned.
     pub finished_at: String,
+    /// How long the call took, in milliseconds (null without its start).
+    #[serde(default)]
+    pub duration_ms: Option<i64>,
     /// succeeded, failed or invalid.
     pub outcome: String,
     /// The executor's error, if it failed.

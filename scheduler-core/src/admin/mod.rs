@@ -368,6 +368,7 @@ async fn task(
                     attempt: a.attempt,
                     started_at: Some(wire::format_time(a.started_at)),
                     finished_at: wire::format_time(a.finished_at),
+                    duration_ms: Some((a.finished_at - a.started_at).num_milliseconds()),
                     outcome: a.outcome.as_str().to_string(),
                     error: a.error,
                 })
@@ -387,8 +388,9 @@ fn first_and_final(status: &StatusRecord) -> Option<AttemptView> {
     };
     (status.attempts == 1).then(|| AttemptView {
         attempt: 1,
-        started_at: None,
+        started_at: status.started_at.map(wire::format_time),
         finished_at: wire::format_time(status.updated_at),
+        duration_ms: (status.started_at).map(|s| (status.updated_at - s).num_milliseconds()),
         outcome: outcome.as_str().to_string(),
         error: status.last_error.clone(),
     })

@@ -31,6 +31,7 @@ fn completed() -> StatusRecord {
         updated_at: at(0),
         last_error: None,
         result: None,
+        started_at: None,
     }
 }
 

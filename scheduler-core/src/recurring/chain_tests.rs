@@ -150,6 +150,7 @@ impl Rig {
             updated_at: self.clock.now(),
             last_error: None,
             result: None,
+            started_at: None,
         };
         let partition = scheduler_client::partition_for(&run.ordering_id, 4);
         let written = self.store.record_status(partition, run.key(), status).await;

@@ -99,6 +99,7 @@ impl DeadLetter {
             updated_at: self.dead_at,
             last_error: Some(self.last_error.clone()),
             result: None,
+            started_at: None,
         }
     }
 }

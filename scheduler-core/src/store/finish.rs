@@ -235,6 +235,7 @@ mod cassandra {
                     updated_at: at,
                     last_error: Some("x".repeat(error_bytes)),
                     result: None,
+                    started_at: None,
                 },
                 done,
             };

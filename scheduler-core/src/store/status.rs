@@ -61,6 +61,9 @@ pub struct StatusRecord {
     pub last_error: Option<String>,
     /// The small JSON result the handler set ([`crate::TaskContext::set_result`]), if any.
     pub result: Option<serde_json::Value>,
+    /// When the call that ended the task began (`None` for a status no call wrote: a cancel, a
+    /// redriven letter's failure; and in rows written before schema version 14).
+    pub started_at: Option<DateTime<Utc>>,
 }
 
 /// Final states (`task_status`): what became of each task.
@@ -120,6 +123,7 @@ impl StatusRecord {
             updated_at: at,
             last_error: None,
             result: None,
+            started_at: None,
         }
     }
 }
@@ -169,8 +173,8 @@ pub(in crate::store) mod cassandra {
             );
             Ok(StatusStatements {
                 select_status: prepare(format!(
-                    "SELECT uniqueness_key, status, attempts, updated_at, last_error, result \
-                 FROM {ks}.task_status WHERE {by_key}"
+                    "SELECT uniqueness_key, status, attempts, updated_at, last_error, result, \
+                 started_at FROM {ks}.task_status WHERE {by_key}"
                 ))
                 .await?,
                 // Only the keys named: a read of their rows, not a slice (Cassandra 2.1 and
@@ -182,13 +186,14 @@ pub(in crate::store) mod cassandra {
                 .await?,
                 insert_status: prepare(format!(
                 "INSERT INTO {ks}.task_status (partition_id, hour_bucket, {key_columns}, status, \
-                 attempts, updated_at, last_error, result) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+                 attempts, updated_at, last_error, result, started_at) \
+                 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
             ))
                 .await?,
                 insert_status_if_absent: prepare(format!(
                 "INSERT INTO {ks}.task_status (partition_id, hour_bucket, {key_columns}, status, \
-                 attempts, updated_at, last_error, result) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) \
-                 IF NOT EXISTS"
+                 attempts, updated_at, last_error, result, started_at) \
+                 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) IF NOT EXISTS"
             ))
                 .await?,
                 delete_status: prepare(format!("DELETE FROM {ks}.task_status WHERE {key_match}"))
@@ -215,6 +220,7 @@ pub(in crate::store) mod cassandra {
             status.updated_at,
             status.last_error,
             status.result.map(|value| value.to_string()),
+            status.started_at,
         )
     }
 
@@ -260,24 +266,28 @@ pub(in crate::store) mod cassandra {
                     DateTime<Utc>,
                     Option<String>,
                     Option<String>,
+                    Option<DateTime<Utc>>,
                 );
                 // The read runs down from the key: a row of another key is a neighbour.
                 let row = first_row_of::<StatusRow>(result, "status")?;
                 let row = row.filter(|row| row.0 == key.uniqueness_key);
-                row.map(|(_, status, attempts, updated_at, last_error, result)| {
-                    Ok(StatusRecord {
-                        status: TaskStatus::parse(&status)
-                            .ok_or_else(|| corrupt(format!("unknown status {status:?}")))?,
-                        attempts: u32::try_from(attempts).unwrap_or(0),
-                        updated_at,
-                        last_error,
-                        // Null in rows written before schema version 4, and when the handler set none.
-                        result: result
-                            .map(|text| serde_json::from_str(&text))
-                            .transpose()
-                            .map_err(|e| corrupt(format!("result: {e}")))?,
-                    })
-                })
+                row.map(
+                    |(_, status, attempts, updated_at, last_error, result, started_at)| {
+                        Ok(StatusRecord {
+                            status: TaskStatus::parse(&status)
+                                .ok_or_else(|| corrupt(format!("unknown status {status:?}")))?,
+                            attempts: u32::try_from(attempts).unwrap_or(0),
+                            updated_at,
+                            last_error,
+                            // Null in rows written before schema version 4, and when the handler set none.
+                            result: result
+                                .map(|text| serde_json::from_str(&text))
+                                .transpose()
+                                .map_err(|e| corrupt(format!("result: {e}")))?,
+                            started_at,
+                        })
+                    },
+                )
                 .transpose()
             }
             .boxed()

@@ -59,6 +59,7 @@ pub(super) async fn call(run: &mut TaskRun, task: &Task, ready: Ready) -> Result
         .unwrap_or_default();
     run.deps.metrics.attempt(run.partition, took, first_delay);
     run.last_call = Some(took);
+    run.last_call_started = Some(started_at);
     Ok(Step::On(Made {
         result,
         hold,

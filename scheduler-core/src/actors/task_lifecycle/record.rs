@@ -125,6 +125,7 @@ pub(super) fn status_record(
         updated_at: run.deps.clock.now(),
         last_error,
         result,
+        started_at: run.last_call_started,
     }
 }
 

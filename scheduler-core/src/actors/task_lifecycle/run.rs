@@ -61,8 +61,10 @@ pub(super) struct TaskRun {
     store_failures: u32,
     /// Waits for a handler so far.
     pub(super) handler_waits: u32,
-    /// How long the last call took (for the task's finished line).
+    /// How long the last call took (for the task's finished line), and when it began (kept with
+    /// the task's final status).
     pub(super) last_call: Option<std::time::Duration>,
+    pub(super) last_call_started: Option<chrono::DateTime<chrono::Utc>>,
     /// The last call's error, if it failed (for the task's span's status).
     pub(super) last_error: Option<String>,
     pub(super) rng: fastrand::Rng,
@@ -100,6 +102,7 @@ impl TaskRun {
             store_failures: 0,
             handler_waits: 0,
             last_call: None,
+            last_call_started: None,
             last_error: None,
             rng: fastrand::Rng::new(),
             span,

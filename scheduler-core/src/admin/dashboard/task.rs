@@ -129,17 +129,19 @@ pub(crate) fn render(task: &TaskResponse) -> String {
     } else {
         html.push_str(
             "<table id=\"attempt-history\"><thead><tr><th>Attempt</th><th>Started</th>\
-             <th>Finished</th><th>Outcome</th><th>Error</th></tr></thead><tbody>\n",
+             <th>Finished</th><th>Took</th><th>Outcome</th><th>Error</th></tr></thead><tbody>\n",
         );
         for a in &task.history {
             let _ = writeln!(
                 html,
                 "<tr class=\"attempt\"><td data-field=\"attempt\">{}</td><td>{}</td><td>{}</td>\
+                 <td data-field=\"took\">{}</td>\
                  <td data-field=\"outcome\"><span class=\"status {o}\">{o}</span></td>\
                  <td class=\"error-text\">{}</td></tr>",
                 a.attempt,
                 or_dash(a.started_at.as_deref()),
                 escape(&a.finished_at),
+                or_dash(a.duration_ms.map(|ms| format!("{ms} ms")).as_deref()),
                 or_dash(a.error.as_deref()),
                 o = escape(&a.outcome),
             );
@@ -172,6 +174,7 @@ mod tests {
                     attempt: 2,
                     started_at: Some("2026-03-01T12:00:00.900Z".into()),
                     finished_at: "2026-03-01T12:00:01.000Z".into(),
+                    duration_ms: Some(100),
                     outcome: "invalid".into(),
                     error: Some("bad <input>".into()),
                 },
@@ -179,6 +182,7 @@ mod tests {
                     attempt: 1,
                     started_at: None,
                     finished_at: "2026-03-01T12:00:00.500Z".into(),
+                    duration_ms: None,
                     outcome: "failed".into(),
                     error: None,
                 },
@@ -195,6 +199,7 @@ mod tests {
             "<td data-field=\"attempt\">2</td><td>2026-03-01T12:00:00.900Z</td>",
             "<td data-field=\"attempt\">1</td><td><span class=\"none\">—</span></td>",
             "class=\"status invalid\">invalid<",
+            "<td data-field=\"took\">100 ms</td>",
         ] {
             assert!(html.contains(expected), "{expected} missing from {html}");
         }

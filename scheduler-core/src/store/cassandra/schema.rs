@@ -27,7 +27,7 @@ use crate::store::ttl::last_expiry;
 use crate::store::{StoreError, StoreResult, TaskStatus};
 
 /// The schema version this release runs on.
-pub const SCHEMA_VERSION: u32 = 13;
+pub const SCHEMA_VERSION: u32 = 14;
 
 /// Where every keyspace's schema version and migration lock are kept.
 pub const META_KEYSPACE: &str = "scheduler_meta";
@@ -270,6 +270,9 @@ async fn apply_migrations(
     }
     if at < 13 {
         migrate_v13(session, ks).await?;
+    }
+    if at < 14 {
+        migrate_v14(session, ks).await?;
     }
     session
         .query_unpaged(
@@ -652,6 +655,13 @@ async fn migrate_v12(session: &Session, settings: &CassandraSettings) -> StoreRe
 /// (`key_permit_holders`, written with a TTL every third of it: its tombstones are the expired
 /// rows of holders gone in the last `gc_grace_seconds`, an hour). And the overrides an operator
 /// sets per key at run time (`key_limits`, one partition every node polls).
+/// Version 14: when the call that ended a task began (`task_status.started_at`), so the attempt
+/// that finished a task on its first try shows its start and duration (it has no attempt row).
+async fn migrate_v14(session: &Session, ks: &str) -> StoreResult<()> {
+    add_column_if_absent(session, ks, "task_status", "started_at", "timestamp").await?;
+    await_agreement(session).await
+}
+
 async fn migrate_v13(session: &Session, ks: &str) -> StoreResult<()> {
     let keys = format!(
         "CREATE TABLE IF NOT EXISTS {ks}.key_permits (scope text, limit_key text, \
