@@ -8,7 +8,7 @@ mod common;
 
 use common::{body, canned_api, query, scheduler};
 
-const TASK: &str = r#"{"orderingId":"o 1","scheduledTime":"2026-11-22T09:00:00.000Z","uniquenessKey":"u&1","partition":2,"status":"failed","attempts":2,"lastError":"boom","updatedAt":"2026-11-22T09:00:03.000Z","taskData":null,"history":[{"attempt":2,"startedAt":"2026-11-22T09:00:02.000Z","finishedAt":"2026-11-22T09:00:03.000Z","outcome":"failed","error":"boom"},{"attempt":1,"startedAt":"2026-11-22T09:00:00.000Z","finishedAt":"2026-11-22T09:00:01.000Z","outcome":"failed","error":null}]}"#;
+const TASK: &str = r#"{"orderingId":"o 1","scheduledTime":"2026-11-22T09:00:00.000Z","uniquenessKey":"u&1","partition":2,"status":"failed","attempts":2,"lastError":"boom","updatedAt":"2026-11-22T09:00:03.000Z","taskData":null,"history":[{"attempt":2,"startedAt":"2026-11-22T09:00:02.000Z","finishedAt":"2026-11-22T09:00:03.000Z","durationMs":1000,"outcome":"failed","error":"boom"},{"attempt":1,"startedAt":"2026-11-22T09:00:00.000Z","finishedAt":"2026-11-22T09:00:01.000Z","durationMs":1000,"outcome":"failed","error":null}]}"#;
 
 #[test]
 fn get_asks_for_the_key_as_typed_and_prints_the_task_and_its_history() {
@@ -67,7 +67,8 @@ fn get_asks_for_the_key_as_typed_and_prints_the_task_and_its_history() {
     // The answer's keys sorted, as the command has always printed it.
     let sorted: serde_json::Value = serde_json::from_str(TASK).expect("JSON");
     assert_eq!(out, format!("{sorted}\n"));
-    assert!(out.starts_with(r#"{"attempts":2,"history":[{"attempt":2,"error":"boom","#));
+    assert!(out
+        .starts_with(r#"{"attempts":2,"history":[{"attempt":2,"durationMs":1000,"error":"boom","#));
 }
 
 #[test]
