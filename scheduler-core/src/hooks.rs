@@ -14,6 +14,8 @@
 //! | [`at_final_record`](TaskHook::at_final_record) | before the final status is written, as owner | sub-tasks and jobs, a group's member outcome, a dead letter |
 //! | [`found_final`](TaskHook::found_final) | the status check found a final status | a member's outcome in its group |
 //! | [`finished`](TaskHook::finished) | after the final status is stored | a completion event |
+//! | [`retrying`](TaskHook::retrying) | a retryable failure was recorded; the task waits for its next attempt | the retrying set the admin API lists |
+//! | [`ended`](TaskHook::ended) | the task's run on this tree ended, however (finished, left to the next tree, fenced) | the same set, forgetting it |
 //!
 //! One more point is the executor's, not the lifecycle's: a [`CallGate`], which a due task passes
 //! before it takes an executor slot, holding what the gate gave it until its call returns (a
@@ -24,6 +26,7 @@
 
 use std::future::Future;
 
+use chrono::{DateTime, Utc};
 use futures::future::BoxFuture;
 use scheduler_client::{Task, TaskKey};
 
@@ -228,6 +231,25 @@ pub trait TaskHook: Send + Sync + 'static {
 
     /// The task's final `record` is stored.
     fn finished(&self, _key: &TaskKey, _record: &StatusRecord) {}
+
+    /// A retryable failure of the task was recorded: it waits for its next attempt. Called on
+    /// the task's run, before the wait: cheap, no I/O.
+    fn retrying(&self, _partition: PartitionId, _task: &Task, _retry: &RetryPlanned) {}
+
+    /// The task's run on this tree ended, whatever ended it (a final status, a tree that stops
+    /// or was fenced, a run dropped with its tree). Cheap, no I/O.
+    fn ended(&self, _partition: PartitionId, _key: &TaskKey) {}
+}
+
+/// A retry the lifecycle planned ([`TaskHook::retrying`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RetryPlanned {
+    /// The attempts made so far (the next one is this plus one).
+    pub attempt: u32,
+    /// When the next attempt is due, by the node's clock (it may wait longer for a slot).
+    pub at: DateTime<Utc>,
+    /// The failed attempt's error (none when the call was not charged an attempt).
+    pub error: Option<String>,
 }
 
 /// What a task holds from a [`CallGate`] until its call returns (e.g. a permit of its limit

@@ -21,7 +21,8 @@
 //!   `actors/task_lifecycle/`: a task's life as steps (check, before the call, call, record).
 //! - Features attached to a task's life at the hook points of `hooks.rs`: `identity.rs`,
 //!   `suspend.rs`, `groups/` (groups, sub-tasks, jobs), `dead_letter.rs`, `events.rs`,
-//!   `limits/` (per-key limits, at the call pool's gate); and `recurring/`, a handler of an
+//!   `limits/` (per-key limits, at the call pool's gate), `retrying.rs` (the tasks waiting for
+//!   a retry, for the admin API); and `recurring/`, a handler of an
 //!   engine task type.
 //! - The engine's parts: `call_pool.rs` (where handlers are called), `lease.rs` (one run at a
 //!   time per orderingId across trees), `cancel_gate.rs`, `in_flight.rs`, `metrics.rs`,
@@ -58,6 +59,7 @@ mod polled;
 pub mod recurring;
 pub mod remote;
 mod retry;
+mod retrying;
 mod schedule_spec;
 pub mod settings;
 mod slots;

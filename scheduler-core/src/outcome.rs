@@ -36,3 +36,15 @@ pub enum ExecutionOutcome {
     /// here, and is left for the owner.
     Fenced,
 }
+
+/// `error` cut to its first `max` bytes, on a character's boundary (an error a handler or a
+/// worker returned, kept where its size must be bounded).
+pub(crate) fn cut_error(error: &mut String, max: usize) {
+    if error.len() > max {
+        let end = (0..=max)
+            .rev()
+            .find(|&i| error.is_char_boundary(i))
+            .unwrap_or(0);
+        error.truncate(end);
+    }
+}

@@ -18,6 +18,7 @@ use crate::identity::IdentityHook;
 use crate::in_flight::InFlightGauges;
 use crate::limits::{self, KeyOverrides, Limits};
 use crate::metrics::Metrics;
+use crate::retrying::RetryingTasks;
 use crate::settings::SchedulingSettings;
 use crate::store::{
     AttemptStore, FinishStore, LeaseStore, ScheduleStore, StatusStore, Suspensions, Tables,
@@ -48,6 +49,8 @@ pub struct PartitionDeps {
     pub hooks: Arc<[Arc<dyn TaskHook>]>,
     /// The per-key limits, whose gates the pool has.
     pub limits: Limits,
+    /// The tasks waiting for a retry (a hook too), for the admin API.
+    pub retrying: RetryingTasks,
 }
 
 impl PartitionDeps {
@@ -129,7 +132,7 @@ impl DepsBuilder {
 
     /// The dependencies, with the call pool of the settings' limits (per-type timeouts, per-key
     /// concurrency) and every feature attached: identities, suspensions, dead letters, groups (with
-    /// sub-tasks and jobs), completion events.
+    /// sub-tasks and jobs), the retrying set, completion events.
     pub fn build(self) -> PartitionDeps {
         let settings = self.settings;
         let runtime = self.runtime.unwrap_or_else(tokio::runtime::Handle::current);
@@ -178,6 +181,8 @@ impl DepsBuilder {
                 partitions: self.partitions,
             }),
         ];
+        let retrying = RetryingTasks::default();
+        hooks.push(Arc::new(retrying.clone()));
         if let Some(events) = self.events {
             hooks.push(Arc::new(events));
         }
@@ -192,6 +197,7 @@ impl DepsBuilder {
             enqueuer: self.enqueuer,
             hooks: hooks.into(),
             limits,
+            retrying,
         }
     }
 }

@@ -229,6 +229,34 @@ pub struct ListQuery {
     pub from_ordering_id: Option<String>,
     /// With `from_ordering_id`, the key the previous page ended at.
     pub from_uniqueness_key: Option<String>,
+    /// Only tasks of this type.
+    pub task_type: Option<String>,
+    /// Only this orderingId's tasks: only its partition is read (its rows of the window, up to
+    /// `limit` a page, others' included), so a page may hold few of them: follow `next`.
+    pub ordering_id: Option<String>,
+    /// Only tasks in this state (see [`ListedTask::state`]).
+    pub state: Option<PendingState>,
+    /// Whether the engine's own tasks (a recurring schedule's ticks, `scheduler:tick`) are
+    /// listed too (default false).
+    pub include_internal: Option<bool>,
+}
+
+/// Where a pending task stands (this node's view: a retry or a limit of a task another node
+/// runs is not seen here, and it shows as `overdue`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub enum PendingState {
+    /// Not due yet.
+    Waiting,
+    /// Due, not run yet (behind its orderingId's earlier tasks, waiting for a slot, or run by
+    /// another node).
+    Overdue,
+    /// An attempt failed; the next is due at `retry.nextAttemptAt`.
+    Retrying,
+    /// Held by a suspension of its orderingId, type or group (`suspendedBy`).
+    Suspended,
+    /// Held at its limit key's concurrency or rate limit (on this node).
+    Limited,
 }
 
 /// `GET /api/v1/tasks`'s answer: a page.
@@ -253,8 +281,57 @@ pub struct ListedTask {
     pub uniqueness_key: String,
     /// The partition the task belongs to.
     pub partition: PartitionId,
+    /// The task's type.
+    pub task_type: String,
+    /// Where it stands.
+    pub state: PendingState,
+    /// Its retry, when it is retrying.
+    pub retry: Option<RetryView>,
+    /// What suspends it (`kind:target`), when it is suspended.
+    pub suspended_by: Option<String>,
     /// The task's data.
     pub task_data: Value,
+}
+
+/// A task's planned retry.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RetryView {
+    /// The attempts made so far.
+    pub attempts: u32,
+    /// When the next attempt is due.
+    pub next_attempt_at: String,
+    /// Why the last attempt failed (its first KiB).
+    pub error: Option<String>,
+}
+
+/// `GET /api/v1/tasks/retrying`'s answer: the tasks this node runs that wait for their next
+/// attempt, the soonest due first.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RetryingResponse {
+    /// At most 1,000, the soonest due first.
+    pub tasks: Vec<RetryingTask>,
+    /// How many wait for a retry on this node.
+    pub total: usize,
+}
+
+/// One task of [`RetryingResponse`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RetryingTask {
+    /// The task's orderingId.
+    pub ordering_id: String,
+    /// The task's scheduled time.
+    pub scheduled_time: String,
+    /// The task's uniquenessKey.
+    pub uniqueness_key: String,
+    /// The task's partition.
+    pub partition: PartitionId,
+    /// The task's type.
+    pub task_type: String,
+    /// Its retry.
+    pub retry: RetryView,
 }
 
 /// Where the next page of a listing starts: the last key of this one.

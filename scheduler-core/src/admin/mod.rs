@@ -8,7 +8,8 @@
 //! | `GET /api/v1/status` | node id, version, owned partitions, tasks in memory per stage and Kafka lag per partition |
 //! | `GET /api/v1/partitions` | every partition of the queue and the node that claimed it last, with the epoch and when (from the store: the whole cluster) |
 //! | `GET /api/v1/task?orderingId=&scheduledTime=&uniquenessKey=[&history=N]` | the task, its status, attempt count and attempt history (newest first, at most N, default 20) |
-//! | `GET /api/v1/tasks?from=&to=&limit=[&fromOrderingId=&fromUniquenessKey=]` | incomplete tasks due in `[from, to)` across all partitions, in task-key order, with the cursor of the next page |
+//! | `GET /api/v1/tasks?from=&to=&limit=[&fromOrderingId=&fromUniquenessKey=&taskType=&orderingId=&state=&includeInternal=]` | incomplete tasks due in `[from, to)` across all partitions (or one orderingId's), in task-key order, each with its state (waiting, overdue, retrying, suspended, limited), with the cursor of the next page |
+//! | `GET /api/v1/tasks/retrying` | this node's tasks waiting for their next attempt: when, after how many, why |
 //! | `POST /api/v1/tasks` with a task or an array of tasks (the wire format) | enqueue them, answered once the broker acknowledged (201), with each refused task (400, none sent) |
 //! | `GET /api/v1/task?orderingId=&uniquenessKey=` | the same for the current task of an identity (scheduled with a conflict mode) |
 //! | `POST /api/v1/task/cancel` with `{"orderingId","scheduledTime","uniquenessKey"}` | enqueue a cancellation on the task's partition; without `scheduledTime`, of the identity's pending task |
@@ -162,6 +163,7 @@ fn queue_routes() -> Router<Arc<AdminState>> {
         .route("/api/v1/task/cancel", post(cancel))
         .route("/api/v1/task/reschedule", post(reschedule))
         .route("/api/v1/tasks", get(tasks).post(enqueue::enqueue))
+        .route("/api/v1/tasks/retrying", get(listing::retrying))
         .route("/api/v1/dead-letters", get(dead_letters::list))
         .route("/api/v1/dead-letters/redrive", post(dead_letters::redrive))
         .route("/api/v1/dead-letters/purge", post(dead_letters::purge))

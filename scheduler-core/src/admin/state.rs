@@ -58,6 +58,8 @@ pub struct AdminState {
     pub limits: Option<crate::limits::Limits>,
     /// The node's remote workers (none if it takes none).
     pub workers: Option<crate::remote::RemoteWorkers>,
+    /// The queue's tasks waiting for a retry on this node (none in tests without a node).
+    pub retrying: Option<crate::retrying::RetryingTasks>,
 }
 
 /// An error answered as JSON.

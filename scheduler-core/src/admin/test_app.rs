@@ -58,6 +58,7 @@ pub(super) fn state(store: Arc<MemoryStore>) -> AdminState {
         max_task_bytes: 512 * 1024,
         limits: None,
         workers: None,
+        retrying: None,
     }
 }
 

@@ -114,7 +114,9 @@ pub(super) async fn complete(
                 });
             }
         }
-        Completion::Retry { error, .. } | Completion::Invalid { error } => cut(error),
+        Completion::Retry { error, .. } | Completion::Invalid { error } => {
+            crate::outcome::cut_error(error, MAX_ERROR)
+        }
         Completion::Success { result: None } => {}
     }
     workers.complete(&claim_id, completion).map_err(refused)?;
@@ -129,15 +131,4 @@ pub(crate) async fn list(
         workers: workers.view(),
         waiting: workers.waiting(),
     }))
-}
-
-/// `error` cut to `MAX_ERROR` bytes, on a character boundary.
-fn cut(error: &mut String) {
-    if error.len() > MAX_ERROR {
-        let mut end = MAX_ERROR;
-        while !error.is_char_boundary(end) {
-            end -= 1;
-        }
-        error.truncate(end);
-    }
 }

@@ -242,6 +242,7 @@ impl SchedulerNode {
                     max_task_bytes: p.queue.scheduling.max_task_data_bytes,
                     limits: Some(p.deps.limits.clone()),
                     workers: workers.clone(),
+                    retrying: Some(p.deps.retrying.clone()),
                 }));
             }
             Some(start_admin(&settings.admin, states, runtime).await?)

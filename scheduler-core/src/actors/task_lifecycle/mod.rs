@@ -48,7 +48,7 @@ use tracing::{debug, info, Instrument};
 use tracing_opentelemetry::OpenTelemetrySpanExt;
 
 use super::RunDeps;
-use crate::hooks::Halt;
+use crate::hooks::{Halt, RetryPlanned, TaskHook};
 use crate::in_flight::Pin;
 use crate::outcome::ExecutionOutcome;
 use crate::store::PartitionId;
@@ -101,6 +101,12 @@ pub(crate) async fn run_task(
         span.add_link(producer);
     }
     let task_type = task.task_type.clone();
+    // The hooks hear that the run ended however it ends, dropped with its tree included.
+    let _ended = Ended {
+        hooks: std::sync::Arc::clone(&deps.hooks),
+        partition,
+        key: key.clone(),
+    };
     let mut run = TaskRun::new(partition, key, pin, deps, links, span.clone());
     let outcome = match lifecycle(&mut run, task).instrument(span.clone()).await {
         Ok(outcome) => outcome,
@@ -120,6 +126,21 @@ pub(crate) async fn run_task(
     }
     finished_line(&run, &task_type, outcome);
     outcome
+}
+
+/// Tells the hooks that a task's run ended ([`TaskHook::ended`]) when dropped.
+struct Ended {
+    hooks: std::sync::Arc<[std::sync::Arc<dyn TaskHook>]>,
+    partition: PartitionId,
+    key: scheduler_client::TaskKey,
+}
+
+impl Drop for Ended {
+    fn drop(&mut self) {
+        for hook in self.hooks.iter() {
+            hook.ended(self.partition, &self.key);
+        }
+    }
 }
 
 /// One INFO line per task that ended here with an outcome of its own (its key, type, outcome,
@@ -159,7 +180,17 @@ async fn lifecycle(run: &mut TaskRun, mut task: Task) -> Result<ExecutionOutcome
         };
         match record::record(run, &task, made).await? {
             Next::Finished(outcome) => return Ok(outcome),
-            Next::RetryAfter(delay) => run.unless_stopped(tokio::time::sleep(delay)).await?,
+            Next::RetryAfter(delay) => {
+                let retry = RetryPlanned {
+                    attempt: run.attempts,
+                    at: run.deps.clock.now() + delay,
+                    error: run.last_error.clone(),
+                };
+                for hook in run.deps.hooks.iter() {
+                    hook.retrying(run.partition, &task, &retry);
+                }
+                run.unless_stopped(tokio::time::sleep(delay)).await?
+            }
         }
     }
 }

@@ -256,6 +256,8 @@ struct Harness {
     outbox: crate::enqueue::Outbox,
     /// The suspensions the node's trees see (as the node's poll would set them).
     suspend: tokio::sync::watch::Sender<Arc<crate::store::Suspensions>>,
+    /// The node's retrying set.
+    retrying: crate::retrying::RetryingTasks,
 }
 
 impl Harness {
@@ -314,6 +316,7 @@ impl Harness {
         .build();
         let in_flight = deps.in_flight.clone();
         let metrics = Arc::clone(&deps.metrics);
+        let retrying = deps.retrying.clone();
         let topic = TopicSupervisor::new(deps).start();
         Harness {
             store,
@@ -323,6 +326,7 @@ impl Harness {
             metrics,
             outbox,
             suspend,
+            retrying,
         }
     }
 

@@ -321,3 +321,47 @@ fn a_task_done_in_one_attempt_is_recorded_by_its_status_alone() {
         );
     });
 }
+
+#[test]
+fn a_task_waiting_for_its_retry_is_in_the_retrying_set_until_its_run_ends() {
+    run_paused(|| async {
+        let h = Harness::new(
+            SchedulingSettings::default(),
+            Duration::ZERO,
+            &[
+                ("flaky", Behaviour::FailTimes(2)),
+                ("stuck", Behaviour::FailAlways),
+            ],
+        );
+        h.assign().await;
+        let flaky = task("flaky", t0(), "1");
+        let stuck = task("stuck", t0(), "1");
+        h.enqueue(vec![flaky.clone(), stuck.clone()]).await;
+        advance(Duration::from_secs(1)).await;
+        let retry = h
+            .retrying
+            .of(&flaky.key())
+            .expect("flaky waits for its retry");
+        let first = h.recorder.call_times("flaky")[0];
+        // Factor 20 s: the first retry waits between 10 and 20 s.
+        let wait = (retry.next_attempt_at - first).num_milliseconds();
+        assert!((10_000..=20_000).contains(&wait), "{wait} ms");
+        assert_eq!((retry.attempts, retry.partition), (1, P));
+        assert!(retry.error.is_some(), "{retry:?}");
+        let listed: Vec<String> = (h.retrying.list().into_iter())
+            .map(|(key, _)| key.ordering_id)
+            .collect();
+        assert_eq!(listed.len(), 2, "{listed:?}");
+        // Its second failure moves its next attempt on; its success takes it out.
+        advance(Duration::from_secs(21)).await;
+        assert_eq!(h.retrying.of(&flaky.key()).map(|r| r.attempts), Some(2));
+        advance(Duration::from_secs(60)).await;
+        assert_eq!(h.recorder.call_times("flaky").len(), 3);
+        assert_eq!(h.retrying.of(&flaky.key()), None, "completed");
+        assert!(h.retrying.of(&stuck.key()).is_some());
+        // A task left to the next tree leaves the set with its run.
+        assert!(h.topic.send(RevokePartitions).await.expect("revoke"));
+        advance(Duration::from_secs(1)).await;
+        assert!(h.retrying.list().is_empty(), "{:?}", h.retrying.list());
+    });
+}

@@ -12,6 +12,7 @@ use axum::extract::{FromRequestParts, NestedPath};
 use axum::http::request::Parts;
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{Html, IntoResponse, Response};
+use chrono::{DateTime, Utc};
 
 use crate::admin::state::AdminState;
 
@@ -77,6 +78,41 @@ pub(crate) fn form<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, Str
         .map_err(|e| e.body_text())
 }
 
+/// How far `at` is from `now`, in its largest unit: `in 5 min`, `3 h ago`, `now`.
+pub(crate) fn relative(at: DateTime<Utc>, now: DateTime<Utc>) -> String {
+    let seconds = (at - now).num_seconds();
+    let n = seconds.unsigned_abs();
+    let amount = match n {
+        0 => return "now".to_string(),
+        1..=59 => format!("{n} s"),
+        60..=3_599 => format!("{} min", n / 60),
+        3_600..=172_799 => format!("{} h", n / 3_600),
+        _ => format!("{} d", n / 86_400),
+    };
+    match seconds > 0 {
+        true => format!("in {amount}"),
+        false => format!("{amount} ago"),
+    }
+}
+
+/// An RFC 3339 time as the API gives it, with how far it is from `now` beside it (the text as
+/// given, escaped, if it is not a time).
+pub(crate) fn when(text: &str, now: DateTime<Utc>) -> String {
+    match DateTime::parse_from_rfc3339(text) {
+        Ok(at) => format!(
+            "<time datetime=\"{t}\">{t}</time> <span class=\"ago\">({})</span>",
+            relative(at.with_timezone(&Utc), now),
+            t = escape(text)
+        ),
+        Err(_) => escape(text),
+    }
+}
+
+/// [`when`], or a grey dash when there is no time.
+pub(crate) fn when_or_dash(text: Option<&str>, now: DateTime<Utc>) -> String {
+    text.map_or_else(|| or_dash(None), |t| when(t, now))
+}
+
 /// `value`, or a grey dash when there is none.
 pub(crate) fn or_dash(value: Option<&str>) -> String {
     value.map_or_else(|| "<span class=\"none\">—</span>".to_string(), escape)
@@ -86,7 +122,9 @@ pub(crate) fn or_dash(value: Option<&str>) -> String {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Section {
     Overview,
+    Pending,
     DeadLetters,
+    Suspensions,
     GroupsJobs,
     Schedules,
     Limits,
@@ -96,9 +134,11 @@ pub(crate) enum Section {
 }
 
 impl Section {
-    const NAVIGATION: [(Section, &'static str, &'static str); 7] = [
+    const NAVIGATION: [(Section, &'static str, &'static str); 9] = [
         (Section::Overview, "", "Overview"),
+        (Section::Pending, "/pending", "Pending"),
         (Section::DeadLetters, "/dead-letters", "Dead letters"),
+        (Section::Suspensions, "/suspensions", "Suspensions"),
         (Section::GroupsJobs, "/groups-jobs", "Groups & jobs"),
         (Section::Schedules, "/schedules", "Schedules"),
         (Section::Limits, "/limits", "Limits"),
@@ -326,6 +366,25 @@ mod tests {
             })
         );
         assert!(form::<Key>(b"taskType=x").is_err(), "orderingId is missing");
+    }
+
+    #[test]
+    fn times_show_how_far_they_are_from_now() {
+        let now = DateTime::parse_from_rfc3339("2026-03-01T12:00:00Z")
+            .map(|t| t.with_timezone(&Utc))
+            .unwrap_or_default();
+        let at = |secs: i64| now + chrono::TimeDelta::seconds(secs);
+        assert_eq!(relative(at(0), now), "now");
+        assert_eq!(relative(at(42), now), "in 42 s");
+        assert_eq!(relative(at(-300), now), "5 min ago");
+        assert_eq!(relative(at(7_200 + 59), now), "in 2 h");
+        assert_eq!(relative(at(-3 * 86_400), now), "3 d ago");
+        assert_eq!(
+            when("2026-03-01T11:59:00.000Z", now),
+            "<time datetime=\"2026-03-01T11:59:00.000Z\">2026-03-01T11:59:00.000Z</time> \
+             <span class=\"ago\">(1 min ago)</span>"
+        );
+        assert_eq!(when("<not a time>", now), "&lt;not a time&gt;");
     }
 
     #[test]

@@ -6,13 +6,14 @@ use std::sync::{Arc, Mutex};
 use axum::body::Body;
 use axum::http::{header, Method, Request, StatusCode};
 use axum::Extension;
-use chrono::{TimeZone, Utc};
-use scheduler_client::Task;
+use chrono::{TimeDelta, TimeZone, Utc};
+use scheduler_client::{partition_for, Task};
 use tower::ServiceExt;
 
 use super::history::Histories;
 use crate::admin::test_app::state;
 use crate::admin::{router, AdminState};
+use crate::retrying::RetryingTasks;
 use crate::store::memory::MemoryStore;
 use crate::store::{DeadLetter, DeadLetterStore, DeadReason};
 
@@ -301,5 +302,320 @@ async fn the_workers_page_shows_connected_workers_their_claims_and_waiting_tasks
     assert!(
         page.body.contains("href=\"/dashboard/workers\""),
         "in the navigation"
+    );
+}
+
+/// The admin router over `store`, without a token, with `retrying` as the node's retrying set.
+fn open_app(store: Arc<MemoryStore>, retrying: Option<RetryingTasks>) -> axum::Router {
+    let state = AdminState {
+        retrying,
+        ..state(store)
+    };
+    router(vec![Arc::new(state)])
+}
+
+#[tokio::test]
+async fn the_pending_page_lists_tasks_by_state_type_and_ordering_id_without_the_ticks() {
+    use crate::hooks::{RetryPlanned, TaskHook};
+    use crate::store::{ScheduleStore, Suspension, SuspensionStore, SuspensionTarget};
+    let store = Arc::new(MemoryStore::new());
+    let now = Utc::now();
+    let task = |o: &str, secs: i64, task_type: &str| {
+        let at = now + TimeDelta::seconds(secs);
+        Task::new(o, at, "u", Default::default()).of_type(task_type)
+    };
+    let later = task("due-later", 600, "email");
+    let overdue = task("overdue-1", -60, "email");
+    let held = task("held-1", -30, "sms");
+    let retried = task("retry-1", -120, "email");
+    let tick = task("scheduler:tick:daily", 300, crate::recurring::TICK_TYPE);
+    for t in [&later, &overdue, &held, &retried, &tick] {
+        let partition = partition_for(&t.ordering_id, 4);
+        let refused = store.persist(partition, vec![t.clone()]).await;
+        assert_eq!(refused.map(|r| r.len()).ok(), Some(0));
+    }
+    let suspension = Suspension {
+        target: SuspensionTarget::OrderingId("held-1".into()),
+        since: now,
+        reason: Some("maintenance".into()),
+    };
+    store.suspend(suspension).await.expect("suspended");
+    let retrying = RetryingTasks::default();
+    let plan = RetryPlanned {
+        attempt: 2,
+        at: now + TimeDelta::seconds(30),
+        error: Some("smtp <down>".into()),
+    };
+    retrying.retrying(partition_for("retry-1", 4), &retried, &plan);
+    let app = open_app(store, Some(retrying));
+    let rows = |body: &str| -> Vec<(String, String)> {
+        (body
+            .split("<tr class=\"pending\" data-ordering-id=\"")
+            .skip(1))
+        .filter_map(|row| {
+            let (o, rest) = row.split_once('"')?;
+            let state = rest.split("data-state=\"").nth(1)?.split('"').next()?;
+            Some((o.to_string(), state.to_string()))
+        })
+        .collect()
+    };
+    let page = call(&app, Method::GET, "/dashboard/pending", "", "").await;
+    assert_eq!(page.status, StatusCode::OK, "{}", page.body);
+    let mut listed = rows(&page.body);
+    listed.sort();
+    let expected = [
+        ("due-later", "waiting"),
+        ("held-1", "suspended"),
+        ("overdue-1", "overdue"),
+        ("retry-1", "retrying"),
+    ];
+    let expected: Vec<(String, String)> = (expected.iter())
+        .map(|(o, s)| (o.to_string(), s.to_string()))
+        .collect();
+    assert_eq!(listed, expected, "{}", page.body);
+    for shown in [
+        "by orderingId:held-1",
+        "attempt 3 next <time",
+        "id=\"retrying-count\">1<",
+        "<tr class=\"retrying\" data-ordering-id=\"retry-1\">",
+        "smtp &lt;down&gt;",
+    ] {
+        assert!(page.body.contains(shown), "{shown}: {}", page.body);
+    }
+    // (Due in 600 s, read a moment later.)
+    let ago = ["(in 9 min)", "(in 10 min)"];
+    assert!(ago.iter().any(|a| page.body.contains(a)), "{}", page.body);
+    assert!(!page.body.contains("scheduler:tick"), "{}", page.body);
+    // The engine's ticks when asked for; one state, one type, one orderingId.
+    let with_ticks = call(&app, Method::GET, "/dashboard/pending?internal=1", "", "").await;
+    assert!(rows(&with_ticks.body)
+        .iter()
+        .any(|(o, _)| o == "scheduler:tick:daily"));
+    for (query, only) in [
+        ("state=suspended", "held-1"),
+        ("taskType=sms", "held-1"),
+        ("orderingId=overdue-1", "overdue-1"),
+        ("state=retrying&taskType=email", "retry-1"),
+    ] {
+        let page = call(
+            &app,
+            Method::GET,
+            &format!("/dashboard/pending?{query}"),
+            "",
+            "",
+        )
+        .await;
+        let listed: Vec<String> = rows(&page.body).into_iter().map(|(o, _)| o).collect();
+        assert_eq!(listed, [only], "{query}");
+    }
+    let bad = call(&app, Method::GET, "/dashboard/pending?state=asleep", "", "").await;
+    assert_eq!(bad.status, StatusCode::BAD_REQUEST);
+    // The API's answer carries the same.
+    let api = call(&app, Method::GET, "/api/v1/tasks/retrying", "", "").await;
+    let api: serde_json::Value = serde_json::from_str(&api.body).unwrap_or_default();
+    assert_eq!(api["total"], 1);
+    assert_eq!(api["tasks"][0]["retry"]["attempts"], 2);
+}
+
+#[tokio::test]
+async fn a_suspension_is_added_and_resumed_through_its_page() {
+    let store = Arc::new(MemoryStore::new());
+    let app = open_app(Arc::clone(&store), None);
+    let empty = call(&app, Method::GET, "/dashboard/suspensions", "", "").await;
+    assert!(
+        empty.body.contains("id=\"no-suspensions\""),
+        "{}",
+        empty.body
+    );
+    let added = call(
+        &app,
+        Method::POST,
+        "/dashboard/suspensions/suspend",
+        "",
+        "kind=taskType&target=email&reason=smtp+%3Cdown%3E",
+    )
+    .await;
+    assert_eq!(added.status, StatusCode::SEE_OTHER, "{}", added.body);
+    let page = call(&app, Method::GET, &added.location, "", "").await;
+    for shown in [
+        "Suspended taskType <code>email</code>",
+        "<tr class=\"suspension\" data-kind=\"taskType\" data-target=\"email\">",
+        "smtp &lt;down&gt;",
+    ] {
+        assert!(page.body.contains(shown), "{shown}: {}", page.body);
+    }
+    let resumed = call(
+        &app,
+        Method::POST,
+        "/dashboard/suspensions/resume",
+        "",
+        "kind=taskType&target=email",
+    )
+    .await;
+    assert_eq!(resumed.status, StatusCode::SEE_OTHER, "{}", resumed.body);
+    let page = call(&app, Method::GET, &resumed.location, "", "").await;
+    assert!(page.body.contains("Resumed taskType"), "{}", page.body);
+    assert!(page.body.contains("id=\"no-suspensions\""), "{}", page.body);
+    let bad = call(
+        &app,
+        Method::POST,
+        "/dashboard/suspensions/suspend",
+        "",
+        "kind=tenant&target=x",
+    )
+    .await;
+    assert_eq!(bad.status, StatusCode::BAD_REQUEST);
+}
+
+#[tokio::test]
+async fn ticked_dead_letters_are_purged_only_once_confirmed() {
+    let store = Arc::new(MemoryStore::new());
+    let at = Utc.with_ymd_and_hms(2026, 3, 1, 12, 0, 0).single().unwrap();
+    for o in ["a", "b", "c"] {
+        let letter = DeadLetter {
+            partition: 0,
+            task: Task::new(o, at, "u&1", Default::default()).of_type("payments"),
+            attempts: 1,
+            last_error: "declined".into(),
+            reason: DeadReason::Invalid,
+            dead_at: at,
+            redriven_at: None,
+            redrives: 0,
+        };
+        store.add_dead_letter(letter).await.expect("stored");
+    }
+    let app = open_app(store, None);
+    let page = call(&app, Method::GET, "/dashboard/dead-letters", "", "").await;
+    // Each row's checkbox carries its key, encoded.
+    let value = "o%3Da%26t%3D2026-03-01T12%253A00%253A00.000Z%26u%3Du%25261";
+    assert!(
+        page.body
+            .contains("value=\"o=a&amp;t=2026-03-01T12%3A00%3A00.000Z&amp;u=u%261\""),
+        "{}",
+        page.body
+    );
+    let b = value.replace("o%3Da", "o%3Db");
+    let unconfirmed = format!("key={value}&key={b}&action=purge");
+    let refused = call(
+        &app,
+        Method::POST,
+        "/dashboard/dead-letters/selected",
+        "",
+        &unconfirmed,
+    )
+    .await;
+    assert_eq!(refused.status, StatusCode::BAD_REQUEST);
+    assert!(
+        refused.body.contains("must be confirmed"),
+        "{}",
+        refused.body
+    );
+    let confirmed = format!("{unconfirmed}&confirm=yes");
+    let purged = call(
+        &app,
+        Method::POST,
+        "/dashboard/dead-letters/selected",
+        "",
+        &confirmed,
+    )
+    .await;
+    assert_eq!(purged.status, StatusCode::SEE_OTHER, "{}", purged.body);
+    let page = call(&app, Method::GET, &purged.location, "", "").await;
+    assert!(page.body.contains("id=\"purged\">2<"), "{}", page.body);
+    assert!(
+        page.body.contains("id=\"dead-letter-count\">1<"),
+        "{}",
+        page.body
+    );
+    // All of a type: confirmed first too.
+    let type_form = "taskType=payments&action=purge";
+    let refused = call(
+        &app,
+        Method::POST,
+        "/dashboard/dead-letters/redrive",
+        "",
+        type_form,
+    )
+    .await;
+    assert_eq!(refused.status, StatusCode::BAD_REQUEST);
+    let confirmed = format!("{type_form}&confirm=yes");
+    let purged = call(
+        &app,
+        Method::POST,
+        "/dashboard/dead-letters/redrive",
+        "",
+        &confirmed,
+    )
+    .await;
+    assert_eq!(purged.status, StatusCode::SEE_OTHER, "{}", purged.body);
+    let page = call(&app, Method::GET, &purged.location, "", "").await;
+    assert!(
+        page.body.contains("id=\"no-dead-letters\""),
+        "{}",
+        page.body
+    );
+}
+
+#[tokio::test]
+async fn a_schedule_is_paused_and_resumed_by_its_button_and_a_cancel_needs_its_checkbox() {
+    let store = Arc::new(MemoryStore::new());
+    let state = state(Arc::clone(&store));
+    let spec = crate::recurring::ScheduleSpec::every(
+        "nightly",
+        std::time::Duration::from_secs(60),
+        "report",
+        Default::default(),
+    );
+    state.schedules.create(spec).await.expect("created");
+    let app = router(vec![Arc::new(state)]);
+    let page = call(&app, Method::GET, "/dashboard/schedules", "", "").await;
+    assert!(page.body.contains(">Pause</button>"), "{}", page.body);
+    let paused = call(
+        &app,
+        Method::POST,
+        "/dashboard/schedules/pause",
+        "",
+        "id=nightly",
+    )
+    .await;
+    assert_eq!(paused.status, StatusCode::SEE_OTHER, "{}", paused.body);
+    let page = call(&app, Method::GET, &paused.location, "", "").await;
+    assert!(
+        page.body.contains("class=\"status paused\""),
+        "{}",
+        page.body
+    );
+    assert!(page.body.contains(">Resume</button>"), "{}", page.body);
+    let resumed = call(
+        &app,
+        Method::POST,
+        "/dashboard/schedules/resume",
+        "",
+        "id=nightly",
+    )
+    .await;
+    let page = call(&app, Method::GET, &resumed.location, "", "").await;
+    assert!(
+        page.body.contains("class=\"status active\""),
+        "{}",
+        page.body
+    );
+    let missing = call(
+        &app,
+        Method::POST,
+        "/dashboard/schedules/pause",
+        "",
+        "id=none",
+    )
+    .await;
+    assert_eq!(missing.status, StatusCode::NOT_FOUND);
+    // A cancel without its checkbox ticked is refused before anything is sent.
+    let form = "orderingId=o&scheduledTime=2030-01-01T00%3A00%3A00.000Z&uniquenessKey=u";
+    let refused = call(&app, Method::POST, "/dashboard/task/cancel", "", form).await;
+    assert_eq!(refused.status, StatusCode::BAD_REQUEST);
+    assert!(
+        refused.body.contains("must be confirmed"),
+        "{}",
+        refused.body
     );
 }
