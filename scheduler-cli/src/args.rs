@@ -269,6 +269,33 @@ pub(crate) struct ListArgs {
     /// See --from-ordering-id.
     #[arg(long, requires = "from_ordering_id")]
     pub(crate) from_uniqueness_key: Option<String>,
+    /// Only tasks of this type.
+    #[arg(long = "type", value_name = "TYPE")]
+    pub(crate) task_type: Option<String>,
+    /// Only this orderingId's tasks (only its partition is read).
+    #[arg(long)]
+    pub(crate) ordering_id: Option<String>,
+    /// Only tasks in this state, as the node sees it.
+    #[arg(long, value_enum)]
+    pub(crate) state: Option<StateArg>,
+    /// List the engine's own tasks too (a recurring schedule's ticks).
+    #[arg(long)]
+    pub(crate) include_internal: bool,
+}
+
+/// A pending task's state, for `list --state`.
+#[derive(Clone, Copy, Debug, clap::ValueEnum)]
+pub(crate) enum StateArg {
+    /// Not due yet.
+    Waiting,
+    /// Due, not run yet.
+    Overdue,
+    /// Waiting for its next attempt.
+    Retrying,
+    /// Held by a suspension.
+    Suspended,
+    /// Held at its limit key's limit.
+    Limited,
 }
 
 #[derive(Args)]

@@ -75,7 +75,7 @@ fn get_asks_for_the_key_as_typed_and_prints_the_task_and_its_history() {
 fn list_follows_the_pages_with_all_and_prints_one_row_per_task() {
     let page = |n: u32, next: &str| {
         format!(
-            r#"{{"tasks":[{{"orderingId":"o{n}","scheduledTime":"2026-11-22T09:00:0{n}.000Z","uniquenessKey":"u","partition":{n},"taskData":{{"n":{n}}}}}],"next":{next}}}"#
+            r#"{{"tasks":[{{"orderingId":"o{n}","scheduledTime":"2026-11-22T09:00:0{n}.000Z","uniquenessKey":"u","partition":{n},"taskType":"email","state":"waiting","retry":null,"suspendedBy":null,"taskData":{{"n":{n}}}}}],"next":{next}}}"#
         )
     };
     let first = page(
@@ -104,9 +104,9 @@ fn list_follows_the_pages_with_all_and_prints_one_row_per_task() {
     assert_eq!(code, 0, "{out}");
     assert_eq!(
         out,
-        "SCHEDULED                 ORDERING ID              UNIQUENESS KEY           PARTITION  DATA\n\
-         2026-11-22T09:00:01.000Z  o1                       u                                1  {\"n\":1}\n\
-         2026-11-22T09:00:02.000Z  o2                       u                                2  {\"n\":2}\n"
+        "SCHEDULED                 ORDERING ID              UNIQUENESS KEY           TYPE             STATE      PARTITION  DATA\n\
+         2026-11-22T09:00:01.000Z  o1                       u                        email            waiting            1  {\"n\":1}\n\
+         2026-11-22T09:00:02.000Z  o2                       u                        email            waiting            2  {\"n\":2}\n"
     );
     let requests: Vec<_> = received
         .lock()
@@ -161,9 +161,36 @@ fn list_follows_the_pages_with_all_and_prints_one_row_per_task() {
     assert_eq!(
         out,
         "{\"next\":{\"from\":\"2026-11-22T09:00:01.000Z\",\"fromOrderingId\":\"o1\",\"fromUniquenessKey\":\"u\"},\
-         \"tasks\":[{\"orderingId\":\"o1\",\"partition\":1,\"scheduledTime\":\"2026-11-22T09:00:01.000Z\",\
-         \"taskData\":{\"n\":1},\"uniquenessKey\":\"u\"}]}\n"
+         \"tasks\":[{\"orderingId\":\"o1\",\"partition\":1,\"retry\":null,\"scheduledTime\":\"2026-11-22T09:00:01.000Z\",\
+         \"state\":\"waiting\",\"suspendedBy\":null,\"taskData\":{\"n\":1},\"taskType\":\"email\",\"uniquenessKey\":\"u\"}]}\n"
     );
+
+    // The filters go to the node as the API's parameters.
+    let mut args = vec![
+        "list",
+        "--admin",
+        url.as_str(),
+        "--type",
+        "email",
+        "--state",
+        "retrying",
+        "--ordering-id",
+        "o 1",
+        "--include-internal",
+    ];
+    args.extend(window);
+    let (code, out) = scheduler(&args);
+    assert_eq!(code, 0, "{out}");
+    let sent = (received.lock().expect("log").last()).map(|r| query(&r.line));
+    let sent = sent.unwrap_or_default();
+    for expected in [
+        pair("taskType", "email"),
+        pair("orderingId", "o 1"),
+        pair("state", "retrying"),
+        pair("includeInternal", "true"),
+    ] {
+        assert!(sent.contains(&expected), "{expected:?} in {sent:?}");
+    }
 }
 
 #[test]

@@ -5,13 +5,13 @@ use std::io::Write;
 
 use scheduler_client::wire;
 use scheduler_core::admin_api::{
-    CancelResponse, ListQuery, ListResponse, PartitionsResponse, StatusResponse, TaskKeyBody,
-    TaskQuery,
+    CancelResponse, ListQuery, ListResponse, PartitionsResponse, PendingState, StatusResponse,
+    TaskKeyBody, TaskQuery,
 };
 
 use super::{parse_delay, parse_time, shell_word};
 use crate::admin_client::AdminClient;
-use crate::args::{AdminArgs, GetArgs, ListArgs, RescheduleArgs};
+use crate::args::{AdminArgs, GetArgs, ListArgs, RescheduleArgs, StateArg};
 use crate::output::{io_failure, or_dash, print_json, Failure, Outcome};
 
 /// The key of `args` as the API takes it; without `--at`, the identity alone (no
@@ -90,6 +90,16 @@ pub(crate) fn list(args: ListArgs, json: bool, out: &mut dyn Write) -> Outcome {
         limit: Some(args.limit),
         from_ordering_id: args.from_ordering_id.clone(),
         from_uniqueness_key: args.from_uniqueness_key.clone(),
+        task_type: args.task_type.clone(),
+        ordering_id: args.ordering_id.clone(),
+        state: args.state.map(|s| match s {
+            StateArg::Waiting => PendingState::Waiting,
+            StateArg::Overdue => PendingState::Overdue,
+            StateArg::Retrying => PendingState::Retrying,
+            StateArg::Suspended => PendingState::Suspended,
+            StateArg::Limited => PendingState::Limited,
+        }),
+        include_internal: args.include_internal.then_some(true),
     };
     let mut all = Vec::new();
     let next = loop {
@@ -110,17 +120,23 @@ pub(crate) fn list(args: ListArgs, json: bool, out: &mut dyn Write) -> Outcome {
     }
     writeln!(
         out,
-        "{:<25} {:<24} {:<24} {:>9}  DATA",
-        "SCHEDULED", "ORDERING ID", "UNIQUENESS KEY", "PARTITION"
+        "{:<25} {:<24} {:<24} {:<16} {:<10} {:>9}  DATA",
+        "SCHEDULED", "ORDERING ID", "UNIQUENESS KEY", "TYPE", "STATE", "PARTITION"
     )
     .map_err(io_failure)?;
     for t in &page.tasks {
+        let state = serde_json::to_value(t.state)
+            .ok()
+            .and_then(|v| v.as_str().map(str::to_string))
+            .unwrap_or_default();
         writeln!(
             out,
-            "{:<25} {:<24} {:<24} {:>9}  {}",
+            "{:<25} {:<24} {:<24} {:<16} {:<10} {:>9}  {}",
             t.scheduled_time,
             t.ordering_id,
             t.uniqueness_key,
+            t.task_type,
+            state,
             t.partition,
             cut_data(&t.task_data.to_string())
         )
