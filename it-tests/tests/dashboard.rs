@@ -3,8 +3,11 @@
 //! figures equal the API's read at the same moment; the dead letters' page lists what the API
 //! lists, and its redrive buttons (one letter, then all of a type) run the tasks again; a task
 //! looked up through the form shows the API's status and attempts; the job, the group and the
-//! schedule show; a key's limit override is set and removed through the Limits page. Every page
-//! is saved under `target/dashboard-screenshots/`.
+//! schedule show; a key's limit override is set and removed through the Limits page; ticked dead
+//! letters are purged once confirmed; the pending list shows each task's state and the retrying
+//! set, finds a task by orderingId, which is then cancelled from its page; a suspension is
+//! resumed by its button (its task runs); a schedule is paused and resumed. Every page is saved
+//! under `target/dashboard-screenshots/`.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -14,7 +17,7 @@ use std::time::{Duration, Instant};
 use chrono::{TimeDelta, Utc};
 use it_tests::engine::{http, metric_sum, wait_until, TestEnv};
 use it_tests::webdriver::{require_browser, Driver, Session};
-use scheduler_client::{wire, GroupMember, Task};
+use scheduler_client::{GroupMember, Task};
 use scheduler_core::{JobSpec, TaskContext, TaskError, TaskHandler};
 use serde_json::{json, Value};
 
@@ -47,6 +50,11 @@ impl TaskHandler for Work {
         };
         match task.task_type.as_str() {
             "flaky" if before == 0 => Err(TaskError::invalid("refused on its first call <b>")),
+            // Waits an hour for its next attempt: in the retrying set for the whole test.
+            "retrier" => Err(TaskError::retry_after(
+                "upstream <busy>",
+                Duration::from_secs(3600),
+            )),
             "coordinator" => {
                 let bucket = json!({"items": 25})
                     .as_object()
@@ -211,6 +219,21 @@ async fn the_dashboard_shows_the_apis_figures_looks_tasks_up_and_redrives_by_cli
         Default::default(),
     );
     tasks.push(later.clone());
+    // One task held by a suspension of its orderingId (suspended before it is enqueued), and
+    // one that waits for its retry.
+    let suspend = json!({"kind": "orderingId", "target": "dash-held", "reason": "maintenance"});
+    let suspended = http(
+        addr,
+        "POST",
+        "/api/v1/suspensions",
+        Some(TOKEN),
+        Some(&suspend.to_string()),
+    )
+    .await;
+    assert_eq!(suspended.status, 201, "{}", suspended.body);
+    tokio::time::sleep(Duration::from_secs(3)).await; // every node reads suspensions every 2 s
+    tasks.push(Task::new("dash-held", now, "1", Default::default()));
+    tasks.push(Task::new("dash-retry", now, "1", Default::default()).of_type("retrier"));
     for task in tasks {
         scheduler.schedule_task(task).await.expect("scheduled");
     }
@@ -417,13 +440,23 @@ async fn the_dashboard_shows_the_apis_figures_looks_tasks_up_and_redrives_by_cli
     browser
         .navigate(&format!("{base}/dashboard/dead-letters"))
         .await;
+    // "Redrive all" asks for its checkbox first: without it the browser does not post.
+    let redrive_type = "tr[data-task-type=\"flaky\"] button.redrive-type";
+    browser.click(&browser.find(redrive_type).await).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(
+        browser.find_all("#redriven").await.is_empty(),
+        "posted unconfirmed"
+    );
+    assert_eq!(dead_letters(addr).await.len(), 2);
     browser
         .click(
             &browser
-                .find("tr[data-task-type=\"flaky\"] button.redrive-type")
+                .find("tr[data-task-type=\"flaky\"] input.confirm")
                 .await,
         )
         .await;
+    browser.click(&browser.find(redrive_type).await).await;
     assert_eq!(browser.text_of("#redriven").await, "2");
     assert!(dead_letters(addr).await.is_empty());
     let flaky: Vec<String> = (1..=3).map(|i| format!("dash-flaky-{i}")).collect();
@@ -434,6 +467,119 @@ async fn the_dashboard_shows_the_apis_figures_looks_tasks_up_and_redrives_by_cli
     )
     .await;
     browser.find("#no-dead-letters").await;
+
+    // The letters already redriven: two ticked and purged, once confirmed.
+    browser.click(&browser.find("#redriven-view").await).await;
+    browser.find("#redriven-letters").await;
+    assert_eq!(browser.find_all("tr.dead-letter").await.len(), 3);
+    browser
+        .screenshot(&shots.join("10-dead-letters-redriven.png"))
+        .await;
+    let boxes = browser.find_all("tr.dead-letter input.select").await;
+    for tick in &boxes[..2] {
+        browser.click(tick).await;
+    }
+    browser.click(&browser.find("#purge-selected").await).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(
+        browser.find_all("#purged").await.is_empty(),
+        "purged unconfirmed"
+    );
+    browser.click(&browser.find("#confirm-purge").await).await;
+    browser.click(&browser.find("#purge-selected").await).await;
+    assert_eq!(browser.text_of("#purged").await, "2");
+    let left = api(addr, "/api/v1/dead-letters?includeRedriven=true").await;
+    assert_eq!(
+        left["deadLetters"].as_array().map(Vec::len),
+        Some(1),
+        "{left}"
+    );
+    browser
+        .screenshot(&shots.join("11-dead-letters-purged.png"))
+        .await;
+
+    // The pending list: the held task, the retrying one and the one due in an hour, each in
+    // its state; the retrying set with its next attempt.
+    browser.navigate(&format!("{base}/dashboard/pending")).await;
+    let state_of = |o: &str| format!("tr.pending[data-ordering-id=\"{o}\"]");
+    for (o, state) in [
+        ("dash-held", "suspended"),
+        ("dash-retry", "retrying"),
+        ("dash-later", "waiting"),
+    ] {
+        let row = browser.find(&state_of(o)).await;
+        assert_eq!(
+            browser.attribute(&row, "data-state").await.as_deref(),
+            Some(state),
+            "{o}"
+        );
+    }
+    let retrying = browser
+        .text_of("tr.retrying[data-ordering-id=\"dash-retry\"]")
+        .await;
+    assert!(
+        retrying.contains("upstream <busy>") && retrying.contains(" min)"),
+        "{retrying}"
+    );
+    browser.screenshot(&shots.join("12-pending.png")).await;
+    // Searched by orderingId alone.
+    let field = browser.find("#ordering-id").await;
+    browser.type_into(&field, "dash-later").await;
+    browser.click(&browser.find("#filter").await).await;
+    browser.find("#pending").await;
+    let rows = browser.find_all("tr.pending").await;
+    assert_eq!(rows.len(), 1);
+    assert_eq!(
+        browser
+            .attribute(&rows[0], "data-ordering-id")
+            .await
+            .as_deref(),
+        Some("dash-later")
+    );
+    browser
+        .screenshot(&shots.join("13-pending-by-ordering-id.png"))
+        .await;
+
+    // Cancelled from its page, once confirmed: it never runs.
+    browser.click(&browser.find("tr.pending a").await).await;
+    assert_eq!(browser.text_of("#task-status").await, "pending");
+    browser.find("#no-move").await;
+    browser.click(&browser.find("#cancel").await).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(
+        browser.find_all("#notice").await.is_empty(),
+        "cancelled unconfirmed"
+    );
+    browser.click(&browser.find("#confirm-cancel").await).await;
+    browser.click(&browser.find("#cancel").await).await;
+    browser.find("#notice").await;
+    let page = browser.url().await;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while browser.text_of("#task-status").await != "cancelled" {
+        assert!(Instant::now() < deadline, "the cancel was applied");
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        browser.navigate(&page).await;
+    }
+    browser
+        .screenshot(&shots.join("14-task-cancelled.png"))
+        .await;
+
+    // Suspensions: the held task runs once its suspension is resumed by its button.
+    browser
+        .navigate(&format!("{base}/dashboard/suspensions"))
+        .await;
+    let row = "tr.suspension[data-kind=\"orderingId\"][data-target=\"dash-held\"]";
+    assert!(browser.text_of(row).await.contains("maintenance"));
+    assert_eq!(work.calls_of("dash-held", "1"), 0, "held while suspended");
+    browser.screenshot(&shots.join("15-suspensions.png")).await;
+    browser
+        .click(&browser.find(&format!("{row} button.resume")).await)
+        .await;
+    browser.find("#no-suspensions").await;
+    wait_until(Duration::from_secs(30), "the resumed task ran", || {
+        work.calls_of("dash-held", "1") == 1
+    })
+    .await;
 
     // The job and the group.
     browser
@@ -476,16 +622,23 @@ async fn the_dashboard_shows_the_apis_figures_looks_tasks_up_and_redrives_by_cli
         .await;
     browser.find("#upcoming li").await;
     browser.screenshot(&shots.join("07-schedules.png")).await;
-
-    // The task due in an hour: pending, with its data.
-    let later_time = wire::format_time(later.scheduled_time);
-    let lookup = format!(
-        "{base}/dashboard/task?{}",
-        task_query("dash-later", &later_time, "1")
-    );
-    browser.navigate(&lookup).await;
-    assert_eq!(browser.text_of("#task-status").await, "pending");
-    browser.find("#no-attempts").await;
+    // Paused, then resumed, by its button.
+    browser
+        .click(&browser.find(&format!("{row} button.pause")).await)
+        .await;
+    browser.find("#notice").await;
+    let state = format!("{row} td[data-field=\"state\"]");
+    assert_eq!(browser.text_of(&state).await, "paused");
+    let listed = api(addr, "/api/v1/schedules").await;
+    assert_eq!(listed["schedules"][0]["paused"], true, "{listed}");
+    browser
+        .screenshot(&shots.join("16-schedule-paused.png"))
+        .await;
+    browser
+        .click(&browser.find(&format!("{row} button.resume")).await)
+        .await;
+    browser.find("#notice").await;
+    assert_eq!(browser.text_of(&state).await, "active");
 
     // Per-key limits: a key's override set through the form shows in the list and the API,
     // and its remove button takes it away.
