@@ -51,6 +51,8 @@ pub struct PartitionDeps {
     pub limits: Limits,
     /// The tasks waiting for a retry (a hook too), for the admin API.
     pub retrying: RetryingTasks,
+    /// The topic the tasks come from (traces name it), empty when there is none.
+    pub topic: Arc<str>,
 }
 
 impl PartitionDeps {
@@ -76,6 +78,7 @@ impl PartitionDeps {
             partitions,
             runtime: None,
             metrics: None,
+            topic: None,
             events: None,
             suspensions: None,
             overrides: None,
@@ -94,6 +97,7 @@ pub struct DepsBuilder {
     partitions: u32,
     runtime: Option<tokio::runtime::Handle>,
     metrics: Option<Arc<Metrics>>,
+    topic: Option<Arc<str>>,
     events: Option<EventPublisher>,
     suspensions: Option<watch::Receiver<Arc<Suspensions>>>,
     overrides: Option<watch::Receiver<Arc<KeyOverrides>>>,
@@ -109,6 +113,12 @@ impl DepsBuilder {
     /// The metrics the trees report to (by default their own).
     pub fn metrics(mut self, metrics: Arc<Metrics>) -> Self {
         self.metrics = Some(metrics);
+        self
+    }
+
+    /// The topic the trees' tasks come from, named in their traces (by default none).
+    pub fn topic(mut self, topic: &str) -> Self {
+        self.topic = Some(Arc::from(topic));
         self
     }
 
@@ -198,6 +208,7 @@ impl DepsBuilder {
             hooks: hooks.into(),
             limits,
             retrying,
+            topic: self.topic.unwrap_or_else(|| Arc::from("")),
         }
     }
 }
@@ -218,6 +229,8 @@ pub struct RunDeps {
     pub metrics: Arc<Metrics>,
     /// The features attached to every task's life, in the order they are called.
     pub hooks: Arc<[Arc<dyn TaskHook>]>,
+    /// The topic the tasks come from (traces name it).
+    pub topic: Arc<str>,
 }
 
 /// The tables a task's run reads and writes itself.
@@ -249,6 +262,7 @@ impl PartitionDeps {
             settings: Arc::clone(&self.settings),
             metrics: Arc::clone(&self.metrics),
             hooks: Arc::clone(&self.hooks),
+            topic: Arc::clone(&self.topic),
         }
     }
 }

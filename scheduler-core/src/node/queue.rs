@@ -131,6 +131,7 @@ impl Prepared {
         )
         .runtime(runtime.handle().clone())
         .metrics(metrics)
+        .topic(&queue.kafka.topic)
         .events(events)
         .suspensions(suspensions)
         .key_overrides(overrides)

@@ -91,6 +91,7 @@ pub(crate) async fn run_task(
         messaging.system = "kafka",
         messaging.operation.type = "process",
         messaging.operation.name = "process",
+        messaging.destination.name = %deps.topic,
         messaging.destination.partition.id = partition,
         messaging.kafka.message.key = %key.ordering_id,
         outcome = tracing::field::Empty,

@@ -313,6 +313,7 @@ impl Harness {
             1,
         )
         .suspensions(suspend.subscribe())
+        .topic("harness-topic")
         .build();
         let in_flight = deps.in_flight.clone();
         let metrics = Arc::clone(&deps.metrics);

@@ -117,6 +117,13 @@ fn a_calls_span_lasts_the_call_and_a_dead_lettered_tasks_span_is_an_error() {
     );
     assert_eq!(calm.fields.get("otel.status_code"), None, "{calm:?}");
     assert_eq!(
+        calm.fields
+            .get("messaging.destination.name")
+            .map(String::as_str),
+        Some("harness-topic"),
+        "{calm:?}"
+    );
+    assert_eq!(
         calm.fields.get("outcome").map(String::as_str),
         Some("Completed")
     );
