@@ -256,7 +256,7 @@ impl Metrics {
         );
         registry.register(
             "scheduler_suspended_tasks",
-            "Due tasks held back by a suspension (of their orderingId, type or group) now, by partition",
+            "Due tasks waiting at a suspension (of their orderingId, type or group) now, by partition: the first of each orderingId held (the later ones wait behind it, uncounted; GET /api/v1/tasks?state=suspended lists them all)",
             suspended.clone(),
         );
         registry.register(
