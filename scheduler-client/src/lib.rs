@@ -5,6 +5,7 @@
 //! - [`wire`]: the JSON wire format v1 on the topic, and its limits (checked by the client and
 //!   the node alike).
 //! - [`partition_for`]: the partition of an `orderingId`, Kafka's default keyed partitioner.
+//! - [`validate()`]: the checks a task passes before it is sent, and [`ScheduleError`].
 //! - [`Scheduler`]: validates, encodes and enqueues tasks, resolving once Kafka acknowledged them.
 //! - [`defaults`]: the defaults the client and the node share.
 //! - [`trace`]: the W3C `traceparent` each record carries, linking a task's run to the
@@ -17,11 +18,13 @@ mod partitioner;
 mod scheduler;
 mod task;
 pub mod trace;
+mod validate;
 pub mod wire;
 
 pub use partitioner::{murmur2, partition_for};
-pub use scheduler::{validate, ScheduleError, Scheduler, SchedulerConfig, TopicError};
+pub use scheduler::{Scheduler, SchedulerConfig};
 pub use task::{
     truncate_to_millis, GroupMember, OnConflict, RunOrder, Task, TaskData, TaskIdentity, TaskKey,
     DEFAULT_TASK_TYPE,
 };
+pub use validate::{validate, ScheduleError, TopicError};
