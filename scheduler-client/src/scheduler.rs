@@ -1,5 +1,5 @@
-//! [`Scheduler`]: enqueues tasks on the scheduler's topic. Its checks and errors are in
-//! `validate.rs`.
+//! [`Scheduler`]: enqueues tasks on the scheduler's topic (the `producer` feature). Its checks
+//! and errors are in `validate.rs`.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, PoisonError};
