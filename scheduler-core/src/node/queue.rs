@@ -120,7 +120,7 @@ impl Prepared {
             .map_err(NodeError::runtime("reading the per-key limit overrides"))??;
         let watched: Arc<dyn KeyLimitStore> = store.clone();
         runtime.spawn(limits::poll(watched, overridden));
-        let deps = PartitionDeps::builder(
+        let mut deps = PartitionDeps::builder(
             node_id,
             cassandra,
             handlers.clone().handler(TICK_TYPE, ticker),
@@ -131,10 +131,12 @@ impl Prepared {
         )
         .runtime(runtime.handle().clone())
         .metrics(metrics)
-        .events(events)
         .suspensions(suspensions)
-        .key_overrides(overrides)
-        .build();
+        .key_overrides(overrides);
+        if let Some(events) = events {
+            deps = deps.hook(Arc::new(events));
+        }
+        let deps = deps.build();
         Ok(Prepared {
             queue,
             deps,
