@@ -14,13 +14,13 @@ use scheduler_client::Scheduler;
 
 use super::consumer::{PollLoop, RebalanceHandler};
 use super::error::NodeError;
-use super::kafka::{canceller, consumer_config, ensure_topic};
+use super::kafka::{canceller, consumer_config, ensure_topic, KafkaEnqueuer};
 use super::pending_rewinds::PendingRewinds;
 use crate::actors::topic_supervisor::TopicSupervisor;
 use crate::actors::PartitionDeps;
 use crate::admin::api::QueueView;
 use crate::clock::{Clock, SystemClock};
-use crate::enqueue::{Enqueuer, KafkaEnqueuer};
+use crate::enqueue::Enqueuer;
 use crate::events::EventPublisher;
 use crate::handler::Handlers;
 use crate::in_flight::InFlightGauges;

@@ -54,12 +54,13 @@ pub use schedule::{
 pub use status::{StatusRecord, StatusStore, TaskStatus};
 pub use suspensions::{Suspension, SuspensionStore, SuspensionTarget, Suspensions};
 
-pub use cassandra::{
-    CassandraStore, Migration, StoreLevels, META_KEYSPACE, SCHEMA_VERSION, WRITE_CONCURRENCY,
-};
+pub use cassandra::{CassandraStore, Migration, StoreLevels, META_KEYSPACE, SCHEMA_VERSION};
 
 /// A Kafka partition number, which is also the schedule's partition.
 pub type PartitionId = i32;
+
+/// Concurrent writes while persisting one batch.
+pub const WRITE_CONCURRENCY: usize = 64;
 
 /// Result of a store operation.
 pub type StoreResult<T> = Result<T, StoreError>;
