@@ -110,6 +110,7 @@ impl DepsBuilder {
 
     /// Attaches `hook` to every task's life after the engine's own features: the node's
     /// completion events (`crate::events`), when it publishes them.
+    #[cfg(feature = "node")]
     pub fn hook(mut self, hook: Arc<dyn TaskHook>) -> Self {
         self.extra_hooks.push(hook);
         self
