@@ -6,10 +6,12 @@
 use std::sync::Arc;
 
 use futures::future::BoxFuture;
+#[cfg(test)]
 use futures::FutureExt;
-use scheduler_client::{Scheduler, Task};
+use scheduler_client::Task;
 
-/// Enqueues a task on the scheduler's topic, resolving once it is durable there.
+/// Enqueues a task on the scheduler's topic, resolving once it is durable there (a node's:
+/// `node::kafka::KafkaEnqueuer`, the client's producer; the testing kit's: its in-memory topic).
 pub trait Enqueuer: Send + Sync + 'static {
     /// Enqueues `task`.
     fn enqueue(&self, task: Task) -> BoxFuture<'static, Result<(), EnqueueError>>;
@@ -24,26 +26,6 @@ pub struct EnqueueError {
     /// The producer's error.
     #[source]
     pub source: Arc<scheduler_client::ScheduleError>,
-}
-
-/// A node's enqueuer: the client's Kafka producer, on the node's topic.
-pub struct KafkaEnqueuer(pub Arc<Scheduler>);
-
-impl Enqueuer for KafkaEnqueuer {
-    fn enqueue(&self, task: Task) -> BoxFuture<'static, Result<(), EnqueueError>> {
-        let scheduler = Arc::clone(&self.0);
-        async move {
-            let name = task.key().to_string();
-            scheduler
-                .schedule_task(task)
-                .await
-                .map_err(|e| EnqueueError {
-                    task: name,
-                    source: Arc::new(e),
-                })
-        }
-        .boxed()
-    }
 }
 
 /// Keeps what is enqueued for a test (the actor tests and the simulation deliver it to the

@@ -12,9 +12,17 @@
 //! - `testing` (with the `testing` feature): an in-process engine on a manual clock, to
 //!   unit-test handlers, retries, dead letters, groups and schedules without Kafka or Cassandra.
 //!
+//! Features: `node` (on by default) is the node itself: the node and its Kafka consumer, the
+//! admin API and dashboard, completion events, the Cassandra store (`store::CassandraStore`)
+//! and the client's producer; it brings rdkafka (librdkafka, built from C), scylla and axum.
+//! `testing` adds the kit. A crate that only unit-tests its handlers needs no node:
+//! `default-features = false, features = ["testing"]` builds the handler API, the settings, the
+//! store's traits and rows, and the kit, without those clients.
+//!
 //! A map of the rest, from the top down (each imports only what is below it; design.md has
 //! the architecture in chapters):
-//! - `node/`: a running node: its consumer thread, its queues, its admin server.
+//! - `node/` (with `admin/`, `events.rs` and `store/cassandra/`, the `node` feature): a running
+//!   node: its consumer thread, its queues, its admin server.
 //! - `admin/`: the admin API's server and the dashboard.
 //! - `actors/`: a partition's actor tree (supervisors, persistence, scheduler, throughput
 //!   controller, executors, ownership), `PartitionDeps::builder` that wires it, and
@@ -34,8 +42,13 @@
 //! - `simulation/` (tests only): the deterministic simulation of several nodes under faults.
 
 #![warn(missing_docs)]
+// Without the `node` feature (the handler API and the testing kit), what only a node or its
+// admin API reads goes unused: its metrics and views, the polling of the shared tables, the
+// Cassandra rows' helpers. Dead code is judged on the full build, which uses all of it.
+#![cfg_attr(not(feature = "node"), allow(dead_code))]
 
 mod actors;
+#[cfg(feature = "node")]
 mod admin;
 mod call_pool;
 mod cancel_gate;
@@ -43,6 +56,7 @@ mod clock;
 mod dead_letter;
 mod enqueue;
 mod epoch;
+#[cfg(feature = "node")]
 mod events;
 mod groups;
 pub mod handler;
@@ -53,6 +67,7 @@ mod known_statuses;
 mod lease;
 mod limits;
 mod metrics;
+#[cfg(feature = "node")]
 pub mod node;
 mod outcome;
 mod polled;
@@ -70,6 +85,7 @@ pub mod testing;
 
 /// The admin HTTP API's requests and answers, for clients such as the `scheduler` command; the
 /// API itself is internal.
+#[cfg(feature = "node")]
 pub use admin::api as admin_api;
 
 #[cfg(test)]
@@ -79,6 +95,7 @@ pub use handler::{
     GroupOutcome, Handlers, JobSpec, ProgressError, SpawnError, StopReason, TaskContext, TaskError,
     TaskHandler,
 };
+#[cfg(feature = "node")]
 pub use node::{NodeBuilder, NodeError, SchedulerNode};
 pub use scheduler_client::{GroupMember, Task, TaskData, TaskKey};
 pub use settings::Settings;

@@ -10,7 +10,6 @@ use crate::call_pool::CallPool;
 use crate::clock::Clock;
 use crate::dead_letter::DeadLetterHook;
 use crate::enqueue::Enqueuer;
-use crate::events::EventPublisher;
 use crate::groups::{GroupTables, GroupsHook};
 use crate::handler::Handlers;
 use crate::hooks::TaskHook;
@@ -79,7 +78,7 @@ impl PartitionDeps {
             runtime: None,
             metrics: None,
             topic: None,
-            events: None,
+            extra_hooks: Vec::new(),
             suspensions: None,
             overrides: None,
         }
@@ -98,7 +97,7 @@ pub struct DepsBuilder {
     runtime: Option<tokio::runtime::Handle>,
     metrics: Option<Arc<Metrics>>,
     topic: Option<Arc<str>>,
-    events: Option<EventPublisher>,
+    extra_hooks: Vec<Arc<dyn TaskHook>>,
     suspensions: Option<watch::Receiver<Arc<Suspensions>>>,
     overrides: Option<watch::Receiver<Arc<KeyOverrides>>>,
 }
@@ -122,9 +121,11 @@ impl DepsBuilder {
         self
     }
 
-    /// Completion events go to `events`, if given.
-    pub fn events(mut self, events: Option<EventPublisher>) -> Self {
-        self.events = events;
+    /// Attaches `hook` to every task's life after the engine's own features: the node's
+    /// completion events (`crate::events`), when it publishes them.
+    #[cfg(feature = "node")]
+    pub fn hook(mut self, hook: Arc<dyn TaskHook>) -> Self {
+        self.extra_hooks.push(hook);
         self
     }
 
@@ -142,7 +143,7 @@ impl DepsBuilder {
 
     /// The dependencies, with the call pool of the settings' limits (per-type timeouts, per-key
     /// concurrency) and every feature attached: identities, suspensions, dead letters, groups (with
-    /// sub-tasks and jobs), the retrying set, completion events.
+    /// sub-tasks and jobs), the retrying set, then the hooks given ([`DepsBuilder::hook`]: completion events).
     pub fn build(self) -> PartitionDeps {
         let settings = self.settings;
         let runtime = self.runtime.unwrap_or_else(tokio::runtime::Handle::current);
@@ -193,9 +194,7 @@ impl DepsBuilder {
         ];
         let retrying = RetryingTasks::default();
         hooks.push(Arc::new(retrying.clone()));
-        if let Some(events) = self.events {
-            hooks.push(Arc::new(events));
-        }
+        hooks.extend(self.extra_hooks);
         PartitionDeps {
             node_id: self.node_id,
             tables: self.tables,

@@ -37,8 +37,10 @@ mod permits;
 mod rate;
 
 pub use concurrency::KeyConcurrency;
+pub(crate) use overrides::none;
 pub use overrides::KeyOverrides;
-pub(crate) use overrides::{none, poll, read};
+#[cfg(feature = "node")]
+pub(crate) use overrides::{poll, read};
 pub use rate::KeyRate;
 
 /// Who a limit counts together: the tasks of one task type (its own limit) or of every type

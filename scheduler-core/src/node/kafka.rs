@@ -1,17 +1,22 @@
 //! The node's Kafka clients: the consumer's configuration, the topic (created when configured
-//! to) and its partition count, and the producer the admin API cancels tasks with.
+//! to) and its partition count, and the producer the admin API cancels tasks with (and the
+//! engine enqueues its own tasks with: [`KafkaEnqueuer`]).
 
+use std::sync::Arc;
 use std::time::Duration;
 
+use futures::future::BoxFuture;
+use futures::FutureExt;
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::KafkaError;
-use scheduler_client::{Scheduler, SchedulerConfig};
+use scheduler_client::{Scheduler, SchedulerConfig, Task};
 use tracing::info;
 
 use super::error::NodeError;
+use crate::enqueue::{EnqueueError, Enqueuer};
 use crate::settings::KafkaSettings;
 
 /// How long Kafka metadata requests at start-up may take.
@@ -29,6 +34,26 @@ pub(super) fn canceller(kafka: &KafkaSettings) -> Result<Scheduler, NodeError> {
     config.properties = kafka.properties.clone();
     config.scheduling_grace_window = ENGINE_GRACE_WINDOW;
     Scheduler::new(config).map_err(NodeError::Canceller)
+}
+
+/// A node's enqueuer: the client's Kafka producer, on the node's topic.
+pub(super) struct KafkaEnqueuer(pub(super) Arc<Scheduler>);
+
+impl Enqueuer for KafkaEnqueuer {
+    fn enqueue(&self, task: Task) -> BoxFuture<'static, Result<(), EnqueueError>> {
+        let scheduler = Arc::clone(&self.0);
+        async move {
+            let name = task.key().to_string();
+            scheduler
+                .schedule_task(task)
+                .await
+                .map_err(|e| EnqueueError {
+                    task: name,
+                    source: Arc::new(e),
+                })
+        }
+        .boxed()
+    }
 }
 
 /// The Kafka consumer configuration of a node named `node_id` (also used by the benchmarks to

@@ -14,13 +14,13 @@ use scheduler_client::Scheduler;
 
 use super::consumer::{PollLoop, RebalanceHandler};
 use super::error::NodeError;
-use super::kafka::{canceller, consumer_config, ensure_topic};
+use super::kafka::{canceller, consumer_config, ensure_topic, KafkaEnqueuer};
 use super::pending_rewinds::PendingRewinds;
 use crate::actors::topic_supervisor::TopicSupervisor;
 use crate::actors::PartitionDeps;
 use crate::admin::api::QueueView;
 use crate::clock::{Clock, SystemClock};
-use crate::enqueue::{Enqueuer, KafkaEnqueuer};
+use crate::enqueue::Enqueuer;
 use crate::events::EventPublisher;
 use crate::handler::Handlers;
 use crate::in_flight::InFlightGauges;
@@ -120,7 +120,7 @@ impl Prepared {
             .map_err(NodeError::runtime("reading the per-key limit overrides"))??;
         let watched: Arc<dyn KeyLimitStore> = store.clone();
         runtime.spawn(limits::poll(watched, overridden));
-        let deps = PartitionDeps::builder(
+        let mut deps = PartitionDeps::builder(
             node_id,
             cassandra,
             handlers.clone().handler(TICK_TYPE, ticker),
@@ -132,10 +132,12 @@ impl Prepared {
         .runtime(runtime.handle().clone())
         .metrics(metrics)
         .topic(&queue.kafka.topic)
-        .events(events)
         .suspensions(suspensions)
-        .key_overrides(overrides)
-        .build();
+        .key_overrides(overrides);
+        if let Some(events) = events {
+            deps = deps.hook(Arc::new(events));
+        }
+        let deps = deps.build();
         Ok(Prepared {
             queue,
             deps,

@@ -19,6 +19,7 @@ pub mod duration_text;
 mod env;
 mod queues;
 mod validate;
+#[cfg(feature = "node")]
 pub(crate) use validate::{is_key_burst, is_key_rate};
 
 pub use cassandra::{CassandraSettings, ConsistencyLevel, SerialConsistencyLevel};
@@ -295,6 +296,7 @@ pub struct KafkaSettings {
     pub properties: BTreeMap<String, String>,
 }
 
+#[cfg(feature = "node")]
 impl KafkaSettings {
     /// The configuration every Kafka client of the node starts from: the bootstrap servers,
     /// then the engine's `defaults` for that client, then the user's `properties` (security
@@ -478,6 +480,7 @@ mod tests {
         assert!(!s.cassandra.fetch_schema_metadata);
     }
 
+    #[cfg(feature = "node")]
     #[test]
     fn every_kafka_client_gets_the_user_properties_last() {
         let kafka = KafkaSettings {

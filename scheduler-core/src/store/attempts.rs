@@ -77,6 +77,7 @@ pub trait AttemptStore: Send + Sync + 'static {
 }
 
 /// `task_attempts` on Cassandra.
+#[cfg(feature = "node")]
 mod cassandra {
     use std::sync::Arc;
 

@@ -167,6 +167,7 @@ pub trait DeadLetterStore: Send + Sync + 'static {
 /// times and clustered by task key, and `dead_letter_days`, the days in use. Listing walks the
 /// days of its window in order and filters by type here (Cassandra 2.1 cannot filter a
 /// non-key column without `ALLOW FILTERING`, which would scan anyway).
+#[cfg(feature = "node")]
 mod cassandra {
     use scylla::statement::prepared::PreparedStatement;
     use std::sync::Arc;

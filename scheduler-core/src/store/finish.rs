@@ -24,6 +24,7 @@ pub trait FinishStore: Send + Sync + 'static {
     ) -> BoxFuture<'static, StoreResult<()>>;
 }
 
+#[cfg(feature = "node")]
 mod cassandra {
     use std::collections::hash_map::Entry;
     use std::collections::HashMap;

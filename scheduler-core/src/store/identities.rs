@@ -77,6 +77,7 @@ pub trait IdentityStore: Send + Sync + 'static {
 /// [`IdentityStore`] on Cassandra: `task_identities`, one row per identity in a partition per
 /// (partition, orderingId), written with a TTL of the task's wait plus the status retention (none if that is 0),
 /// clamped to what Cassandra keeps (`store::ttl`).
+#[cfg(feature = "node")]
 mod cassandra {
     use scylla::statement::prepared::PreparedStatement;
     use std::sync::Arc;

@@ -72,6 +72,7 @@ pub trait JobStore: Send + Sync + 'static {
 /// [`JobStore`] on Cassandra: `jobs`, one small partition (`shard` 0) with a row per job, and
 /// `group_progress`, a partition per group with a row per bucket that reported. Both kept for the
 /// status retention (the tables' `default_time_to_live`), like the groups they describe.
+#[cfg(feature = "node")]
 mod cassandra {
     use scylla::statement::prepared::PreparedStatement;
     use std::sync::Arc;

@@ -75,6 +75,7 @@ fn task_type_of(scope: String) -> Option<String> {
 
 /// `key_limits` on Cassandra: one partition (shard 0), a row per override, its values as JSON
 /// in one cell (so a row replaced leaves no null cells behind); read whole.
+#[cfg(feature = "node")]
 mod cassandra {
     use std::sync::Arc;
 

@@ -47,6 +47,7 @@ pub trait LeaseStore: Send + Sync + 'static {
 }
 
 /// `task_leases` on Cassandra: a row per holder in the partition's row, written with a TTL.
+#[cfg(feature = "node")]
 mod cassandra {
     use std::sync::Arc;
 

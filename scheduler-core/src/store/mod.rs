@@ -1,11 +1,13 @@
 //! Persistence: a module per table (or folder, for the larger ones), each holding the table's
-//! rows, its trait, its statements and implementation on Cassandra, and its in-memory twin for
-//! unit tests, the simulation and the testing kit (`testing` feature). `cassandra` is the
-//! session, the schema and the row decoding they share; `memory` the in-memory store's state.
+//! rows, its trait, its statements and implementation on Cassandra (the `node` feature: each
+//! table's `cassandra` module), and its in-memory twin for unit tests, the simulation and the
+//! testing kit (`testing` feature). `cassandra` is the session, the schema and the row decoding
+//! they share; `memory` the in-memory store's state.
 //!
 //! Every method takes owned arguments and returns a `'static` future so actors can run it.
 
 pub mod attempts;
+#[cfg(feature = "node")]
 mod cassandra;
 pub mod dead_letters;
 pub mod deferred;
@@ -54,12 +56,14 @@ pub use schedule::{
 pub use status::{StatusRecord, StatusStore, TaskStatus};
 pub use suspensions::{Suspension, SuspensionStore, SuspensionTarget, Suspensions};
 
-pub use cassandra::{
-    CassandraStore, Migration, StoreLevels, META_KEYSPACE, SCHEMA_VERSION, WRITE_CONCURRENCY,
-};
+#[cfg(feature = "node")]
+pub use cassandra::{CassandraStore, Migration, StoreLevels, META_KEYSPACE, SCHEMA_VERSION};
 
 /// A Kafka partition number, which is also the schedule's partition.
 pub type PartitionId = i32;
+
+/// Concurrent writes while persisting one batch.
+pub const WRITE_CONCURRENCY: usize = 64;
 
 /// Result of a store operation.
 pub type StoreResult<T> = Result<T, StoreError>;

@@ -58,6 +58,7 @@ pub trait PermitStore: Send + Sync + 'static {
 /// `key_permits` and `key_permit_holders` on Cassandra: a row per key, a JSON map of holders and
 /// a version, changed by lightweight transactions at the ownership claims' serial level; one
 /// partition of heartbeat rows written with a TTL.
+#[cfg(feature = "node")]
 mod cassandra {
     use std::collections::BTreeMap;
     use std::sync::Arc;

@@ -122,6 +122,7 @@ pub trait RecurringStore: Send + Sync + 'static {
 ///
 /// A tick updates only its schedule's chain position, so a tick of a schedule deleted meanwhile
 /// leaves a row without a definition: both reads skip such rows, as if it were not there.
+#[cfg(feature = "node")]
 mod cassandra {
     use std::collections::BTreeMap;
     use std::sync::Arc;

@@ -129,6 +129,7 @@ impl StatusRecord {
 }
 
 /// `task_status` on Cassandra.
+#[cfg(feature = "node")]
 pub(in crate::store) mod cassandra {
     use std::sync::Arc;
 

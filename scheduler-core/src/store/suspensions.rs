@@ -153,6 +153,7 @@ pub trait SuspensionStore: Send + Sync + 'static {
 /// `suspensions` on Cassandra: one small partition (`shard` 0) with a row per suspension, keyed
 /// by its kind and target, so that a node reads every suspension with one single-partition
 /// query. Written without a TTL: a suspension lasts until it is lifted.
+#[cfg(feature = "node")]
 mod cassandra {
     use std::sync::Arc;
 

@@ -17,11 +17,13 @@
 //! a dead letter). Nothing sleeps: a test advancing hours runs in milliseconds, the same way every
 //! time (the engine's jitter is seeded).
 //!
-//! Enable it in the crates that test with it:
+//! Enable it in the crates that test with it. It needs no Kafka or Cassandra client: a crate
+//! that only tests handlers leaves the default `node` feature off, and builds neither rdkafka
+//! nor the Cassandra driver:
 //!
 //! ```toml
 //! [dev-dependencies]
-//! scheduler-core = { version = "...", features = ["testing"] }
+//! scheduler-core = { version = "...", default-features = false, features = ["testing"] }
 //! ```
 //!
 //! ```

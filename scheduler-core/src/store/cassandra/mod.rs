@@ -35,9 +35,6 @@ fn migration_holder() -> String {
     format!("pid {} #{:08x}", std::process::id(), fastrand::u32(..))
 }
 
-/// Concurrent writes while persisting one batch.
-pub const WRITE_CONCURRENCY: usize = 64;
-
 /// Cassandra-backed store. Cheap to clone; clones share the session and statements.
 #[derive(Clone)]
 pub struct CassandraStore {

@@ -19,6 +19,7 @@ use scheduler_client::RunOrder;
 
 use super::{PartitionId, StoreResult};
 
+#[cfg(feature = "node")]
 mod cassandra;
 #[cfg(any(test, feature = "testing"))]
 mod memory;

@@ -10,6 +10,7 @@
 //! The whole table in one place: its rows and [`GroupStore`] (here), its statements and
 //! implementation on Cassandra (`cassandra.rs`), its in-memory twin (`memory.rs`).
 
+#[cfg(feature = "node")]
 mod cassandra;
 #[cfg(any(test, feature = "testing"))]
 mod memory;

@@ -10,6 +10,7 @@ use scheduler_client::TaskKey;
 
 use super::{ListBehind, PartitionId, StoreResult};
 
+#[cfg(feature = "node")]
 mod cassandra;
 #[cfg(any(test, feature = "testing"))]
 mod memory;

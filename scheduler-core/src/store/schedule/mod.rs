@@ -12,7 +12,9 @@ use scheduler_client::{Task, TaskKey};
 
 use super::{PartitionId, StoreResult};
 
+#[cfg(feature = "node")]
 pub(in crate::store) mod cassandra;
+#[cfg(feature = "node")]
 mod inserts;
 #[cfg(any(test, feature = "testing"))]
 pub(in crate::store) mod memory;
