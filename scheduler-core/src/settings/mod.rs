@@ -19,7 +19,7 @@ pub mod duration_text;
 mod env;
 mod queues;
 mod validate;
-pub(crate) use validate::{is_key_burst, is_key_rate};
+pub(crate) use validate::{is_key_burst, is_key_rate, MAX_KEY_BURST, MAX_KEY_RATE};
 
 pub use cassandra::{CassandraSettings, ConsistencyLevel, SerialConsistencyLevel};
 pub use queues::{Limits, Queue, QueueSettings, TypeLimits, DEFAULT_QUEUE};
