@@ -599,7 +599,7 @@ pub(super) fn document(token: bool) -> Value {
         "info": {
             "title": "scheduler node admin API",
             "version": env!("CARGO_PKG_VERSION"),
-            "description": "Each node serves it for the queue at the root and for every queue it serves under /queues/{queue}. Errors are JSON {\"error\": ...}. Times are RFC 3339 strings in UTC with milliseconds."
+            "description": "Each node serves it for the queue at the root and for every queue it serves under /queues/{queue}. Errors are JSON {\"error\": ...}, but for the HTTP server's own, without a body: 400 for a request it cannot parse, 431 for a request head over about 400 KiB. Times are RFC 3339 strings in UTC with milliseconds."
         },
         "servers": [{"url": "/"}, {"url": "/queues/{queue}", "variables": {"queue": {"default": "default"}}}],
         "paths": paths,
