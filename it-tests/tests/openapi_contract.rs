@@ -31,7 +31,7 @@ const DEADLINE: Duration = Duration::from_secs(240);
 
 /// What schemathesis checks on every answer. Not `positive_data_acceptance`: the API refuses
 /// some requests the document cannot tell from good ones (a task due in the past, a window
-/// over 31 days, a 101st limit override), with a documented 400.
+/// over 31 days, a 10,001st limit override), with a documented 400.
 const CHECKS: &str = "not_a_server_error,status_code_conformance,content_type_conformance,\
 response_headers_conformance,response_schema_conformance,negative_data_rejection,\
 missing_required_header,unsupported_method,allow_header_conformance,ignored_auth";
