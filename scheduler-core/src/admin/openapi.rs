@@ -743,14 +743,32 @@ fn describe(operation: Operation, error: Option<&Value>, token: bool) -> Value {
     described
 }
 
-/// A query parameter's schema without `null` among its types: a query has no null (an absent
-/// parameter is absent).
+/// A query parameter's schema without `null` (among its types, its values or its choices): a
+/// query has no null (an absent parameter is absent).
 fn without_null(mut schema: Value) -> Value {
     if let Some(Value::Array(types)) = schema.get_mut("type") {
         types.retain(|t| t != "null");
         if let [only] = types.as_slice() {
             let only = only.clone();
             schema["type"] = only;
+        }
+    }
+    if let Some(Value::Array(values)) = schema.get_mut("enum") {
+        values.retain(|v| !v.is_null());
+    }
+    let Some(object) = schema.as_object_mut() else {
+        return schema;
+    };
+    if let Some(Value::Array(mut choices)) = object.remove("anyOf") {
+        choices.retain(|choice| choice.get("type").and_then(Value::as_str) != Some("null"));
+        match choices.pop() {
+            // One choice left: the schema itself.
+            Some(Value::Object(only)) if choices.is_empty() => object.extend(only),
+            Some(last) => {
+                choices.push(last);
+                object.insert("anyOf".into(), Value::Array(choices));
+            }
+            None => {}
         }
     }
     schema

@@ -461,3 +461,29 @@ fn only_a_created_schedule_is_refused_the_reserved_id() {
     );
     assert!(!id("/api/v1/schedules/preview").contains("\"not\""));
 }
+
+/// No query parameter's schema admits `null` (a query has none: an absent parameter is absent),
+/// whatever form the derived schema gives an optional field: a type, a value, a choice.
+#[test]
+fn no_query_parameter_admits_null() {
+    let doc = document(false);
+    for (method, path, parameters) in with_query(&doc) {
+        for parameter in parameters {
+            let schema = &parameter["schema"];
+            assert!(
+                !schema.to_string().contains("null"),
+                "{method} {path}: {parameter}"
+            );
+        }
+    }
+    let optional_enum = serde_json::json!({"anyOf": [{"enum": ["a", "b"]}, {"type": "null"}]});
+    assert_eq!(
+        without_null(optional_enum),
+        serde_json::json!({"enum": ["a", "b"]})
+    );
+    let nullable = serde_json::json!({"type": ["integer", "null"], "enum": [1, null]});
+    assert_eq!(
+        without_null(nullable),
+        serde_json::json!({"type": "integer", "enum": [1]})
+    );
+}
