@@ -21,7 +21,7 @@ use super::state::{parse_rfc3339, store_error, AdminState, ApiError};
 use crate::store::{schedule_start, DeadLetter, DeadLetterFilter};
 
 /// Largest page of `GET /api/v1/dead-letters`.
-const MAX_PAGE: usize = 1000;
+pub(super) const MAX_PAGE: usize = 1000;
 /// Dead letters read per page while redriving or purging a filtered set.
 const BATCH: usize = 500;
 /// Most new task keys a redrive answer lists.

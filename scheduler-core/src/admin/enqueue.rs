@@ -138,7 +138,7 @@ fn decode(state: &AdminState, body: &[u8]) -> Result<Vec<Task>, (String, Vec<Enq
 }
 
 /// One record as a task this queue takes, by the node's decoder and the client's checks.
-fn check(
+pub(super) fn check(
     state: &AdminState,
     record: &RawValue,
     now: chrono::DateTime<Utc>,

@@ -19,9 +19,9 @@ use crate::store::key_limits::MAX_KEY_LIMITS;
 use crate::store::{KeyLimit, LimitValues};
 
 /// The most calls at once an override allows a key.
-const MAX_CONCURRENCY: u32 = 1_000_000;
+pub(super) const MAX_CONCURRENCY: u32 = 1_000_000;
 /// The largest weight of a key's share of the executor.
-const MAX_WEIGHT: u32 = 1_000;
+pub(super) const MAX_WEIGHT: u32 = 1_000;
 
 fn view(limit: &KeyLimit) -> KeyLimitView {
     KeyLimitView {

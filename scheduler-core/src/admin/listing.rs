@@ -25,7 +25,7 @@ use crate::retrying::{Retrying, RetryingTasks};
 use crate::store::{PartitionId, ReadCursor, Suspensions};
 
 /// Largest page of `GET /api/v1/tasks`.
-const MAX_PAGE: usize = 1000;
+pub(super) const MAX_PAGE: usize = 1000;
 /// Partitions read at once when listing.
 const LIST_CONCURRENCY: usize = 16;
 /// The widest window `GET /api/v1/tasks` reads: a load walks one hour bucket per query.

@@ -68,6 +68,7 @@ mod state;
 mod suspensions;
 #[cfg(test)]
 mod test_app;
+mod uri_length;
 mod workers;
 pub(crate) use access::AllowedHosts;
 use api::{
@@ -130,7 +131,8 @@ pub fn router(queues: Vec<Arc<AdminState>>) -> Router {
                 .into(),
         }
     })
-    // Layers run outside in: errors as JSON, the body limit, the cross-site check, the token.
+    // Layers run outside in: errors as JSON, the URI's length, the body limit, the cross-site
+    // check, the token.
     .layer(middleware::from_fn_with_state(
         Arc::clone(&credentials),
         access::require_token,
@@ -138,6 +140,7 @@ pub fn router(queues: Vec<Arc<AdminState>>) -> Router {
     .layer(middleware::from_fn(access::refuse_cross_site))
     .layer(Extension(Arc::clone(&credentials.sessions)))
     .layer(DefaultBodyLimit::max(limit))
+    .layer(middleware::from_fn(uri_length::refuse_long_uri))
     .layer(middleware::from_fn_with_state(limit, json_errors::as_json))
 }
 

@@ -1,28 +1,39 @@
 //! `GET /api/v1/openapi.json`: the admin API as an OpenAPI 3.1 document, for client generators,
-//! schema-driven tests and API gateways. The schemas of requests and answers are derived
-//! (`schemars`) from the very types the handlers read and write ([`super::api`]), with the
-//! serde attributes they carry; the operations are listed here, and a test checks the list
-//! against the router, both ways, so a route cannot go undocumented.
+//! schema-driven tests and API gateways. The schemas of answers are derived (`schemars`) from
+//! the very types the handlers write ([`super::api`]), with the serde attributes they carry;
+//! those of requests from the types the handlers read, told what the types cannot say
+//! ([`requests`]: required fields, bounds, fields that exclude each other). The operations are
+//! listed here with every status each answers, the listener's own refusals included; a test
+//! checks the list against the router, both ways, so a route cannot go undocumented, and
+//! schemathesis checks the node against the document (`it-tests/tests/openapi_contract.rs`).
 //!
-//! Over 500 lines: the OpenAPI document: every route and schema, in one place, checked against the
-//! router by a test.
+//! The document is the node's: with an admin token, every operation needs it (and may answer
+//! 401); without one, none does.
+//!
+//! Over 500 lines: the OpenAPI document: every route and its answers, in one place, checked
+//! against the router by a test.
 
 use std::sync::{Arc, OnceLock};
 
+use axum::extract::State;
 use axum::http::{header, HeaderValue};
 use axum::response::{IntoResponse, Response};
 use schemars::generate::SchemaSettings;
-use schemars::{JsonSchema, Schema, SchemaGenerator};
+use schemars::{JsonSchema, SchemaGenerator};
 use serde_json::{json, Map, Value};
 
 use super::api::*;
-use super::enqueue::MAX_BATCH;
-use crate::recurring::ScheduleSpec;
+use super::state::AdminState;
+use super::uri_length::MAX_URI_BYTES;
 
-/// The document, built once (it depends on nothing but the types).
-pub(super) async fn serve() -> Response {
-    static DOCUMENT: OnceLock<Arc<str>> = OnceLock::new();
-    let text = DOCUMENT.get_or_init(|| document().to_string().into());
+mod requests;
+
+/// The node's document, built once for each of the two forms (it depends on nothing but the
+/// types and whether the node has a token).
+pub(super) async fn serve(State(state): State<Arc<AdminState>>) -> Response {
+    static DOCUMENTS: [OnceLock<Arc<str>>; 2] = [OnceLock::new(), OnceLock::new()];
+    let token = state.token.is_some();
+    let text = DOCUMENTS[usize::from(token)].get_or_init(|| document(token).to_string().into());
     let mut response = text.to_string().into_response();
     response.headers_mut().insert(
         header::CONTENT_TYPE,
@@ -36,11 +47,12 @@ struct Operation {
     method: &'static str,
     path: &'static str,
     summary: &'static str,
-    /// The query's parameters, from the handler's query type.
-    query: Option<Schema>,
+    /// The query's parameters: an object schema (`requests`).
+    query: Option<Value>,
     /// The JSON body's schema.
     body: Option<Value>,
-    /// Status, what it means, and the JSON answer's schema (none: no body or not JSON).
+    /// Status, what it means, and the rest of OpenAPI's response object: the answer's
+    /// `content` by media type (none: no body), its `links`.
     responses: Vec<(u16, &'static str, Option<Value>)>,
 }
 
@@ -48,26 +60,23 @@ struct Operation {
 struct Answers(SchemaGenerator);
 
 impl Answers {
+    /// A JSON answer of type `T`.
     fn of<T: JsonSchema>(&mut self) -> Option<Value> {
-        Some(self.0.subschema_for::<T>().to_value())
+        let schema = self.0.subschema_for::<T>().to_value();
+        Some(json!({"content": {"application/json": {"schema": schema}}}))
     }
 }
 
-/// The schema of a request type, as the node reads it (deserialized: defaults make fields
-/// optional), inlined.
-fn request<T: JsonSchema>() -> Schema {
-    SchemaSettings::draft2020_12()
-        .for_deserialize()
-        .with(|s| {
-            s.inline_subschemas = true;
-            s.meta_schema = None;
-        })
-        .into_generator()
-        .into_root_schema_for::<T>()
-}
-
-fn body<T: JsonSchema>() -> Option<Value> {
-    Some(request::<T>().to_value())
+/// What a schedule's answer leads to: the operations on the schedule it names (for clients
+/// and schemathesis' stateful phase).
+fn schedule_links() -> Value {
+    let id = json!({"id": "$response.body#/definition/id"});
+    json!({
+        "GetSchedule": {"operationId": "getSchedulesId", "parameters": id},
+        "PauseSchedule": {"operationId": "postSchedulesIdPause", "parameters": id},
+        "ResumeSchedule": {"operationId": "postSchedulesIdResume", "parameters": id},
+        "DeleteSchedule": {"operationId": "deleteSchedulesId", "parameters": id},
+    })
 }
 
 /// Every operation, in the order of the router.
@@ -125,7 +134,7 @@ fn operations(a: &mut Answers) -> Vec<Operation> {
             )
         },
         Operation {
-            query: Some(request::<TaskQuery>()),
+            query: Some(requests::task_query()),
             responses: vec![
                 (
                     200,
@@ -143,7 +152,7 @@ fn operations(a: &mut Answers) -> Vec<Operation> {
             )
         },
         Operation {
-            body: body::<TaskKeyBody>(),
+            body: Some(requests::cancel_body()),
             responses: vec![
                 (
                     202,
@@ -160,7 +169,7 @@ fn operations(a: &mut Answers) -> Vec<Operation> {
             )
         },
         Operation {
-            body: body::<TaskKeyBody>(),
+            body: Some(requests::reschedule_body()),
             responses: vec![
                 (
                     202,
@@ -177,7 +186,7 @@ fn operations(a: &mut Answers) -> Vec<Operation> {
             )
         },
         Operation {
-            query: Some(request::<ListQuery>()),
+            query: Some(requests::list_query()),
             responses: vec![
                 (200, "A page of incomplete tasks", a.of::<ListResponse>()),
                 bad.clone(),
@@ -190,7 +199,19 @@ fn operations(a: &mut Answers) -> Vec<Operation> {
             )
         },
         Operation {
-            body: Some(enqueue_body()),
+            responses: vec![(
+                200,
+                "This node's tasks waiting for their next attempt, the soonest first",
+                a.of::<RetryingResponse>(),
+            )],
+            ..op(
+                "get",
+                "/api/v1/tasks/retrying",
+                "This node's retrying set: when each task's next attempt is due, after how many, and why",
+            )
+        },
+        Operation {
+            body: Some(requests::enqueue_body()),
             responses: vec![
                 (
                     201,
@@ -215,7 +236,7 @@ fn operations(a: &mut Answers) -> Vec<Operation> {
             )
         },
         Operation {
-            query: Some(request::<DeadLetterQuery>()),
+            query: Some(requests::dead_letter_query()),
             responses: vec![
                 (200, "A page of dead letters", a.of::<DeadLettersResponse>()),
                 bad.clone(),
@@ -228,7 +249,7 @@ fn operations(a: &mut Answers) -> Vec<Operation> {
             )
         },
         Operation {
-            body: body::<DeadLetterSelection>(),
+            body: Some(requests::selection_body()),
             responses: vec![
                 (
                     200,
@@ -236,6 +257,7 @@ fn operations(a: &mut Answers) -> Vec<Operation> {
                     a.of::<RedriveResponse>(),
                 ),
                 bad.clone(),
+                (404, "No dead letter of the task named by its key", error.clone()),
                 kafka.clone(),
                 store.clone(),
             ],
@@ -246,10 +268,11 @@ fn operations(a: &mut Answers) -> Vec<Operation> {
             )
         },
         Operation {
-            body: body::<DeadLetterSelection>(),
+            body: Some(requests::selection_body()),
             responses: vec![
                 (200, "Purged", a.of::<PurgeResponse>()),
                 bad.clone(),
+                (404, "No dead letter of the task named by its key", error.clone()),
                 store.clone(),
             ],
             ..op(
@@ -297,7 +320,7 @@ fn operations(a: &mut Answers) -> Vec<Operation> {
             )
         },
         Operation {
-            body: body::<SuspendRequest>(),
+            body: Some(requests::suspend_body()),
             responses: vec![
                 (201, "Suspended", a.of::<SuspensionView>()),
                 bad.clone(),
@@ -310,7 +333,7 @@ fn operations(a: &mut Answers) -> Vec<Operation> {
             )
         },
         Operation {
-            query: Some(request::<SuspensionQuery>()),
+            query: Some(requests::suspension_query()),
             responses: vec![
                 (204, "Lifted (also when there was none)", None),
                 bad.clone(),
@@ -334,7 +357,7 @@ fn operations(a: &mut Answers) -> Vec<Operation> {
             )
         },
         Operation {
-            body: body::<KeyLimitRequest>(),
+            body: Some(requests::key_limit_body()),
             responses: vec![
                 (200, "Set (every node applies it within 2 s)", a.of::<KeyLimitView>()),
                 bad.clone(),
@@ -347,7 +370,7 @@ fn operations(a: &mut Answers) -> Vec<Operation> {
             )
         },
         Operation {
-            query: Some(request::<KeyLimitQuery>()),
+            query: Some(requests::key_limit_query()),
             responses: vec![
                 (204, "Removed (also when there was none)", None),
                 bad.clone(),
@@ -371,13 +394,13 @@ fn operations(a: &mut Answers) -> Vec<Operation> {
             )
         },
         Operation {
-            body: body::<ScheduleSpec>(),
+            body: Some(requests::schedule_body(false)),
             responses: vec![
-                (201, "Created", a.of::<ScheduleView>()),
+                (201, "Created", with_links(a.of::<ScheduleView>())),
                 (
                     200,
                     "Existed: the same definition changes nothing, a new one is a new revision",
-                    a.of::<ScheduleView>(),
+                    with_links(a.of::<ScheduleView>()),
                 ),
                 bad.clone(),
                 store.clone(),
@@ -389,8 +412,8 @@ fn operations(a: &mut Answers) -> Vec<Operation> {
             )
         },
         Operation {
-            query: Some(request::<PreviewQuery>()),
-            body: body::<ScheduleSpec>(),
+            query: Some(requests::count_query()),
+            body: Some(requests::schedule_body(true)),
             responses: vec![
                 (
                     200,
@@ -406,7 +429,7 @@ fn operations(a: &mut Answers) -> Vec<Operation> {
             )
         },
         Operation {
-            query: Some(request::<PreviewQuery>()),
+            query: Some(requests::count_query()),
             responses: vec![
                 (
                     200,
@@ -442,6 +465,7 @@ fn operations(a: &mut Answers) -> Vec<Operation> {
                     "Resumed from the next fire time",
                     a.of::<ScheduleView>(),
                 ),
+                (400, "Its definition has no fire time after now", error.clone()),
                 missing.clone(),
                 store.clone(),
             ],
@@ -455,7 +479,7 @@ fn operations(a: &mut Answers) -> Vec<Operation> {
             ..op("get", "/api/v1/workers", "Remote workers: types, capacity, last seen, claims")
         },
         Operation {
-            body: body::<crate::remote::WorkerPoll>(),
+            body: Some(requests::poll_body()),
             responses: vec![
                 (200, "The claims taken (none once the wait ended)", a.of::<PollResponse>()),
                 bad.clone(),
@@ -476,7 +500,7 @@ fn operations(a: &mut Answers) -> Vec<Operation> {
             ..op("post", "/api/v1/claims/{claimId}/heartbeat", "Keep a claim live")
         },
         Operation {
-            body: body::<crate::remote::Completion>(),
+            body: Some(requests::completion_body()),
             responses: vec![
                 (200, "Taken by the claim's call, which records it", a.of::<ClaimCompleted>()),
                 bad.clone(),
@@ -491,61 +515,77 @@ fn operations(a: &mut Answers) -> Vec<Operation> {
             )
         },
         Operation {
-            responses: vec![(200, "This document", None)],
+            responses: vec![(
+                200,
+                "This document",
+                Some(json!({"content": {"application/json": {"schema": {"type": "object"}}}})),
+            )],
             ..op("get", "/api/v1/openapi.json", "This OpenAPI document")
         },
         Operation {
-            responses: vec![(200, "OpenMetrics text of every queue of the node", None)],
+            responses: vec![(
+                200,
+                "OpenMetrics text of every queue of the node",
+                Some(json!({
+                    "content": {"application/openmetrics-text": {"schema": {"type": "string"}}}
+                })),
+            )],
             ..op("get", "/metrics", "The node's metrics")
         },
     ]
 }
 
-/// The wire format's task record (design.md "Wire format"), alone or in an array: what a
-/// producer writes to the topic. Written out here since the decoder's own type is private to
-/// the client crate; a test checks it against the encoder. Its bounds are the decoder's (a
-/// key's `maxLength` counts characters, the decoder bytes: the schema's bound is the looser).
-fn enqueue_body() -> Value {
-    use scheduler_client::wire::{
-        MAX_DEBOUNCE_WAIT_MS, MAX_GROUP_ID_BYTES, MAX_GROUP_NUMBER, MAX_LIMIT_KEY_BYTES,
-        MAX_ORDERING_ID_BYTES, MAX_UNIQUENESS_KEY_BYTES,
-    };
-    let task_type = json!({"type": "string", "pattern": "^[A-Za-z0-9._:/-]{1,128}$"});
-    let task = json!({
-        "type": "object",
-        "required": ["version", "orderingId", "scheduledTime", "uniquenessKey"],
-        "properties": {
-            "version": {"const": 1},
-            "orderingId": {"type": "string", "minLength": 1, "maxLength": MAX_ORDERING_ID_BYTES, "description": "Tasks of one orderingId run one at a time, in order; at most 1,024 bytes"},
-            "scheduledTime": {"type": "string", "format": "date-time", "description": "RFC 3339, e.g. 2026-11-22T06:00:00.000Z; at most the grace window in the past"},
-            "uniquenessKey": {"type": "string", "minLength": 1, "maxLength": MAX_UNIQUENESS_KEY_BYTES, "description": "With orderingId and scheduledTime, the task's key; at most 1,024 bytes"},
-            "taskData": {"type": "object", "description": "Handed to the handler; nested at most 64 levels"},
-            "taskType": {"description": "Selects the handler (default \"default\")", "allOf": [task_type.clone()]},
-            "priority": {"type": "integer", "format": "int32", "description": "Higher runs first among tasks due together (default 0)"},
-            "onConflict": {"enum": ["replace", "keepTime", "debounce", "ifAbsent"], "description": "Applied to a pending task of the same identity (orderingId and uniquenessKey)"},
-            "maxWaitMs": {"type": "integer", "minimum": 0, "maximum": MAX_DEBOUNCE_WAIT_MS, "description": "With onConflict debounce: the longest a task is pushed back"},
-            "limitKey": {"type": "string", "minLength": 1, "maxLength": MAX_LIMIT_KEY_BYTES, "description": "The key per-key limits count the task under (a tenant, an upstream API), independent of orderingId; at most 256 bytes"},
-            "group": {
-                "type": "object",
-                "required": ["id", "index"],
-                "properties": {
-                    "id": {"type": "string", "minLength": 1, "maxLength": MAX_GROUP_ID_BYTES, "description": "At most 1,024 bytes"},
-                    "index": {"type": "integer", "minimum": 1, "maximum": MAX_GROUP_NUMBER},
-                    "total": {"type": "integer", "minimum": 1, "maximum": MAX_GROUP_NUMBER, "description": "The number of members (the largest group is 10,000)"},
-                    "failFast": {"type": "boolean"},
-                    "joinType": {"description": "The task type of the group's join task", "allOf": [task_type]}
-                }
-            },
-            "type": {"const": "task", "description": "The record's type: tasks only here (cancel with /api/v1/task/cancel)"}
+/// A request body to copy, by operation: each is one its handler takes (schemathesis'
+/// examples phase sends them, so an answer with data is checked too).
+fn example(method: &str, path: &str) -> Option<Value> {
+    let body = match (method, path) {
+        ("post", "/api/v1/tasks") => json!({
+            "version": 1, "orderingId": "customer-7", "scheduledTime": "2099-01-01T06:00:00.000Z",
+            "uniquenessKey": "reminder-1", "taskType": "reminder", "taskData": {"action": "remind"}
+        }),
+        ("post", "/api/v1/task/cancel") => json!({
+            "orderingId": "customer-7", "scheduledTime": "2099-01-01T06:00:00.000Z",
+            "uniquenessKey": "reminder-1"
+        }),
+        ("post", "/api/v1/task/reschedule") => json!({
+            "orderingId": "customer-7", "uniquenessKey": "reminder-1",
+            "scheduledTime": "2099-01-02T06:00:00.000Z"
+        }),
+        ("post", "/api/v1/dead-letters/redrive" | "/api/v1/dead-letters/purge") => {
+            json!({"taskType": "reminder", "from": "2026-01-01T00:00:00.000Z"})
         }
-    });
-    json!({
-        "oneOf": [task.clone(), {"type": "array", "items": task, "minItems": 1, "maxItems": MAX_BATCH}]
-    })
+        ("post", "/api/v1/suspensions") => {
+            json!({"kind": "taskType", "target": "reminder", "reason": "the mail provider is down"})
+        }
+        ("put", "/api/v1/limits") => {
+            json!({"limitKey": "tenant-42", "concurrency": 5, "rate": 10.0})
+        }
+        ("post", "/api/v1/schedules") => json!({
+            "id": "nightly-report", "cron": "0 3 * * *", "timeZone": "Europe/Paris",
+            "taskType": "report"
+        }),
+        ("post", "/api/v1/schedules/preview") => json!({"every": "15m", "taskType": "report"}),
+        ("post", "/api/v1/workers/poll") => {
+            json!({"worker": "mailer-1", "types": ["send-email"], "capacity": 4, "waitMs": 0})
+        }
+        ("post", "/api/v1/claims/{claimId}/complete") => {
+            json!({"outcome": "success", "result": {"sent": true}})
+        }
+        _ => return None,
+    };
+    Some(body)
 }
 
-/// The whole document.
-pub(super) fn document() -> Value {
+/// A schedule's answer, with the operations on the schedule it names.
+fn with_links(mut answer: Option<Value>) -> Option<Value> {
+    if let Some(answer) = answer.as_mut() {
+        answer["links"] = schedule_links();
+    }
+    answer
+}
+
+/// The whole document: of a node with an admin token (`token`), or of one without.
+pub(super) fn document(token: bool) -> Value {
     let mut answers = Answers(
         SchemaSettings::draft2020_12()
             .for_serialize()
@@ -562,41 +602,61 @@ pub(super) fn document() -> Value {
         if let Some(methods) = entry.as_object_mut() {
             methods.insert(
                 operation.method.to_string(),
-                describe(operation, error.as_ref()),
+                describe(operation, error.as_ref(), token),
             );
         }
     }
-    json!({
+    let mut document = json!({
         "openapi": "3.1.0",
         "info": {
             "title": "scheduler node admin API",
             "version": env!("CARGO_PKG_VERSION"),
-            "description": "Each node serves it for the queue at the root and for every queue it serves under /queues/{queue}. Errors are JSON {\"error\": ...}. Times are RFC 3339 strings in UTC with milliseconds."
+            "description": "Each node serves it for the queue at the root and for every queue it serves under /queues/{queue}. Errors are JSON {\"error\": ...}, but for the HTTP server's own, without a body: 400 for a request it cannot parse, 431 for a request head over about 400 KiB. Times are RFC 3339 strings in UTC with milliseconds."
         },
         "servers": [{"url": "/"}, {"url": "/queues/{queue}", "variables": {"queue": {"default": "default"}}}],
-        "security": [{"bearer": []}, {}],
         "paths": paths,
         "components": {
             "schemas": answers.0.take_definitions(true),
-            "securitySchemes": {
-                "bearer": {"type": "http", "scheme": "bearer", "description": "The node's admin.token, when set"}
-            }
         }
-    })
+    });
+    if token {
+        document["security"] = json!([{"bearer": []}]);
+        document["components"]["securitySchemes"] = json!({
+            "bearer": {"type": "http", "scheme": "bearer", "description": "The node's admin.token"}
+        });
+    }
+    document
 }
 
-/// What the listener answers before any route does (`admin::access`, `json_errors`), on every
-/// operation, and on those that take a body.
-fn listener_answers(takes_body: bool) -> Vec<(u16, String)> {
-    let mut answers =
-        vec![
-        (401, "No token, or a wrong one (a node with an admin token)".to_string()),
-        (
-            403,
-            "A Host the listener does not answer to, or a state-changing request from another site"
+/// What the listener answers before any route does (`admin::access`, `uri_length`,
+/// `json_errors`), by operation: every one, those that may change something (`method`), those
+/// that take a body, and all of them on a node with a token.
+fn listener_answers(method: &str, takes_body: bool, token: bool) -> Vec<(u16, String)> {
+    let changes = method != "get";
+    let mut answers = Vec::new();
+    if token {
+        answers.push((
+            401,
+            "No token, or a wrong one: the WWW-Authenticate header names the scheme, Bearer"
                 .to_string(),
-        ),
-    ];
+        ));
+    }
+    answers.push((
+        403,
+        match changes {
+            true => "A Host the listener does not answer to, or a request from another site",
+            false => "A Host the listener does not answer to",
+        }
+        .to_string(),
+    ));
+    answers.push((
+        405,
+        "A method this path does not take: the Allow header lists those it does".to_string(),
+    ));
+    answers.push((
+        414,
+        format!("The URI (path and query) is over the listener's limit of {MAX_URI_BYTES} bytes"),
+    ));
     if takes_body {
         answers.push((
             413,
@@ -605,18 +665,29 @@ fn listener_answers(takes_body: bool) -> Vec<(u16, String)> {
                 super::REQUEST_BODY_LIMIT
             ),
         ));
-        answers.push((415, "A body that is not application/json".to_string()));
+    }
+    if changes {
+        answers.push((
+            415,
+            "A body, or a Content-Type, that is not application/json".to_string(),
+        ));
     }
     answers
 }
 
-/// One operation as OpenAPI describes it; `error` is the schema of an error's answer.
-fn describe(operation: Operation, error: Option<&Value>) -> Value {
+/// One operation as OpenAPI describes it; `error` is an error's answer.
+fn describe(operation: Operation, error: Option<&Value>, token: bool) -> Value {
     let mut parameters: Vec<Value> = operation
         .path
         .split('/')
         .filter_map(|part| part.strip_prefix('{')?.strip_suffix('}'))
-        .map(|name| json!({"name": name, "in": "path", "required": true, "schema": {"type": "string"}}))
+        .map(|name| {
+            let schema = match operation.path.starts_with("/api/v1/schedules/") {
+                true => requests::schedule_id(),
+                false => json!({"type": "string", "minLength": 1}),
+            };
+            json!({"name": name, "in": "path", "required": true, "schema": schema})
+        })
         .collect();
     if let Some(query) = &operation.query {
         let required: Vec<&str> = query
@@ -626,31 +697,42 @@ fn describe(operation: Operation, error: Option<&Value>) -> Value {
             .unwrap_or_default();
         if let Some(properties) = query.get("properties").and_then(Value::as_object) {
             for (name, schema) in properties {
+                let mut schema = schema.clone();
+                let description = schema.as_object_mut().and_then(|s| s.remove("description"));
                 let mut parameter = json!({
                     "name": name,
                     "in": "query",
                     "required": required.contains(&name.as_str()),
-                    "schema": schema,
+                    "schema": without_null(schema),
                 });
-                if let Some(description) = schema.get("description") {
-                    parameter["description"] = description.clone();
+                if let Some(description) = description {
+                    parameter["description"] = description;
                 }
                 parameters.push(parameter);
             }
         }
     }
     let mut responses = Map::new();
-    for (code, description, schema) in operation.responses {
-        let mut response = json!({ "description": description });
-        if let Some(schema) = schema {
-            response["content"] = json!({"application/json": {"schema": schema}});
-        }
-        responses.insert(code.to_string(), response);
+    for (code, description, answer) in operation.responses {
+        let mut response = match answer {
+            Some(Value::Object(answer)) => answer,
+            _ => Map::new(),
+        };
+        response.insert("description".into(), json!(description));
+        responses.insert(code.to_string(), Value::Object(response));
     }
-    for (code, description) in listener_answers(operation.body.is_some()) {
-        let mut response = json!({ "description": description });
-        if let Some(schema) = error {
-            response["content"] = json!({"application/json": {"schema": schema}});
+    let takes_body = operation.body.is_some();
+    for (code, description) in listener_answers(operation.method, takes_body, token) {
+        let mut response = error.cloned().unwrap_or_else(|| json!({}));
+        response["description"] = json!(description);
+        let header = match code {
+            401 => Some("WWW-Authenticate"),
+            405 => Some("Allow"),
+            _ => None,
+        };
+        if let Some(header) = header {
+            response["headers"] =
+                json!({ header: {"required": true, "schema": {"type": "string"}} });
         }
         responses.entry(code.to_string()).or_insert(response);
     }
@@ -663,10 +745,45 @@ fn describe(operation: Operation, error: Option<&Value>) -> Value {
         described["parameters"] = Value::Array(parameters);
     }
     if let Some(body) = operation.body {
+        let mut media = json!({ "schema": body });
+        if let Some(example) = example(operation.method, operation.path) {
+            media["example"] = example;
+        }
         described["requestBody"] =
-            json!({"required": true, "content": {"application/json": {"schema": body}}});
+            json!({"required": true, "content": {"application/json": media}});
     }
     described
+}
+
+/// A query parameter's schema without `null` (among its types, its values or its choices): a
+/// query has no null (an absent parameter is absent).
+fn without_null(mut schema: Value) -> Value {
+    if let Some(Value::Array(types)) = schema.get_mut("type") {
+        types.retain(|t| t != "null");
+        if let [only] = types.as_slice() {
+            let only = only.clone();
+            schema["type"] = only;
+        }
+    }
+    if let Some(Value::Array(values)) = schema.get_mut("enum") {
+        values.retain(|v| !v.is_null());
+    }
+    let Some(object) = schema.as_object_mut() else {
+        return schema;
+    };
+    if let Some(Value::Array(mut choices)) = object.remove("anyOf") {
+        choices.retain(|choice| choice.get("type").and_then(Value::as_str) != Some("null"));
+        match choices.pop() {
+            // One choice left: the schema itself.
+            Some(Value::Object(only)) if choices.is_empty() => object.extend(only),
+            Some(last) => {
+                choices.push(last);
+                object.insert("anyOf".into(), Value::Array(choices));
+            }
+            None => {}
+        }
+    }
+    schema
 }
 
 /// `get /api/v1/schedules/{id}/pause` → `postSchedulesIdPause`-like ids, unique per operation.

@@ -23,7 +23,7 @@ use crate::store::{FireOutcome, FireRecord, ScheduleRecord};
 /// Fires `GET /api/v1/schedules/{id}` shows.
 const FIRES_SHOWN: usize = 20;
 /// Most next fire times a preview shows.
-const MAX_PREVIEW: usize = 100;
+pub(super) const MAX_PREVIEW: usize = 100;
 
 fn view(record: &ScheduleRecord, state: &AdminState) -> ScheduleView {
     let description = match record.spec.validate() {
@@ -192,4 +192,48 @@ pub(super) async fn preview(
         description: cadence.describe(),
         upcoming: upcoming.into_iter().map(wire::format_time).collect(),
     }))
+}
+
+#[cfg(test)]
+mod tests {
+    use axum::http::{Method, StatusCode};
+    use serde_json::json;
+
+    use crate::admin::test_app::{app, call};
+
+    /// A schedule named `preview` could be created, then neither shown nor deleted: `GET` and
+    /// `DELETE /api/v1/schedules/preview` reach the preview's route, which answers 405.
+    #[tokio::test]
+    async fn no_schedule_takes_the_name_of_the_preview_route() {
+        let app = app();
+        let body = |id: &str| json!({"id": id, "every": "1m", "taskType": "t"}).to_string();
+        let (status, answer) = call(
+            &app,
+            Method::POST,
+            Some(&body("preview")),
+            "/api/v1/schedules",
+        )
+        .await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{answer}");
+        assert!(answer.contains("choose another"), "{answer}");
+        let (status, answer) = call(
+            &app,
+            Method::POST,
+            Some(&body("previews")),
+            "/api/v1/schedules",
+        )
+        .await;
+        assert_eq!(status, StatusCode::CREATED, "{answer}");
+        let (status, answer) = call(&app, Method::GET, None, "/api/v1/schedules/previews").await;
+        assert_eq!(status, StatusCode::OK, "{answer}");
+        // A preview's definition may name it: it is never stored.
+        let (status, answer) = call(
+            &app,
+            Method::POST,
+            Some(&body("preview")),
+            "/api/v1/schedules/preview",
+        )
+        .await;
+        assert_eq!(status, StatusCode::OK, "{answer}");
+    }
 }

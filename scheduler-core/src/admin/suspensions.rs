@@ -17,7 +17,7 @@ use super::state::{required, store_error, AdminState, ApiError};
 use crate::store::{Suspension, SuspensionTarget};
 
 /// The longest reason, in bytes: every node reads every suspension every few seconds.
-const MAX_REASON_BYTES: usize = 1024;
+pub(super) const MAX_REASON_BYTES: usize = 1024;
 
 fn view(suspension: &Suspension) -> SuspensionView {
     SuspensionView {

@@ -24,11 +24,11 @@ use crate::handler::MAX_RESULT_BYTES;
 use crate::remote::{Completion, CompletionRefused, RemoteWorkers, WorkerPoll};
 
 /// The most types one worker announces.
-const MAX_TYPES: usize = 50;
+pub(super) const MAX_TYPES: usize = 50;
 /// The most claims one poll takes.
-const MAX_CAPACITY: u32 = 100;
+pub(super) const MAX_CAPACITY: u32 = 100;
 /// The longest worker name.
-const MAX_NAME: usize = 100;
+pub(super) const MAX_NAME: usize = 100;
 /// The longest error text a completion carries (longer is cut).
 const MAX_ERROR: usize = 4096;
 

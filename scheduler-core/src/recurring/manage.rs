@@ -160,6 +160,10 @@ impl RecurringSchedules {
 
     async fn create_here(&self, spec: ScheduleSpec) -> Result<ScheduleRecord, RecurringError> {
         let cadence = spec.validate()?;
+        // (A preview's definition may have it: it is never stored.)
+        if spec.id == super::RESERVED_ID {
+            return Err(InvalidSchedule::ReservedId.into());
+        }
         let now = self.clock.now();
         let existing = self.store.recurring_schedule(spec.id.clone()).await?;
         if let Some(existing) = existing.as_ref().filter(|e| e.spec == spec) {

@@ -77,7 +77,17 @@ pub enum InvalidSchedule {
     /// Its runs would be refused (a task type, an orderingId or data no task can have).
     #[error("its runs would be refused: {0}")]
     Run(#[source] wire::ContentError),
+    /// The id [`RESERVED_ID`], which a schedule cannot have.
+    #[error(
+        "schedule id {RESERVED_ID:?} names the admin API's preview (/api/v1/schedules/preview), \
+         where such a schedule could not be shown nor deleted: choose another"
+    )]
+    ReservedId,
 }
+
+/// The one id a schedule cannot be created with: `/api/v1/schedules/preview` is the preview's
+/// route, so `GET` and `DELETE /api/v1/schedules/preview` would not reach the schedule.
+pub const RESERVED_ID: &str = "preview";
 
 /// When a schedule fires.
 #[derive(Debug, Clone)]

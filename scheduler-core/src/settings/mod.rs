@@ -20,7 +20,7 @@ mod env;
 mod queues;
 mod validate;
 #[cfg(feature = "node")]
-pub(crate) use validate::{is_key_burst, is_key_rate};
+pub(crate) use validate::{is_key_burst, is_key_rate, MAX_KEY_BURST, MAX_KEY_RATE};
 
 pub use cassandra::{CassandraSettings, ConsistencyLevel, SerialConsistencyLevel};
 pub use queues::{Limits, Queue, QueueSettings, TypeLimits, DEFAULT_QUEUE};

@@ -110,12 +110,17 @@ const KEY_BURST: &str = "must be from 1 to 1000000 when set";
 
 /// Whether `rate`, when set, is a rate of starts the limits handle (`limits::KeyRate`).
 pub(crate) fn is_key_rate(rate: Option<f64>) -> bool {
-    rate.is_none_or(|r| r.is_finite() && r > 0.0 && r <= 1e6)
+    rate.is_none_or(|r| r.is_finite() && r > 0.0 && r <= MAX_KEY_RATE)
 }
+
+/// The highest rate of a key (starts a second).
+pub(crate) const MAX_KEY_RATE: f64 = 1e6;
+/// The largest burst of a key.
+pub(crate) const MAX_KEY_BURST: u32 = 1_000_000;
 
 /// Whether `burst`, when set, is a burst the limits handle.
 pub(crate) fn is_key_burst(burst: Option<u32>) -> bool {
-    burst.is_none_or(|b| (1..=1_000_000).contains(&b))
+    burst.is_none_or(|b| (1..=MAX_KEY_BURST).contains(&b))
 }
 
 /// Whether the admin listener's address is one other machines may reach (not loopback).

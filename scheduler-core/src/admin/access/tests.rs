@@ -446,6 +446,19 @@ async fn the_bearer_scheme_is_case_insensitive() {
     }
 }
 
+/// A 401 names the scheme the listener takes (RFC 9110: it had no `WWW-Authenticate`), and is
+/// the API's JSON.
+#[tokio::test]
+async fn a_refused_request_is_told_the_bearer_scheme() {
+    let app = app_with_token();
+    for path in ["/api/v1/status", "/queues/default/api/v1/openapi.json"] {
+        let answer = send(&app, Method::GET, path, &[], "").await;
+        assert_eq!(answer.status, StatusCode::UNAUTHORIZED, "{path}");
+        assert_eq!(answer.header(header::WWW_AUTHENTICATE), "Bearer", "{path}");
+        assert!(answer.error().contains("bearer token"), "{}", answer.body);
+    }
+}
+
 /// A wrong token, by header or through the login form, is answered after a pause (tokio's
 /// timer, here paused) and counted where it was presented; a right one at once.
 #[tokio::test(start_paused = true)]

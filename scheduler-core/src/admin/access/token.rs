@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::extract::{ConnectInfo, Request, State};
-use axum::http::{header, HeaderMap, StatusCode};
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use subtle::ConstantTimeEq;
@@ -109,11 +109,14 @@ pub(crate) async fn require_token(
     if let Some(to_login) = login::to_login(&path, path_and_query) {
         return to_login;
     }
-    ApiError {
+    let mut refused = ApiError {
         status: StatusCode::UNAUTHORIZED,
         message: "missing or wrong bearer token (send Authorization: Bearer <token>)".into(),
     }
-    .into_response()
+    .into_response();
+    // RFC 9110: a 401 names the scheme that would be accepted.
+    (refused.headers_mut()).insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+    refused
 }
 
 /// The token of an `Authorization: Bearer <token>` header (the scheme in any case).
