@@ -237,7 +237,7 @@ async fn with_a_token_the_cookie_is_a_session_and_replayed_from_another_port_is_
         (
             "/dashboard/dead-letters/redrive",
             form_type.clone(),
-            "taskType=any",
+            "taskType=any&confirm=yes",
         ),
         (
             "/api/v1/dead-letters/redrive",
@@ -279,7 +279,7 @@ async fn with_a_token_the_cookie_is_a_session_and_replayed_from_another_port_is_
             "Sec-Fetch-Site: same-origin".into(),
             form_type.clone(),
         ],
-        "taskType=any",
+        "taskType=any&confirm=yes",
     )
     .await;
     assert_eq!(own.status, 303, "{}", own.body);
