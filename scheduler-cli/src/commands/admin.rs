@@ -125,10 +125,6 @@ pub(crate) fn list(args: ListArgs, json: bool, out: &mut dyn Write) -> Outcome {
     )
     .map_err(io_failure)?;
     for t in &page.tasks {
-        let state = serde_json::to_value(t.state)
-            .ok()
-            .and_then(|v| v.as_str().map(str::to_string))
-            .unwrap_or_default();
         writeln!(
             out,
             "{:<25} {:<24} {:<24} {:<16} {:<10} {:>9}  {}",
@@ -136,7 +132,7 @@ pub(crate) fn list(args: ListArgs, json: bool, out: &mut dyn Write) -> Outcome {
             t.ordering_id,
             t.uniqueness_key,
             t.task_type,
-            state,
+            t.state.as_str(),
             t.partition,
             cut_data(&t.task_data.to_string())
         )

@@ -259,6 +259,28 @@ pub enum PendingState {
     Limited,
 }
 
+impl PendingState {
+    /// Every state, in the order a task goes through them.
+    pub const ALL: [PendingState; 5] = [
+        PendingState::Waiting,
+        PendingState::Overdue,
+        PendingState::Retrying,
+        PendingState::Suspended,
+        PendingState::Limited,
+    ];
+
+    /// The state as the API spells it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PendingState::Waiting => "waiting",
+            PendingState::Overdue => "overdue",
+            PendingState::Retrying => "retrying",
+            PendingState::Suspended => "suspended",
+            PendingState::Limited => "limited",
+        }
+    }
+}
+
 /// `GET /api/v1/tasks`'s answer: a page.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
@@ -349,6 +371,14 @@ pub struct PageCursor {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_pending_states_name_is_its_json_spelling() {
+        for state in PendingState::ALL {
+            let json = serde_json::to_value(state).ok();
+            assert_eq!(json, Some(serde_json::Value::from(state.as_str())));
+        }
+    }
 
     /// The answers that were built with `json!` (sorted keys) keep their bytes as structs.
     #[test]

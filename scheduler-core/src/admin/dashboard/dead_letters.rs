@@ -399,9 +399,9 @@ pub(crate) async fn redrive(
     RawForm(body): RawForm,
 ) -> Response {
     let title = "Dead letters";
-    let form: RedriveForm = match form(&body) {
+    let form: RedriveForm = match page.form(&body, Section::DeadLetters, title) {
         Ok(form) => form,
-        Err(e) => return page.error(StatusCode::BAD_REQUEST, Section::DeadLetters, title, &e),
+        Err(refused) => return *refused,
     };
     // Every letter of a type is confirmed first (the form's checkbox).
     if form.task_type.is_some() && form.confirm.as_deref() != Some("yes") {

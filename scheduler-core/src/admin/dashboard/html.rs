@@ -298,6 +298,17 @@ impl Page {
         response
     }
 
+    /// A posted form (see [`form`]) read into `T`, or, when it cannot be, this page's 400
+    /// saying why.
+    pub(crate) fn form<T: serde::de::DeserializeOwned>(
+        &self,
+        body: &[u8],
+        section: Section,
+        title: &str,
+    ) -> Result<T, Box<Response>> {
+        form(body).map_err(|e| Box::new(self.error(StatusCode::BAD_REQUEST, section, title, &e)))
+    }
+
     /// A page with only an error message (the API's), answered with its status.
     pub(crate) fn error(
         &self,

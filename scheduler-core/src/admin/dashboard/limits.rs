@@ -202,9 +202,9 @@ pub(crate) async fn remove(
     RawForm(body): RawForm,
 ) -> Response {
     let fail = |status, message: &str| page.error(status, Section::Limits, TITLE, message);
-    let key: KeyLimitQuery = match form(&body) {
+    let key: KeyLimitQuery = match page.form(&body, Section::Limits, TITLE) {
         Ok(key) => key,
-        Err(e) => return fail(StatusCode::BAD_REQUEST, &e),
+        Err(refused) => return *refused,
     };
     let removed = key.limit_key.clone().unwrap_or_default();
     let key = KeyLimitQuery {

@@ -63,15 +63,6 @@ const WINDOWS: [(&str, &str, TimeDelta, TimeDelta); 5] = [
     ),
 ];
 
-/// The states offered as a filter, as the API spells them.
-const STATES: [(&str, PendingState); 5] = [
-    ("waiting", PendingState::Waiting),
-    ("overdue", PendingState::Overdue),
-    ("retrying", PendingState::Retrying),
-    ("suspended", PendingState::Suspended),
-    ("limited", PendingState::Limited),
-];
-
 /// The page's query: the filters, and where a later page starts (`from`, `to` and the key).
 #[derive(Debug, Default, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -118,8 +109,11 @@ pub(crate) async fn page(
     let (_, _, back, ahead) = *window;
     let state_filter = match query.state.as_deref().filter(|s| !s.is_empty()) {
         None => None,
-        Some(s) => match STATES.iter().find(|(name, _)| *name == s) {
-            Some((_, state)) => Some(*state),
+        Some(s) => match PendingState::ALL
+            .into_iter()
+            .find(|state| state.as_str() == s)
+        {
+            Some(state) => Some(state),
             None => {
                 let message =
                     format!("no state {s:?}: waiting, overdue, retrying, suspended or limited");
@@ -172,7 +166,7 @@ fn filter_form(page: &Page, query: &PendingQuery, window: &str) -> String {
         let _ = write!(html, "<option value=\"{value}\"{selected}>{label}</option>");
     }
     html.push_str("</select></label><label>State <select name=\"state\" id=\"state\"><option value=\"\">any</option>");
-    for (name, _) in STATES {
+    for name in PendingState::ALL.map(PendingState::as_str) {
         let selected = if query.state.as_deref() == Some(name) {
             " selected"
         } else {
@@ -273,10 +267,7 @@ fn tasks_table(
              <th>Partition</th><th>Data</th></tr></thead><tbody>\n",
         );
         for t in &tasks.tasks {
-            let state = serde_json::to_value(t.state)
-                .ok()
-                .and_then(|v| v.as_str().map(str::to_string))
-                .unwrap_or_default();
+            let state = t.state.as_str();
             let _ = writeln!(
                 html,
                 "<tr class=\"pending\" data-ordering-id=\"{o}\" data-uniqueness-key=\"{u}\" \
@@ -292,7 +283,7 @@ fn tasks_table(
                 data_preview(t),
                 o = escape(&t.ordering_id),
                 u = escape(&t.uniqueness_key),
-                s = escape(&state),
+                s = state,
             );
         }
         html.push_str("</tbody></table>\n");

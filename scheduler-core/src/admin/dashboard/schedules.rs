@@ -14,7 +14,7 @@ use axum::Json;
 use chrono::{DateTime, SecondsFormat, Utc};
 use serde::Deserialize;
 
-use super::html::{escape, form, notice, or_dash, query, when, when_or_dash, Page, Section};
+use super::html::{escape, notice, or_dash, query, when, when_or_dash, Page, Section};
 use crate::admin::api::{PreviewQuery, ScheduleDetail, ScheduleView};
 use crate::admin::schedules;
 use crate::admin::state::{AdminState, ApiError};
@@ -61,9 +61,9 @@ async fn pause_or_resume(
     pause: bool,
 ) -> Response {
     let title = "Recurring schedules";
-    let ScheduleForm { id } = match form(&body) {
+    let ScheduleForm { id } = match page.form(&body, Section::Schedules, title) {
         Ok(form) => form,
-        Err(e) => return page.error(StatusCode::BAD_REQUEST, Section::Schedules, title, &e),
+        Err(refused) => return *refused,
     };
     let done = match pause {
         true => schedules::pause(State(state), Path(id))

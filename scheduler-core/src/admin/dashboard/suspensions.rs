@@ -14,7 +14,7 @@ use axum::Json;
 use chrono::{DateTime, Utc};
 use serde::Deserialize;
 
-use super::html::{escape, form, notice, or_dash, query, when, Page, Section};
+use super::html::{escape, notice, or_dash, query, when, Page, Section};
 use crate::admin::api::{SuspendRequest, SuspensionQuery, SuspensionView};
 use crate::admin::state::AdminState;
 use crate::admin::suspensions;
@@ -136,9 +136,9 @@ pub(crate) async fn resume(
     RawForm(body): RawForm,
 ) -> Response {
     let fail = |status, message: &str| page.error(status, Section::Suspensions, TITLE, message);
-    let form: SuspensionForm = match form(&body) {
+    let form: SuspensionForm = match page.form(&body, Section::Suspensions, TITLE) {
         Ok(form) => form,
-        Err(e) => return fail(StatusCode::BAD_REQUEST, &e),
+        Err(refused) => return *refused,
     };
     let (kind, target) = (form.kind.clone(), form.target.clone());
     let lifted = SuspensionQuery {
@@ -163,9 +163,9 @@ pub(crate) async fn suspend(
     RawForm(body): RawForm,
 ) -> Response {
     let fail = |status, message: &str| page.error(status, Section::Suspensions, TITLE, message);
-    let form: SuspensionForm = match form(&body) {
+    let form: SuspensionForm = match page.form(&body, Section::Suspensions, TITLE) {
         Ok(form) => form,
-        Err(e) => return fail(StatusCode::BAD_REQUEST, &e),
+        Err(refused) => return *refused,
     };
     let request = SuspendRequest {
         kind: form.kind,

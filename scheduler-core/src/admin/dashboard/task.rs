@@ -15,7 +15,7 @@ use axum::Json;
 use chrono::{DateTime, Utc};
 use serde::Deserialize;
 
-use super::html::{escape, form, notice, or_dash, query, when, when_or_dash, Page, Section};
+use super::html::{escape, notice, or_dash, query, when, when_or_dash, Page, Section};
 use crate::admin::api::{TaskKeyBody, TaskQuery, TaskResponse};
 use crate::admin::state::{AdminState, ApiError};
 
@@ -178,9 +178,9 @@ pub(crate) async fn cancel(
     RawForm(body): RawForm,
 ) -> Response {
     let title = "Task lookup";
-    let form: ActionForm = match form(&body) {
+    let form: ActionForm = match page.form(&body, Section::Task, title) {
         Ok(form) => form,
-        Err(e) => return page.error(StatusCode::BAD_REQUEST, Section::Task, title, &e),
+        Err(refused) => return *refused,
     };
     if form.confirm.as_deref() != Some("yes") {
         let message = "a cancel must be confirmed (the form's checkbox)";
@@ -192,17 +192,7 @@ pub(crate) async fn cancel(
         uniqueness_key: form.uniqueness_key.clone(),
     };
     match crate::admin::cancel(State(state), Ok(Json(key))).await {
-        Ok(_) => {
-            let text = |v: &Option<String>| v.clone().unwrap_or_default();
-            let q = query(&[
-                ("orderingId", &text(&form.ordering_id)),
-                ("scheduledTime", &text(&form.scheduled_time)),
-                ("uniquenessKey", &text(&form.uniqueness_key)),
-                ("done", "cancel"),
-            ]);
-            // 303: the browser follows with a GET, so a reload does not post again.
-            Redirect::to(&page.url(&format!("/task?{q}"))).into_response()
-        }
+        Ok(_) => back_to_task(&page, &form, form.scheduled_time.as_deref(), "cancel"),
         Err(e) => page.error(e.status, Section::Task, title, &e.message),
     }
 }
@@ -215,27 +205,39 @@ pub(crate) async fn reschedule(
     RawForm(body): RawForm,
 ) -> Response {
     let title = "Task lookup";
-    let form: ActionForm = match form(&body) {
+    let form: ActionForm = match page.form(&body, Section::Task, title) {
         Ok(form) => form,
-        Err(e) => return page.error(StatusCode::BAD_REQUEST, Section::Task, title, &e),
+        Err(refused) => return *refused,
     };
     let key = TaskKeyBody {
         ordering_id: form.ordering_id.clone(),
-        scheduled_time: form.new_time.map(|t| t.trim().to_string()),
+        scheduled_time: form.new_time.as_deref().map(|t| t.trim().to_string()),
         uniqueness_key: form.uniqueness_key.clone(),
     };
     match crate::admin::reschedule(State(state), Ok(Json(key))).await {
-        Ok(_) => {
-            let text = |v: &Option<String>| v.clone().unwrap_or_default();
-            let q = query(&[
-                ("orderingId", &text(&form.ordering_id)),
-                ("uniquenessKey", &text(&form.uniqueness_key)),
-                ("done", "reschedule"),
-            ]);
-            Redirect::to(&page.url(&format!("/task?{q}"))).into_response()
-        }
+        // The identity's current task: the one at its new time.
+        Ok(_) => back_to_task(&page, &form, None, "reschedule"),
         Err(e) => page.error(e.status, Section::Task, title, &e.message),
     }
+}
+
+/// Back to the form's task at `scheduled_time` (without it, its identity's current task),
+/// saying what was `done`. 303: the browser follows with a GET, so a reload does not post
+/// again.
+fn back_to_task(
+    page: &Page,
+    form: &ActionForm,
+    scheduled_time: Option<&str>,
+    done: &str,
+) -> Response {
+    let text = |v: &Option<String>| v.clone().unwrap_or_default();
+    let q = query(&[
+        ("orderingId", &text(&form.ordering_id)),
+        ("scheduledTime", scheduled_time.unwrap_or_default()),
+        ("uniquenessKey", &text(&form.uniqueness_key)),
+        ("done", done),
+    ]);
+    Redirect::to(&page.url(&format!("/task?{q}"))).into_response()
 }
 
 fn lookup_form(page: &Page, query: &TaskQuery) -> String {
