@@ -1,9 +1,10 @@
 //! Failover: three node processes share the partitions under a steady load; one leaves cleanly
 //! (SIGTERM), and once the other two have split its partitions one of them is killed (SIGKILL).
-//! Each node writes every execution to a file of its own (see [`Probe::logging_calls`]); when the
-//! load has stopped and every task has run, the bench reads the files and checks each task: run
-//! at least once, never before its time, and, per orderingId, in schedule order. It measures how
-//! late the tasks of the moved partitions ran after each leave.
+//! Each node writes every execution to a file of its own (see
+//! [`Probe::logging_calls`](crate::probe::Probe::logging_calls)); when the load has stopped and
+//! every task has run, the bench reads the files and checks each task: run at least once, never
+//! before its time, and, per orderingId, in schedule order. It measures how late the tasks of the
+//! moved partitions ran after each leave.
 //!
 //! A task counts as run if any node's file has it. A node writes the line before the call
 //! returns, so a task the engine counts as run has its line even on a killed node; a task whose

@@ -27,7 +27,7 @@ pub mod wire;
 
 pub use partitioner::{murmur2, partition_for};
 #[cfg(feature = "producer")]
-pub use scheduler::{Scheduler, SchedulerConfig};
+pub use scheduler::{Routed, Scheduler, SchedulerConfig};
 pub use task::{
     truncate_to_millis, GroupMember, OnConflict, RunOrder, Task, TaskData, TaskIdentity, TaskKey,
     DEFAULT_TASK_TYPE,
