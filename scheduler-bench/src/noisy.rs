@@ -113,7 +113,7 @@ pub async fn noisy(flood: usize, ordering_ids: usize) -> Result<NoisyNeighbour, 
         loop {
             let metrics = node.metrics();
             let of = |stage| metric_sum(&metrics, "scheduler_tasks_in_memory", &[("stage", stage)]);
-            memory.push(Sample {
+            memory.push(NodeSample {
                 at: Utc::now(),
                 scheduled: of("scheduled"),
                 executing: of("executing"),
@@ -226,7 +226,7 @@ fn lateness(probe: &Probe, prefix: &str, from: Option<DateTime<Utc>>) -> Latenes
 }
 
 /// The node as the timeline samples it.
-struct Sample {
+struct NodeSample {
     at: DateTime<Utc>,
     /// Tasks in the trees' memory, scheduled and executing.
     scheduled: f64,
@@ -247,7 +247,7 @@ struct Bucket {
 /// Prints, per 5 s from the flood's time, how many of a's tasks started, how late b's tasks due
 /// then ran (the worst, and how many over 9 ms) and the trees' memory (a diagnosis, asked for
 /// with `BENCH_TIMELINE`).
-fn timeline(probe: &Probe, due: DateTime<Utc>, samples: &[Sample]) {
+fn timeline(probe: &Probe, due: DateTime<Utc>, samples: &[NodeSample]) {
     use std::collections::BTreeMap;
     let step_ms = 5_000;
     let mut buckets: BTreeMap<i64, Bucket> = BTreeMap::new();
