@@ -518,11 +518,13 @@ impl World {
         }
     }
 
-    /// Whether remote task `key` may have failed though its plan succeeds: every attempt
-    /// recorded ended with its claim (a worker that crashed or stalled on it, or whose node
-    /// paused, each time: a task that keeps killing its workers is dead-lettered) or succeeded
-    /// (its final status cut off by a fault). A claim
-    /// refused before its expiry is a violation of its own ([`World::check_remote`]).
+    /// Whether remote task `key` may have failed though its plan succeeds: its attempts ran out,
+    /// each ended with its claim (a worker that crashed or stalled on it, or whose node paused:
+    /// a task that keeps killing its workers is dead-lettered), failed as its plan says, or
+    /// succeeded (its final status cut off by a fault), and not all failed as planned. (A
+    /// task planned to fail twice of three attempts fails if its workers' faults take the
+    /// third: seed 323 once the rate's units were shared.) A claim refused before its expiry
+    /// is a violation of its own ([`World::check_remote`]).
     pub(super) fn failed_by_its_workers(&self, key: &TaskKey) -> bool {
         if !self.produced.remote.contains(key) {
             return false;
@@ -533,12 +535,16 @@ impl World {
         };
         let retries = settings().max_task_retries as usize;
         // (An attempt that succeeded but whose final status a fault cut off counts too.)
+        let error = |a: &crate::store::AttemptRecord, start: &str| {
+            (a.error.as_deref()).is_some_and(|e| e.starts_with(start))
+        };
+        let claim_ended = |a| error(a, "remote worker: the claim");
+        let planned = |a| error(a, "planned failure");
+        let succeeded =
+            |a: &crate::store::AttemptRecord| a.outcome == crate::store::AttemptOutcome::Succeeded;
         history.len() > retries
-            && (history.iter()).all(|a| {
-                a.outcome == crate::store::AttemptOutcome::Succeeded
-                    || (a.error.as_deref())
-                        .is_some_and(|e| e.starts_with("remote worker: the claim"))
-            })
+            && (history.iter()).all(|a| succeeded(a) || claim_ended(a) || planned(a))
+            && (history.iter()).any(|a| !planned(a))
     }
 
     /// What happened to remote calls in this seed.
