@@ -9,6 +9,13 @@
 //!   any, a reserve of a quarter of the limit when free (`kept`), so a key whose tasks come and go
 //!   is not taken and given back one permit at a time. Permits move between nodes at the pace of
 //!   `LINGER`.
+//! - **Nodes whose tasks want a key at once share it.** A node whose take found none free leaves
+//!   a want in the key's row (its name with none), and tries again often while it is there. A
+//!   holder that uses all it holds of the key with more of its tasks waiting, or whose tasks use
+//!   the key's rate, reads the row every `LOOK`; seeing a want, it keeps no more than its even
+//!   share (`Share`) and gives back the rest as soon as it is not in use. The want goes once its
+//!   node holds some, or its tasks no longer wait. A node keeps every unit of a key's rate it can
+//!   while its tasks need any, and its even share while other nodes hold some.
 //! - **Liveness.** The holder writes its heartbeat row every third of `lease_ttl`, with a TTL of
 //!   `lease_ttl`. Its permits count while the row lives; a holder whose row expired is dropped
 //!   from a key's row by the next node that changes it, so a dead node's permits return after
@@ -57,6 +64,14 @@ pub(super) const LINGER: Duration = Duration::from_secs(1);
 const TICK: Duration = Duration::from_millis(100);
 /// The longest wait before trying again for a key none was free of.
 const MAX_BACKOFF: Duration = Duration::from_secs(1);
+/// The longest wait before trying again for a key whose row holds this node's want: its holders
+/// give back all but their share within `LOOK`, or once their tasks stop, and a node that
+/// tries that often takes them soon after (one read a try, while its tasks wait).
+const MAX_WANT_BACKOFF: Duration = Duration::from_millis(200);
+/// How often a node reads the row of a key whose units of rate its tasks use, or whose permits
+/// it holds all in use with more of its tasks waiting, to see whether other nodes' tasks want
+/// some (one read a second per such key, not per task).
+const LOOK: Duration = LINGER;
 /// Keys whose permits are taken or given back at once.
 const CHANGES_AT_ONCE: usize = 64;
 /// Lightweight transactions lost to another holder in a row before a change waits a tick.
@@ -117,6 +132,12 @@ struct Key {
     last_busy: DateTime<Utc>,
     /// A change of its permits is under way.
     changing: bool,
+    /// The other holders in the key's row at this node's last read of it (see `Share`).
+    share: Share,
+    /// This node's entry in the key's row is a want (none held; its tasks wait for some).
+    wanting: bool,
+    /// When this node last read the key's row.
+    looked_at: DateTime<Utc>,
 }
 
 impl Key {
@@ -131,16 +152,26 @@ impl Key {
             empty_takes: 0,
             last_busy: now,
             changing: false,
+            share: Share::default(),
+            wanting: false,
+            looked_at: now,
         }
     }
 
     /// The permits its tasks may use: those held, within a limit lowered since they were taken
-    /// (the surplus goes back after `LINGER`).
+    /// (the surplus goes back after `LINGER`), and within this node's share while other nodes'
+    /// tasks want some (the rest goes back as soon as it is not in use).
     fn usable(&self) -> usize {
-        self.held.min(self.limit)
+        self.held.min(self.limit).min(self.share.cap(self.limit))
     }
 
     /// Permits used and waited for (waiters that stopped waiting are let go first).
+    /// The most of its limit this node's tasks may use: within its share while other nodes'
+    /// tasks want some.
+    fn usable_limit(&self) -> usize {
+        self.limit.min(self.share.cap(self.limit))
+    }
+
     fn demand(&mut self) -> usize {
         self.waiters.retain(|w| !w.is_closed());
         self.in_use + self.waiters.len()
@@ -313,33 +344,56 @@ impl Ledger {
             let mut gives = Vec::new();
             state.keys.retain(|scope, key| {
                 let demand = key.demand();
-                if demand == 0 && key.held == 0 && !key.changing {
+                if demand == 0 && key.held == 0 && !key.wanting && !key.changing {
                     return false;
                 }
                 if key.changing {
                     return true;
                 }
+                let keep = kept(scope, demand, key.limit, key.share);
                 let wanted = match scope.0 {
-                    Counted::Calls => demand.min(key.limit),
-                    Counted::Starts => kept(scope, demand, key.limit),
+                    Counted::Calls => demand.min(key.usable_limit()),
+                    Counted::Starts => keep,
                 };
+                let look_due = now - key.looked_at >= delta(LOOK);
                 if key.held < wanted {
                     key.surplus_since = None;
-                    if valid && key.retry_at.is_none_or(|at| at <= now) {
+                    // A node with a share of a rate other nodes share too takes more (what
+                    // they gave back) at its looks, not at every try.
+                    let shared = scope.0 == Counted::Starts && key.held > 0 && key.share.others > 0;
+                    let may = !shared || look_due;
+                    if valid && may && key.retry_at.is_none_or(|at| at <= now) {
                         key.changing = true;
                         takes.push((scope.clone(), key.limit));
                     }
-                } else if key.held > kept(scope, demand, key.limit) {
+                } else if key.held > keep || (key.wanting && demand == 0) {
                     // Unused for `LINGER`, beyond the reserve for `LINGER`, or over a limit
-                    // lowered since they were taken.
+                    // lowered since they were taken; beyond this node's share at once, while
+                    // its tasks use the rest (other nodes' tasks want them); a want once no
+                    // task waits. Permits given to calls go back once the calls return.
                     let since = *key.surplus_since.get_or_insert(now);
                     let due = demand > 0 || now - key.last_busy >= delta(LINGER);
-                    if due && now - since >= delta(LINGER) {
+                    let shared = demand > 0 && key.share.others > 0;
+                    let free = scope.0 == Counted::Starts || key.held > key.in_use;
+                    let linger_over = due && now - since >= delta(LINGER);
+                    if key.held == 0 || (free && (shared || linger_over)) {
                         key.changing = true;
                         gives.push((scope.clone(), key.limit));
                     }
                 } else {
                     key.surplus_since = None;
+                    // A node whose tasks use the key's rate, or all the permits it holds
+                    // of the key's calls with more waiting, looks whether other nodes' want some.
+                    let using = match scope.0 {
+                        Counted::Starts => demand > 0,
+                        Counted::Calls => demand > key.held,
+                    };
+                    if key.held > 0 && using && look_due {
+                        // A look: whether other nodes' tasks want the key's rate (the read
+                        // changes nothing unless they do).
+                        key.changing = true;
+                        gives.push((scope.clone(), key.limit));
+                    }
                 }
                 true
             });
@@ -431,6 +485,7 @@ impl Ledger {
         for key in state.keys.values_mut() {
             key.held = 0;
             key.retry_at = None;
+            key.wanting = false;
         }
         self.metrics.key_permit_write("lapsed");
         warn!(holder = %lapsed, "this node's key permits lapsed (its heartbeat may have expired): no call starts under them; taking them again");
@@ -468,40 +523,56 @@ impl Ledger {
             }
             let alive = self.lock().alive.clone();
             holders.retain(|h, _| h.as_str() == holder || alive.contains(h));
-            let mine = holders.get(holder).copied().unwrap_or(0) as usize;
-            let others: usize = (holders.iter())
-                .filter(|(h, _)| h.as_str() != holder)
-                .map(|(_, n)| *n as usize)
-                .sum();
-            let demand = {
+            let entry = holders.get(holder).map(|n| *n as usize);
+            let mine = entry.unwrap_or(0);
+            let others = (holders.iter()).filter(|(h, _)| h.as_str() != holder);
+            let share = Share {
+                others: others.clone().count(),
+                wanted: others.clone().any(|(_, n)| *n == 0),
+            };
+            let others: usize = others.map(|(_, n)| *n as usize).sum();
+            let (demand, in_use) = {
                 let mut state = self.lock();
                 let current = state.generation == generation;
                 match state.keys.get_mut(scope) {
-                    Some(key) if current => key.demand(),
+                    Some(key) if current => (key.demand(), key.in_use),
                     _ => return Ok(()),
                 }
             };
-            let target = if take {
-                let free = limit.saturating_sub(others + mine);
-                mine + kept(scope, demand, limit).saturating_sub(mine).min(free)
-            } else {
-                mine.min(kept(scope, demand, limit))
+            let keep = kept(scope, demand, limit, share);
+            let target = match (take, scope.0) {
+                (true, _) => {
+                    let free = limit.saturating_sub(others + mine);
+                    mine + keep.saturating_sub(mine).min(free)
+                }
+                // Permits given to calls stay until the calls return.
+                (false, Counted::Calls) => mine.min(keep.max(in_use)),
+                (false, Counted::Starts) => mine.min(keep),
             };
-            if target == mine {
-                self.settle(scope, generation, mine, take);
+            // Tasks waiting for a permit when none was free leave a want in the key's row:
+            // its holders give back all but their share (see `Share`).
+            let want = take && target == 0 && demand > 0;
+            let new_entry = (target > 0 || want).then_some(target);
+            let seen = Seen {
+                held: target,
+                share,
+                wanting: want,
+            };
+            if new_entry == entry {
+                self.settle(scope, generation, Seen { held: mine, ..seen }, take);
                 return Ok(());
             }
-            match target {
-                0 => holders.remove(holder),
-                n => holders.insert(holder.to_string(), u32::try_from(n).unwrap_or(u32::MAX)),
+            match new_entry {
+                None => holders.remove(holder),
+                Some(n) => holders.insert(holder.to_string(), u32::try_from(n).unwrap_or(u32::MAX)),
             };
             let swapped = (self.store)
                 .swap_key_holders(scope_name.clone(), key_name.clone(), version, holders)
                 .await?;
             if swapped {
                 self.metrics.key_permit_write("applied");
-                debug!(limit_key = %key_name, holder, held = target, "key permits changed");
-                self.settle(scope, generation, target, take);
+                debug!(limit_key = %key_name, holder, held = target, want, "key permits changed");
+                self.settle(scope, generation, seen, take);
                 return Ok(());
             }
             self.metrics.key_permit_write("lost");
@@ -509,9 +580,9 @@ impl Ledger {
         Ok(())
     }
 
-    /// `scope`'s key now holds `held` permits in the store: hand them on, or wait before the
+    /// What `scope`'s key's row now says (`seen`): hand its permits on, or wait before the
     /// next take if none more came.
-    fn settle(self: &Arc<Self>, scope: &Counter, generation: u64, held: usize, take: bool) {
+    fn settle(self: &Arc<Self>, scope: &Counter, generation: u64, seen: Seen, take: bool) {
         let now = self.clock.now();
         let mut state = self.lock();
         if state.generation != generation {
@@ -521,12 +592,15 @@ impl Ledger {
         let Some(key) = state.keys.get_mut(scope) else {
             return;
         };
-        let gained = held > key.held;
-        key.held = held;
+        let gained = seen.held > key.held;
+        key.held = seen.held;
+        key.share = seen.share;
+        key.wanting = seen.wanting;
+        key.looked_at = now;
         key.surplus_since = None;
         if take && !gained {
             key.empty_takes = key.empty_takes.saturating_add(1);
-            key.retry_at = Some(now + backoff(key.empty_takes));
+            key.retry_at = Some(now + backoff(key.empty_takes, key.wanting));
         } else {
             key.empty_takes = 0;
             key.retry_at = None;
@@ -543,7 +617,7 @@ impl Ledger {
         }
         if let Some(key) = state.keys.get_mut(scope) {
             key.empty_takes = key.empty_takes.saturating_add(1);
-            key.retry_at = Some(now + backoff(key.empty_takes));
+            key.retry_at = Some(now + backoff(key.empty_takes, key.wanting));
         }
     }
 
@@ -617,13 +691,46 @@ async fn keep(ledger: Weak<Ledger>, wake: Arc<Notify>) {
 /// tasks come and go is not taken and given back a permit at a time; none once none is needed.
 /// A rate's units are not used up by the tasks holding them: the rate a node's tasks can use is
 /// its share, whatever few of them wait at once (the key's calls at once may be limited too), so
-/// a node keeps every unit it can while its tasks need any.
-fn kept((counted, _): &Counter, demand: usize, limit: usize) -> usize {
+/// a node keeps every unit it can while its tasks need any, and its even share while other
+/// nodes hold some or want some. Either kind stays within this node's share while other nodes'
+/// tasks want some (`Share::cap`).
+fn kept((counted, _): &Counter, demand: usize, limit: usize, share: Share) -> usize {
     match (demand, counted) {
         (0, _) => 0,
-        (_, Counted::Calls) => demand.max(limit.div_ceil(4)).min(limit),
-        (_, Counted::Starts) => limit,
+        (_, Counted::Calls) => (demand.max(limit.div_ceil(4)).min(limit)).min(share.cap(limit)),
+        (_, Counted::Starts) => limit.div_ceil(share.others + 1),
     }
+}
+
+/// The other holders in a key's row, as a node last read it: those holding permits, and wants
+/// (holders with none whose tasks wait for some).
+#[derive(Debug, Clone, Copy, Default)]
+struct Share {
+    /// Other live holders, wants included.
+    others: usize,
+    /// Whether one of them is a want.
+    wanted: bool,
+}
+
+impl Share {
+    /// The most of a key's `limit` this node keeps: while other nodes' tasks want some, an even
+    /// share between it and the other holders (rounded up), else all of it.
+    fn cap(&self, limit: usize) -> usize {
+        if self.wanted {
+            limit.div_ceil(self.others + 1)
+        } else {
+            limit
+        }
+    }
+}
+
+/// What a node read, or wrote, of a key's row: its own permits, the other holders, and whether
+/// its entry is a want.
+#[derive(Clone, Copy)]
+struct Seen {
+    held: usize,
+    share: Share,
+    wanting: bool,
 }
 
 /// The name of a holder: the node, when its ledger began, its generation.
@@ -641,10 +748,15 @@ fn scope_name((counted, (task_type, _)): &Counter) -> String {
     }
 }
 
-/// The wait before the next take of a key none was free of, after `empty` such takes.
-fn backoff(empty: u32) -> TimeDelta {
-    let wait = TICK.saturating_mul(1 << empty.min(4)).min(MAX_BACKOFF);
-    delta(wait)
+/// The wait before the next take of a key none was free of, after `empty` such takes
+/// (`wanting`: this node's want is in the key's row).
+fn backoff(empty: u32, wanting: bool) -> TimeDelta {
+    let most = if wanting {
+        MAX_WANT_BACKOFF
+    } else {
+        MAX_BACKOFF
+    };
+    delta(TICK.saturating_mul(1 << empty.min(4)).min(most))
 }
 
 fn delta(duration: Duration) -> TimeDelta {

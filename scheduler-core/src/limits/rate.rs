@@ -7,8 +7,11 @@
 //!   burst (at least `n`, as `units` is at most the burst). The holders' shares add up to the
 //!   rate at most. A task holds a unit from its entry until its call starts, so at most
 //!   `units` tasks of a key are between their turn and their call. Units are not used up by
-//!   the tasks holding them: a node takes every free unit while its tasks need any, and gives
-//!   them back once they needed none for `LINGER`.
+//!   the tasks holding them: a node takes every free unit while its tasks need any and no
+//!   other node's do, and gives them back once they needed none for `LINGER`. Nodes whose
+//!   tasks want a key at once share its units evenly: a node that found none free leaves a
+//!   want in the key's row, and holders read the row each second while their tasks use the
+//!   rate and give back all but their share (see `permits`).
 //! - **On a node,** by the generic cell rate algorithm: each key keeps one time, the
 //!   theoretical arrival time of its next start, and each task that enters takes the next start
 //!   its node's share allows and waits for it (by the node's clock). So the waiters of a key

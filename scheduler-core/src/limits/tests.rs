@@ -223,6 +223,75 @@ async fn a_keys_calls_on_every_node_together_stay_within_its_limit_and_hold_up_n
     );
 }
 
+/// Nodes whose tasks want a key's calls at once share them: a node whose take found none free
+/// leaves a want in the key's row, and a holder using all its permits with more of its tasks
+/// waiting reads the row each second and, seeing the want, keeps its share and gives back the
+/// rest as its calls return. (A node kept its permits while its tasks of the key kept waiting,
+/// so another node's task of the key waited for the first node's whole backlog: seen on three
+/// node processes by `dev/bench --only accuracy`, rated keys run one node after the other.)
+#[tokio::test(start_paused = true)]
+async fn nodes_whose_tasks_want_a_keys_calls_at_once_share_them() {
+    let store = MemoryStore::new();
+    let a = gate_on("node-a", &store, Some(2), &[]);
+    let b = gate_on("node-b", &store, Some(2), &[]);
+    let k = task("mail", Some("tenant-k"));
+    let call = Duration::from_millis(100);
+    // a's tasks keep coming: calls of 100 ms, five more waiting at any time.
+    let mut waiting: Vec<BoxFuture<'static, GatePass>> = Vec::new();
+    let mut on_a: Vec<(tokio::time::Instant, GatePass)> = Vec::new();
+    let mut on_b: Vec<(tokio::time::Instant, GatePass)> = Vec::new();
+    let mut b_waiting: Option<BoxFuture<'static, GatePass>> = None;
+    let (mut b_entered, mut b_passed) = (None, Vec::new());
+    for step in 0..400 {
+        after(10).await;
+        let now = tokio::time::Instant::now();
+        on_a.retain(|(ends, _)| *ends > now);
+        on_b.retain(|(ends, _)| *ends > now);
+        let mut still = Vec::new();
+        for mut entering in waiting.drain(..) {
+            match (&mut entering).now_or_never() {
+                Some(pass) => on_a.push((now + call, pass)),
+                None => still.push(entering),
+            }
+        }
+        waiting = still;
+        while waiting.len() < 5 {
+            waiting.push(a.enter(&k).expect("limited"));
+        }
+        // b's tasks come one at a time from 0.5 s on, each once the one before passed.
+        if step >= 50 && b_waiting.is_none() {
+            b_waiting = Some(b.enter(&k).expect("limited"));
+            b_entered.get_or_insert(now);
+        }
+        if let Some(pass) = b_waiting.as_mut().and_then(|w| w.now_or_never()) {
+            on_b.push((now + call, pass));
+            b_passed.push(now);
+            b_waiting = None;
+        }
+        assert!(
+            on_a.len() + on_b.len() <= 2,
+            "{} of k's calls at once on a, {} on b",
+            on_a.len(),
+            on_b.len()
+        );
+    }
+    let entered = b_entered.expect("b's tasks came");
+    let first = *b_passed
+        .first()
+        .expect("b's task passes while a's keep coming");
+    assert!(
+        first - entered <= permits::LINGER + Duration::from_millis(500),
+        "b's first task passed {:?} after it came",
+        first - entered
+    );
+    // Then a call at a time each: b's tasks pass every 100 ms or so.
+    assert!(
+        b_passed.len() >= 20,
+        "{} of b's tasks passed in 3.5 s",
+        b_passed.len()
+    );
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_types_own_limit_counts_its_calls_apart_from_the_queues() {
     let store = MemoryStore::new();
@@ -471,9 +540,10 @@ async fn a_node_holding_part_of_a_keys_units_starts_its_tasks_at_that_share_of_t
 }
 
 /// A key's rate holds across the cluster: two nodes with tasks of the key start them at the
-/// key's rate together. `a`'s tasks come first and take the units; once they stop, `a` gives
-/// the units back and `b`'s waiting tasks go on at the rate. No more tasks of the key are
-/// between their turn and their call than the rate has units.
+/// key's rate together. `a`'s tasks come first and take the units; `b`'s want some, and `a`
+/// gives back all but its half; once `a`'s stop, it gives back the rest and `b`'s go on at the
+/// rate. No more tasks of the key are between their turn and their call than the rate has
+/// units.
 #[tokio::test(start_paused = true)]
 async fn a_keys_starts_on_every_node_together_keep_to_its_rate() {
     let store = MemoryStore::new();
@@ -487,15 +557,9 @@ async fn a_keys_starts_on_every_node_together_keep_to_its_rate() {
     run_for(10_000, &mut [&mut on_a, &mut on_b]).await;
     let (by_a, by_b) = (on_a.at.len(), on_b.at.len());
     assert_eq!(by_a, 30);
-    let first_b = on_b.at.first().copied().expect("b started");
+    // At most the rate and twice the burst together (each node's share starts with a burst).
     assert!(
-        on_a.at.iter().all(|at| *at <= first_b),
-        "b waits while a holds every unit"
-    );
-    // a's 30 in about 2.6 s (4 at once, then 10 a second); b's from about 4 s on (a gives the
-    // units back once it needed none for a second); at most the rate and a burst together.
-    assert!(
-        (80..=104).contains(&(by_a + by_b)),
+        (80..=108).contains(&(by_a + by_b)),
         "starts in 10 s at 10 a second with a burst of 4: a {by_a}, b {by_b}"
     );
     // Passes whose calls have not started hold the units: at most 4 of the key's, cluster-wide.
@@ -511,6 +575,66 @@ async fn a_keys_starts_on_every_node_together_keep_to_its_rate() {
     }
     // (The 200 earlier tasks all started or still wait; these come after them.)
     assert!(held.len() <= 4, "{} passes at once", held.len());
+}
+
+/// Nodes whose tasks want a key's rate at once share it: a node whose tasks find none of its
+/// units free marks its want in the key's row, and the holder, which reads the row each second
+/// while its tasks use the rate, gives back all but its share. (A node kept every unit while
+/// its tasks needed any, so another node's tasks of the key waited for as long as the first
+/// node's kept coming, and a hand-over cost the holder's second and up to a second more of
+/// the waiting node's backoff: rated keys at 9.48 a second of 10, seen on three node
+/// processes by `dev/bench --only accuracy`.)
+#[tokio::test(start_paused = true)]
+async fn nodes_whose_tasks_want_a_keys_rate_at_once_share_it() {
+    let store = MemoryStore::new();
+    let clock: Arc<dyn Clock> = Arc::new(crate::clock::TokioClock::starting_at(Utc::now()));
+    let a = rate_gate_on("a", &store, 10.0, Some(10), Arc::clone(&clock));
+    let b = rate_gate_on("b", &store, 10.0, Some(10), clock);
+    let k = task("mail", Some("k"));
+    let mut on_a = Starts::enter(&a, &k, 20);
+    run_for(50, &mut [&mut on_a]).await;
+    let mut on_b = Starts::enter(&b, &k, 20);
+    let entered = tokio::time::Instant::now();
+    // a's tasks keep coming: twenty wait there at any time.
+    for _ in 0..1_000 {
+        run_for(10, &mut [&mut on_a, &mut on_b]).await;
+        while on_a.waiting.len() < 20 {
+            on_a.waiting.push(a.enter(&k).expect("limited"));
+        }
+    }
+    let first_b = on_b
+        .at
+        .first()
+        .copied()
+        .expect("b's tasks start while a's keep coming");
+    assert!(
+        first_b - entered <= permits::LINGER + Duration::from_millis(500),
+        "b's first start {:?} after its tasks came",
+        first_b - entered
+    );
+    // Half the rate each (b's twenty in about four seconds), the rate together: 10 s at 10 a
+    // second, a's burst, and b's of its half.
+    let (by_a, by_b) = (on_a.at.len(), on_b.at.len());
+    assert_eq!(by_b, 20);
+    let last_b = on_b.at.last().copied().expect("b started");
+    assert!(
+        last_b - first_b <= Duration::from_millis(4_500),
+        "b's twenty in {:?}",
+        last_b - first_b
+    );
+    assert!(
+        (95..=120).contains(&(by_a + by_b)),
+        "starts in 10 s at 10 a second with a burst of 10 (within twice it): a {by_a}, b {by_b}"
+    );
+    // Once b's tasks are done (by about 5 s), a takes the whole rate back: b gives its units
+    // back a second after its last start, and a sees them free at its next look.
+    let late = (on_a.at.iter())
+        .filter(|at| **at >= entered + Duration::from_secs(8))
+        .count();
+    assert!(
+        (18..=23).contains(&late),
+        "{late} starts on a in the last 2 s (the whole rate is 20)"
+    );
 }
 
 #[tokio::test]

@@ -24,7 +24,8 @@ pub const MAX_HOLDERS: usize = 1_000;
 pub struct KeyHolders {
     /// Bumped by every change (the lightweight transactions' condition).
     pub version: i64,
-    /// Permits taken, by holder (only holders with at least one).
+    /// Permits taken, by holder: holders with at least one, and wants (a holder with none,
+    /// whose tasks wait for units of a key's rate; see `crate::limits`).
     pub holders: BTreeMap<String, u32>,
 }
 
