@@ -358,7 +358,8 @@ pub(crate) struct ExecutionFiles {
 }
 
 impl ExecutionFiles {
-    /// A new directory for the files of the scenario `name`.
+    /// A new directory for the files of the scenario `name` (left in place, and named on
+    /// stderr, with `BENCH_KEEP_FILES` set).
     pub(crate) fn create(name: &str) -> Result<ExecutionFiles, BenchError> {
         let dir = std::env::temp_dir().join(format!(
             "scheduler-bench-{name}-{}-{}",
@@ -367,7 +368,11 @@ impl ExecutionFiles {
         ));
         std::fs::create_dir_all(&dir)
             .map_err(|e| BenchError::Setup(format!("cannot create {}: {e}", dir.display())))?;
-        Ok(ExecutionFiles { dir, keep: false })
+        let keep = std::env::var_os("BENCH_KEEP_FILES").is_some();
+        if keep {
+            eprintln!("{name}: the nodes' call files are in {}", dir.display());
+        }
+        Ok(ExecutionFiles { dir, keep })
     }
 
     /// Node `node`'s file.
