@@ -373,7 +373,13 @@ impl Ledger {
                     // task waits. Permits given to calls go back once the calls return.
                     let since = *key.surplus_since.get_or_insert(now);
                     let due = demand > 0 || now - key.last_busy >= delta(LINGER);
-                    let shared = demand > 0 && key.share.others > 0;
+                    // (A rate's units are split between the holders listed; a key's calls
+                    // at once only while one of them wants some.)
+                    let shared = demand > 0
+                        && match scope.0 {
+                            Counted::Starts => key.share.others > 0,
+                            Counted::Calls => key.share.wanted,
+                        };
                     let free = scope.0 == Counted::Starts || key.held > key.in_use;
                     let linger_over = due && now - since >= delta(LINGER);
                     if key.held == 0 || (free && (shared || linger_over)) {

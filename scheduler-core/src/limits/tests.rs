@@ -292,6 +292,47 @@ async fn nodes_whose_tasks_want_a_keys_calls_at_once_share_them() {
     );
 }
 
+/// A key shared by nodes whose tasks need less than its limit is not taken and given back as
+/// their tasks come and go: a holder gives its surplus back at once only when another node's
+/// tasks want some, else once it lasted `LINGER` as before. (With wants, a holder beside any
+/// other holder gave its surplus back at once, a transaction each time its tasks fell back.)
+#[tokio::test(start_paused = true)]
+async fn a_key_shared_below_its_limit_is_not_taken_and_given_back_as_its_tasks_come_and_go() {
+    let store = MemoryStore::new();
+    let a = gate_on("node-a", &store, Some(8), &[]);
+    let b = gate_on("node-b", &store, Some(8), &[]);
+    let k = task("mail", Some("tenant-k"));
+    let version = || {
+        let row = store
+            .key_holders("*".into(), "tenant-k".into())
+            .now_or_never();
+        row.expect("memory answers at once")
+            .expect("read")
+            .map_or(0, |row| row.version)
+    };
+    let mut first = None;
+    // On each node, four of k's calls at once for 200 ms, then one for 200 ms, for 6 s.
+    for round in 0..15 {
+        if round == 3 {
+            first = Some(version());
+        }
+        for calls in [4, 1] {
+            let mut passes = Vec::new();
+            for gate in [&a, &b] {
+                for _ in 0..calls {
+                    passes.push(gate.enter(&k).expect("limited"));
+                }
+            }
+            after(200).await;
+            for mut pass in passes {
+                (&mut pass).now_or_never().expect("k is below its limit");
+            }
+        }
+    }
+    let changes = version() - first.expect("read");
+    assert!(changes <= 2, "{changes} changes of k's row in 4.8 s");
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_types_own_limit_counts_its_calls_apart_from_the_queues() {
     let store = MemoryStore::new();
