@@ -622,9 +622,8 @@ async fn a_keys_starts_on_every_node_together_keep_to_its_rate() {
 /// units free marks its want in the key's row, and the holder, which reads the row each second
 /// while its tasks use the rate, gives back all but its share. (A node kept every unit while
 /// its tasks needed any, so another node's tasks of the key waited for as long as the first
-/// node's kept coming, and a hand-over cost the holder's second and up to a second more of
-/// the waiting node's backoff: rated keys at 9.48 a second of 10, seen on three node
-/// processes by `dev/bench --only accuracy`.)
+/// node's kept coming; `dev/bench --only accuracy` saw the same of a key's calls at once,
+/// `nodes_whose_tasks_want_a_keys_calls_at_once_share_them`.)
 #[tokio::test(start_paused = true)]
 async fn nodes_whose_tasks_want_a_keys_rate_at_once_share_it() {
     let store = MemoryStore::new();
