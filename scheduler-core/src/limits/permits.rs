@@ -162,14 +162,14 @@ impl Key {
     /// (the surplus goes back after `LINGER`), and within this node's share while other nodes'
     /// tasks want some (the rest goes back as soon as it is not in use).
     fn usable(&self) -> usize {
-        self.held.min(self.limit).min(self.share.cap(self.limit))
+        self.held.min(self.usable_limit())
     }
 
     /// Permits used and waited for (waiters that stopped waiting are let go first).
     /// The most of its limit this node's tasks may use: within its share while other nodes'
     /// tasks want some.
     fn usable_limit(&self) -> usize {
-        self.limit.min(self.share.cap(self.limit))
+        self.share.cap(self.limit)
     }
 
     fn demand(&mut self) -> usize {
