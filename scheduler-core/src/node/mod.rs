@@ -7,6 +7,7 @@ mod error;
 mod kafka;
 mod pending_rewinds;
 mod queue;
+mod thread_slice;
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -36,6 +37,25 @@ use crate::store::{PartitionId, StatusRecord};
 
 /// Threads of the node's own tokio runtime (Cassandra I/O and the user's handler).
 const RUNTIME_THREADS: usize = 2;
+
+/// The node's runtime for I/O and the user's handlers: [`RUNTIME_THREADS`] threads, each asking
+/// for `slice` as its time slice (`thread_slice.rs`); a refusal is logged once and changes
+/// nothing else.
+fn io_runtime(slice: Duration) -> std::io::Result<tokio::runtime::Runtime> {
+    static REFUSED: std::sync::Once = std::sync::Once::new();
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(RUNTIME_THREADS)
+        .thread_name("scheduler-io")
+        .on_thread_start(move || {
+            if let Err(error) = thread_slice::ask(slice) {
+                REFUSED.call_once(|| {
+                    tracing::warn!(%error, ?slice, "scheduling.thread_slice: the kernel refused the I/O threads' time slice; they keep its default")
+                });
+            }
+        })
+        .enable_all()
+        .build()
+}
 
 /// A node about to start, gathering its handlers (see [`SchedulerNode::builder`]).
 #[must_use = "a builder does nothing until started"]
@@ -114,11 +134,7 @@ impl SchedulerNode {
         if handlers.is_empty() && !remote_types {
             return Err(NodeError::NoHandlers);
         }
-        let runtime = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(RUNTIME_THREADS)
-            .thread_name("scheduler-io")
-            .enable_all()
-            .build()
+        let runtime = io_runtime(settings.scheduling.thread_slice)
             .map_err(NodeError::runtime("starting the I/O runtime"))?;
 
         match Self::start_on(settings, handlers, &runtime).await {
@@ -476,6 +492,41 @@ impl Drop for BackgroundShutdown {
     fn drop(&mut self) {
         if let Some(runtime) = self.0.take() {
             runtime.shutdown_background();
+        }
+    }
+}
+
+#[cfg(all(test, target_os = "linux"))]
+mod tests {
+    use super::*;
+
+    /// Every thread of the I/O runtime (where a task's call waits for its time and runs) has
+    /// the slice of `scheduling.thread_slice`, on a kernel that takes slices.
+    #[test]
+    fn the_io_runtimes_threads_run_with_the_settings_slice() {
+        let slice = crate::settings::SchedulingSettings::default().thread_slice;
+        let runtime = io_runtime(slice).expect("the runtime starts");
+        // One task on each thread at once: every thread has started (and asked for its slice).
+        let all = Arc::new(std::sync::Barrier::new(RUNTIME_THREADS));
+        runtime.block_on(futures::future::join_all((0..RUNTIME_THREADS).map(|_| {
+            let all = Arc::clone(&all);
+            runtime.spawn(async move {
+                all.wait();
+            })
+        })));
+        let tasks = std::fs::read_dir("/proc/self/task").expect("the process's threads");
+        let slices: Vec<Duration> = tasks
+            .filter_map(|task| {
+                let path = task.expect("a thread").path();
+                let name = std::fs::read_to_string(path.join("comm")).unwrap_or_default();
+                let tid = path.file_name()?.to_str()?.parse().ok()?;
+                (name.trim() == "scheduler-io")
+                    .then(|| thread_slice::of(tid).expect("the kernel answers"))
+            })
+            .collect();
+        assert_eq!(slices.len(), RUNTIME_THREADS);
+        if thread_slice::kernel_takes_slices() {
+            assert!(slices.iter().all(|s| *s == slice), "{slices:?}");
         }
     }
 }

@@ -69,6 +69,7 @@ impl Settings {
             ("scheduling.lease_ttl", !is_whole_seconds_from_3(s.lease_ttl), "must be whole seconds, at least 3s"),
             ("scheduling.execution_timeout", s.execution_timeout.is_zero(), "must be greater than zero"),
             ("scheduling.max_task_data_bytes", s.max_task_data_bytes < 64, "must be at least 64 bytes"),
+            ("scheduling.thread_slice", !is_thread_slice(s.thread_slice), "must be 0s (the kernel's default) or from 100us to 100ms"),
             ("kafka.bootstrap_servers", k.bootstrap_servers.trim().is_empty(), "must not be empty"),
             ("kafka.topic", k.topic.trim().is_empty(), "must not be empty"),
             ("kafka.group_id", k.group_id.trim().is_empty(), "must not be empty"),
@@ -103,6 +104,12 @@ impl Settings {
             None => Ok(()),
         }
     }
+}
+
+/// Whether `slice` is 0 (the kernel's default) or a slice Linux takes as asked (it clamps any
+/// other to this range).
+fn is_thread_slice(slice: Duration) -> bool {
+    slice.is_zero() || (Duration::from_micros(100)..=Duration::from_millis(100)).contains(&slice)
 }
 
 const KEY_RATE: &str = "must be a number of starts a second above 0, at most 1000000, when set";
@@ -251,6 +258,8 @@ mod tests {
             ("[scheduling]\nlease_ttl = \"3500ms\"", "scheduling.lease_ttl", "must be whole seconds, at least 3s"),
             ("[scheduling]\nexecution_timeout = \"0s\"", "scheduling.execution_timeout", "must be greater than zero"),
             ("[scheduling]\nmax_task_data_bytes = 63", "scheduling.max_task_data_bytes", "must be at least 64 bytes"),
+            ("[scheduling]\nthread_slice = \"50us\"", "scheduling.thread_slice", "must be 0s (the kernel's default) or from 100us to 100ms"),
+            ("[scheduling]\nthread_slice = \"101ms\"", "scheduling.thread_slice", "must be 0s (the kernel's default) or from 100us to 100ms"),
             ("[kafka]\nbootstrap_servers = \" \"", "kafka.bootstrap_servers", "must not be empty"),
             ("[kafka]\ntopic = \"\"", "kafka.topic", "must not be empty"),
             ("[kafka]\ngroup_id = \"\"", "kafka.group_id", "must not be empty"),
