@@ -7,8 +7,10 @@
 //!   a version), made by the ledger's own task, never by a task's run: a key whose permits stay
 //!   with a node costs nothing per task. A node takes what its tasks need and, while they need
 //!   any, a reserve of a quarter of the limit when free (`kept`), so a key whose tasks come and go
-//!   is not taken and given back one permit at a time. Permits move between nodes at the pace of
-//!   `LINGER`.
+//!   is not taken and given back one permit at a time. A take at least doubles what the node
+//!   holds (`taken`), and it gives back only what is beyond twice what it keeps (`beyond`), so a
+//!   demand that climbs and falls changes the key's row a few times, not once a round it moved
+//!   in. Permits move between nodes at the pace of `LINGER`.
 //! - **Nodes whose tasks want a key at once share it.** A node whose take found none free leaves
 //!   a want in the key's row (its name with none), and tries again often while it is there. A
 //!   holder that uses all it holds of the key with more of its tasks waiting, or whose tasks use
@@ -366,8 +368,10 @@ impl Ledger {
                         key.changing = true;
                         takes.push((scope.clone(), key.limit));
                     }
-                } else if key.held > keep || (key.wanting && demand == 0) {
-                    // Unused for `LINGER`, beyond the reserve for `LINGER`, or over a limit
+                } else if beyond(scope, key.held, keep, key.usable_limit())
+                    || (key.wanting && demand == 0)
+                {
+                    // Unused for `LINGER`, beyond what is kept for `LINGER`, or over a limit
                     // lowered since they were taken; beyond this node's share at once, while
                     // its tasks use the rest (other nodes' tasks want them); a want once no
                     // task waits. Permits given to calls go back once the calls return.
@@ -549,8 +553,10 @@ impl Ledger {
             let target = match (take, scope.0) {
                 (true, _) => {
                     let free = limit.saturating_sub(others + mine);
-                    mine + keep.saturating_sub(mine).min(free)
+                    let goal = taken(scope, mine, keep, share.cap(limit));
+                    mine + goal.saturating_sub(mine).min(free)
                 }
+                (false, _) if !beyond(scope, mine, keep, share.cap(limit)) => mine,
                 // Permits given to calls stay until the calls return.
                 (false, Counted::Calls) => mine.min(keep.max(in_use)),
                 (false, Counted::Starts) => mine.min(keep),
@@ -705,6 +711,28 @@ fn kept((counted, _): &Counter, demand: usize, limit: usize, share: Share) -> us
         (0, _) => 0,
         (_, Counted::Calls) => (demand.max(limit.div_ceil(4)).min(limit)).min(share.cap(limit)),
         (_, Counted::Starts) => limit.div_ceil(share.others + 1),
+    }
+}
+
+/// What a take of a key aims to hold, holding `held` and keeping `keep` within `cap` (its
+/// share): what it keeps, and of a key's calls at least twice what it holds, so a demand that
+/// climbs towards the limit takes in a few doubling steps (`log2` of the limit over the
+/// reserve), not a transaction for every round it grew in.
+fn taken((counted, _): &Counter, held: usize, keep: usize, cap: usize) -> usize {
+    match counted {
+        Counted::Calls => keep.max(held.saturating_mul(2)).min(cap),
+        Counted::Starts => keep,
+    }
+}
+
+/// Whether a node holding `held` of a key, keeping `keep` within `cap` (its share), holds more
+/// than it keeps: of a key's calls, more than its share or more than twice what it keeps, so a
+/// demand that falls gives back in halving steps, and one that wavers within a factor of two
+/// changes nothing; of a key's rate, more than it keeps.
+fn beyond((counted, _): &Counter, held: usize, keep: usize, cap: usize) -> bool {
+    match counted {
+        Counted::Calls => held > keep.saturating_mul(2).min(cap),
+        Counted::Starts => held > keep,
     }
 }
 

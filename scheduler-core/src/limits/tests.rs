@@ -333,6 +333,64 @@ async fn a_key_shared_below_its_limit_is_not_taken_and_given_back_as_its_tasks_c
     assert!(changes <= 2, "{changes} changes of k's row in 4.8 s");
 }
 
+/// The key's permit rows this node's changes wrote, as `metrics` counts them.
+fn permit_writes(metrics: &Metrics) -> u64 {
+    let text = metrics.encode(&Default::default());
+    let line = (text.lines())
+        .find(|l| l.starts_with("scheduler_key_permit_writes_total{outcome=\"applied\"}"));
+    line.and_then(|l| l.rsplit(' ').next())
+        .map_or(0, |n| n.parse().expect("a count"))
+}
+
+/// A key's tasks that come a few at a time, their demand climbing towards the limit and then
+/// falling, change its permits a few times a burst, not once for every task beyond what the
+/// node held: a take at least doubles what the node holds, and a give-back waits until it holds
+/// more than twice what its tasks need. (A take followed the demand a task at a time, a
+/// transaction per round it grew in, and the give-backs followed it down: `dev/bench --only
+/// limits` saw 10-13 changes of a key's permits in a burst of its 100 tasks, and its throughput
+/// with limits on fell to 69-86% of that with them off.)
+#[tokio::test(start_paused = true)]
+async fn a_keys_permits_change_a_few_times_a_burst_as_its_demand_climbs_and_falls() {
+    let store = MemoryStore::new();
+    let gate = gate_on("n", &store, Some(64), &[]);
+    let k = task("mail", Some("tenant-k"));
+    let call = Duration::from_millis(500);
+    // A task of k every 10 ms for 0.6 s, each a call of 0.5 s: up to 50 of k's calls at once.
+    let mut running: Vec<(tokio::time::Instant, GatePass)> = Vec::new();
+    let mut waited = Duration::ZERO;
+    for step in 0..300 {
+        if step < 60 {
+            let came = tokio::time::Instant::now();
+            let mut entering = gate.enter(&k).expect("limited");
+            loop {
+                if let Some(pass) = (&mut entering).now_or_never() {
+                    running.push((tokio::time::Instant::now() + call, pass));
+                    break;
+                }
+                tokio::time::advance(Duration::from_millis(1)).await;
+                tokio::task::yield_now().await;
+            }
+            waited = waited.max(came.elapsed());
+        }
+        after(10).await;
+        let now = tokio::time::Instant::now();
+        running.retain(|(ends, _)| *ends > now);
+    }
+    assert!(
+        gate.ledger.holding().is_empty(),
+        "{:?}",
+        gate.ledger.holding()
+    );
+    let writes = permit_writes(&gate.metrics);
+    // Taken at a quarter of the limit, doubled twice, given back to what is needed once it
+    // fell below half of what is held, and given back once no task needs any.
+    assert!(writes <= 5, "{writes} changes of k's permits in one burst");
+    assert!(
+        waited <= Duration::from_millis(20),
+        "a task of k waited {waited:?}"
+    );
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_types_own_limit_counts_its_calls_apart_from_the_queues() {
     let store = MemoryStore::new();
