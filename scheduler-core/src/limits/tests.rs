@@ -92,6 +92,12 @@ async fn enter(
     }
 }
 
+/// `key`'s row of `scope` in `store` now (its holders and version), if it has one.
+fn key_row(store: &MemoryStore, scope: &str, key: &str) -> Option<crate::store::KeyHolders> {
+    let row = store.key_holders(scope.into(), key.into()).now_or_never();
+    row.expect("memory answers at once").expect("read")
+}
+
 /// The tasks held by a limit now, as `metrics` counts them.
 fn held(metrics: &Metrics) -> String {
     let text = metrics.encode(&Default::default());
@@ -198,12 +204,7 @@ async fn a_keys_calls_on_every_node_together_stay_within_its_limit_and_hold_up_n
         "{}",
         held(&b.metrics)
     );
-    let holders = |scope: &str, key: &str| {
-        let got = store.key_holders(scope.into(), key.into()).now_or_never();
-        got.expect("memory answers at once")
-            .expect("read")
-            .map(|k| k.holders)
-    };
+    let holders = |scope: &str, key: &str| key_row(&store, scope, key).map(|k| k.holders);
     let on_b_now: Vec<u32> = holders("*", "tenant-k")
         .expect("b holds k")
         .into_values()
@@ -302,14 +303,7 @@ async fn a_key_shared_below_its_limit_is_not_taken_and_given_back_as_its_tasks_c
     let a = gate_on("node-a", &store, Some(8), &[]);
     let b = gate_on("node-b", &store, Some(8), &[]);
     let k = task("mail", Some("tenant-k"));
-    let version = || {
-        let row = store
-            .key_holders("*".into(), "tenant-k".into())
-            .now_or_never();
-        row.expect("memory answers at once")
-            .expect("read")
-            .map_or(0, |row| row.version)
-    };
+    let version = || key_row(&store, "*", "tenant-k").map_or(0, |row| row.version);
     let mut first = None;
     // On each node, four of k's calls at once for 200 ms, then one for 200 ms, for 6 s.
     for round in 0..15 {
