@@ -54,10 +54,8 @@ pub(super) async fn record(run: &mut TaskRun, task: &Task, made: Made) -> Result
         if lease_lost {
             debug!(partition = run.partition, task = %run.key, %reason,
                 "the call gave up as its lease was lost; not an attempt, checked and called again");
+            let delay = backoff(run, task);
             run.attempts = run.attempts.saturating_sub(1);
-            let limits = run.deps.settings.limits_for(&task.task_type);
-            let (factor, max) = (limits.backoff_factor, limits.max_backoff);
-            let delay = backoff_delay(run.attempts + 1, factor, max, &mut run.rng);
             return Ok(Next::RetryAfter(delay));
         }
     }
@@ -96,10 +94,7 @@ pub(super) async fn record(run: &mut TaskRun, task: &Task, made: Made) -> Result
             (TaskStatus::Failed, reason)
         }
         Err(TaskError::Retry { reason, after }) => {
-            let delay = after.unwrap_or_else(|| {
-                let (factor, max) = (limits.backoff_factor, limits.max_backoff);
-                backoff_delay(run.attempts, factor, max, &mut run.rng)
-            });
+            let delay = after.unwrap_or_else(|| backoff(run, task));
             let (partition, key) = (run.partition, &run.key);
             let metrics = &run.deps.metrics;
             metrics.retry_scheduled(partition, key, run.attempts, &reason, delay);
@@ -110,6 +105,14 @@ pub(super) async fn record(run: &mut TaskRun, task: &Task, made: Made) -> Result
     let record = status_record(run, status, Some(reason), None);
     let outcome = record_final(run, phase, task, record, Some(&output)).await;
     outcome.map(Next::Finished)
+}
+
+/// The wait before `task` is called again after its attempt `run.attempts` (its type's
+/// backoff, with jitter).
+fn backoff(run: &mut TaskRun, task: &Task) -> Duration {
+    let limits = run.deps.settings.limits_for(&task.task_type);
+    let (factor, max) = (limits.backoff_factor, limits.max_backoff);
+    backoff_delay(run.attempts, factor, max, &mut run.rng)
 }
 
 /// The final status record of the task now.
