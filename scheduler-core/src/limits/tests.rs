@@ -327,7 +327,7 @@ async fn a_key_shared_below_its_limit_is_not_taken_and_given_back_as_its_tasks_c
     assert!(changes <= 2, "{changes} changes of k's row in 4.8 s");
 }
 
-/// The key's permit rows this node's changes wrote, as `metrics` counts them.
+/// The changes of keys' permits this node's ledger applied, as `metrics` counts them.
 fn permit_writes(metrics: &Metrics) -> u64 {
     let text = metrics.encode(&Default::default());
     let line = (text.lines())
